@@ -1,0 +1,116 @@
+# libllminfer build. `make` builds the libraries and tools; `make test` runs
+# every test; `make check` runs them under ASan+UBSan and checks the ABI.
+
+VERSION_MAJOR := 1
+VERSION_MINOR := 0
+VERSION_PATCH := 0
+VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+
+CC ?= cc
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+OPT ?= -O2
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
+	-D_GNU_SOURCE -Iinclude -Ilib
+DEPS_LIBS := -lpcre2-8 -lz -lm -pthread
+ifeq ($(SAN),1)
+ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDSAN := -fsanitize=address,undefined
+endif
+
+LIB_SRC := $(sort $(wildcard lib/*/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+SONAME := libllminfer.so.$(VERSION_MAJOR)
+SHLIB := $(BUILD)/libllminfer.so.$(VERSION)
+STLIB := $(BUILD)/libllminfer.a
+
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+API_SRC := $(sort $(wildcard tests/api/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
+TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
+
+.PHONY: all test check install uninstall clean model format abi-update abi-check \
+	install-test bench
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(SHLIB): $(LIB_OBJ) lib/llminfer.map
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=lib/llminfer.map -Wl,--no-undefined $(LDSAN) $(DEPS_LIBS)
+
+$(BUILD)/libllminfer.so: $(SHLIB)
+	ln -sf libllminfer.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+$(STLIB): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/llm-run: examples/llm-run/main.c $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
+
+# Unit tests are white-box: they link the static archive.
+$(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(STLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
+
+# API tests are black-box: only llm.h and the shared library.
+$(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/../..' \
+		-lcmocka $(LDSAN) -pthread
+
+TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
+	LLM_TEST_TMP=$(abspath $(BUILD))/tmp
+test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
+	@mkdir -p $(BUILD)/tmp
+	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
+	@$(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+
+# Sanitizer build in its own folder, then the ABI checks.
+check:
+	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
+	$(MAKE) --no-print-directory abi-check
+
+abi-check: $(SHLIB)
+	@bash tests/abi/check.sh $(SHLIB)
+
+abi-update: $(SHLIB)
+	@bash tests/abi/check.sh --update $(SHLIB)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/llm.h $(DESTDIR)$(PREFIX)/include/llm.h
+	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libllminfer.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllminfer.so
+	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/llm-run $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		pkgconfig/llminfer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc
+
+# Installs into a scratch prefix and builds a downstream program with pkg-config.
+install-test:
+	@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
+
+model: $(MODEL)
+$(MODEL): scripts/fetch-model.sh
+	@bash scripts/fetch-model.sh $@
+
+format:
+	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \
+		$(UNIT_SRC) $(API_SRC)
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d)

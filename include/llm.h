@@ -1,0 +1,362 @@
+/**
+ * @file llm.h
+ * @brief libllminfer: run large language models on CPUs and GPUs.
+ *
+ * This is the only public header. Everything declared here is ABI: symbols
+ * are versioned (LLMINFER_1), enum values are pinned, params structs only grow
+ * at the end, and handles are opaque.
+ *
+ * Conventions used by every function below:
+ *  - Fallible calls return ::llm_status; results go through out-params. On
+ *    failure a constructor leaves `*out == NULL` and there is nothing to free.
+ *  - After a failure, llm_last_error() gives the calling thread's message.
+ *  - Variable-size results are written into caller buffers. Text results are
+ *    NUL-terminated; the reported length excludes the NUL. A buffer that is too
+ *    small gives ::LLM_ERR_BUFFER_TOO_SMALL with the needed length reported.
+ *  - "borrows" means the library keeps no reference after the call returns;
+ *    "owns" means the caller hands ownership over.
+ *  - Params structs start with `struct_size`; fill them with the matching
+ *    `*_params_init()` before changing fields. The library reads only the
+ *    bytes that `struct_size` covers, so programs built against an older
+ *    header keep working.
+ *
+ * Thread safety: an ::llm_model is immutable after load and may be shared by
+ * any number of threads and sessions. An ::llm_session is used by one thread
+ * at a time unless a function says otherwise.
+ */
+#ifndef LLM_H
+#define LLM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/** @name Versions and symbol visibility */
+/* ------------------------------------------------------------------------ */
+
+#define LLM_VERSION_MAJOR 1
+#define LLM_VERSION_MINOR 0
+#define LLM_VERSION_PATCH 0
+/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10000 for 1.0.0. */
+#define LLM_VERSION_NUMBER \
+    (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define LLM_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define LLM_API __attribute__((visibility("default")))
+#else
+#define LLM_API
+#endif
+
+#if defined(__GNUC__)
+#define LLM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define LLM_DEPRECATED(msg)
+#endif
+
+/** Run-time library version, LLM_VERSION_NUMBER of the loaded library. */
+LLM_API unsigned llm_version_number(void);
+/** Run-time version as "MAJOR.MINOR.PATCH"; static storage. */
+LLM_API const char *llm_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/** @name Status codes and errors */
+/* ------------------------------------------------------------------------ */
+
+/** X(name, value, description): one list makes both the enum and the names. */
+#define LLM_STATUS_LIST(X)                                                   \
+    X(LLM_OK, 0, "success")                                                  \
+    X(LLM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                       \
+    X(LLM_ERR_OUT_OF_MEMORY, 2, "out of memory")                             \
+    X(LLM_ERR_IO, 3, "input/output error")                                   \
+    X(LLM_ERR_BAD_FORMAT, 4, "malformed or corrupt file")                    \
+    X(LLM_ERR_UNSUPPORTED, 5, "unsupported feature or format")               \
+    X(LLM_ERR_BUFFER_TOO_SMALL, 6, "caller buffer too small")                \
+    X(LLM_ERR_LIMIT, 7, "limit exceeded")                                    \
+    X(LLM_ERR_INVALID_UTF8, 8, "invalid UTF-8 text")                         \
+    X(LLM_ERR_NOT_FOUND, 9, "not found")                                     \
+    X(LLM_ERR_CANCELLED, 10, "cancelled")                                    \
+    X(LLM_ERR_BACKEND, 11, "backend failure")                                \
+    X(LLM_ERR_INTERNAL, 12, "internal error")
+
+#define LLM_STATUS_ENUM_(name, value, text) name = value,
+/** Result of every fallible call. Values never change. */
+typedef enum llm_status { LLM_STATUS_LIST(LLM_STATUS_ENUM_) } llm_status;
+#undef LLM_STATUS_ENUM_
+
+/** Static description of a status ("out of memory"); never NULL. */
+LLM_API const char *llm_status_str(llm_status status);
+/** Enumerator name of a status ("LLM_ERR_OUT_OF_MEMORY"); never NULL. */
+LLM_API const char *llm_status_name(llm_status status);
+/**
+ * The calling thread's last detailed error message, or "" if none.
+ * Lives until the next failing call on this thread.
+ */
+LLM_API const char *llm_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/** @name Logging */
+/* ------------------------------------------------------------------------ */
+
+typedef enum llm_log_level {
+    LLM_LOG_DEBUG = 0,
+    LLM_LOG_INFO = 1,
+    LLM_LOG_WARN = 2,
+    LLM_LOG_ERROR = 3,
+} llm_log_level;
+
+/** Receives one message (no trailing newline); may be called from any thread. */
+typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user);
+
+/**
+ * Sets the process-wide log sink and the lowest level passed to it.
+ * `fn == NULL` silences the library (the default). The library never writes
+ * to stdout or stderr by itself. Call before loading models.
+ */
+LLM_API void llm_log_set(llm_log_fn fn, llm_log_level min_level, void *user);
+
+/* ------------------------------------------------------------------------ */
+/** @name Models */
+/* ------------------------------------------------------------------------ */
+
+/** Token id in a model's vocabulary. */
+typedef int32_t llm_token;
+/** "No such token", e.g. a model without a BOS token. */
+#define LLM_TOKEN_NONE ((llm_token)-1)
+
+/** Weights, hyper-parameters and tokenizer; immutable, thread-safe. */
+typedef struct llm_model llm_model;
+
+typedef struct llm_model_params {
+    uint32_t struct_size; /**< sizeof(llm_model_params), set by init */
+    /** Map the file instead of reading it into memory (default true). */
+    bool use_mmap;
+} llm_model_params;
+
+/** Fills defaults. */
+LLM_API void llm_model_params_init(llm_model_params *params);
+
+/**
+ * Loads a GGUF model. `params` may be NULL for defaults.
+ * Every offset, size and count of the file is checked before use; a malformed
+ * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED.
+ * On success the caller owns `*out` and frees it with llm_model_free().
+ */
+LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,
+                                  llm_model **out);
+
+/** Frees a model; NULL is a no-op. Every session using it must be freed first. */
+LLM_API void llm_model_free(llm_model *model);
+
+/** Facts about a loaded model. Strings are borrowed from the model. */
+typedef struct llm_model_info {
+    uint32_t struct_size;     /**< set by the caller to sizeof(llm_model_info) */
+    const char *architecture; /**< "llama", ... */
+    const char *name;         /**< general.name, or "" */
+    uint64_t n_params;        /**< number of weights */
+    uint64_t weight_bytes;    /**< bytes of weight data */
+    uint32_t n_layers;
+    uint32_t n_embd;
+    uint32_t n_heads;
+    uint32_t n_kv_heads;
+    uint32_t n_ff;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train; /**< context length the model was trained for */
+    llm_token bos;        /**< LLM_TOKEN_NONE when absent */
+    llm_token eos;
+    llm_token eot; /**< end of turn (chat), or LLM_TOKEN_NONE */
+    llm_token pad;
+    bool has_chat_template;
+} llm_model_info;
+
+/**
+ * Fills `info` up to `info->struct_size` bytes, which the caller sets first:
+ * `llm_model_info info = {sizeof info};`.
+ */
+LLM_API llm_status llm_model_get_info(const llm_model *model, llm_model_info *info);
+
+/* ------------------------------------------------------------------------ */
+/** @name Tokenizer (thread-safe: reads the immutable model only) */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    /** Add the model's BOS token (and EOS where the model asks for it). */
+    LLM_TOKENIZE_ADD_SPECIAL = 1u << 0,
+    /** Turn special-token text such as "<|im_start|>" into its token. */
+    LLM_TOKENIZE_PARSE_SPECIAL = 1u << 1,
+};
+
+/**
+ * Turns UTF-8 text (`text_len` bytes, need not be NUL-terminated) into tokens.
+ * Invalid UTF-8 gives ::LLM_ERR_INVALID_UTF8 naming the byte offset. When
+ * `capacity` is too small: ::LLM_ERR_BUFFER_TOO_SMALL, `*n_tokens` = needed.
+ */
+LLM_API llm_status llm_tokenize(const llm_model *model, const char *text, size_t text_len,
+                                uint32_t flags, llm_token *tokens, size_t capacity,
+                                size_t *n_tokens);
+
+enum {
+    /** Render control tokens ("<|im_end|>") as text instead of skipping them. */
+    LLM_DETOKENIZE_SPECIAL = 1u << 0,
+};
+
+/**
+ * Turns tokens back into UTF-8 text in `buf` (NUL-terminated). Byte sequences
+ * that are not valid UTF-8 become U+FFFD.
+ */
+LLM_API llm_status llm_detokenize(const llm_model *model, const llm_token *tokens,
+                                  size_t n_tokens, uint32_t flags, char *buf,
+                                  size_t capacity, size_t *n_bytes);
+
+/**
+ * Streaming detokenizer: push tokens one at a time and get back only whole
+ * UTF-8 characters; bytes of a character split across tokens are held back
+ * until it is complete. One per stream; not thread-safe.
+ */
+typedef struct llm_detokenizer llm_detokenizer;
+
+/** Borrows `model`, which must outlive the detokenizer. */
+LLM_API llm_status llm_detokenizer_create(const llm_model *model, uint32_t flags,
+                                          llm_detokenizer **out);
+/**
+ * Adds one token; writes the newly completed text to `buf` (NUL-terminated,
+ * possibly empty). On ::LLM_ERR_BUFFER_TOO_SMALL the token is not consumed.
+ */
+LLM_API llm_status llm_detokenizer_push(llm_detokenizer *detok, llm_token token, char *buf,
+                                        size_t capacity, size_t *n_bytes);
+/** Writes what is held back (incomplete characters become U+FFFD) and resets. */
+LLM_API llm_status llm_detokenizer_flush(llm_detokenizer *detok, char *buf, size_t capacity,
+                                         size_t *n_bytes);
+/** NULL is a no-op. */
+LLM_API void llm_detokenizer_free(llm_detokenizer *detok);
+
+/** One chat message; both strings are borrowed UTF-8. */
+typedef struct llm_chat_message {
+    const char *role; /**< "system", "user", "assistant" */
+    const char *content;
+} llm_chat_message;
+
+/**
+ * Renders messages with the model's chat template (ChatML and Llama 3 are
+ * recognised from the template the model carries). With
+ * `add_generation_prompt` the text ends where the assistant's reply starts.
+ * A model without a template, or with one not recognised, gives
+ * ::LLM_ERR_UNSUPPORTED.
+ */
+LLM_API llm_status llm_chat_template_apply(const llm_model *model,
+                                           const llm_chat_message *messages,
+                                           size_t n_messages, bool add_generation_prompt,
+                                           char *buf, size_t capacity, size_t *n_bytes);
+
+/* ------------------------------------------------------------------------ */
+/** @name Sessions */
+/* ------------------------------------------------------------------------ */
+
+/** A runtime for one model on one device set: KV memory, threads, requests. */
+typedef struct llm_session llm_session;
+
+typedef enum llm_kv_type {
+    LLM_KV_F32 = 0,
+    LLM_KV_F16 = 1,
+    LLM_KV_BF16 = 2,
+} llm_kv_type;
+
+typedef struct llm_session_params {
+    uint32_t struct_size;
+    uint32_t n_threads;      /**< 0 = one per online CPU */
+    uint32_t n_ctx;          /**< max tokens per sequence; 0 = model's n_ctx_train */
+    uint32_t max_batch_tokens; /**< tokens computed per forward pass (default 512) */
+    uint64_t kv_cache_bytes; /**< KV memory; 0 = enough for n_ctx tokens */
+    llm_kv_type kv_type;     /**< default LLM_KV_F32 */
+} llm_session_params;
+
+LLM_API void llm_session_params_init(llm_session_params *params);
+
+/**
+ * Creates a session. Borrows `model`, which must outlive the session.
+ * `params` may be NULL for defaults. Caller frees `*out` with llm_session_free().
+ */
+LLM_API llm_status llm_session_create(const llm_model *model, const llm_session_params *params,
+                                      llm_session **out);
+/** NULL is a no-op. */
+LLM_API void llm_session_free(llm_session *session);
+
+/* ------------------------------------------------------------------------ */
+/** @name Sampling parameters */
+/* ------------------------------------------------------------------------ */
+
+typedef struct llm_sampling_params {
+    uint32_t struct_size;
+    float temperature; /**< 0 = greedy (default 0.8) */
+    int32_t top_k;     /**< 0 = off (default 40) */
+    float top_p;       /**< 1 = off (default 0.95) */
+    float min_p;       /**< 0 = off (default 0.05) */
+    uint64_t seed;     /**< same seed, same tokens (default 0) */
+} llm_sampling_params;
+
+LLM_API void llm_sampling_params_init(llm_sampling_params *params);
+
+/* ------------------------------------------------------------------------ */
+/** @name Blocking generation */
+/* ------------------------------------------------------------------------ */
+
+/** Why generation ended. */
+typedef enum llm_finish_reason {
+    LLM_FINISH_NONE = 0,      /**< not finished */
+    LLM_FINISH_EOS = 1,       /**< end-of-sequence or end-of-turn token */
+    LLM_FINISH_LENGTH = 2,    /**< max_new_tokens or context length reached */
+    LLM_FINISH_STOP = 3,      /**< a stop condition matched */
+    LLM_FINISH_CANCELLED = 4, /**< the callback asked to stop */
+    LLM_FINISH_ERROR = 5,
+} llm_finish_reason;
+
+/**
+ * Called once per generated token with the text it completes (whole UTF-8
+ * characters only; may be empty). `piece` is borrowed for the call. Return
+ * false to stop generation. If bytes of an unfinished character are still
+ * held back when generation ends, one last call delivers them (as U+FFFD)
+ * with `token == LLM_TOKEN_NONE`; its return value is ignored.
+ */
+typedef bool (*llm_token_fn)(llm_token token, const char *piece, size_t piece_len, void *user);
+
+typedef struct llm_generate_params {
+    uint32_t struct_size;
+    uint32_t max_new_tokens;              /**< default 128 */
+    const llm_sampling_params *sampling; /**< borrowed; NULL = greedy */
+    llm_token_fn on_token;                /**< may be NULL */
+    void *user;                           /**< passed to on_token */
+    bool ignore_eos;                      /**< keep going past EOS (default false) */
+} llm_generate_params;
+
+LLM_API void llm_generate_params_init(llm_generate_params *params);
+
+/** What one llm_generate() call did. */
+typedef struct llm_generate_result {
+    uint32_t struct_size; /**< set by the caller to sizeof(llm_generate_result) */
+    llm_finish_reason finish_reason;
+    uint32_t n_prompt_tokens;
+    uint32_t n_generated_tokens;
+    double prompt_seconds;     /**< prompt processing, up to the first token */
+    double generate_seconds;   /**< the remaining tokens */
+} llm_generate_result;
+
+/**
+ * Generates a continuation of `prompt` (tokens, e.g. from llm_tokenize) and
+ * streams it through `params->on_token`. Each call starts from an empty
+ * context. A prompt longer than the session's n_ctx gives ::LLM_ERR_LIMIT.
+ * `result` may be NULL.
+ */
+LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
+                                const llm_generate_params *params, llm_generate_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLM_H */

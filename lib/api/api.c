@@ -1,0 +1,260 @@
+/* The exported llm_* functions: argument checks, then the modules. */
+#include "core/core.h"
+#include "model/model.h"
+#include "session/session.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+
+#define LLMI_STR_(x) #x
+#define LLMI_STR(x) LLMI_STR_(x)
+
+LLM_API unsigned llm_version_number(void) { return LLM_VERSION_NUMBER; }
+
+LLM_API const char *llm_version_string(void) {
+    return LLMI_STR(LLM_VERSION_MAJOR) "." LLMI_STR(LLM_VERSION_MINOR) "." LLMI_STR(
+        LLM_VERSION_PATCH);
+}
+
+#define STATUS_TEXT_(name, value, text) \
+    case name:                          \
+        return text;
+#define STATUS_NAME_(name, value, text) \
+    case name:                          \
+        return #name;
+
+LLM_API const char *llm_status_str(llm_status status) {
+    switch (status) { LLM_STATUS_LIST(STATUS_TEXT_) }
+    return "unknown status";
+}
+
+LLM_API const char *llm_status_name(llm_status status) {
+    switch (status) { LLM_STATUS_LIST(STATUS_NAME_) }
+    return "LLM_STATUS_UNKNOWN";
+}
+
+LLM_API const char *llm_last_error(void) { return llmi_error_message(); }
+
+LLM_API void llm_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
+    llmi_log_set(fn, min_level, user);
+}
+
+#define CHECK_ARG(cond, ...) \
+    do {                                                                         \
+        if (!(cond)) return llmi_error(LLM_ERR_INVALID_ARGUMENT, __VA_ARGS__);    \
+    } while (0)
+
+/* Params structs: size must at least hold struct_size and be plausible. */
+static llm_status check_struct_size(const char *what, uint32_t size) {
+    if (size < sizeof(uint32_t) || size > (1u << 16))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "%s.struct_size is %u; initialise it with its _init function", what,
+                          size);
+    return LLM_OK;
+}
+
+/* ---- models ---- */
+
+LLM_API void llm_model_params_init(llm_model_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->use_mmap = true;
+}
+
+LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,
+                                  llm_model **out) {
+    CHECK_ARG(out, "llm_model_load: out is NULL");
+    *out = NULL;
+    CHECK_ARG(path, "llm_model_load: path is NULL");
+    llm_model_params p;
+    llm_model_params_init(&p);
+    if (params) {
+        LLMI_TRY(check_struct_size("llm_model_params", params->struct_size));
+        memcpy(&p, params, params->struct_size < sizeof p ? params->struct_size : sizeof p);
+    }
+    return llmi_model_load(path, p.use_mmap, out);
+}
+
+LLM_API void llm_model_free(llm_model *model) { llmi_model_free(model); }
+
+LLM_API llm_status llm_model_get_info(const llm_model *m, llm_model_info *info) {
+    CHECK_ARG(m && info, "llm_model_get_info: NULL argument");
+    LLMI_TRY(check_struct_size("llm_model_info", info->struct_size));
+    const llmi_hparams *hp = &m->hp;
+    llm_model_info full = {
+        .struct_size = info->struct_size,
+        .architecture = hp->arch,
+        .name = m->name,
+        .n_params = m->n_params,
+        .weight_bytes = m->weight_bytes,
+        .n_layers = hp->n_layer,
+        .n_embd = hp->n_embd,
+        .n_heads = hp->n_head,
+        .n_kv_heads = hp->n_head_kv,
+        .n_ff = hp->n_ff,
+        .n_vocab = hp->n_vocab,
+        .n_ctx_train = hp->n_ctx_train,
+        .bos = llmi_tokenizer_bos(m->tok),
+        .eos = llmi_tokenizer_eos(m->tok),
+        .eot = llmi_tokenizer_eot(m->tok),
+        .pad = llmi_tokenizer_pad(m->tok),
+        .has_chat_template = llmi_tokenizer_chat_template(m->tok) != NULL,
+    };
+    memcpy(info, &full, info->struct_size < sizeof full ? info->struct_size : sizeof full);
+    return LLM_OK;
+}
+
+/* ---- tokenizer ---- */
+
+LLM_API llm_status llm_tokenize(const llm_model *m, const char *text, size_t text_len,
+                                uint32_t flags, llm_token *tokens, size_t capacity,
+                                size_t *n_tokens) {
+    CHECK_ARG(m && n_tokens, "llm_tokenize: model and n_tokens must not be NULL");
+    *n_tokens = 0;
+    CHECK_ARG(text || text_len == 0, "llm_tokenize: text is NULL with length %zu", text_len);
+    CHECK_ARG(tokens || capacity == 0, "llm_tokenize: tokens is NULL with capacity %zu",
+              capacity);
+    CHECK_ARG((flags & ~3u) == 0, "llm_tokenize: unknown flags 0x%x", flags);
+    return llmi_tokenize(m->tok, text ? text : "", text_len, flags, tokens, capacity, n_tokens);
+}
+
+/* Writes `len` bytes plus a NUL into buf if they fit. */
+static llm_status put_text(const char *src, size_t len, char *buf, size_t cap, size_t *n) {
+    *n = len;
+    if (len + 1 > cap)
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "need %zu bytes (with NUL), have %zu",
+                          len + 1, cap);
+    memcpy(buf, src, len);
+    buf[len] = '\0';
+    return LLM_OK;
+}
+
+LLM_API llm_status llm_detokenize(const llm_model *m, const llm_token *tokens, size_t n_tokens,
+                                  uint32_t flags, char *buf, size_t capacity, size_t *n_bytes) {
+    CHECK_ARG(m && n_bytes, "llm_detokenize: model and n_bytes must not be NULL");
+    *n_bytes = 0;
+    CHECK_ARG(tokens || n_tokens == 0, "llm_detokenize: tokens is NULL");
+    CHECK_ARG(buf || capacity == 0, "llm_detokenize: buf is NULL with capacity %zu", capacity);
+    CHECK_ARG((flags & ~1u) == 0, "llm_detokenize: unknown flags 0x%x", flags);
+    /* Run the streaming detokenizer into a growing scratch buffer, so both
+     * paths share one definition of the text a token sequence makes. */
+    llmi_detok d;
+    llmi_detok_init(&d, m->tok, flags);
+    size_t len = 0, cap = 256;
+    char *out = llmi_malloc(cap);
+    if (!out) return llmi_oom("detokenize buffer");
+    llm_status st = LLM_OK;
+    for (size_t i = 0; i <= n_tokens && st == LLM_OK; i++) {
+        for (;;) {
+            size_t got = 0;
+            st = i < n_tokens ? llmi_detok_push(&d, tokens[i], out + len, cap - len, &got)
+                              : llmi_detok_flush(&d, out + len, cap - len, &got);
+            if (st == LLM_OK) {
+                len += got;
+                break;
+            }
+            if (st != LLM_ERR_BUFFER_TOO_SMALL) break;
+            size_t want = cap * 2 > len + got + 1 ? cap * 2 : len + got + 1;
+            char *bigger = llmi_realloc(out, want);
+            if (!bigger) {
+                st = llmi_oom("detokenize buffer");
+                break;
+            }
+            out = bigger;
+            cap = want;
+        }
+    }
+    if (st == LLM_OK) st = put_text(out, len, buf, capacity, n_bytes);
+    llmi_free(out);
+    return st;
+}
+
+struct llm_detokenizer {
+    llmi_detok d;
+};
+
+LLM_API llm_status llm_detokenizer_create(const llm_model *m, uint32_t flags,
+                                          llm_detokenizer **out) {
+    CHECK_ARG(out, "llm_detokenizer_create: out is NULL");
+    *out = NULL;
+    CHECK_ARG(m, "llm_detokenizer_create: model is NULL");
+    CHECK_ARG((flags & ~1u) == 0, "llm_detokenizer_create: unknown flags 0x%x", flags);
+    llm_detokenizer *d = llmi_calloc(1, sizeof *d);
+    if (!d) return llmi_oom("detokenizer");
+    llmi_detok_init(&d->d, m->tok, flags);
+    *out = d;
+    return LLM_OK;
+}
+
+LLM_API llm_status llm_detokenizer_push(llm_detokenizer *d, llm_token token, char *buf,
+                                        size_t capacity, size_t *n_bytes) {
+    CHECK_ARG(d && n_bytes, "llm_detokenizer_push: NULL argument");
+    *n_bytes = 0;
+    CHECK_ARG(buf || capacity == 0, "llm_detokenizer_push: buf is NULL");
+    return llmi_detok_push(&d->d, token, buf, capacity, n_bytes);
+}
+
+LLM_API llm_status llm_detokenizer_flush(llm_detokenizer *d, char *buf, size_t capacity,
+                                         size_t *n_bytes) {
+    CHECK_ARG(d && n_bytes, "llm_detokenizer_flush: NULL argument");
+    *n_bytes = 0;
+    CHECK_ARG(buf || capacity == 0, "llm_detokenizer_flush: buf is NULL");
+    return llmi_detok_flush(&d->d, buf, capacity, n_bytes);
+}
+
+LLM_API void llm_detokenizer_free(llm_detokenizer *d) { llmi_free(d); }
+
+LLM_API llm_status llm_chat_template_apply(const llm_model *m, const llm_chat_message *msgs,
+                                           size_t n, bool add_generation_prompt, char *buf,
+                                           size_t capacity, size_t *n_bytes) {
+    CHECK_ARG(m && n_bytes, "llm_chat_template_apply: model and n_bytes must not be NULL");
+    *n_bytes = 0;
+    CHECK_ARG(msgs || n == 0, "llm_chat_template_apply: messages is NULL");
+    CHECK_ARG(buf || capacity == 0, "llm_chat_template_apply: buf is NULL");
+    return llmi_chat_apply(m->tok, msgs, n, add_generation_prompt, buf, capacity, n_bytes);
+}
+
+/* ---- sessions and generation ---- */
+
+LLM_API void llm_session_params_init(llm_session_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->max_batch_tokens = 512;
+    p->kv_type = LLM_KV_F32;
+}
+
+LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_params *params,
+                                      llm_session **out) {
+    CHECK_ARG(out, "llm_session_create: out is NULL");
+    *out = NULL;
+    CHECK_ARG(m, "llm_session_create: model is NULL");
+    return llmi_session_create(m, params, out);
+}
+
+LLM_API void llm_session_free(llm_session *s) { llmi_session_free(s); }
+
+LLM_API void llm_sampling_params_init(llm_sampling_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+}
+
+LLM_API void llm_generate_params_init(llm_generate_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->max_new_tokens = 128;
+}
+
+LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
+                                const llm_generate_params *params, llm_generate_result *result) {
+    CHECK_ARG(s, "llm_generate: session is NULL");
+    CHECK_ARG(prompt || n_prompt == 0, "llm_generate: prompt is NULL");
+    return llmi_generate(s, prompt, n_prompt, params, result);
+}

@@ -1,0 +1,250 @@
+/* CPU forward pass for Llama-family decoders:
+ *   x = embed(token)
+ *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
+ *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
+ *   logits = Woutput * norm(x)
+ * Matmuls take all rows of the batch at once so each weight is read once. */
+#include "backend/forward.h"
+
+#include "backend/kernels.h"
+#include "backend/quant.h"
+
+#include <math.h>
+
+struct llmi_forward {
+    const llm_model *m;
+    llmi_pool *pool;
+    uint32_t max_rows, max_ctx;
+    uint32_t q_dim, kv_dim;
+    float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout; /* [max_rows][dim] */
+    float *scores;  /* [threads][max_ctx] */
+    float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
+    float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
+};
+
+static void free_buffers(llmi_forward *f) {
+    float **bufs[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->gate,
+                      &f->up, &f->hout, &f->scores, &f->rope_cs, &f->out_rows};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        llmi_free_aligned(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
+static float *alloc_rows(uint32_t rows, uint32_t dim) {
+    size_t n;
+    if (!llmi_mul_ok((size_t)rows * dim, sizeof(float), &n)) return NULL;
+    return llmi_malloc_aligned(n);
+}
+
+llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
+                               uint32_t max_ctx, llmi_forward **out) {
+    *out = NULL;
+    if (max_rows == 0 || max_ctx == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "forward pass needs rows and context > 0");
+    llmi_forward *f = llmi_calloc(1, sizeof *f);
+    if (!f) return llmi_oom("forward pass");
+    const llmi_hparams *hp = &m->hp;
+    f->m = m;
+    f->pool = pool;
+    f->max_rows = max_rows;
+    f->max_ctx = max_ctx;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    uint32_t embd = hp->n_embd;
+    f->x = alloc_rows(max_rows, embd);
+    f->xb = alloc_rows(max_rows, embd);
+    f->q = alloc_rows(max_rows, f->q_dim);
+    f->k = alloc_rows(max_rows, f->kv_dim);
+    f->v = alloc_rows(max_rows, f->kv_dim);
+    f->att = alloc_rows(max_rows, f->q_dim);
+    f->gate = alloc_rows(max_rows, hp->n_ff);
+    f->up = alloc_rows(max_rows, hp->n_ff);
+    f->hout = alloc_rows(max_rows, embd > f->q_dim ? embd : f->q_dim);
+    f->scores = alloc_rows((uint32_t)llmi_pool_size(pool), max_ctx);
+    f->rope_cs = alloc_rows(max_rows, hp->rope_dim);
+    f->out_rows = alloc_rows(max_rows, embd);
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+        !f->hout || !f->scores || !f->rope_cs || !f->out_rows) {
+        llmi_forward_free(f);
+        return llmi_oom("forward pass buffers");
+    }
+    *out = f;
+    return LLM_OK;
+}
+
+void llmi_forward_free(llmi_forward *f) {
+    if (!f) return;
+    free_buffers(f);
+    llmi_free(f);
+}
+
+/* ---- rotary position embedding ---- */
+
+static void rope_tables(llmi_forward *f, const llmi_batch_row *rows, uint32_t n) {
+    const llmi_hparams *hp = &f->m->hp;
+    uint32_t half = hp->rope_dim / 2;
+    for (uint32_t r = 0; r < n; r++) {
+        float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
+        for (uint32_t i = 0; i < half; i++) {
+            double freq = pow((double)hp->rope_base, -2.0 * i / (double)hp->rope_dim);
+            double theta = (double)rows[r].pos * freq;
+            cs[2 * i] = (float)cos(theta);
+            cs[2 * i + 1] = (float)sin(theta);
+        }
+    }
+}
+
+static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint32_t n_heads) {
+    uint32_t half = hp->rope_dim / 2;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *v = vec + (size_t)h * hp->head_dim;
+        for (uint32_t i = 0; i < half; i++) {
+            uint32_t a = hp->rope_layout == LLMI_ROPE_ADJACENT ? 2 * i : i;
+            uint32_t b = hp->rope_layout == LLMI_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* ---- attention: one task per (row, head), split across threads ---- */
+
+typedef struct attn_job {
+    llmi_forward *f;
+    const llmi_kv *kv;
+    const llmi_batch_row *rows;
+    uint32_t n_rows, layer;
+} attn_job;
+
+static void attn_task(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    const llmi_forward *f = j->f;
+    const llmi_hparams *hp = &f->m->hp;
+    uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *scores = f->scores + (size_t)ith * f->max_ctx;
+    uint64_t total = (uint64_t)j->n_rows * hp->n_head;
+    uint64_t begin = total * (uint64_t)ith / (uint64_t)nth;
+    uint64_t end = total * (uint64_t)(ith + 1) / (uint64_t)nth;
+    for (uint64_t t = begin; t < end; t++) {
+        uint32_t r = (uint32_t)(t / hp->n_head), h = (uint32_t)(t % hp->n_head);
+        const llmi_batch_row *row = &j->rows[r];
+        const float *q = f->q + (size_t)r * f->q_dim + (size_t)h * hd;
+        size_t kv_off = (size_t)(h / group) * hd;
+        uint32_t n_pos = row->pos + 1;
+        for (uint32_t p = 0; p < n_pos; p++)
+            scores[p] = llmi_dot_f32(q, llmi_kv_k(j->kv, j->layer, row->seq, p) + kv_off, hd) *
+                        scale;
+        llmi_softmax_inplace(scores, (int)n_pos);
+        float *out = f->att + (size_t)r * f->q_dim + (size_t)h * hd;
+        memset(out, 0, hd * sizeof *out);
+        for (uint32_t p = 0; p < n_pos; p++)
+            llmi_axpy_f32(out, scores[p], llmi_kv_v(j->kv, j->layer, row->seq, p) + kv_off, hd);
+    }
+}
+
+/* ---- the layer stack ---- */
+
+static void add_bias(float *y, const llmi_vec *b, uint32_t n_rows, uint32_t dim) {
+    if (!b->data) return;
+    for (uint32_t r = 0; r < n_rows; r++) llmi_add_inplace(y + (size_t)r * dim, b->data, (int)dim);
+}
+
+static void norm_rows(float *out, const float *x, const llmi_vec *w, uint32_t n, uint32_t dim,
+                      float eps) {
+    for (uint32_t r = 0; r < n; r++)
+        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, w->data, (int)dim, eps);
+}
+
+static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, uint32_t layer,
+                            const llmi_batch_row *rows, uint32_t n) {
+    const llmi_hparams *hp = &f->m->hp;
+    norm_rows(f->xb, f->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    llmi_matmul(f->pool, &L->wq, f->xb, (int)n, f->q);
+    llmi_matmul(f->pool, &L->wk, f->xb, (int)n, f->k);
+    llmi_matmul(f->pool, &L->wv, f->xb, (int)n, f->v);
+    add_bias(f->q, &L->bq, n, f->q_dim);
+    add_bias(f->k, &L->bk, n, f->kv_dim);
+    add_bias(f->v, &L->bv, n, f->kv_dim);
+    for (uint32_t r = 0; r < n; r++) {
+        const float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
+        rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
+        rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
+        memcpy(llmi_kv_k(kv, layer, rows[r].seq, rows[r].pos), f->k + (size_t)r * f->kv_dim,
+               f->kv_dim * sizeof(float));
+        memcpy(llmi_kv_v(kv, layer, rows[r].seq, rows[r].pos), f->v + (size_t)r * f->kv_dim,
+               f->kv_dim * sizeof(float));
+    }
+    attn_job job = {f, kv, rows, n, layer};
+    llmi_pool_run(f->pool, attn_task, &job);
+    llmi_matmul(f->pool, &L->wo, f->att, (int)n, f->hout);
+    for (uint32_t r = 0; r < n; r++)
+        llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
+                         (int)hp->n_embd);
+}
+
+static void mlp_block(llmi_forward *f, const llmi_layer *L, uint32_t n) {
+    const llmi_hparams *hp = &f->m->hp;
+    norm_rows(f->xb, f->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    llmi_matmul(f->pool, &L->w_gate, f->xb, (int)n, f->gate);
+    llmi_matmul(f->pool, &L->w_up, f->xb, (int)n, f->up);
+    for (uint32_t r = 0; r < n; r++)
+        llmi_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff,
+                      (int)hp->n_ff);
+    llmi_matmul(f->pool, &L->w_down, f->gate, (int)n, f->hout);
+    for (uint32_t r = 0; r < n; r++)
+        llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
+                         (int)hp->n_embd);
+}
+
+static llm_status check_rows(const llmi_forward *f, const llmi_kv *kv,
+                             const llmi_batch_row *rows, uint32_t n) {
+    if (n > f->max_rows)
+        return llmi_error(LLM_ERR_LIMIT, "batch of %u rows exceeds the limit of %u", n,
+                          f->max_rows);
+    for (uint32_t r = 0; r < n; r++) {
+        const llmi_batch_row *row = &rows[r];
+        if (row->token < 0 || (uint32_t)row->token >= f->m->hp.n_vocab)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
+                              r, row->token, f->m->hp.n_vocab);
+        if (row->pos >= f->max_ctx)
+            return llmi_error(LLM_ERR_LIMIT, "row %u: position %u exceeds the context of %u", r,
+                              row->pos, f->max_ctx);
+        if (!row->seq || (uint64_t)row->seq->n_blocks * kv->block_size <= row->pos)
+            return llmi_error(LLM_ERR_INTERNAL, "row %u: no KV block reserved for position %u", r,
+                              row->pos);
+    }
+    return LLM_OK;
+}
+
+llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *rows,
+                            uint32_t n, float *logits) {
+    if (n == 0) return LLM_OK;
+    LLMI_TRY(check_rows(f, kv, rows, n));
+    const llm_model *m = f->m;
+    const llmi_hparams *hp = &m->hp;
+    for (uint32_t r = 0; r < n; r++)
+        llmi_dequantize_row(m->tok_embd.type,
+                            (const uint8_t *)m->tok_embd.data +
+                                (size_t)rows[r].token * m->tok_embd.row_bytes,
+                            f->x + (size_t)r * hp->n_embd, hp->n_embd);
+    rope_tables(f, rows, n);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        attention_block(f, kv, &m->layers[l], l, rows, n);
+        mlp_block(f, &m->layers[l], n);
+    }
+    for (uint32_t r = 0; r < n; r++)
+        if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
+    uint32_t n_out = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        if (!rows[r].want_logits) continue;
+        llmi_rmsnorm(f->out_rows + (size_t)n_out * hp->n_embd, f->x + (size_t)r * hp->n_embd,
+                     m->out_norm.data, (int)hp->n_embd, hp->rms_eps);
+        n_out++;
+    }
+    if (n_out) llmi_matmul(f->pool, &m->output, f->out_rows, (int)n_out, logits);
+    return LLM_OK;
+}

@@ -1,0 +1,33 @@
+/* The model forward pass on the CPU: one call computes every row of a batch
+ * (any mix of sequences and positions), reading each weight once per call. */
+#ifndef LLMI_FORWARD_H
+#define LLMI_FORWARD_H
+
+#include "backend/threadpool.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+/* One token to compute: its sequence, position in it, and whether the caller
+ * wants its logits. Rows of one sequence must come in increasing position
+ * order, and the sequence's KV must hold every earlier position. */
+typedef struct llmi_batch_row {
+    llm_token token;
+    uint32_t pos;
+    llmi_kv_seq *seq;
+    bool want_logits;
+} llmi_batch_row;
+
+typedef struct llmi_forward llmi_forward;
+
+/* Scratch for up to max_rows rows per call, attention up to max_ctx positions. */
+llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
+                               uint32_t max_ctx, llmi_forward **out);
+void llmi_forward_free(llmi_forward *f);
+
+/* Runs the rows. KV blocks for every (seq, pos) must already be reserved.
+ * Logits of rows with want_logits are written in row order to `logits`
+ * (n_vocab floats each). Updates each seq's n_tokens to max(pos + 1). */
+llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *rows,
+                            uint32_t n_rows, float *logits);
+
+#endif

@@ -1,0 +1,405 @@
+/* AVX2+FMA+F16C and AVX-512F kernels.
+ *
+ * The library is built without -march flags, so each function carries its
+ * own target attribute and kernels.c picks a set at run time. Helpers are
+ * always_inline with the same (or a smaller) target, which GCC and Clang
+ * require for inlining intrinsics across target boundaries.
+ *
+ * Matmul structure: a row is walked in chunks of 32 elements (one quant
+ * block). A chunk is dequantized once into registers (4 ymm or 2 zmm) and then
+ * multiplied with each of up to `tile` tokens: the per-token chunk sum is
+ * formed in a temporary and added (or, for Q4_0/Q8_0, fused with the block
+ * scale d) into one accumulator per token. The temporaries of different
+ * chunks are independent, so the only loop-carried chain is that single
+ * add/fma per chunk, and the arithmetic of a token is the same whatever the
+ * tile size: results do not depend on n_tok. The rows functions are
+ * instantiated for every tile size with constant-folded loops so that the
+ * accumulators live in registers. */
+#include "backend/kernels_impl.h"
+
+#if defined(LLMI_KERNELS_X86)
+
+#include <immintrin.h>
+
+#define T_AVX2 "avx2,fma,f16c"
+#define T_AVX512 "avx512f,avx2,fma,f16c"
+#define A2 __attribute__((target(T_AVX2)))
+#define A2I inline __attribute__((always_inline, target(T_AVX2)))
+#define A5 __attribute__((target(T_AVX512)))
+#define A5I inline __attribute__((always_inline, target(T_AVX512)))
+
+#define CHUNK 32
+#define A2_TILE 4 /* 4 accumulators + 4 weights + temporaries fit 16 ymm */
+#define A5_TILE 8 /* 8 accumulators + 2 weights + temporaries fit 32 zmm */
+
+static inline uint16_t ld16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* Element c of a float-type row, for the tail of rows whose length is not a
+ * multiple of 32 (quant rows never have one). */
+static inline float elem(int kt, const uint8_t *row, int64_t c) {
+    switch (kt) {
+    case LLMI_KT_F32: {
+        float f;
+        memcpy(&f, row + c * 4, 4);
+        return f;
+    }
+    case LLMI_KT_F16: return llmi_f16_to_f32(ld16(row + c * 2));
+    default: return llmi_bf16_to_f32(ld16(row + c * 2));
+    }
+}
+
+static float tail_dot(int kt, const uint8_t *row, int64_t c0, int64_t cols, const float *x) {
+    float s = 0.0f;
+    for (int64_t c = c0; c < cols; c++) s += elem(kt, row, c) * x[c];
+    return s;
+}
+
+/* Types whose chunk weights are integers scaled by one factor per block. */
+#define SCALED(kt) ((kt) == LLMI_KT_Q4_0 || (kt) == LLMI_KT_Q8_0)
+
+#define LOADL(p) _mm_loadl_epi64((const __m128i *)(const void *)(p))
+#define LOADU128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+#define LOADU256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+
+/* ---- AVX2 ------------------------------------------------------------------ */
+
+static A2I float a2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static A2I __m256 a2_half(const uint8_t *p) {
+    return _mm256_set1_ps(_cvtsh_ss(ld16(p)));
+}
+
+/* Chunk b of a row: w[k] holds elements 8k..8k+7; *d the block scale for
+ * SCALED types. In Q4 blocks byte j holds element j (low nibble) and j+16
+ * (high nibble), so zero-extending bytes 0-7 gives elements 0-7 and 16-23. */
+static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m256 *d) {
+    switch (kt) {
+    case LLMI_KT_Q4_0: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
+        const uint8_t *qs = blk + offsetof(llmi_block_q4_0, qs);
+        const __m256i v0 = _mm256_cvtepu8_epi32(LOADL(qs));
+        const __m256i v1 = _mm256_cvtepu8_epi32(LOADL(qs + 8));
+        const __m256i lo = _mm256_set1_epi32(15), off = _mm256_set1_epi32(8);
+        w[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v0, lo), off));
+        w[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v1, lo), off));
+        w[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v0, 4), off));
+        w[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v1, 4), off));
+        *d = a2_half(blk);
+        break;
+    }
+    case LLMI_KT_Q4_1: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_1);
+        const uint8_t *qs = blk + offsetof(llmi_block_q4_1, qs);
+        const __m256i v0 = _mm256_cvtepu8_epi32(LOADL(qs));
+        const __m256i v1 = _mm256_cvtepu8_epi32(LOADL(qs + 8));
+        const __m256i lo = _mm256_set1_epi32(15);
+        const __m256 dd = a2_half(blk), m = a2_half(blk + 2);
+        w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v0, lo)), dd, m);
+        w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v1, lo)), dd, m);
+        w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), dd, m);
+        w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), dd, m);
+        break;
+    }
+    case LLMI_KT_Q8_0: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
+        const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LOADL(qs + 8 * k)));
+        *d = a2_half(blk);
+        break;
+    }
+    case LLMI_KT_F16: {
+        const uint8_t *p = row + b * CHUNK * 2;
+        for (int k = 0; k < 4; k++) w[k] = _mm256_cvtph_ps(LOADU128(p + 16 * k));
+        break;
+    }
+    case LLMI_KT_BF16: {
+        const uint8_t *p = row + b * CHUNK * 2;
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LOADU128(p + 16 * k)), 16));
+        break;
+    }
+    default: { /* F32 */
+        const float *p = (const float *)(const void *)(row + b * CHUNK * 4);
+        for (int k = 0; k < 4; k++) w[k] = _mm256_loadu_ps(p + 8 * k);
+        break;
+    }
+    }
+}
+
+static A2I void a2_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_t r1,
+                        const float *x, float *y, int64_t ldy) {
+    const int64_t cols = W->cols, nb = cols / CHUNK;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+        __m256 acc[A2_TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            __m256 w[4], d = _mm256_setzero_ps();
+            a2_chunk(kt, row, b, w, &d);
+            const float *xb = x + b * CHUNK;
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const float *xt = xb + t * cols;
+                __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xt));
+                s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xt + 8), s);
+                s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xt + 16), s);
+                s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xt + 24), s);
+                acc[t] = SCALED(kt) ? _mm256_fmadd_ps(s, d, acc[t]) : _mm256_add_ps(acc[t], s);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            float v = a2_hsum(acc[t]);
+            if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
+#define A2_ROWS(name, KT)                                                                     \
+    static A2 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt, \
+                        float *y, int64_t ldy) {                                              \
+        switch (nt) {                                                                         \
+        case 1: a2_rows(KT, 1, w, r0, r1, x, y, ldy); break;                                  \
+        case 2: a2_rows(KT, 2, w, r0, r1, x, y, ldy); break;                                  \
+        case 3: a2_rows(KT, 3, w, r0, r1, x, y, ldy); break;                                  \
+        default: a2_rows(KT, 4, w, r0, r1, x, y, ldy); break;                                 \
+        }                                                                                     \
+    }
+A2_ROWS(a2_rows_f32, LLMI_KT_F32)
+A2_ROWS(a2_rows_f16, LLMI_KT_F16)
+A2_ROWS(a2_rows_bf16, LLMI_KT_BF16)
+A2_ROWS(a2_rows_q4_0, LLMI_KT_Q4_0)
+A2_ROWS(a2_rows_q4_1, LLMI_KT_Q4_1)
+A2_ROWS(a2_rows_q8_0, LLMI_KT_Q8_0)
+
+static A2 float a2_dot(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float r = a2_hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+static A2 void a2_axpy(float *y, float a, const float *x, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static A2 double a2_sumsq(const float *x, int n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(lo, lo, s0);
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double r = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) r += (double)x[i] * x[i];
+    return r;
+}
+
+const llmi_kernel_set llmi_kernels_avx2 = {
+    .tile = A2_TILE,
+    .rows = {[LLMI_KT_F32] = a2_rows_f32, [LLMI_KT_F16] = a2_rows_f16,
+             [LLMI_KT_BF16] = a2_rows_bf16, [LLMI_KT_Q4_0] = a2_rows_q4_0,
+             [LLMI_KT_Q4_1] = a2_rows_q4_1, [LLMI_KT_Q8_0] = a2_rows_q8_0},
+    .dot = a2_dot,
+    .axpy = a2_axpy,
+    .sumsq = a2_sumsq,
+};
+
+/* ---- AVX-512 --------------------------------------------------------------- */
+
+static A5I __m512 a5_half(const uint8_t *p) {
+    return _mm512_set1_ps(_cvtsh_ss(ld16(p)));
+}
+
+/* Chunk b of a row: w[0] elements 0-15, w[1] 16-31. For Q4, the 16 bytes are
+ * zero-extended to 16 dwords; VPERMPS looks up a 16-entry table with the low
+ * 4 bits of each index lane, so the low nibbles index directly and the high
+ * nibbles after one shift. The table holds the block's 16 possible values. */
+static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, __m512 w[2], __m512 *d) {
+    switch (kt) {
+    case LLMI_KT_Q4_0: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
+        const __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + offsetof(llmi_block_q4_0, qs)));
+        const __m512 tab = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+        w[0] = _mm512_permutexvar_ps(v, tab);
+        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
+        *d = a5_half(blk);
+        break;
+    }
+    case LLMI_KT_Q4_1: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_1);
+        const __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + offsetof(llmi_block_q4_1, qs)));
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512 tab = _mm512_fmadd_ps(iota, a5_half(blk), a5_half(blk + 2));
+        w[0] = _mm512_permutexvar_ps(v, tab);
+        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
+        break;
+    }
+    case LLMI_KT_Q8_0: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
+        const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
+        w[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs)));
+        w[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs + 16)));
+        *d = a5_half(blk);
+        break;
+    }
+    case LLMI_KT_F16: {
+        const uint8_t *p = row + b * CHUNK * 2;
+        w[0] = _mm512_cvtph_ps(LOADU256(p));
+        w[1] = _mm512_cvtph_ps(LOADU256(p + 32));
+        break;
+    }
+    case LLMI_KT_BF16: {
+        const uint8_t *p = row + b * CHUNK * 2;
+        w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(p)), 16));
+        w[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(p + 32)), 16));
+        break;
+    }
+    default: { /* F32 */
+        const float *p = (const float *)(const void *)(row + b * CHUNK * 4);
+        w[0] = _mm512_loadu_ps(p);
+        w[1] = _mm512_loadu_ps(p + 16);
+        break;
+    }
+    }
+}
+
+static A5I void a5_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_t r1,
+                        const float *x, float *y, int64_t ldy) {
+    const int64_t cols = W->cols, nb = cols / CHUNK;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+        __m512 acc[A5_TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            __m512 w[2], d = _mm512_setzero_ps();
+            a5_chunk(kt, row, b, w, &d);
+            const float *xb = x + b * CHUNK;
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const float *xt = xb + t * cols;
+                __m512 s = _mm512_mul_ps(w[0], _mm512_loadu_ps(xt));
+                s = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xt + 16), s);
+                acc[t] = SCALED(kt) ? _mm512_fmadd_ps(s, d, acc[t]) : _mm512_add_ps(acc[t], s);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            float v = _mm512_reduce_add_ps(acc[t]);
+            if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
+#define A5_ROWS(name, KT)                                                                     \
+    static A5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt, \
+                        float *y, int64_t ldy) {                                              \
+        switch (nt) {                                                                         \
+        case 1: a5_rows(KT, 1, w, r0, r1, x, y, ldy); break;                                  \
+        case 2: a5_rows(KT, 2, w, r0, r1, x, y, ldy); break;                                  \
+        case 3: a5_rows(KT, 3, w, r0, r1, x, y, ldy); break;                                  \
+        case 4: a5_rows(KT, 4, w, r0, r1, x, y, ldy); break;                                  \
+        case 5: a5_rows(KT, 5, w, r0, r1, x, y, ldy); break;                                  \
+        case 6: a5_rows(KT, 6, w, r0, r1, x, y, ldy); break;                                  \
+        case 7: a5_rows(KT, 7, w, r0, r1, x, y, ldy); break;                                  \
+        default: a5_rows(KT, 8, w, r0, r1, x, y, ldy); break;                                 \
+        }                                                                                     \
+    }
+A5_ROWS(a5_rows_f32, LLMI_KT_F32)
+A5_ROWS(a5_rows_f16, LLMI_KT_F16)
+A5_ROWS(a5_rows_bf16, LLMI_KT_BF16)
+A5_ROWS(a5_rows_q4_0, LLMI_KT_Q4_0)
+A5_ROWS(a5_rows_q4_1, LLMI_KT_Q4_1)
+A5_ROWS(a5_rows_q8_0, LLMI_KT_Q8_0)
+
+static A5 float a5_dot(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    if (i + 16 <= n) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        i += 16;
+    }
+    if (i < n) { /* masked loads do not touch the lanes past the end */
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static A5 void a5_axpy(float *y, float a, const float *x, int n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i),
+                                              _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static A5 double a5_sumsq(const float *x, int n) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        s0 = _mm512_fmadd_pd(lo, lo, s0);
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double r = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    for (; i < n; i++) r += (double)x[i] * x[i];
+    return r;
+}
+
+const llmi_kernel_set llmi_kernels_avx512 = {
+    .tile = A5_TILE,
+    .rows = {[LLMI_KT_F32] = a5_rows_f32, [LLMI_KT_F16] = a5_rows_f16,
+             [LLMI_KT_BF16] = a5_rows_bf16, [LLMI_KT_Q4_0] = a5_rows_q4_0,
+             [LLMI_KT_Q4_1] = a5_rows_q4_1, [LLMI_KT_Q8_0] = a5_rows_q8_0},
+    .dot = a5_dot,
+    .axpy = a5_axpy,
+    .sumsq = a5_sumsq,
+};
+
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int llmi_kernels_x86_unused;
+#endif

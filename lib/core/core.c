@@ -1,0 +1,225 @@
+/* Error recording, logging, checked allocation, conversions, clocks. */
+#include "core/core.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- errors: one message per thread, so concurrent callers never mix ---- */
+
+enum { ERR_CAP = 1024 };
+static _Thread_local char err_msg[ERR_CAP];
+
+llm_status llmi_error(llm_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_msg, ERR_CAP, fmt, ap);
+    va_end(ap);
+    llmi_log(LLM_LOG_DEBUG, "error %d: %s", (int)status, err_msg);
+    return status;
+}
+
+void llmi_error_prefix(const char *fmt, ...) {
+    char prefix[512];
+    char old[ERR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err_msg, ERR_CAP);
+    size_t plen = strnlen(prefix, sizeof prefix - 1);
+    size_t room = ERR_CAP - 1;
+    size_t n = plen < room ? plen : room;
+    memcpy(err_msg, prefix, n);
+    if (n + 2 <= room) {
+        memcpy(err_msg + n, ": ", 2);
+        n += 2;
+    }
+    size_t olen = strnlen(old, ERR_CAP - 1);
+    if (olen > room - n) olen = room - n;
+    memcpy(err_msg + n, old, olen);
+    err_msg[n + olen] = '\0';
+}
+
+void llmi_error_clear(void) { err_msg[0] = '\0'; }
+const char *llmi_error_message(void) { return err_msg; }
+
+llm_status llmi_oom(const char *what) {
+    return llmi_error(LLM_ERR_OUT_OF_MEMORY, "out of memory allocating %s", what);
+}
+
+/* ---- logging: the sink is one of the two process-wide mutable globals ---- */
+
+static _Atomic(llm_log_fn) log_fn;
+static _Atomic(void *) log_user;
+static atomic_int log_min = LLM_LOG_INFO;
+
+void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
+    atomic_store(&log_user, user);
+    atomic_store(&log_min, (int)min_level);
+    atomic_store(&log_fn, fn);
+}
+
+void llmi_log(llm_log_level level, const char *fmt, ...) {
+    llm_log_fn fn = atomic_load(&log_fn);
+    if (!fn || (int)level < atomic_load(&log_min)) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fn(level, buf, atomic_load(&log_user));
+}
+
+/* ---- allocation with failure injection ---- */
+
+static _Atomic uint64_t alloc_fail_countdown;
+
+void llmi_alloc_fail_after(uint64_t n) { atomic_store(&alloc_fail_countdown, n); }
+
+static int alloc_should_fail(void) {
+    uint64_t c = atomic_load(&alloc_fail_countdown);
+    while (c != 0) {
+        if (atomic_compare_exchange_weak(&alloc_fail_countdown, &c, c - 1)) return c == 1;
+    }
+    return 0;
+}
+
+void *llmi_malloc(size_t size) {
+    if (alloc_should_fail()) return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *llmi_calloc(size_t count, size_t size) {
+    size_t total;
+    if (!llmi_mul_ok(count, size, &total) || alloc_should_fail()) return NULL;
+    return calloc(total ? total : 1, 1);
+}
+
+void *llmi_realloc(void *ptr, size_t size) {
+    if (alloc_should_fail()) return NULL;
+    return realloc(ptr, size ? size : 1);
+}
+
+void *llmi_malloc_aligned(size_t size) {
+    if (alloc_should_fail()) return NULL;
+    void *p = NULL;
+    size_t rounded = (size + 63) & ~(size_t)63;
+    if (rounded < size) return NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
+    return p;
+}
+
+void llmi_free(void *ptr) { free(ptr); }
+void llmi_free_aligned(void *ptr) { free(ptr); }
+
+char *llmi_strndup(const char *s, size_t n) {
+    char *d = llmi_malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *llmi_strdup(const char *s) { return llmi_strndup(s, strlen(s)); }
+
+/* ---- half floats ---- */
+
+float llmi_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: value = man * 2^-24 */
+            float f = (float)man * 5.9604644775390625e-8f;
+            memcpy(&bits, &f, 4);
+            bits |= sign;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+uint16_t llmi_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
+    if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {                        /* below 2^-14: subnormal half */
+        float a;
+        memcpy(&a, &ax, 4);
+        /* a * 2^24 rounded to nearest even gives the subnormal mantissa */
+        return sign | (uint16_t)lrintf(a * 16777216.0f);
+    }
+    uint32_t mant_round = ax + 0xfffu + ((ax >> 13) & 1u);
+    return sign | (uint16_t)((mant_round - 0x38000000u) >> 13);
+}
+
+uint16_t llmi_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- misc ---- */
+
+double llmi_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int llmi_cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}
+
+int llmi_utf8_seq_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) return 2;
+    if (c >= 0xe0 && c <= 0xef) return 3;
+    if (c >= 0xf0 && c <= 0xf4) return 4;
+    return 0;
+}
+
+/* Validates one sequence at s (n bytes available); returns its length or 0. */
+static size_t utf8_one(const unsigned char *s, size_t n) {
+    int len = llmi_utf8_seq_len(s[0]);
+    if (len == 0 || (size_t)len > n) return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (len == 3) {
+        if (s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+        if (s[0] == 0xed && s[1] >= 0xa0) return 0; /* surrogates */
+    } else if (len == 4) {
+        if (s[0] == 0xf0 && s[1] < 0x90) return 0; /* overlong */
+        if (s[0] == 0xf4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
+    }
+    return (size_t)len;
+}
+
+size_t llmi_utf8_valid_prefix(const char *s, size_t len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        size_t l = utf8_one(u + i, len - i);
+        if (l == 0) return i;
+        i += l;
+    }
+    return len;
+}

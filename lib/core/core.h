@@ -1,0 +1,86 @@
+/* Shared internals: error recording, logging, checked allocation, half-float
+ * conversion, clocks. Every module may include this header. */
+#ifndef LLMI_CORE_H
+#define LLMI_CORE_H
+
+#include "llm.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define LLMI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define LLMI_PRINTF(f, a)
+#endif
+
+/* Records `status` and a formatted message as the calling thread's last error
+ * and returns `status`, so callers can write `return llmi_error(...)`. */
+llm_status llmi_error(llm_status status, const char *fmt, ...) LLMI_PRINTF(2, 3);
+/* Prefixes the current thread's last error with context ("loading x: ..."). */
+void llmi_error_prefix(const char *fmt, ...) LLMI_PRINTF(1, 2);
+void llmi_error_clear(void);
+const char *llmi_error_message(void);
+
+/* Return early on failure, keeping the callee's message. */
+#define LLMI_TRY(expr)                                                          \
+    do {                                                                       \
+        llm_status llmi_try_st_ = (expr);                                      \
+        if (llmi_try_st_ != LLM_OK) return llmi_try_st_;                       \
+    } while (0)
+
+/* Logging to the host's sink (never stdout). */
+void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user);
+void llmi_log(llm_log_level level, const char *fmt, ...) LLMI_PRINTF(2, 3);
+
+/* Allocation. Every allocation of the library goes through these so tests can
+ * inject failures (llmi_alloc_fail_after). They never abort; the caller checks
+ * NULL and reports LLM_ERR_OUT_OF_MEMORY. Sizes are overflow-checked. */
+void *llmi_malloc(size_t size);
+void *llmi_calloc(size_t count, size_t size);
+void *llmi_realloc(void *ptr, size_t size);
+/* 64-byte aligned, for SIMD buffers; free with llmi_free_aligned. */
+void *llmi_malloc_aligned(size_t size);
+void llmi_free(void *ptr);
+void llmi_free_aligned(void *ptr);
+char *llmi_strdup(const char *s);
+char *llmi_strndup(const char *s, size_t n);
+/* Test hook: the n-th allocation from now fails (n >= 1); 0 disables. */
+void llmi_alloc_fail_after(uint64_t n);
+/* Shorthand for the common "allocate or fail" error. */
+llm_status llmi_oom(const char *what);
+
+/* a * b without overflow; returns false on overflow. */
+static inline int llmi_mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* IEEE half and bfloat16 conversions (round to nearest even). */
+float llmi_f16_to_f32(uint16_t h);
+uint16_t llmi_f32_to_f16(float f);
+static inline float llmi_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t llmi_f32_to_bf16(float f);
+
+/* Monotonic seconds. */
+double llmi_now(void);
+
+/* Number of online CPUs (at least 1). */
+int llmi_cpu_count(void);
+
+/* UTF-8: length of the longest valid prefix of s (== len when all valid), so
+ * the return value is the offset of the first bad byte. Rejects overlongs,
+ * surrogates and code points above U+10FFFF. */
+size_t llmi_utf8_valid_prefix(const char *s, size_t len);
+/* Bytes in a UTF-8 sequence starting with lead byte c (1-4), 0 if not a lead. */
+int llmi_utf8_seq_len(unsigned char c);
+
+#endif

@@ -1,0 +1,35 @@
+/* Tensor type table. Sizes follow GGUF's block layouts so a tensor's byte
+ * size computed here matches what a GGUF writer laid out in the file. */
+#include "core/ttype.h"
+
+static const llmi_ttype_info info_f32 = {"F32", 1, 4};
+static const llmi_ttype_info info_f16 = {"F16", 1, 2};
+static const llmi_ttype_info info_bf16 = {"BF16", 1, 2};
+static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_0)};
+static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1)};
+static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0)};
+
+/* The block structs must have no padding, or files would not map onto them. */
+_Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(llmi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(llmi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
+    switch (type) {
+    case LLMI_T_F32: return &info_f32;
+    case LLMI_T_F16: return &info_f16;
+    case LLMI_T_BF16: return &info_bf16;
+    case LLMI_T_Q4_0: return &info_q4_0;
+    case LLMI_T_Q4_1: return &info_q4_1;
+    case LLMI_T_Q8_0: return &info_q8_0;
+    default: return NULL;
+    }
+}
+
+size_t llmi_ttype_row_bytes(uint32_t type, uint64_t n) {
+    const llmi_ttype_info *ti = llmi_ttype_get(type);
+    if (!ti || n % ti->block != 0) return 0;
+    uint64_t blocks = n / ti->block;
+    if (blocks > SIZE_MAX / ti->block_bytes) return 0;
+    return (size_t)blocks * ti->block_bytes;
+}

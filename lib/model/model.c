@@ -1,0 +1,230 @@
+/* Model loading: hyper-parameters from GGUF metadata, the weight table with
+ * every shape checked against them, and the tokenizer. */
+#include "model/model.h"
+
+#include <stdio.h>
+
+static llm_status arch_key(const llm_model *m, const char *suffix, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s.%s", m->hp.arch, suffix);
+    if (n < 0 || (size_t)n >= cap) return llmi_error(LLM_ERR_INTERNAL, "key too long");
+    return LLM_OK;
+}
+
+static llm_status get_arch_u32(const llm_model *m, const char *suffix, bool required,
+                               uint32_t *out) {
+    char key[96];
+    LLMI_TRY(arch_key(m, suffix, key, sizeof key));
+    return llmi_gguf_get_u32(m->file, key, required, out);
+}
+
+static llm_status get_arch_f32(const llm_model *m, const char *suffix, bool required,
+                               float *out) {
+    char key[96];
+    LLMI_TRY(arch_key(m, suffix, key, sizeof key));
+    return llmi_gguf_get_f32(m->file, key, required, out);
+}
+
+static llm_status check_dim(const char *what, uint32_t v, uint32_t max) {
+    if (v == 0 || v > max)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s = %u is out of range (1..%u)", what, v, max);
+    return LLM_OK;
+}
+
+static llm_status load_hparams(llm_model *m) {
+    llmi_hparams *hp = &m->hp;
+    llmi_str arch;
+    LLMI_TRY(llmi_gguf_get_str(m->file, "general.architecture", true, &arch));
+    if (arch.len == 0 || arch.len >= sizeof hp->arch)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "general.architecture has length %llu",
+                          (unsigned long long)arch.len);
+    memcpy(hp->arch, arch.ptr, arch.len);
+    hp->arch[arch.len] = '\0';
+    if (strcmp(hp->arch, "llama") == 0) {
+        hp->rope_layout = LLMI_ROPE_ADJACENT;
+    } else if (strcmp(hp->arch, "qwen2") == 0) {
+        hp->rope_layout = LLMI_ROPE_HALVES;
+    } else {
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "architecture '%s' is not supported (supported: llama, qwen2)",
+                          hp->arch);
+    }
+    llmi_str name = {0};
+    LLMI_TRY(llmi_gguf_get_str(m->file, "general.name", false, &name));
+    size_t nl = name.len < sizeof m->name - 1 ? (size_t)name.len : sizeof m->name - 1;
+    if (nl) memcpy(m->name, name.ptr, nl);
+    m->name[nl] = '\0';
+
+    LLMI_TRY(get_arch_u32(m, "block_count", true, &hp->n_layer));
+    LLMI_TRY(get_arch_u32(m, "embedding_length", true, &hp->n_embd));
+    LLMI_TRY(get_arch_u32(m, "feed_forward_length", true, &hp->n_ff));
+    LLMI_TRY(get_arch_u32(m, "attention.head_count", true, &hp->n_head));
+    hp->n_head_kv = hp->n_head;
+    LLMI_TRY(get_arch_u32(m, "attention.head_count_kv", false, &hp->n_head_kv));
+    hp->n_ctx_train = 2048;
+    LLMI_TRY(get_arch_u32(m, "context_length", false, &hp->n_ctx_train));
+    hp->rope_base = 10000.0f;
+    LLMI_TRY(get_arch_f32(m, "rope.freq_base", false, &hp->rope_base));
+    hp->rms_eps = 1e-5f;
+    LLMI_TRY(get_arch_f32(m, "attention.layer_norm_rms_epsilon", false, &hp->rms_eps));
+
+    LLMI_TRY(check_dim("block_count", hp->n_layer, 1024));
+    LLMI_TRY(check_dim("embedding_length", hp->n_embd, 1u << 16));
+    LLMI_TRY(check_dim("feed_forward_length", hp->n_ff, 1u << 18));
+    LLMI_TRY(check_dim("attention.head_count", hp->n_head, 1024));
+    LLMI_TRY(check_dim("attention.head_count_kv", hp->n_head_kv, hp->n_head));
+    LLMI_TRY(check_dim("context_length", hp->n_ctx_train, 1u << 24));
+    if (hp->n_head % hp->n_head_kv != 0)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "head_count %u is not a multiple of head_count_kv %u",
+                          hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    LLMI_TRY(get_arch_u32(m, "attention.key_length", false, &hp->head_dim));
+    if (hp->head_dim == 0 || hp->head_dim % 2 != 0 || hp->head_dim > 1024)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "head dimension %u is invalid", hp->head_dim);
+    hp->rope_dim = hp->head_dim;
+    LLMI_TRY(get_arch_u32(m, "rope.dimension_count", false, &hp->rope_dim));
+    if (hp->rope_dim == 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "rope.dimension_count %u invalid for head dim %u",
+                          hp->rope_dim, hp->head_dim);
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "layer_norm_rms_epsilon %g is out of range",
+                          (double)hp->rms_eps);
+    if (!(hp->rope_base > 0.0f))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "rope.freq_base %g is out of range",
+                          (double)hp->rope_base);
+    return LLM_OK;
+}
+
+/* Weight types the CPU kernels implement. */
+static bool has_kernel(llmi_ttype t) {
+    switch (t) {
+    case LLMI_T_F32: case LLMI_T_F16: case LLMI_T_BF16:
+    case LLMI_T_Q4_0: case LLMI_T_Q4_1: case LLMI_T_Q8_0:
+        return true;
+    }
+    return false;
+}
+
+static llm_status find_tensor(const llm_model *m, const char *name, bool required,
+                              const llmi_gguf_tensor **out) {
+    *out = llmi_gguf_find_tensor(m->file, name);
+    if (!*out && required)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' is missing", name);
+    return LLM_OK;
+}
+
+static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint64_t rows,
+                             bool required, llmi_weight *w) {
+    const llmi_gguf_tensor *t;
+    memset(w, 0, sizeof *w);
+    LLMI_TRY(find_tensor(m, name, required, &t));
+    if (!t) return LLM_OK;
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          t->n_dims, (unsigned long long)cols, (unsigned long long)rows);
+    if (!has_kernel(t->type))
+        return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' has type %u, which has no kernel",
+                          name, (unsigned)t->type);
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = (int64_t)rows;
+    w->cols = (int64_t)cols;
+    w->row_bytes = llmi_ttype_row_bytes(t->type, cols);
+    m->n_params += rows * cols;
+    m->weight_bytes += t->nbytes;
+    return LLM_OK;
+}
+
+static llm_status map_vector(llm_model *m, const char *name, uint64_t n, bool required,
+                             llmi_vec *v) {
+    const llmi_gguf_tensor *t;
+    v->data = NULL;
+    v->n = 0;
+    LLMI_TRY(find_tensor(m, name, required, &t));
+    if (!t) return LLM_OK;
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' has %llu elements, expected %llu",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)n);
+    if (t->type != LLMI_T_F32)
+        return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' must be F32 (type %u)", name,
+                          (unsigned)t->type);
+    v->data = (const float *)t->data;
+    v->n = (uint32_t)n;
+    m->n_params += n;
+    m->weight_bytes += t->nbytes;
+    return LLM_OK;
+}
+
+static llm_status map_layer(llm_model *m, uint32_t i) {
+    const llmi_hparams *hp = &m->hp;
+    llmi_layer *L = &m->layers[i];
+    uint64_t q_dim = (uint64_t)hp->n_head * hp->head_dim;
+    uint64_t kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim;
+    char name[96];
+#define LAYER_NAME(suffix) (snprintf(name, sizeof name, "blk.%u.%s", i, suffix), name)
+    LLMI_TRY(map_vector(m, LAYER_NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv));
+    LLMI_TRY(map_vector(m, LAYER_NAME("attn_q.bias"), q_dim, false, &L->bq));
+    LLMI_TRY(map_vector(m, LAYER_NAME("attn_k.bias"), kv_dim, false, &L->bk));
+    LLMI_TRY(map_vector(m, LAYER_NAME("attn_v.bias"), kv_dim, false, &L->bv));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo));
+    LLMI_TRY(map_vector(m, LAYER_NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up));
+    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down));
+#undef LAYER_NAME
+    return LLM_OK;
+}
+
+static llm_status map_weights(llm_model *m) {
+    llmi_hparams *hp = &m->hp;
+    const llmi_gguf_tensor *emb;
+    LLMI_TRY(find_tensor(m, "token_embd.weight", true, &emb));
+    if (emb->n_dims != 2 || emb->ne[1] == 0 || emb->ne[1] > (1u << 22))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor 'token_embd.weight' has a bad shape");
+    hp->n_vocab = (uint32_t)emb->ne[1];
+    LLMI_TRY(map_matrix(m, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd));
+    LLMI_TRY(map_vector(m, "output_norm.weight", hp->n_embd, true, &m->out_norm));
+    LLMI_TRY(map_matrix(m, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output));
+    hp->tied_embeddings = m->output.data == NULL;
+    if (hp->tied_embeddings) m->output = m->tok_embd;
+    m->layers = llmi_calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return llmi_oom("layer table");
+    for (uint32_t i = 0; i < hp->n_layer; i++) LLMI_TRY(map_layer(m, i));
+    return LLM_OK;
+}
+
+llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
+    *out = NULL;
+    llm_model *m = llmi_calloc(1, sizeof *m);
+    if (!m) return llmi_oom("model");
+    llm_status st = llmi_gguf_open(path, use_mmap, &m->file);
+    if (st != LLM_OK) goto fail;
+    if ((st = load_hparams(m)) != LLM_OK) goto fail;
+    if ((st = map_weights(m)) != LLM_OK) goto fail;
+    if ((st = llmi_tokenizer_load(m->file, &m->tok)) != LLM_OK) goto fail;
+    if (llmi_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+        st = llmi_error(LLM_ERR_BAD_FORMAT, "tokenizer has %u tokens but token_embd has %u rows",
+                        llmi_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    llmi_log(LLM_LOG_INFO, "loaded %s: %s, %u layers, %u embd, %u vocab, %.1f MB weights", path,
+             m->hp.arch, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab, m->weight_bytes / 1e6);
+    *out = m;
+    return LLM_OK;
+fail:
+    llmi_error_prefix("loading '%s'", path);
+    llmi_model_free(m);
+    return st;
+}
+
+void llmi_model_free(llm_model *m) {
+    if (!m) return;
+    llmi_tokenizer_free(m->tok);
+    llmi_free(m->layers);
+    llmi_gguf_close(m->file);
+    llmi_free(m);
+}

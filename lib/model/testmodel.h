@@ -1,0 +1,45 @@
+/* Tiny random-weight Llama models in GGUF form, with the same metadata keys,
+ * tensor names and GPT-2 byte-level tokenizer layout as llama.cpp's Llama
+ * GGUFs (SmolLM2 in particular), so tests exercise the real loader. */
+#ifndef LLMI_TESTMODEL_H
+#define LLMI_TESTMODEL_H
+
+#include "core/core.h"
+#include "core/ttype.h"
+
+#include <stdbool.h>
+
+typedef struct llmi_testmodel_params {
+    uint32_t n_layer;     /* 2 */
+    uint32_t n_embd;      /* 64 */
+    uint32_t n_head;      /* 4 */
+    uint32_t n_head_kv;   /* 2 */
+    uint32_t n_ff;        /* 128 */
+    uint32_t n_ctx;       /* 256: llama.context_length */
+    float rope_base;      /* 10000 */
+    float rms_eps;        /* 1e-5 */
+    llmi_ttype wtype;     /* matrices incl. token_embd (F32); norms are always F32 */
+    bool tied_embeddings; /* false: an output.weight tensor is written */
+    uint64_t seed;        /* 1 */
+    float weight_scale;   /* 0.1: matrix entries uniform in [-scale, scale) */
+    const char *name;     /* general.name, "llminfer-testmodel" */
+} llmi_testmodel_params;
+
+void llmi_testmodel_params_init(llmi_testmodel_params *p);
+
+/* Writes the model; the same params always give the same bytes. Invalid
+ * shapes (n_embd not divisible by n_head, n_head by n_head_kv, or a matrix
+ * row length not a multiple of wtype's block): LLM_ERR_INVALID_ARGUMENT. */
+llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path);
+/* Same file as a buffer the caller frees with llmi_free. */
+llm_status llmi_testmodel_to_memory(const llmi_testmodel_params *p, void **data, size_t *size);
+
+/* Vocabulary layout (same for every params): 256 byte tokens in GPT-2 order,
+ * then one token per merge in merge order, then the three control tokens. */
+uint32_t llmi_testmodel_n_vocab(void);
+uint32_t llmi_testmodel_n_merges(void);
+enum {
+    LLMI_TESTMODEL_N_SPECIAL = 3, /* <|endoftext|>, <|im_start|>, <|im_end|> */
+};
+
+#endif

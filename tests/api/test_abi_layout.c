@@ -1,0 +1,318 @@
+/*
+ * Pins the binary layout of the public API in include/llm.h: the size,
+ * alignment, field offsets, field sizes and field types of every public
+ * struct (x86-64, LP64), the values of every public enum and flag, and the
+ * version numbers.
+ *
+ * IF A NUMBER HERE MUST CHANGE, THE ABI BROKE. Programs built against
+ * libllminfer.so.1 would read the wrong bytes. The one allowed change is
+ * appending a field at the end of a params/info/result struct that starts
+ * with `struct_size` (the library reads only the bytes struct_size covers):
+ * then the struct's size grows and the new field is added here, while every
+ * existing line stays as it is. Enum values are never renumbered; new values
+ * are appended.
+ */
+#include <setjmp.h>
+#include <stdalign.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "llm.h"
+
+#if defined(__x86_64__) && defined(__LP64__)
+#define LAYOUT_PINNED 1
+#else
+#define LAYOUT_PINNED 0
+#endif
+
+/* Number of mismatches seen by the current test; each is printed. */
+static int mismatches;
+
+static void check_num(const char *what, unsigned long long got, unsigned long long want) {
+    if (got != want) {
+        print_error("ABI mismatch: %s is %llu, pinned at %llu\n", what, got, want);
+        mismatches++;
+    }
+}
+
+static void check_true(const char *what, int ok) {
+    if (!ok) {
+        print_error("ABI mismatch: %s\n", what);
+        mismatches++;
+    }
+}
+
+#define STRUCT(T, size, align)                                                                     \
+    check_num("sizeof(" #T ")", sizeof(T), (size));                                                \
+    check_num("alignof(" #T ")", alignof(T), (align))
+
+/* Offset, size and exact type (through _Generic) of one field. */
+#define FIELD(T, m, off, size, type)                                                               \
+    check_num("offsetof(" #T ", " #m ")", offsetof(T, m), (off));                                  \
+    check_num("sizeof(" #T "." #m ")", sizeof(((T *)0)->m), (size));                               \
+    check_true(#T "." #m " is not of type " #type, _Generic(((T *)0)->m, type : 1, default : 0))
+
+#define BEGIN_LAYOUT()                                                                             \
+    do {                                                                                           \
+        if (!LAYOUT_PINNED)                                                                        \
+            skip();                                                                                \
+        mismatches = 0;                                                                            \
+    } while (0)
+
+#define END_CHECKS() assert_int_equal(mismatches, 0)
+
+static void test_model_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_model_params, 8, 4);
+    FIELD(llm_model_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_model_params, use_mmap, 4, 1, bool);
+    END_CHECKS();
+}
+
+static void test_model_info_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_model_info, 88, 8);
+    FIELD(llm_model_info, struct_size, 0, 4, uint32_t);
+    FIELD(llm_model_info, architecture, 8, 8, const char *);
+    FIELD(llm_model_info, name, 16, 8, const char *);
+    FIELD(llm_model_info, n_params, 24, 8, uint64_t);
+    FIELD(llm_model_info, weight_bytes, 32, 8, uint64_t);
+    FIELD(llm_model_info, n_layers, 40, 4, uint32_t);
+    FIELD(llm_model_info, n_embd, 44, 4, uint32_t);
+    FIELD(llm_model_info, n_heads, 48, 4, uint32_t);
+    FIELD(llm_model_info, n_kv_heads, 52, 4, uint32_t);
+    FIELD(llm_model_info, n_ff, 56, 4, uint32_t);
+    FIELD(llm_model_info, n_vocab, 60, 4, uint32_t);
+    FIELD(llm_model_info, n_ctx_train, 64, 4, uint32_t);
+    FIELD(llm_model_info, bos, 68, 4, llm_token);
+    FIELD(llm_model_info, eos, 72, 4, llm_token);
+    FIELD(llm_model_info, eot, 76, 4, llm_token);
+    FIELD(llm_model_info, pad, 80, 4, llm_token);
+    FIELD(llm_model_info, has_chat_template, 84, 1, bool);
+    END_CHECKS();
+}
+
+static void test_session_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_session_params, 32, 8);
+    FIELD(llm_session_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_session_params, n_threads, 4, 4, uint32_t);
+    FIELD(llm_session_params, n_ctx, 8, 4, uint32_t);
+    FIELD(llm_session_params, max_batch_tokens, 12, 4, uint32_t);
+    FIELD(llm_session_params, kv_cache_bytes, 16, 8, uint64_t);
+    FIELD(llm_session_params, kv_type, 24, 4, llm_kv_type);
+    END_CHECKS();
+}
+
+static void test_sampling_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_sampling_params, 32, 8);
+    FIELD(llm_sampling_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_sampling_params, temperature, 4, 4, float);
+    FIELD(llm_sampling_params, top_k, 8, 4, int32_t);
+    FIELD(llm_sampling_params, top_p, 12, 4, float);
+    FIELD(llm_sampling_params, min_p, 16, 4, float);
+    FIELD(llm_sampling_params, seed, 24, 8, uint64_t);
+    END_CHECKS();
+}
+
+static void test_generate_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_generate_params, 40, 8);
+    FIELD(llm_generate_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_generate_params, max_new_tokens, 4, 4, uint32_t);
+    FIELD(llm_generate_params, sampling, 8, 8, const llm_sampling_params *);
+    FIELD(llm_generate_params, on_token, 16, 8, llm_token_fn);
+    FIELD(llm_generate_params, user, 24, 8, void *);
+    FIELD(llm_generate_params, ignore_eos, 32, 1, bool);
+    END_CHECKS();
+}
+
+static void test_generate_result_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_generate_result, 32, 8);
+    FIELD(llm_generate_result, struct_size, 0, 4, uint32_t);
+    FIELD(llm_generate_result, finish_reason, 4, 4, llm_finish_reason);
+    FIELD(llm_generate_result, n_prompt_tokens, 8, 4, uint32_t);
+    FIELD(llm_generate_result, n_generated_tokens, 12, 4, uint32_t);
+    FIELD(llm_generate_result, prompt_seconds, 16, 8, double);
+    FIELD(llm_generate_result, generate_seconds, 24, 8, double);
+    END_CHECKS();
+}
+
+static void test_chat_message_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_chat_message, 16, 8);
+    FIELD(llm_chat_message, role, 0, 8, const char *);
+    FIELD(llm_chat_message, content, 8, 8, const char *);
+    END_CHECKS();
+}
+
+/* Callback and scalar types that appear in signatures. */
+static void test_scalar_types(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    check_num("sizeof(llm_token)", sizeof(llm_token), 4);
+    check_true("llm_token is not int32_t", _Generic((llm_token)0, int32_t : 1, default : 0));
+    check_num("LLM_TOKEN_NONE", (unsigned long long)(long long)LLM_TOKEN_NONE,
+              (unsigned long long)-1LL);
+    check_num("sizeof(llm_status)", sizeof(llm_status), 4);
+    check_num("sizeof(llm_log_level)", sizeof(llm_log_level), 4);
+    check_num("sizeof(llm_kv_type)", sizeof(llm_kv_type), 4);
+    check_num("sizeof(llm_finish_reason)", sizeof(llm_finish_reason), 4);
+    check_true(
+        "llm_log_fn changed type",
+        _Generic((llm_log_fn)0, void (*)(llm_log_level, const char *, void *) : 1, default : 0));
+    check_true("llm_token_fn changed type",
+               _Generic((llm_token_fn)0, bool (*)(llm_token, const char *, size_t, void *) : 1,
+                        default : 0));
+    END_CHECKS();
+}
+
+static void test_status_values(void **state) {
+    (void)state;
+    mismatches = 0;
+    check_num("LLM_OK", LLM_OK, 0);
+    check_num("LLM_ERR_INVALID_ARGUMENT", LLM_ERR_INVALID_ARGUMENT, 1);
+    check_num("LLM_ERR_OUT_OF_MEMORY", LLM_ERR_OUT_OF_MEMORY, 2);
+    check_num("LLM_ERR_IO", LLM_ERR_IO, 3);
+    check_num("LLM_ERR_BAD_FORMAT", LLM_ERR_BAD_FORMAT, 4);
+    check_num("LLM_ERR_UNSUPPORTED", LLM_ERR_UNSUPPORTED, 5);
+    check_num("LLM_ERR_BUFFER_TOO_SMALL", LLM_ERR_BUFFER_TOO_SMALL, 6);
+    check_num("LLM_ERR_LIMIT", LLM_ERR_LIMIT, 7);
+    check_num("LLM_ERR_INVALID_UTF8", LLM_ERR_INVALID_UTF8, 8);
+    check_num("LLM_ERR_NOT_FOUND", LLM_ERR_NOT_FOUND, 9);
+    check_num("LLM_ERR_CANCELLED", LLM_ERR_CANCELLED, 10);
+    check_num("LLM_ERR_BACKEND", LLM_ERR_BACKEND, 11);
+    check_num("LLM_ERR_INTERNAL", LLM_ERR_INTERNAL, 12);
+
+    /* LLM_STATUS_LIST may only grow at the end: its first 13 entries are the
+     * ones above, in order, and every entry's name and text are what the
+     * library reports for it. */
+    static const struct {
+        int value;
+        const char *name, *text;
+    } list[] = {
+#define LLM_STATUS_ROW_(name, value, text) {value, #name, text},
+        LLM_STATUS_LIST(LLM_STATUS_ROW_)
+#undef LLM_STATUS_ROW_
+    };
+    size_t n = sizeof list / sizeof list[0];
+    check_true("LLM_STATUS_LIST has fewer than 13 entries", n >= 13);
+    for (size_t i = 0; i < n; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "value of LLM_STATUS_LIST entry %zu (%s)", i, list[i].name);
+        check_num(what, (unsigned long long)list[i].value, i);
+        snprintf(what, sizeof what, "llm_status_name(%d) is \"%s\", expected \"%s\"", list[i].value,
+                 llm_status_name((llm_status)list[i].value), list[i].name);
+        check_true(what, strcmp(llm_status_name((llm_status)list[i].value), list[i].name) == 0);
+        snprintf(what, sizeof what, "llm_status_str(%d) is \"%s\", expected \"%s\"", list[i].value,
+                 llm_status_str((llm_status)list[i].value), list[i].text);
+        check_true(what, strcmp(llm_status_str((llm_status)list[i].value), list[i].text) == 0);
+    }
+    END_CHECKS();
+}
+
+static void test_enum_values(void **state) {
+    (void)state;
+    mismatches = 0;
+    check_num("LLM_LOG_DEBUG", LLM_LOG_DEBUG, 0);
+    check_num("LLM_LOG_INFO", LLM_LOG_INFO, 1);
+    check_num("LLM_LOG_WARN", LLM_LOG_WARN, 2);
+    check_num("LLM_LOG_ERROR", LLM_LOG_ERROR, 3);
+
+    check_num("LLM_KV_F32", LLM_KV_F32, 0);
+    check_num("LLM_KV_F16", LLM_KV_F16, 1);
+    check_num("LLM_KV_BF16", LLM_KV_BF16, 2);
+
+    check_num("LLM_FINISH_NONE", LLM_FINISH_NONE, 0);
+    check_num("LLM_FINISH_EOS", LLM_FINISH_EOS, 1);
+    check_num("LLM_FINISH_LENGTH", LLM_FINISH_LENGTH, 2);
+    check_num("LLM_FINISH_STOP", LLM_FINISH_STOP, 3);
+    check_num("LLM_FINISH_CANCELLED", LLM_FINISH_CANCELLED, 4);
+    check_num("LLM_FINISH_ERROR", LLM_FINISH_ERROR, 5);
+
+    check_num("LLM_TOKENIZE_ADD_SPECIAL", LLM_TOKENIZE_ADD_SPECIAL, 1);
+    check_num("LLM_TOKENIZE_PARSE_SPECIAL", LLM_TOKENIZE_PARSE_SPECIAL, 2);
+    check_num("LLM_DETOKENIZE_SPECIAL", LLM_DETOKENIZE_SPECIAL, 1);
+    END_CHECKS();
+}
+
+static void test_version(void **state) {
+    (void)state;
+    mismatches = 0;
+    /* The major version is the SONAME's: libllminfer.so.1. */
+    check_num("LLM_VERSION_MAJOR", LLM_VERSION_MAJOR, 1);
+    check_num("LLM_VERSION_NUMBER", LLM_VERSION_NUMBER,
+              LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH);
+    check_num("llm_version_number()", llm_version_number(), LLM_VERSION_NUMBER);
+
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", LLM_VERSION_MAJOR, LLM_VERSION_MINOR,
+             LLM_VERSION_PATCH);
+    const char *got = llm_version_string();
+    assert_non_null(got);
+    char what[96];
+    snprintf(what, sizeof what, "llm_version_string() is \"%s\", expected \"%s\"", got, want);
+    check_true(what, strcmp(got, want) == 0);
+    END_CHECKS();
+}
+
+/*
+ * Each *_params_init() sets struct_size to the struct's size and writes no
+ * byte past it (a caller built against this header allocates exactly that).
+ */
+#define CHECK_INIT(T, init_fn)                                                                     \
+    do {                                                                                           \
+        union {                                                                                    \
+            T params;                                                                              \
+            unsigned char bytes[sizeof(T) + 32];                                                   \
+        } buf;                                                                                     \
+        memset(&buf, 0xA5, sizeof buf);                                                            \
+        init_fn(&buf.params);                                                                      \
+        check_num(#init_fn "(): struct_size", buf.params.struct_size, sizeof(T));                  \
+        int clean = 1;                                                                             \
+        for (size_t i = sizeof(T); i < sizeof buf.bytes; i++)                                      \
+            clean &= buf.bytes[i] == 0xA5;                                                         \
+        check_true(#init_fn "() wrote past sizeof(" #T ")", clean);                                \
+    } while (0)
+
+static void test_params_init_struct_size(void **state) {
+    (void)state;
+    mismatches = 0;
+    CHECK_INIT(llm_model_params, llm_model_params_init);
+    CHECK_INIT(llm_session_params, llm_session_params_init);
+    CHECK_INIT(llm_sampling_params, llm_sampling_params_init);
+    CHECK_INIT(llm_generate_params, llm_generate_params_init);
+    END_CHECKS();
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_params_layout),
+        cmocka_unit_test(test_model_info_layout),
+        cmocka_unit_test(test_session_params_layout),
+        cmocka_unit_test(test_sampling_params_layout),
+        cmocka_unit_test(test_generate_params_layout),
+        cmocka_unit_test(test_generate_result_layout),
+        cmocka_unit_test(test_chat_message_layout),
+        cmocka_unit_test(test_scalar_types),
+        cmocka_unit_test(test_status_values),
+        cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_params_init_struct_size),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

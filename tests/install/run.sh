@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Install test: installs the library the way a packager would, then builds
+# and runs a downstream program against the installed copy, found through
+# pkg-config only.
+#
+#   tests/install/run.sh <BUILD dir> "<CC>" "<LDSAN flags>"
+#
+#  1. `make install PREFIX=<BUILD>/install-test/usr` (DESTDIR empty); checks
+#     the installed files, the symlinks, the SONAME and the .pc file.
+#  2. Builds tests/install/demo.c with `pkg-config --cflags --libs llminfer`
+#     (plus the sanitizer flags, when given) and runs it with
+#     LD_LIBRARY_PATH pointing at the installed lib/. With a model (the
+#     LLM_TEST_MODEL environment variable, else the repository's model when
+#     it has been fetched; LLM_TEST_MODEL= disables it) the demo also
+#     generates 8 greedy tokens. The installed bin/llm-run runs too
+#     (--help; a missing model exits 2).
+#  3. Links the demo statically against libllminfer.a with
+#     `pkg-config --static --libs` (checks Libs.private) and runs it.
+#  4. Checks the public header compiles as C++ (when a C++ compiler exists).
+#  5. `make install DESTDIR=<stage> PREFIX=/usr` (packager staging) puts
+#     everything under the stage, and the demo builds from it with
+#     PKG_CONFIG_SYSROOT_DIR.
+#
+# Prints "install-test: ok" as its last line, or fails with exit status 1.
+set -euo pipefail
+
+if [ "$#" -lt 1 ] || [ "$#" -gt 3 ]; then
+    echo "usage: $0 <BUILD dir> [\"<CC>\"] [\"<LDSAN flags>\"]" >&2
+    exit 2
+fi
+
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd -- "$here/../.." && pwd)
+cd -- "$root"
+
+build_arg=$1
+read -r -a cc <<<"${2:-cc}"
+[ "${#cc[@]}" -gt 0 ] || cc=(cc)
+ldsan=()
+read -r -a ldsan <<<"${3:-}"
+
+mkdir -p -- "$build_arg"
+build=$(cd -- "$build_arg" && pwd)
+work=$build/install-test
+prefix=$work/usr
+stage=$work/stage
+rm -rf -- "$work"
+mkdir -p -- "$work"
+
+die() {
+    echo "install-test: FAILED: $*" >&2
+    exit 1
+}
+show() { # log
+    sed -e 's/^/    | /' "$1" >&2
+}
+
+soname=libllminfer.so.1
+major=$(sed -n -E 's/^#define LLM_VERSION_MAJOR ([0-9]+).*/\1/p' include/llm.h)
+minor=$(sed -n -E 's/^#define LLM_VERSION_MINOR ([0-9]+).*/\1/p' include/llm.h)
+patch=$(sed -n -E 's/^#define LLM_VERSION_PATCH ([0-9]+).*/\1/p' include/llm.h)
+version=$major.$minor.$patch
+if [ -z "$major" ] || [ -z "$minor" ] || [ -z "$patch" ]; then
+    die "could not read LLM_VERSION_* from include/llm.h"
+fi
+realname=libllminfer.so.$version
+
+# --- 1. install into a scratch prefix -------------------------------------
+if ! make --no-print-directory install BUILD="$build_arg" PREFIX="$prefix" DESTDIR= \
+    >"$work/install.log" 2>&1; then
+    show "$work/install.log"
+    die "make install PREFIX=$prefix failed"
+fi
+
+libdir=$prefix/lib
+for f in include/llm.h lib/$realname lib/libllminfer.a lib/pkgconfig/llminfer.pc bin/llm-run; do
+    [ -f "$prefix/$f" ] || die "make install did not install $f (in $prefix)"
+done
+cmp -s include/llm.h "$prefix/include/llm.h" || die "the installed llm.h differs from include/llm.h"
+[ -x "$prefix/bin/llm-run" ] || die "bin/llm-run is not executable"
+
+check_link() { # link expected-target
+    [ -L "$libdir/$1" ] || die "lib/$1 is not a symlink"
+    local target
+    target=$(readlink "$libdir/$1")
+    [ "$target" = "$2" ] || die "lib/$1 points to '$target', expected '$2' (relative)"
+    [ -f "$libdir/$1" ] || die "lib/$1 is a dangling symlink"
+}
+check_link "$soname" "$realname"
+check_link libllminfer.so "$soname"
+
+got_soname=$(readelf -d "$libdir/$realname" | sed -n -E 's/.*\(SONAME\).*\[(.*)\].*/\1/p')
+[ "$got_soname" = "$soname" ] ||
+    die "the installed $realname has SONAME '${got_soname:-<none>}', expected '$soname'"
+
+# --- 2. a downstream program through pkg-config ----------------------------
+command -v pkg-config >/dev/null 2>&1 || die "pkg-config is not installed"
+pc() { PKG_CONFIG_LIBDIR=$libdir/pkgconfig PKG_CONFIG_PATH='' pkg-config "$@"; }
+pc --exists llminfer || die "pkg-config cannot find llminfer in $libdir/pkgconfig"
+if pkg-config --help 2>&1 | grep -q -e '--validate'; then
+    pc --validate llminfer >"$work/validate.log" 2>&1 || {
+        show "$work/validate.log"
+        die "pkg-config --validate llminfer failed"
+    }
+fi
+pc_version=$(pc --modversion llminfer)
+[ "$pc_version" = "$version" ] || die "llminfer.pc says version $pc_version, llm.h says $version"
+pc_prefix=$(pc --variable=prefix llminfer)
+[ "$pc_prefix" = "$prefix" ] || die "llminfer.pc has prefix=$pc_prefix, expected $prefix"
+read -r -a cflags <<<"$(pc --cflags llminfer)"
+read -r -a libs <<<"$(pc --libs llminfer)"
+read -r -a static_libs <<<"$(pc --libs --static llminfer)"
+
+warn=(-std=c11 -Wall -Wextra -Wpedantic -Werror)
+demo=$work/demo
+if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${cflags[@]}" "${libs[@]}" "${ldsan[@]}" \
+    -o "$demo" >"$work/cc.log" 2>&1; then
+    show "$work/cc.log"
+    die "building demo.c with: ${cc[*]} ${warn[*]} demo.c ${cflags[*]} ${libs[*]} ${ldsan[*]}"
+fi
+readelf -d "$demo" | grep -q "(NEEDED).*\[$soname\]" ||
+    die "demo does not link $soname (NEEDED: $(readelf -d "$demo" | grep NEEDED | tr -s ' '))"
+
+# The model: LLM_TEST_MODEL when set (even to ""), else the fetched one.
+model=${LLM_TEST_MODEL-}
+if [ -z "${LLM_TEST_MODEL+set}" ] && [ -f "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+fi
+
+run_demo() { # name binary [env...]
+    local name=$1 bin=$2
+    shift 2
+    if ! env LLM_TEST_MODEL="$model" "$@" "$bin" >"$work/$name.log" 2>&1; then
+        show "$work/$name.log"
+        die "$name exited with an error"
+    fi
+}
+run_demo demo "$demo" LD_LIBRARY_PATH="$libdir"
+ldd_out=$(LD_LIBRARY_PATH=$libdir ldd "$demo")
+grep -q "$soname => $libdir/$soname" <<<"$ldd_out" ||
+    die "demo did not resolve $soname to the installed copy: $(grep llminfer <<<"$ldd_out")"
+sed -e 's/^/    /' "$work/demo.log"
+
+# The installed llm-run starts against the installed library: --help exits
+# 0, a missing model is a runtime error (exit status 2).
+if ! LD_LIBRARY_PATH=$libdir "$prefix/bin/llm-run" --help >"$work/llm-run.log" 2>&1; then
+    show "$work/llm-run.log"
+    die "the installed bin/llm-run --help failed"
+fi
+rc=0
+LD_LIBRARY_PATH=$libdir "$prefix/bin/llm-run" -m /nonexistent/llminfer-install-test.gguf -n 1 \
+    >"$work/llm-run.log" 2>&1 || rc=$?
+if [ "$rc" -ne 2 ]; then
+    show "$work/llm-run.log"
+    die "the installed bin/llm-run with a missing model exited $rc, expected 2 (runtime error)"
+fi
+
+# --- 3. static linking: libllminfer.a + Libs.private ----------------------
+static_args=()
+for a in "${static_libs[@]}"; do
+    if [ "$a" = -lllminfer ]; then a=-l:libllminfer.a; fi
+    static_args+=("$a")
+done
+if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${cflags[@]}" "${static_args[@]}" \
+    "${ldsan[@]}" -o "$demo-static" >"$work/cc-static.log" 2>&1; then
+    show "$work/cc-static.log"
+    die "linking demo.c against libllminfer.a with: ${static_args[*]} (is Libs.private complete?)"
+fi
+if readelf -d "$demo-static" | grep -q "(NEEDED).*libllminfer"; then
+    die "demo-static still needs the shared libllminfer"
+fi
+run_demo demo-static "$demo-static"
+
+# --- 4. the header from C++ ------------------------------------------------
+if command -v c++ >/dev/null 2>&1; then
+    printf '#include <llm.h>\nint main() { return llm_version_number() == 0; }\n' >"$work/cxx.cc"
+    if ! c++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only "${cflags[@]}" \
+        "$work/cxx.cc" >"$work/cxx.log" 2>&1; then
+        show "$work/cxx.log"
+        die "the installed llm.h does not compile as C++11"
+    fi
+fi
+
+# --- 5. DESTDIR staging ----------------------------------------------------
+if ! make --no-print-directory install BUILD="$build_arg" PREFIX=/usr DESTDIR="$stage" \
+    >"$work/install-stage.log" 2>&1; then
+    show "$work/install-stage.log"
+    die "make install DESTDIR=$stage PREFIX=/usr failed"
+fi
+for f in include/llm.h lib/$realname lib/$soname lib/libllminfer.so lib/pkgconfig/llminfer.pc; do
+    [ -e "$stage/usr/$f" ] || die "make install DESTDIR=$stage PREFIX=/usr did not create usr/$f"
+done
+grep -q '^prefix=/usr$' "$stage/usr/lib/pkgconfig/llminfer.pc" ||
+    die "with DESTDIR, llminfer.pc must say prefix=/usr (DESTDIR must not leak into it)"
+if grep -r -l -F "$stage" "$stage/usr" >"$work/leak.log" 2>/dev/null; then
+    show "$work/leak.log"
+    die "installed files mention the DESTDIR path $stage"
+fi
+stage_pc() {
+    PKG_CONFIG_SYSROOT_DIR=$stage PKG_CONFIG_LIBDIR=$stage/usr/lib/pkgconfig PKG_CONFIG_PATH='' \
+        pkg-config "$@"
+}
+read -r -a stage_flags <<<"$(stage_pc --cflags --libs llminfer)"
+if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${stage_flags[@]}" "${ldsan[@]}" \
+    -o "$work/demo-stage" >"$work/cc-stage.log" 2>&1; then
+    show "$work/cc-stage.log"
+    die "building demo.c against the DESTDIR stage with: ${stage_flags[*]}"
+fi
+run_demo demo-stage "$work/demo-stage" LD_LIBRARY_PATH="$stage/usr/lib" LLM_TEST_MODEL=
+
+echo "install-test: ok"
