@@ -27,8 +27,10 @@ static void quantize_q4_0(const float *x, llmi_block_q4_0 *y, int64_t nb) {
         for (int j = 0; j < LLMI_QK / 2; j++) {
             int q0 = (int)(int8_t)(x[j] * id + 8.5f);
             int q1 = (int)(int8_t)(x[j + LLMI_QK / 2] * id + 8.5f);
-            if (q0 > 15) q0 = 15;
-            if (q1 > 15) q1 = 15;
+            if (q0 > 15)
+                q0 = 15;
+            if (q1 > 15)
+                q1 = 15;
             y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
@@ -38,8 +40,10 @@ static void quantize_q4_1(const float *x, llmi_block_q4_1 *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += LLMI_QK) {
         float min = x[0], max = x[0];
         for (int j = 1; j < LLMI_QK; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
+            if (x[j] < min)
+                min = x[j];
+            if (x[j] > max)
+                max = x[j];
         }
         const float d = (max - min) / 15.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -48,8 +52,10 @@ static void quantize_q4_1(const float *x, llmi_block_q4_1 *y, int64_t nb) {
         for (int j = 0; j < LLMI_QK / 2; j++) {
             int q0 = (int)(int8_t)((x[j] - min) * id + 0.5f);
             int q1 = (int)(int8_t)((x[j + LLMI_QK / 2] - min) * id + 0.5f);
-            if (q0 > 15) q0 = 15;
-            if (q1 > 15) q1 = 15;
+            if (q0 > 15)
+                q0 = 15;
+            if (q1 > 15)
+                q1 = 15;
             y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
@@ -59,12 +65,14 @@ static void quantize_q8_0(const float *x, llmi_block_q8_0 *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += LLMI_QK) {
         float amax = 0.0f;
         for (int j = 0; j < LLMI_QK; j++) {
-            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]);
         }
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = llmi_f32_to_f16(d);
-        for (int j = 0; j < LLMI_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < LLMI_QK; j++)
+            y[b].qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
 
@@ -76,12 +84,14 @@ void llmi_quantize_row(llmi_ttype type, const float *src, void *dst, int64_t n) 
         break;
     case LLMI_T_F16: {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = llmi_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = llmi_f32_to_f16(src[i]);
         break;
     }
     case LLMI_T_BF16: {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = llmi_f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = llmi_f32_to_bf16(src[i]);
         break;
     }
     case LLMI_T_Q4_0:
@@ -109,12 +119,14 @@ void llmi_dequantize_row(llmi_ttype type, const void *src, float *dst, int64_t n
         break;
     case LLMI_T_F16: {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = llmi_f16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = llmi_f16_to_f32(s[i]);
         break;
     }
     case LLMI_T_BF16: {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = llmi_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = llmi_bf16_to_f32(s[i]);
         break;
     }
     case LLMI_T_Q4_0: {
@@ -147,7 +159,8 @@ void llmi_dequantize_row(llmi_ttype type, const void *src, float *dst, int64_t n
         const llmi_block_q8_0 *x = src;
         for (int64_t b = 0; b < n / LLMI_QK; b++, dst += LLMI_QK) {
             const float d = llmi_f16_to_f32(x[b].d);
-            for (int j = 0; j < LLMI_QK; j++) dst[j] = (float)x[b].qs[j] * d;
+            for (int j = 0; j < LLMI_QK; j++)
+                dst[j] = (float)x[b].qs[j] * d;
         }
         break;
     }

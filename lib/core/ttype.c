@@ -16,20 +16,29 @@ _Static_assert(sizeof(llmi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 
 const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
     switch (type) {
-    case LLMI_T_F32: return &info_f32;
-    case LLMI_T_F16: return &info_f16;
-    case LLMI_T_BF16: return &info_bf16;
-    case LLMI_T_Q4_0: return &info_q4_0;
-    case LLMI_T_Q4_1: return &info_q4_1;
-    case LLMI_T_Q8_0: return &info_q8_0;
-    default: return NULL;
+    case LLMI_T_F32:
+        return &info_f32;
+    case LLMI_T_F16:
+        return &info_f16;
+    case LLMI_T_BF16:
+        return &info_bf16;
+    case LLMI_T_Q4_0:
+        return &info_q4_0;
+    case LLMI_T_Q4_1:
+        return &info_q4_1;
+    case LLMI_T_Q8_0:
+        return &info_q8_0;
+    default:
+        return NULL;
     }
 }
 
 size_t llmi_ttype_row_bytes(uint32_t type, uint64_t n) {
     const llmi_ttype_info *ti = llmi_ttype_get(type);
-    if (!ti || n % ti->block != 0) return 0;
+    if (!ti || n % ti->block != 0)
+        return 0;
     uint64_t blocks = n / ti->block;
-    if (blocks > SIZE_MAX / ti->block_bytes) return 0;
+    if (blocks > SIZE_MAX / ti->block_bytes)
+        return 0;
     return (size_t)blocks * ti->block_bytes;
 }

@@ -34,14 +34,12 @@ typedef struct reader {
     const uint8_t *p;
     size_t size, pos;
     /* What is being read, so a truncation message can name it. */
-    const char *item;   /* "metadata entry", "tensor info" */
+    const char *item; /* "metadata entry", "tensor info" */
     uint64_t index;
-    llmi_str name;      /* key or tensor name once known */
+    llmi_str name; /* key or tensor name once known */
 } reader;
 
-static int name_len(llmi_str s) {
-    return s.len > NAME_MAX_PRINT ? NAME_MAX_PRINT : (int)s.len;
-}
+static int name_len(llmi_str s) { return s.len > NAME_MAX_PRINT ? NAME_MAX_PRINT : (int)s.len; }
 
 static llm_status truncated(const reader *r, const char *what) {
     if (r->name.ptr)
@@ -53,8 +51,7 @@ static llm_status truncated(const reader *r, const char *what) {
                           "truncated at byte %zu while reading %s of %s %" PRIu64
                           " (at offset %zu)",
                           r->size, what, r->item, r->index, r->pos);
-    return llmi_error(LLM_ERR_BAD_FORMAT, "truncated at byte %zu while reading %s", r->size,
-                      what);
+    return llmi_error(LLM_ERR_BAD_FORMAT, "truncated at byte %zu while reading %s", r->size, what);
 }
 
 static uint32_t le32(const uint8_t *p) {
@@ -64,14 +61,16 @@ static uint32_t le32(const uint8_t *p) {
 static uint64_t le64(const uint8_t *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
 
 static llm_status rd_u32(reader *r, uint32_t *v, const char *what) {
-    if (r->size - r->pos < 4) return truncated(r, what);
+    if (r->size - r->pos < 4)
+        return truncated(r, what);
     *v = le32(r->p + r->pos);
     r->pos += 4;
     return LLM_OK;
 }
 
 static llm_status rd_u64(reader *r, uint64_t *v, const char *what) {
-    if (r->size - r->pos < 8) return truncated(r, what);
+    if (r->size - r->pos < 8)
+        return truncated(r, what);
     *v = le64(r->p + r->pos);
     r->pos += 8;
     return LLM_OK;
@@ -91,51 +90,80 @@ static llm_status rd_str(reader *r, llmi_str *s, const char *what) {
 }
 
 const char *llmi_gguf_vtype_name(uint32_t t) {
-    static const char *const names[] = {"u8",  "i8",     "u16",   "i16", "u32",
-                                        "i32", "f32",    "bool",  "string",
-                                        "array", "u64",  "i64",   "f64"};
+    static const char *const names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                        "bool", "string", "array", "u64", "i64", "f64"};
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
 /* Byte size of a fixed-size value type; 0 for string, array and unknown. */
 static size_t vtype_size(uint32_t t) {
     switch (t) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_I8: case LLMI_GGUF_BOOL: return 1;
-    case LLMI_GGUF_U16: case LLMI_GGUF_I16: return 2;
-    case LLMI_GGUF_U32: case LLMI_GGUF_I32: case LLMI_GGUF_F32: return 4;
-    case LLMI_GGUF_U64: case LLMI_GGUF_I64: case LLMI_GGUF_F64: return 8;
-    default: return 0;
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_I8:
+    case LLMI_GGUF_BOOL:
+        return 1;
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_I16:
+        return 2;
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_F32:
+        return 4;
+    case LLMI_GGUF_U64:
+    case LLMI_GGUF_I64:
+    case LLMI_GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
 /* ggml type names we recognise but cannot run, for clearer messages. */
 static const char *ggml_type_name(uint32_t t) {
     static const char *const names[] = {
-        [0] = "F32",   [1] = "F16",   [2] = "Q4_0",  [3] = "Q4_1",  [6] = "Q5_0",
-        [7] = "Q5_1",  [8] = "Q8_0",  [9] = "Q8_1",  [10] = "Q2_K", [11] = "Q3_K",
-        [12] = "Q4_K", [13] = "Q5_K", [14] = "Q6_K", [15] = "Q8_K", [16] = "IQ2_XXS",
-        [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL",
-        [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS", [24] = "I8", [25] = "I16",
-        [26] = "I32",  [27] = "I64",  [28] = "F64",  [29] = "IQ1_M", [30] = "BF16",
+        [0] = "F32",     [1] = "F16",      [2] = "Q4_0",   [3] = "Q4_1",    [6] = "Q5_0",
+        [7] = "Q5_1",    [8] = "Q8_0",     [9] = "Q8_1",   [10] = "Q2_K",   [11] = "Q3_K",
+        [12] = "Q4_K",   [13] = "Q5_K",    [14] = "Q6_K",  [15] = "Q8_K",   [16] = "IQ2_XXS",
+        [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S",
+        [22] = "IQ2_S",  [23] = "IQ4_XS",  [24] = "I8",    [25] = "I16",    [26] = "I32",
+        [27] = "I64",    [28] = "F64",     [29] = "IQ1_M", [30] = "BF16",
     };
-    if (t < sizeof names / sizeof names[0] && names[t]) return names[t];
+    if (t < sizeof names / sizeof names[0] && names[t])
+        return names[t];
     return "unknown";
 }
 
 /* Decodes one fixed-size scalar; bools must be 0 or 1 as the format says. */
 static llm_status decode_scalar(reader *r, llmi_gguf_kv *kv, uint32_t type) {
     size_t n = vtype_size(type);
-    if (r->size - r->pos < n) return truncated(r, "value");
+    if (r->size - r->pos < n)
+        return truncated(r, "value");
     const uint8_t *p = r->p + r->pos;
     switch (type) {
-    case LLMI_GGUF_U8: kv->scalar.u = p[0]; break;
-    case LLMI_GGUF_I8: kv->scalar.i = (int8_t)p[0]; break;
-    case LLMI_GGUF_U16: kv->scalar.u = (uint16_t)(p[0] | p[1] << 8); break;
-    case LLMI_GGUF_I16: kv->scalar.i = (int16_t)(uint16_t)(p[0] | p[1] << 8); break;
-    case LLMI_GGUF_U32: kv->scalar.u = le32(p); break;
-    case LLMI_GGUF_I32: kv->scalar.i = (int32_t)le32(p); break;
-    case LLMI_GGUF_U64: kv->scalar.u = le64(p); break;
-    case LLMI_GGUF_I64: kv->scalar.i = (int64_t)le64(p); break;
+    case LLMI_GGUF_U8:
+        kv->scalar.u = p[0];
+        break;
+    case LLMI_GGUF_I8:
+        kv->scalar.i = (int8_t)p[0];
+        break;
+    case LLMI_GGUF_U16:
+        kv->scalar.u = (uint16_t)(p[0] | p[1] << 8);
+        break;
+    case LLMI_GGUF_I16:
+        kv->scalar.i = (int16_t)(uint16_t)(p[0] | p[1] << 8);
+        break;
+    case LLMI_GGUF_U32:
+        kv->scalar.u = le32(p);
+        break;
+    case LLMI_GGUF_I32:
+        kv->scalar.i = (int32_t)le32(p);
+        break;
+    case LLMI_GGUF_U64:
+        kv->scalar.u = le64(p);
+        break;
+    case LLMI_GGUF_I64:
+        kv->scalar.i = (int64_t)le64(p);
+        break;
     case LLMI_GGUF_F32: {
         uint32_t u = le32(p);
         float f;
@@ -150,11 +178,13 @@ static llm_status decode_scalar(reader *r, llmi_gguf_kv *kv, uint32_t type) {
     }
     case LLMI_GGUF_BOOL:
         if (p[0] > 1)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "metadata key '%.*s': bool value %u is not 0 or 1",
-                              name_len(kv->key), kv->key.ptr, p[0]);
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "metadata key '%.*s': bool value %u is not 0 or 1", name_len(kv->key),
+                              kv->key.ptr, p[0]);
         kv->scalar.b = p[0] != 0;
         break;
-    default: return llmi_error(LLM_ERR_INTERNAL, "decode_scalar: type %u", type);
+    default:
+        return llmi_error(LLM_ERR_INTERNAL, "decode_scalar: type %u", type);
     }
     r->pos += n;
     return LLM_OK;
@@ -166,8 +196,9 @@ static llm_status parse_array(reader *r, llmi_gguf_kv *kv) {
     LLMI_TRY(rd_u32(r, &et, "array element type"));
     LLMI_TRY(rd_u64(r, &len, "array length"));
     if (et == LLMI_GGUF_ARRAY)
-        return llmi_error(LLM_ERR_UNSUPPORTED, "metadata key '%.*s': nested arrays are not supported",
-                          name_len(kv->key), kv->key.ptr);
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "metadata key '%.*s': nested arrays are not supported", name_len(kv->key),
+                          kv->key.ptr);
     if (et > LLMI_GGUF_F64)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "metadata key '%.*s': unknown array element type %" PRIu32,
@@ -182,10 +213,13 @@ static llm_status parse_array(reader *r, llmi_gguf_kv *kv) {
                               "metadata key '%.*s': array of %" PRIu64
                               " strings cannot fit in the %zu bytes left (truncated or corrupt)",
                               name_len(kv->key), kv->key.ptr, len, left);
-        if (len == 0) return LLM_OK;
+        if (len == 0)
+            return LLM_OK;
         kv->arr_strs = llmi_calloc((size_t)len, sizeof *kv->arr_strs);
-        if (!kv->arr_strs) return llmi_oom("GGUF string array");
-        for (uint64_t i = 0; i < len; i++) LLMI_TRY(rd_str(r, &kv->arr_strs[i], "array string"));
+        if (!kv->arr_strs)
+            return llmi_oom("GGUF string array");
+        for (uint64_t i = 0; i < len; i++)
+            LLMI_TRY(rd_str(r, &kv->arr_strs[i], "array string"));
         return LLM_OK;
     }
     size_t esize = vtype_size(et), bytes;
@@ -221,8 +255,10 @@ static llm_status parse_kv(reader *r, llmi_gguf_kv *kv, uint64_t index) {
         return llmi_error(LLM_ERR_BAD_FORMAT, "metadata key '%.*s' has unknown value type %" PRIu32,
                           name_len(kv->key), kv->key.ptr, type);
     kv->type = (llmi_gguf_vtype)type;
-    if (type == LLMI_GGUF_STRING) return rd_str(r, &kv->str, "string value");
-    if (type == LLMI_GGUF_ARRAY) return parse_array(r, kv);
+    if (type == LLMI_GGUF_STRING)
+        return rd_str(r, &kv->str, "string value");
+    if (type == LLMI_GGUF_ARRAY)
+        return parse_array(r, kv);
     return decode_scalar(r, kv, type);
 }
 
@@ -238,20 +274,22 @@ static llm_status parse_tensor_info(reader *r, llmi_gguf_tensor *t, uint64_t ind
     const char *nm = t->name.ptr;
     LLMI_TRY(rd_u32(r, &t->n_dims, "n_dims"));
     if (t->n_dims < 1 || t->n_dims > 4)
-        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%.*s' has n_dims = %" PRIu32 " (must be 1..4)",
-                          nl, nm, t->n_dims);
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "tensor '%.*s' has n_dims = %" PRIu32 " (must be 1..4)", nl, nm,
+                          t->n_dims);
     uint64_t elems = 1;
     for (uint32_t d = 0; d < 4; d++) {
         t->ne[d] = 1;
-        if (d >= t->n_dims) continue;
+        if (d >= t->n_dims)
+            continue;
         LLMI_TRY(rd_u64(r, &t->ne[d], "dimensions"));
         if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX)
             return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%.*s' has invalid ne[%u] = %" PRIu64, nl,
                               nm, d, t->ne[d]);
         if (elems > (uint64_t)INT64_MAX / t->ne[d])
             return llmi_error(LLM_ERR_BAD_FORMAT,
-                              "tensor '%.*s': element count overflows at ne[%u] = %" PRIu64, nl,
-                              nm, d, t->ne[d]);
+                              "tensor '%.*s': element count overflows at ne[%u] = %" PRIu64, nl, nm,
+                              d, t->ne[d]);
         elems *= t->ne[d];
     }
     uint32_t type;
@@ -266,16 +304,19 @@ static llm_status parse_tensor_info(reader *r, llmi_gguf_tensor *t, uint64_t ind
     t->type = (llmi_ttype)type;
     if (t->ne[0] % ti->block != 0)
         return llmi_error(LLM_ERR_BAD_FORMAT,
-                          "tensor '%.*s': ne[0] = %" PRIu64 " is not a multiple of the %s block size %" PRIu32,
+                          "tensor '%.*s': ne[0] = %" PRIu64
+                          " is not a multiple of the %s block size %" PRIu32,
                           nl, nm, t->ne[0], ti->name, ti->block);
     size_t row = llmi_ttype_row_bytes(type, t->ne[0]);
     uint64_t rows = elems / t->ne[0];
     if (row == 0 || rows > SIZE_MAX || !llmi_mul_ok(row, (size_t)rows, &t->nbytes))
-        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%.*s': byte size overflows (%" PRIu64 " elements)",
-                          nl, nm, elems);
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "tensor '%.*s': byte size overflows (%" PRIu64 " elements)", nl, nm,
+                          elems);
     if (t->offset % alignment != 0)
         return llmi_error(LLM_ERR_BAD_FORMAT,
-                          "tensor '%.*s': offset %" PRIu64 " is not a multiple of the alignment %" PRIu32,
+                          "tensor '%.*s': offset %" PRIu64
+                          " is not a multiple of the alignment %" PRIu32,
                           nl, nm, t->offset, alignment);
     return LLM_OK;
 }
@@ -283,7 +324,8 @@ static llm_status parse_tensor_info(reader *r, llmi_gguf_tensor *t, uint64_t ind
 static int str_cmp(llmi_str a, llmi_str b) {
     size_t n = a.len < b.len ? (size_t)a.len : (size_t)b.len;
     int c = n ? memcmp(a.ptr, b.ptr, n) : 0;
-    if (c) return c;
+    if (c)
+        return c;
     return a.len < b.len ? -1 : a.len > b.len;
 }
 
@@ -298,30 +340,38 @@ static int tensor_ptr_cmp(const void *a, const void *b) {
 
 static llm_status index_kv(gguf_impl *gi) {
     const llmi_gguf *g = &gi->pub;
-    if (g->n_kv == 0) return LLM_OK;
+    if (g->n_kv == 0)
+        return LLM_OK;
     gi->kv_sorted = llmi_calloc((size_t)g->n_kv, sizeof *gi->kv_sorted);
-    if (!gi->kv_sorted) return llmi_oom("GGUF key index");
-    for (size_t i = 0; i < g->n_kv; i++) gi->kv_sorted[i] = &g->kv[i];
+    if (!gi->kv_sorted)
+        return llmi_oom("GGUF key index");
+    for (size_t i = 0; i < g->n_kv; i++)
+        gi->kv_sorted[i] = &g->kv[i];
     qsort(gi->kv_sorted, (size_t)g->n_kv, sizeof *gi->kv_sorted, kv_ptr_cmp);
     for (size_t i = 1; i < g->n_kv; i++) {
         llmi_str k = gi->kv_sorted[i]->key;
         if (str_cmp(gi->kv_sorted[i - 1]->key, k) == 0)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "duplicate metadata key '%.*s'", name_len(k), k.ptr);
+            return llmi_error(LLM_ERR_BAD_FORMAT, "duplicate metadata key '%.*s'", name_len(k),
+                              k.ptr);
     }
     return LLM_OK;
 }
 
 static llm_status index_tensors(gguf_impl *gi) {
     const llmi_gguf *g = &gi->pub;
-    if (g->n_tensors == 0) return LLM_OK;
+    if (g->n_tensors == 0)
+        return LLM_OK;
     gi->t_sorted = llmi_calloc((size_t)g->n_tensors, sizeof *gi->t_sorted);
-    if (!gi->t_sorted) return llmi_oom("GGUF tensor index");
-    for (size_t i = 0; i < g->n_tensors; i++) gi->t_sorted[i] = &g->tensors[i];
+    if (!gi->t_sorted)
+        return llmi_oom("GGUF tensor index");
+    for (size_t i = 0; i < g->n_tensors; i++)
+        gi->t_sorted[i] = &g->tensors[i];
     qsort(gi->t_sorted, (size_t)g->n_tensors, sizeof *gi->t_sorted, tensor_ptr_cmp);
     for (size_t i = 1; i < g->n_tensors; i++) {
         llmi_str n = gi->t_sorted[i]->name;
         if (str_cmp(gi->t_sorted[i - 1]->name, n) == 0)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "duplicate tensor name '%.*s'", name_len(n), n.ptr);
+            return llmi_error(LLM_ERR_BAD_FORMAT, "duplicate tensor name '%.*s'", name_len(n),
+                              n.ptr);
     }
     return LLM_OK;
 }
@@ -329,13 +379,20 @@ static llm_status index_tensors(gguf_impl *gi) {
 static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
     *out = GGUF_DEFAULT_ALIGNMENT;
     const llmi_gguf_kv *kv = llmi_gguf_find(g, "general.alignment");
-    if (!kv) return LLM_OK;
+    if (!kv)
+        return LLM_OK;
     uint64_t v;
     switch (kv->type) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_U16: case LLMI_GGUF_U32: case LLMI_GGUF_U64:
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_U64:
         v = kv->scalar.u;
         break;
-    case LLMI_GGUF_I8: case LLMI_GGUF_I16: case LLMI_GGUF_I32: case LLMI_GGUF_I64:
+    case LLMI_GGUF_I8:
+    case LLMI_GGUF_I16:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_I64:
         v = kv->scalar.i < 0 ? 0 : (uint64_t)kv->scalar.i;
         break;
     default:
@@ -343,8 +400,8 @@ static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
                           llmi_gguf_vtype_name(kv->type));
     }
     if (v == 0 || v > UINT32_MAX || (v & (v - 1)) != 0)
-        return llmi_error(LLM_ERR_BAD_FORMAT, "general.alignment = %" PRIu64 " is not a power of two",
-                          v);
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "general.alignment = %" PRIu64 " is not a power of two", v);
     *out = (uint32_t)v;
     return LLM_OK;
 }
@@ -352,7 +409,8 @@ static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
 static llm_status parse(gguf_impl *gi) {
     llmi_gguf *g = &gi->pub;
     reader r = {.p = g->base, .size = g->size};
-    if (r.size < 4) return truncated(&r, "magic");
+    if (r.size < 4)
+        return truncated(&r, "magic");
     if (memcmp(r.p, "GGUF", 4) != 0)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "bad magic %02x %02x %02x %02x: not a GGUF file (expected \"GGUF\")",
@@ -373,22 +431,27 @@ static llm_status parse(gguf_impl *gi) {
     if (g->n_kv > left / KV_MIN_BYTES)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "n_kv = %" PRIu64 " metadata entries cannot fit in the %zu bytes left"
-                          " (truncated or corrupt)", g->n_kv, left);
+                          " (truncated or corrupt)",
+                          g->n_kv, left);
     if (g->n_tensors > left / TENSOR_MIN_BYTES)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "n_tensors = %" PRIu64 " tensor infos cannot fit in the %zu bytes left"
-                          " (truncated or corrupt)", g->n_tensors, left);
+                          " (truncated or corrupt)",
+                          g->n_tensors, left);
     if (g->n_kv) {
         g->kv = llmi_calloc((size_t)g->n_kv, sizeof *g->kv);
-        if (!g->kv) return llmi_oom("GGUF metadata");
+        if (!g->kv)
+            return llmi_oom("GGUF metadata");
     }
-    for (uint64_t i = 0; i < g->n_kv; i++) LLMI_TRY(parse_kv(&r, &g->kv[i], i));
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        LLMI_TRY(parse_kv(&r, &g->kv[i], i));
     LLMI_TRY(index_kv(gi));
     LLMI_TRY(read_alignment(g, &g->alignment));
 
     if (g->n_tensors) {
         g->tensors = llmi_calloc((size_t)g->n_tensors, sizeof *g->tensors);
-        if (!g->tensors) return llmi_oom("GGUF tensor infos");
+        if (!g->tensors)
+            return llmi_oom("GGUF tensor infos");
     }
     for (uint64_t i = 0; i < g->n_tensors; i++)
         LLMI_TRY(parse_tensor_info(&r, &g->tensors[i], i, g->alignment));
@@ -396,7 +459,8 @@ static llm_status parse(gguf_impl *gi) {
 
     /* The data section starts at the next multiple of the alignment. */
     size_t pad = (g->alignment - r.pos % g->alignment) % g->alignment;
-    if (g->n_tensors == 0) return LLM_OK;
+    if (g->n_tensors == 0)
+        return LLM_OK;
     if (pad > r.size - r.pos) {
         r.item = NULL;
         r.name = (llmi_str){0};
@@ -417,27 +481,34 @@ static llm_status parse(gguf_impl *gi) {
 }
 
 static void gguf_free(gguf_impl *gi) {
-    if (!gi) return;
+    if (!gi)
+        return;
     llmi_gguf *g = &gi->pub;
     if (g->kv)
-        for (uint64_t i = 0; i < g->n_kv; i++) llmi_free(g->kv[i].arr_strs);
+        for (uint64_t i = 0; i < g->n_kv; i++)
+            llmi_free(g->kv[i].arr_strs);
     llmi_free(g->kv);
     llmi_free(g->tensors);
     llmi_free(gi->kv_sorted);
     llmi_free(gi->t_sorted);
-    if (g->mapped) munmap((void *)g->base, g->size);
-    if (gi->owned_aligned) llmi_free_aligned(g->owned);
+    if (g->mapped)
+        munmap((void *)g->base, g->size);
+    if (gi->owned_aligned)
+        llmi_free_aligned(g->owned);
     llmi_free(gi);
 }
 
 void llmi_gguf_close(llmi_gguf *g) { gguf_free((gguf_impl *)g); }
 
 llm_status llmi_gguf_open_memory(const void *data, size_t size, llmi_gguf **out) {
-    if (!out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open_memory: out is NULL");
+    if (!out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open_memory: out is NULL");
     *out = NULL;
-    if (!data) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open_memory: data is NULL");
+    if (!data)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open_memory: data is NULL");
     gguf_impl *gi = llmi_calloc(1, sizeof *gi);
-    if (!gi) return llmi_oom("GGUF handle");
+    if (!gi)
+        return llmi_oom("GGUF handle");
     gi->pub.base = data;
     gi->pub.size = size;
     llm_status st = parse(gi);
@@ -454,8 +525,10 @@ static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *path) 
     while (got < size) {
         size_t want = size - got > (1u << 30) ? (1u << 30) : size - got;
         ssize_t n = read(fd, buf + got, want);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return llmi_error(LLM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return llmi_error(LLM_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
         if (n == 0)
             return llmi_error(LLM_ERR_IO, "short read of '%s': got %zu of %zu bytes", path, got,
                               size);
@@ -465,14 +538,17 @@ static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *path) 
 }
 
 llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
-    if (!out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: out is NULL");
+    if (!out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: out is NULL");
     *out = NULL;
-    if (!path) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: path is NULL");
+    if (!path)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: path is NULL");
     llm_status st = LLM_OK;
     gguf_impl *gi = NULL;
     struct stat sb;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return llmi_error(LLM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0)
+        return llmi_error(LLM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(fd, &sb) != 0) {
         st = llmi_error(LLM_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
         goto fail;
@@ -513,7 +589,8 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         gi->owned_aligned = true;
         g->base = g->owned;
         st = read_all(fd, g->owned, g->size, path);
-        if (st != LLM_OK) goto fail;
+        if (st != LLM_OK)
+            goto fail;
     }
     close(fd);
     fd = -1;
@@ -525,7 +602,8 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
     *out = &gi->pub;
     return LLM_OK;
 fail:
-    if (fd >= 0) close(fd);
+    if (fd >= 0)
+        close(fd);
     gguf_free(gi);
     return st;
 }
@@ -533,37 +611,46 @@ fail:
 /* ---- lookups ---- */
 
 bool llmi_str_eq(llmi_str s, const char *c) {
-    if (!c) return false;
+    if (!c)
+        return false;
     size_t n = strlen(c);
     return s.len == n && (n == 0 || memcmp(s.ptr, c, n) == 0);
 }
 
 const llmi_gguf_kv *llmi_gguf_find(const llmi_gguf *g, const char *key) {
-    if (!g || !key) return NULL;
+    if (!g || !key)
+        return NULL;
     const gguf_impl *gi = (const gguf_impl *)g;
     llmi_str k = {key, strlen(key)};
     size_t lo = 0, hi = (size_t)g->n_kv;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = str_cmp(gi->kv_sorted[mid]->key, k);
-        if (c == 0) return gi->kv_sorted[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c == 0)
+            return gi->kv_sorted[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
 
 const llmi_gguf_tensor *llmi_gguf_find_tensor(const llmi_gguf *g, const char *name) {
-    if (!g || !name) return NULL;
+    if (!g || !name)
+        return NULL;
     const gguf_impl *gi = (const gguf_impl *)g;
     llmi_str k = {name, strlen(name)};
     size_t lo = 0, hi = (size_t)g->n_tensors;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = str_cmp(gi->t_sorted[mid]->name, k);
-        if (c == 0) return gi->t_sorted[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c == 0)
+            return gi->t_sorted[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -577,7 +664,9 @@ static llm_status lookup(const llmi_gguf *g, const char *key, bool required, con
     *kv = NULL;
     if (!g || !key || !out)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
-                          !g ? "gguf" : !key ? "key" : "out");
+                          !g     ? "gguf"
+                          : !key ? "key"
+                                 : "out");
     *kv = llmi_gguf_find(g, key);
     if (!*kv && required)
         return llmi_error(LLM_ERR_NOT_FOUND, "required metadata key '%s' not found", key);
@@ -595,28 +684,39 @@ static llm_status wrong_type(const char *key, const llmi_gguf_kv *kv, const char
 llm_status llmi_gguf_get_u32(const llmi_gguf *g, const char *key, bool required, uint32_t *out) {
     const llmi_gguf_kv *kv;
     LLMI_TRY(lookup(g, key, required, out, "llmi_gguf_get_u32", &kv));
-    if (!kv) return LLM_OK;
+    if (!kv)
+        return LLM_OK;
     switch (kv->type) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_U16: case LLMI_GGUF_U32: case LLMI_GGUF_U64:
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_U64:
         if (kv->scalar.u > UINT32_MAX)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "metadata key '%s' = %" PRIu64 " does not fit in u32",
-                              key, kv->scalar.u);
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "metadata key '%s' = %" PRIu64 " does not fit in u32", key,
+                              kv->scalar.u);
         *out = (uint32_t)kv->scalar.u;
         return LLM_OK;
-    case LLMI_GGUF_I8: case LLMI_GGUF_I16: case LLMI_GGUF_I32: case LLMI_GGUF_I64:
+    case LLMI_GGUF_I8:
+    case LLMI_GGUF_I16:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_I64:
         if (kv->scalar.i < 0 || (uint64_t)kv->scalar.i > UINT32_MAX)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "metadata key '%s' = %" PRId64 " does not fit in u32",
-                              key, kv->scalar.i);
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "metadata key '%s' = %" PRId64 " does not fit in u32", key,
+                              kv->scalar.i);
         *out = (uint32_t)kv->scalar.i;
         return LLM_OK;
-    default: return wrong_type(key, kv, "an integer");
+    default:
+        return wrong_type(key, kv, "an integer");
     }
 }
 
 llm_status llmi_gguf_get_f32(const llmi_gguf *g, const char *key, bool required, float *out) {
     const llmi_gguf_kv *kv;
     LLMI_TRY(lookup(g, key, required, out, "llmi_gguf_get_f32", &kv));
-    if (!kv) return LLM_OK;
+    if (!kv)
+        return LLM_OK;
     if (kv->type != LLMI_GGUF_F32 && kv->type != LLMI_GGUF_F64)
         return wrong_type(key, kv, "f32");
     *out = (float)kv->scalar.f;
@@ -626,8 +726,10 @@ llm_status llmi_gguf_get_f32(const llmi_gguf *g, const char *key, bool required,
 llm_status llmi_gguf_get_bool(const llmi_gguf *g, const char *key, bool required, bool *out) {
     const llmi_gguf_kv *kv;
     LLMI_TRY(lookup(g, key, required, out, "llmi_gguf_get_bool", &kv));
-    if (!kv) return LLM_OK;
-    if (kv->type != LLMI_GGUF_BOOL) return wrong_type(key, kv, "bool");
+    if (!kv)
+        return LLM_OK;
+    if (kv->type != LLMI_GGUF_BOOL)
+        return wrong_type(key, kv, "bool");
     *out = kv->scalar.b;
     return LLM_OK;
 }
@@ -635,8 +737,10 @@ llm_status llmi_gguf_get_bool(const llmi_gguf *g, const char *key, bool required
 llm_status llmi_gguf_get_str(const llmi_gguf *g, const char *key, bool required, llmi_str *out) {
     const llmi_gguf_kv *kv;
     LLMI_TRY(lookup(g, key, required, out, "llmi_gguf_get_str", &kv));
-    if (!kv) return LLM_OK;
-    if (kv->type != LLMI_GGUF_STRING) return wrong_type(key, kv, "string");
+    if (!kv)
+        return LLM_OK;
+    if (kv->type != LLMI_GGUF_STRING)
+        return wrong_type(key, kv, "string");
     *out = kv->str;
     return LLM_OK;
 }
@@ -645,7 +749,8 @@ llm_status llmi_gguf_get_arr(const llmi_gguf *g, const char *key, bool required,
                              llmi_gguf_vtype elem_type, const llmi_gguf_kv **out) {
     const llmi_gguf_kv *kv;
     LLMI_TRY(lookup(g, key, required, out, "llmi_gguf_get_arr", &kv));
-    if (!kv) return LLM_OK;
+    if (!kv)
+        return LLM_OK;
     if (kv->type != LLMI_GGUF_ARRAY || kv->arr_type != elem_type) {
         char expected[32];
         snprintf(expected, sizeof expected, "an array of %s", llmi_gguf_vtype_name(elem_type));

@@ -21,9 +21,9 @@ typedef struct wtensor {
 } wtensor;
 
 struct llmi_gguf_writer {
-    uint8_t *kv;     /* serialised metadata entries */
+    uint8_t *kv; /* serialised metadata entries */
     size_t kv_len, kv_cap;
-    char **keys;     /* for the duplicate check */
+    char **keys; /* for the duplicate check */
     size_t n_keys, keys_cap;
     wtensor *tensors;
     size_t n_tensors, tensors_cap;
@@ -31,17 +31,21 @@ struct llmi_gguf_writer {
 };
 
 llm_status llmi_gguf_writer_create(llmi_gguf_writer **out) {
-    if (!out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_writer_create: out is NULL");
+    if (!out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_writer_create: out is NULL");
     llmi_gguf_writer *w = llmi_calloc(1, sizeof *w);
     *out = w;
-    if (!w) return llmi_oom("GGUF writer");
+    if (!w)
+        return llmi_oom("GGUF writer");
     w->alignment = WRITER_ALIGNMENT;
     return LLM_OK;
 }
 
 void llmi_gguf_writer_free(llmi_gguf_writer *w) {
-    if (!w) return;
-    for (size_t i = 0; i < w->n_keys; i++) llmi_free(w->keys[i]);
+    if (!w)
+        return;
+    for (size_t i = 0; i < w->n_keys; i++)
+        llmi_free(w->keys[i]);
     for (size_t i = 0; i < w->n_tensors; i++) {
         llmi_free(w->tensors[i].name);
         llmi_free(w->tensors[i].data);
@@ -54,24 +58,31 @@ void llmi_gguf_writer_free(llmi_gguf_writer *w) {
 
 /* Grows *buf so it holds `need` items of `size` bytes. */
 static bool grow(void **buf, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return true;
+    if (need <= *cap)
+        return true;
     size_t ncap = *cap ? *cap : 16, bytes;
     while (ncap < need) {
-        if (ncap > SIZE_MAX / 2) return false;
+        if (ncap > SIZE_MAX / 2)
+            return false;
         ncap *= 2;
     }
-    if (!llmi_mul_ok(ncap, size, &bytes)) return false;
+    if (!llmi_mul_ok(ncap, size, &bytes))
+        return false;
     void *p = llmi_realloc(*buf, bytes);
-    if (!p) return false;
+    if (!p)
+        return false;
     *buf = p;
     *cap = ncap;
     return true;
 }
 
 static bool put(llmi_gguf_writer *w, const void *data, size_t n) {
-    if (n > SIZE_MAX - w->kv_len) return false;
-    if (!grow((void **)&w->kv, &w->kv_cap, w->kv_len + n, 1)) return false;
-    if (n) memcpy(w->kv + w->kv_len, data, n);
+    if (n > SIZE_MAX - w->kv_len)
+        return false;
+    if (!grow((void **)&w->kv, &w->kv_cap, w->kv_len + n, 1))
+        return false;
+    if (n)
+        memcpy(w->kv + w->kv_len, data, n);
     w->kv_len += n;
     return true;
 }
@@ -93,39 +104,59 @@ static bool put_str(llmi_gguf_writer *w, const char *s) {
 /* Appends one element of a fixed-size type, little-endian. */
 static bool put_fixed(llmi_gguf_writer *w, llmi_gguf_vtype t, const void *v) {
     switch (t) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_I8: return put(w, v, 1);
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_I8:
+        return put(w, v, 1);
     case LLMI_GGUF_BOOL: {
         uint8_t b = *(const bool *)v ? 1 : 0;
         return put(w, &b, 1);
     }
-    case LLMI_GGUF_U16: case LLMI_GGUF_I16: {
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_I16: {
         uint16_t u;
         memcpy(&u, v, 2);
         uint8_t b[2] = {(uint8_t)u, (uint8_t)(u >> 8)};
         return put(w, b, 2);
     }
-    case LLMI_GGUF_U32: case LLMI_GGUF_I32: case LLMI_GGUF_F32: {
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_F32: {
         uint32_t u;
         memcpy(&u, v, 4);
         return put_u32(w, u);
     }
-    case LLMI_GGUF_U64: case LLMI_GGUF_I64: case LLMI_GGUF_F64: {
+    case LLMI_GGUF_U64:
+    case LLMI_GGUF_I64:
+    case LLMI_GGUF_F64: {
         uint64_t u;
         memcpy(&u, v, 8);
         return put_u64(w, u);
     }
-    default: return false;
+    default:
+        return false;
     }
 }
 
 static size_t c_size(llmi_gguf_vtype t) {
     switch (t) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_I8: return 1;
-    case LLMI_GGUF_BOOL: return sizeof(bool);
-    case LLMI_GGUF_U16: case LLMI_GGUF_I16: return 2;
-    case LLMI_GGUF_U32: case LLMI_GGUF_I32: case LLMI_GGUF_F32: return 4;
-    case LLMI_GGUF_U64: case LLMI_GGUF_I64: case LLMI_GGUF_F64: return 8;
-    default: return 0;
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_I8:
+        return 1;
+    case LLMI_GGUF_BOOL:
+        return sizeof(bool);
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_I16:
+        return 2;
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_F32:
+        return 4;
+    case LLMI_GGUF_U64:
+    case LLMI_GGUF_I64:
+    case LLMI_GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -163,16 +194,20 @@ llm_status llmi_gguf_w_scalar(llmi_gguf_writer *w, const char *key, llmi_gguf_vt
     if (c_size(type) == 0 || !value)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': bad scalar type %d",
                           key ? key : "(null)", (int)type);
-    if (w && key && strcmp(key, "general.alignment") == 0) {
-        uint32_t a;
-        if (type != LLMI_GGUF_U32 || (memcpy(&a, value, 4), a == 0 || (a & (a - 1)) != 0))
-            return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                              "GGUF writer: general.alignment must be a u32 power of two");
-    }
+    /* The writer lays tensors out with this alignment, so it must be one the
+     * reader accepts. */
+    bool is_alignment = key && strcmp(key, "general.alignment") == 0;
+    uint32_t a = 0;
+    if (is_alignment && type == LLMI_GGUF_U32)
+        memcpy(&a, value, 4);
+    if (is_alignment && (a == 0 || (a & (a - 1)) != 0))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "GGUF writer: general.alignment must be a u32 power of two");
     size_t mark;
     LLMI_TRY(begin_kv(w, key, type, &mark));
     LLMI_TRY(end_kv(w, key, put_fixed(w, type, value), mark));
-    if (strcmp(key, "general.alignment") == 0) memcpy(&w->alignment, value, 4);
+    if (is_alignment)
+        w->alignment = a;
     return LLM_OK;
 }
 
@@ -190,8 +225,9 @@ llm_status llmi_gguf_w_bool(llmi_gguf_writer *w, const char *key, bool v) {
 }
 
 llm_status llmi_gguf_w_str(llmi_gguf_writer *w, const char *key, const char *v) {
-    if (!v) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': value is NULL",
-                              key ? key : "(null)");
+    if (!v)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': value is NULL",
+                          key ? key : "(null)");
     size_t mark;
     LLMI_TRY(begin_kv(w, key, LLMI_GGUF_STRING, &mark));
     return end_kv(w, key, put_str(w, v), mark);
@@ -199,8 +235,9 @@ llm_status llmi_gguf_w_str(llmi_gguf_writer *w, const char *key, const char *v) 
 
 llm_status llmi_gguf_w_arr_str(llmi_gguf_writer *w, const char *key, const char *const *v,
                                size_t n) {
-    if (!v && n) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': array is NULL",
-                                   key ? key : "(null)");
+    if (!v && n)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': array is NULL",
+                          key ? key : "(null)");
     for (size_t i = 0; i < n; i++)
         if (!v[i])
             return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: key '%s': string %zu is NULL",
@@ -208,7 +245,8 @@ llm_status llmi_gguf_w_arr_str(llmi_gguf_writer *w, const char *key, const char 
     size_t mark;
     LLMI_TRY(begin_kv(w, key, LLMI_GGUF_ARRAY, &mark));
     bool ok = put_u32(w, LLMI_GGUF_STRING) && put_u64(w, n);
-    for (size_t i = 0; ok && i < n; i++) ok = put_str(w, v[i]);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = put_str(w, v[i]);
     return end_kv(w, key, ok, mark);
 }
 
@@ -221,7 +259,8 @@ llm_status llmi_gguf_w_arr(llmi_gguf_writer *w, const char *key, llmi_gguf_vtype
     size_t mark;
     LLMI_TRY(begin_kv(w, key, LLMI_GGUF_ARRAY, &mark));
     bool ok = put_u32(w, elem_type) && put_u64(w, n);
-    for (size_t i = 0; ok && i < n; i++) ok = put_fixed(w, elem_type, (const char *)v + i * esize);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = put_fixed(w, elem_type, (const char *)v + i * esize);
     return end_kv(w, key, ok, mark);
 }
 
@@ -284,7 +323,8 @@ static llm_status add_tensor(llmi_gguf_writer *w, const char *name, llmi_ttype t
     memset(t, 0, sizeof *t);
     t->name = copy;
     t->n_dims = n_dims;
-    for (uint32_t d = 0; d < 4; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
+    for (uint32_t d = 0; d < 4; d++)
+        t->ne[d] = d < n_dims ? ne[d] : 1;
     t->type = type;
     t->data = bytes;
     t->nbytes = nbytes;
@@ -298,7 +338,8 @@ llm_status llmi_gguf_w_tensor(llmi_gguf_writer *w, const char *name, llmi_ttype 
     if (!data)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: tensor '%s': data is NULL", name);
     uint8_t *bytes = llmi_malloc(nbytes);
-    if (!bytes) return llmi_oom("GGUF tensor data");
+    if (!bytes)
+        return llmi_oom("GGUF tensor data");
     size_t rows = nbytes / row_bytes;
     for (size_t r = 0; r < rows; r++)
         llmi_quantize_row(type, data + r * ne[0], bytes + r * row_bytes, (int64_t)ne[0]);
@@ -315,7 +356,8 @@ llm_status llmi_gguf_w_tensor_raw(llmi_gguf_writer *w, const char *name, llmi_tt
                           "GGUF writer: tensor '%s': %zu bytes given, shape needs %zu", name,
                           data ? nbytes : 0, want);
     uint8_t *bytes = llmi_malloc(nbytes);
-    if (!bytes) return llmi_oom("GGUF tensor data");
+    if (!bytes)
+        return llmi_oom("GGUF tensor data");
     memcpy(bytes, data, nbytes);
     return add_tensor(w, name, type, n_dims, ne, bytes, nbytes);
 }
@@ -337,9 +379,12 @@ static void sink_flush(sink *s) {
     size_t done = 0;
     while (!s->err && done < s->staged) {
         ssize_t n = write(s->fd, s->stage + done, s->staged - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) s->err = n < 0 ? errno : EIO;
-        else done += (size_t)n;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            s->err = n < 0 ? errno : EIO;
+        else
+            done += (size_t)n;
     }
     s->staged = 0;
 }
@@ -358,7 +403,8 @@ static void emit(sink *s, const void *data, size_t n) {
         s->staged += k;
         p += k;
         n -= k;
-        if (s->staged == sizeof s->stage) sink_flush(s);
+        if (s->staged == sizeof s->stage)
+            sink_flush(s);
     }
 }
 
@@ -394,7 +440,8 @@ static llm_status layout(const llmi_gguf_writer *w, size_t *total) {
         data = align_up(data + w->tensors[i].nbytes, a);
     }
     pos = align_up(pos, a);
-    if (data > SIZE_MAX / 2 - pos) return llmi_error(LLM_ERR_LIMIT, "GGUF writer: file too large");
+    if (data > SIZE_MAX / 2 - pos)
+        return llmi_error(LLM_ERR_LIMIT, "GGUF writer: file too large");
     *total = pos + data;
     return LLM_OK;
 }
@@ -412,7 +459,8 @@ static void serialise(const llmi_gguf_writer *w, sink *s) {
         emit_u64(s, n);
         emit(s, t->name, n);
         emit_u32(s, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) emit_u64(s, t->ne[d]);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            emit_u64(s, t->ne[d]);
         emit_u32(s, (uint32_t)t->type);
         emit_u64(s, offset);
         offset = align_up(offset + t->nbytes, w->alignment);
@@ -432,7 +480,8 @@ llm_status llmi_gguf_writer_to_memory(llmi_gguf_writer *w, void **data, size_t *
     size_t total;
     LLMI_TRY(layout(w, &total));
     uint8_t *buf = llmi_malloc(total);
-    if (!buf) return llmi_oom("GGUF file image");
+    if (!buf)
+        return llmi_oom("GGUF file image");
     sink *s = llmi_malloc(sizeof *s);
     if (!s) {
         llmi_free(buf);
@@ -453,7 +502,8 @@ llm_status llmi_gguf_writer_save(llmi_gguf_writer *w, const char *path) {
     size_t total;
     LLMI_TRY(layout(w, &total));
     sink *s = llmi_malloc(sizeof *s);
-    if (!s) return llmi_oom("GGUF writer state");
+    if (!s)
+        return llmi_oom("GGUF writer state");
     memset(s, 0, sizeof *s);
     s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (s->fd < 0) {
@@ -464,8 +514,10 @@ llm_status llmi_gguf_writer_save(llmi_gguf_writer *w, const char *path) {
     serialise(w, s);
     sink_flush(s);
     int err = s->err;
-    if (close(s->fd) != 0 && !err) err = errno;
+    if (close(s->fd) != 0 && !err)
+        err = errno;
     llmi_free(s);
-    if (err) return llmi_error(LLM_ERR_IO, "cannot write '%s': %s", path, strerror(err));
+    if (err)
+        return llmi_error(LLM_ERR_IO, "cannot write '%s': %s", path, strerror(err));
     return LLM_OK;
 }

@@ -216,6 +216,8 @@ llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
     *out = m;
     return LLM_OK;
 fail:
+    /* A required key that is absent makes the file malformed, not "not found". */
+    if (st == LLM_ERR_NOT_FOUND) st = LLM_ERR_BAD_FORMAT;
     llmi_error_prefix("loading '%s'", path);
     llmi_model_free(m);
     return st;

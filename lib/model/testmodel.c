@@ -17,22 +17,20 @@
 /* Merges over common English; every side is a byte token or the result of
  * an earlier merge, and every result is new, as a trained merge list is. */
 static const char *const merges[][2] = {
-    {G, "t"},       {G, "a"},       {"h", "e"},      {"i", "n"},     {"r", "e"},
-    {"o", "n"},     {G "t", "he"},  {"e", "r"},      {G, "s"},       {"a", "t"},
-    {G, "w"},       {G, "o"},       {"e", "n"},      {G, "c"},       {"i", "t"},
-    {"i", "s"},     {"a", "n"},     {"o", "r"},      {"e", "s"},     {G, "b"},
-    {"e", "d"},     {G, "f"},       {"in", "g"},     {G, "p"},       {"o", "u"},
-    {G "a", "n"},   {"a", "l"},     {"a", "r"},      {G "t", "o"},   {G, "m"},
-    {G "o", "f"},   {G, "i"},       {"l", "l"},      {G, "d"},       {G "an", "d"},
-    {G "i", "n"},   {G "i", "s"},   {G, "h"},        {G "h", "e"},   {"he", "ll"},
-    {"hell", "o"},  {G, "y"},       {G "y", "ou"},   {G "w", "or"},  {"l", "d"},
-    {G "wor", "ld"}, {G, G},        {NL, NL},
+    {G, "t"},      {G, "a"},      {"h", "e"},   {"i", "n"},      {"r", "e"},    {"o", "n"},
+    {G "t", "he"}, {"e", "r"},    {G, "s"},     {"a", "t"},      {G, "w"},      {G, "o"},
+    {"e", "n"},    {G, "c"},      {"i", "t"},   {"i", "s"},      {"a", "n"},    {"o", "r"},
+    {"e", "s"},    {G, "b"},      {"e", "d"},   {G, "f"},        {"in", "g"},   {G, "p"},
+    {"o", "u"},    {G "a", "n"},  {"a", "l"},   {"a", "r"},      {G "t", "o"},  {G, "m"},
+    {G "o", "f"},  {G, "i"},      {"l", "l"},   {G, "d"},        {G "an", "d"}, {G "i", "n"},
+    {G "i", "s"},  {G, "h"},      {G "h", "e"}, {"he", "ll"},    {"hell", "o"}, {G, "y"},
+    {G "y", "ou"}, {G "w", "or"}, {"l", "d"},   {G "wor", "ld"}, {G, G},        {NL, NL},
 };
 #define N_MERGES (sizeof merges / sizeof merges[0])
 #define N_BYTE_TOKENS 256u
 
-static const char *const specials[LLMI_TESTMODEL_N_SPECIAL] = {
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+static const char *const specials[LLMI_TESTMODEL_N_SPECIAL] = {"<|endoftext|>", "<|im_start|>",
+                                                               "<|im_end|>"};
 
 /* SmolLM2-135M-Instruct's template, byte for byte. */
 static const char chat_template[] =
@@ -57,7 +55,7 @@ void llmi_testmodel_params_init(llmi_testmodel_params *p) {
     p->n_ctx = 256;
     p->rope_base = 10000.0f;
     p->rms_eps = 1e-5f;
-    p->wtype = LLMI_T_F32;
+    p->type = LLMI_T_F32;
     p->tied_embeddings = false;
     p->seed = 1;
     p->weight_scale = 0.1f;
@@ -85,7 +83,8 @@ static void byte_tokens(char tok[N_BYTE_TOKENS][3]) {
     for (uint32_t pass = 0; pass < 2; pass++) {
         for (uint32_t b = 0; b < 256; b++) {
             bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-            if (printable != (pass == 0)) continue;
+            if (printable != (pass == 0))
+                continue;
             uint32_t cp = printable ? b : 256 + extra++;
             if (cp < 0x80) {
                 tok[n][0] = (char)cp;
@@ -111,7 +110,8 @@ typedef struct vocab {
 
 static bool in_vocab(const vocab *v, uint32_t n, const char *s) {
     for (uint32_t i = 0; i < n; i++)
-        if (strcmp(v->tokens[i], s) == 0) return true;
+        if (strcmp(v->tokens[i], s) == 0)
+            return true;
     return false;
 }
 
@@ -143,26 +143,35 @@ static llm_status build_vocab(vocab *v) {
 
 static uint32_t file_type(llmi_ttype t) {
     switch (t) {
-    case LLMI_T_F16: return 1;
-    case LLMI_T_Q4_0: return 2;
-    case LLMI_T_Q4_1: return 3;
-    case LLMI_T_Q8_0: return 7;
-    case LLMI_T_BF16: return 32;
-    default: return 0;
+    case LLMI_T_F16:
+        return 1;
+    case LLMI_T_Q4_0:
+        return 2;
+    case LLMI_T_Q4_1:
+        return 3;
+    case LLMI_T_Q8_0:
+        return 7;
+    case LLMI_T_BF16:
+        return 32;
+    default:
+        return 0;
     }
 }
 
 static llm_status check_params(const llmi_testmodel_params *p) {
-    if (!p) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: params is NULL");
-    const llmi_ttype_info *ti = llmi_ttype_get(p->wtype);
-    if (!ti) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: unknown weight type %d",
-                               (int)p->wtype);
+    if (!p)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: params is NULL");
+    const llmi_ttype_info *ti = llmi_ttype_get(p->type);
+    if (!ti)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: unknown weight type %d",
+                          (int)p->type);
     if (!p->n_layer || !p->n_embd || !p->n_head || !p->n_head_kv || !p->n_ff || !p->n_ctx)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: a size parameter is 0");
     if (p->n_embd % p->n_head || p->n_head % p->n_head_kv || (p->n_embd / p->n_head) % 2)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u, n_head %u, n_head_kv %u do not divide evenly"
-                          " into even-sized heads", p->n_embd, p->n_head, p->n_head_kv);
+                          " into even-sized heads",
+                          p->n_embd, p->n_head, p->n_head_kv);
     if (p->n_embd % ti->block || p->n_ff % ti->block)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u and n_ff %u must be multiples of %s's block %u",
@@ -174,8 +183,7 @@ static llm_status check_params(const llmi_testmodel_params *p) {
     return LLM_OK;
 }
 
-static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p,
-                             const vocab *v) {
+static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p, const vocab *v) {
     uint32_t n_vocab = llmi_testmodel_n_vocab();
     uint32_t tok_eot = N_BYTE_TOKENS + (uint32_t)N_MERGES;
     LLMI_TRY(llmi_gguf_w_str(w, "general.architecture", "llama"));
@@ -189,7 +197,7 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
     LLMI_TRY(llmi_gguf_w_u32(w, "llama.attention.head_count_kv", p->n_head_kv));
     LLMI_TRY(llmi_gguf_w_f32(w, "llama.rope.freq_base", p->rope_base));
     LLMI_TRY(llmi_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps));
-    LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type(p->wtype)));
+    LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type(p->type)));
     LLMI_TRY(llmi_gguf_w_u32(w, "llama.vocab_size", n_vocab));
     LLMI_TRY(llmi_gguf_w_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head));
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false));
@@ -221,17 +229,22 @@ static llm_status w_random(llmi_gguf_writer *w, uint64_t *rng, float *buf, const
 
 static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p, float *buf) {
     uint64_t rng = p->seed;
-    uint32_t e = p->n_embd, kv = p->n_head_kv * (p->n_embd / p->n_head), nv = llmi_testmodel_n_vocab();
+    uint32_t e = p->n_embd, kv = p->n_head_kv * (p->n_embd / p->n_head),
+             nv = llmi_testmodel_n_vocab();
     float s = p->weight_scale;
-    llmi_ttype t = p->wtype;
+    llmi_ttype t = p->type;
     char nm[64];
     LLMI_TRY(w_random(w, &rng, buf, "token_embd.weight", t, e, nv, false, s));
     for (uint32_t l = 0; l < p->n_layer; l++) {
-        static const struct { const char *suffix; int in, out; bool norm; } parts[] = {
+        static const struct {
+            const char *suffix;
+            int in, out;
+            bool norm;
+        } parts[] = {
             /* sizes: 0 = n_embd, 1 = n_kv * head_dim, 2 = n_ff */
-            {"attn_norm", 0, 0, true}, {"attn_q", 0, 0, false},  {"attn_k", 0, 1, false},
+            {"attn_norm", 0, 0, true}, {"attn_q", 0, 0, false},      {"attn_k", 0, 1, false},
             {"attn_v", 0, 1, false},   {"attn_output", 0, 0, false}, {"ffn_norm", 0, 0, true},
-            {"ffn_gate", 0, 2, false}, {"ffn_up", 0, 2, false},  {"ffn_down", 2, 0, false},
+            {"ffn_gate", 0, 2, false}, {"ffn_up", 0, 2, false},      {"ffn_down", 2, 0, false},
         };
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             uint32_t dims[3] = {e, kv, p->n_ff};
@@ -241,7 +254,8 @@ static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p,
         }
     }
     LLMI_TRY(w_random(w, &rng, buf, "output_norm.weight", t, e, 1, true, s));
-    if (!p->tied_embeddings) LLMI_TRY(w_random(w, &rng, buf, "output.weight", t, e, nv, false, s));
+    if (!p->tied_embeddings)
+        LLMI_TRY(w_random(w, &rng, buf, "output.weight", t, e, nv, false, s));
     return LLM_OK;
 }
 
@@ -253,21 +267,29 @@ static llm_status build(const llmi_testmodel_params *p, llmi_gguf_writer **out) 
     llmi_gguf_writer *w = NULL;
     float *buf = NULL;
     vocab *v = llmi_calloc(1, sizeof *v);
-    if (!v) return llmi_oom("testmodel vocabulary");
+    if (!v)
+        return llmi_oom("testmodel vocabulary");
     size_t kv = (size_t)p->n_head_kv * (p->n_embd / p->n_head);
     size_t big = llmi_testmodel_n_vocab();
-    if (p->n_ff > big) big = p->n_ff;
-    if (kv > big) big = kv;
-    if (p->n_embd > big) big = p->n_embd;
+    if (p->n_ff > big)
+        big = p->n_ff;
+    if (kv > big)
+        big = kv;
+    if (p->n_embd > big)
+        big = p->n_embd;
     buf = llmi_calloc(big * p->n_embd, sizeof *buf);
     if (!buf) {
         st = llmi_oom("testmodel scratch");
         goto done;
     }
-    if ((st = build_vocab(v)) != LLM_OK) goto done;
-    if ((st = llmi_gguf_writer_create(&w)) != LLM_OK) goto done;
-    if ((st = w_metadata(w, p, v)) != LLM_OK) goto done;
-    if ((st = w_tensors(w, p, buf)) != LLM_OK) goto done;
+    if ((st = build_vocab(v)) != LLM_OK)
+        goto done;
+    if ((st = llmi_gguf_writer_create(&w)) != LLM_OK)
+        goto done;
+    if ((st = w_metadata(w, p, v)) != LLM_OK)
+        goto done;
+    if ((st = w_tensors(w, p, buf)) != LLM_OK)
+        goto done;
     *out = w;
     w = NULL;
 done:
@@ -278,7 +300,8 @@ done:
 }
 
 llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path) {
-    if (!path) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: path is NULL");
+    if (!path)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: path is NULL");
     llmi_gguf_writer *w;
     LLMI_TRY(build(p, &w));
     llm_status st = llmi_gguf_writer_save(w, path);
@@ -287,7 +310,8 @@ llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path
 }
 
 llm_status llmi_testmodel_to_memory(const llmi_testmodel_params *p, void **data, size_t *size) {
-    if (!data || !size) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: NULL output");
+    if (!data || !size)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: NULL output");
     *data = NULL;
     *size = 0;
     llmi_gguf_writer *w;

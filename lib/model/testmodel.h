@@ -18,7 +18,7 @@ typedef struct llmi_testmodel_params {
     uint32_t n_ctx;       /* 256: llama.context_length */
     float rope_base;      /* 10000 */
     float rms_eps;        /* 1e-5 */
-    llmi_ttype wtype;     /* matrices incl. token_embd (F32); norms are always F32 */
+    llmi_ttype type;      /* matrices incl. token_embd (F32); norms are always F32 */
     bool tied_embeddings; /* false: an output.weight tensor is written */
     uint64_t seed;        /* 1 */
     float weight_scale;   /* 0.1: matrix entries uniform in [-scale, scale) */
@@ -29,7 +29,7 @@ void llmi_testmodel_params_init(llmi_testmodel_params *p);
 
 /* Writes the model; the same params always give the same bytes. Invalid
  * shapes (n_embd not divisible by n_head, n_head by n_head_kv, or a matrix
- * row length not a multiple of wtype's block): LLM_ERR_INVALID_ARGUMENT. */
+ * row length not a multiple of type's block): LLM_ERR_INVALID_ARGUMENT. */
 llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path);
 /* Same file as a buffer the caller frees with llmi_free. */
 llm_status llmi_testmodel_to_memory(const llmi_testmodel_params *p, void **data, size_t *size);

@@ -23,41 +23,46 @@ static bool byte_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
 }
 
+/* The 68 other bytes are 0x00-0x20, 0x7f-0xa0 and 0xad, numbered in order
+ * from U+0100. */
 uint32_t llmi_bpe_byte_cp(uint8_t b) {
-    if (byte_printable(b)) return b;
-    uint32_t n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!byte_printable(c)) n++;
-    return 256 + n;
+    if (byte_printable(b))
+        return b;
+    if (b <= 0x20)
+        return 256u + b;
+    if (b <= 0xa0)
+        return 256u + 33u + (b - 0x7fu);
+    return 256u + 67u; /* 0xad */
 }
 
 int llmi_bpe_cp_byte(uint32_t cp) {
-    if (cp < 256) return byte_printable(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1; /* 68 bytes are not printable */
-    uint32_t n = 0;
-    for (unsigned c = 0; c < 256; c++) {
-        if (byte_printable(c)) continue;
-        if (n == cp - 256) return (int)c;
-        n++;
-    }
-    return -1;
+    if (cp < 256)
+        return byte_printable(cp) ? (int)cp : -1;
+    uint32_t n = cp - 256;
+    if (n < 33)
+        return (int)n;
+    if (n < 67)
+        return (int)(0x7f + n - 33);
+    return n == 67 ? 0xad : -1;
 }
 
 /* ---- regexes ---- */
 
-#define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{"   \
+    "202F}\\x{205F}\\x{3000}"
 #define S_ "[" WS "]"
 #define NS_ "[^" WS "]"
 
-#define RE_GPT2                                                                              \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|" S_ "+(?!" NS_ ")|" \
-    S_ "+"
+#define RE_GPT2                                                                                    \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|" S_ "+(?!" NS_ ")|" S_  \
+    "+"
 #define RE_CONTRACTIONS_CI "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_LLAMA3                                                                             \
-    RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS                  \
+#define RE_LLAMA3                                                                                  \
+    RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS                        \
                        "\\p{L}\\p{N}]+[\\r\\n]*|" S_ "*[\\r\\n]+|" S_ "+(?!" NS_ ")|" S_ "+"
-#define RE_QWEN2                                                                              \
-    RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS                       \
+#define RE_QWEN2                                                                                   \
+    RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS                             \
                        "\\p{L}\\p{N}]+[\\r\\n]*|" S_ "*[\\r\\n]+|" S_ "+(?!" NS_ ")|" S_ "+"
 
 static const char *const re_default[] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+",
@@ -67,7 +72,11 @@ static const char *const re_llama3[] = {RE_LLAMA3, NULL};
 static const char *const re_qwen2[] = {RE_QWEN2, NULL};
 static const char *const re_starcoder[] = {"\\p{N}", RE_GPT2, NULL};
 
-typedef struct pre_name { const char *name; llmi_tok_pre pre; bool ignore_merges, add_bos; } pre_name;
+typedef struct pre_name {
+    const char *name;
+    llmi_tok_pre pre;
+    bool ignore_merges, add_bos;
+} pre_name;
 static const pre_name pre_names[] = {
     {"default", LLMI_PRE_DEFAULT, false, false},
     {"llama3", LLMI_PRE_LLAMA3, true, true},
@@ -106,10 +115,12 @@ static void re_free(void *p, void *user) {
 
 static llm_status compile_all(llmi_tokenizer *t, const char *const *list) {
     pcre2_general_context *gc = pcre2_general_context_create(re_malloc, re_free, NULL);
-    if (!gc) return llmi_oom("regex context");
+    if (!gc)
+        return llmi_oom("regex context");
     t->gctx = gc;
     pcre2_compile_context *cc = pcre2_compile_context_create(gc);
-    if (!cc) return llmi_oom("regex context");
+    if (!cc)
+        return llmi_oom("regex context");
     llm_status st = LLM_OK;
     for (; *list && st == LLM_OK; list++) {
         int err;
@@ -119,7 +130,7 @@ static llm_status compile_all(llmi_tokenizer *t, const char *const *list) {
         if (!re) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(err, msg, sizeof msg);
-            st = err == PCRE2_ERROR_HEAPLIMIT || err == PCRE2_ERROR_NOMEMORY
+            st = err == PCRE2_ERROR_HEAP_FAILED
                      ? llmi_oom("regex")
                      : llmi_error(LLM_ERR_INTERNAL, "pre-tokenizer regex at %zu: %s", (size_t)off,
                                   (const char *)msg);
@@ -146,12 +157,14 @@ static uint64_t mix64(uint64_t x) {
 static bool merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32_t *rank,
                        int32_t *result) {
     const llmi_tok_pairmap *m = &t->merges;
-    if (!m->keys) return false;
+    if (!m->keys)
+        return false;
     uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
     uint32_t i = (uint32_t)mix64(key) & m->mask;
     for (;;) {
         uint64_t k = m->keys[i];
-        if (k == 0) return false;
+        if (k == 0)
+            return false;
         if (k == key) {
             *rank = m->rank[i];
             *result = m->result[i];
@@ -163,14 +176,17 @@ static bool merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32
 
 static llm_status load_merges(llmi_tokenizer *t, const llmi_gguf_kv *kv) {
     uint64_t n = kv->arr_len;
-    if (n >= (1u << 30)) return llmi_error(LLM_ERR_LIMIT, "too many merges (%llu)", (unsigned long long)n);
+    if (n >= (1u << 30))
+        return llmi_error(LLM_ERR_LIMIT, "too many merges (%llu)", (unsigned long long)n);
     uint32_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
+    while (cap < 2 * n)
+        cap <<= 1;
     llmi_tok_pairmap *m = &t->merges;
     m->keys = llmi_calloc(cap, sizeof(uint64_t));
     m->rank = llmi_malloc((size_t)cap * sizeof(uint32_t));
     m->result = llmi_malloc((size_t)cap * sizeof(int32_t));
-    if (!m->keys || !m->rank || !m->result) return llmi_oom("merge table");
+    if (!m->keys || !m->rank || !m->result)
+        return llmi_oom("merge table");
     m->mask = cap - 1;
     char *tmp = NULL;
     size_t tmp_cap = 0;
@@ -178,14 +194,18 @@ static llm_status load_merges(llmi_tokenizer *t, const llmi_gguf_kv *kv) {
         llmi_str s = kv->arr_strs[r];
         /* "left right", split at the first space after the first byte */
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', (size_t)s.len - 1) : NULL;
-        if (!sp) continue;
+        if (!sp)
+            continue;
         size_t ll = (size_t)(sp - s.ptr), rl = (size_t)s.len - ll - 1;
         llm_token l = llmi_tok_find(t, s.ptr, ll), rt = llmi_tok_find(t, sp + 1, rl);
-        if (l < 0 || rt < 0) continue;
+        if (l < 0 || rt < 0)
+            continue;
         uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)rt) + 1;
         uint32_t i = (uint32_t)mix64(key) & m->mask;
-        while (m->keys[i] != 0 && m->keys[i] != key) i = (i + 1) & m->mask;
-        if (m->keys[i] == key) continue; /* the first rank of a duplicate wins */
+        while (m->keys[i] != 0 && m->keys[i] != key)
+            i = (i + 1) & m->mask;
+        if (m->keys[i] == key)
+            continue; /* the first rank of a duplicate wins */
         if (ll + rl > tmp_cap) {
             char *nt = llmi_realloc(tmp, ll + rl);
             if (!nt) {
@@ -210,21 +230,34 @@ llm_status llmi_bpe_init(llmi_tokenizer *t, const llmi_gguf *g, const char *pre)
     if (pre) {
         size_t i, n = sizeof pre_names / sizeof pre_names[0];
         for (i = 0; i < n; i++)
-            if (strcmp(pre, pre_names[i].name) == 0) break;
-        if (i == n) return llmi_error(LLM_ERR_UNSUPPORTED, "unsupported pre-tokenizer '%s'", pre);
+            if (strcmp(pre, pre_names[i].name) == 0)
+                break;
+        if (i == n)
+            return llmi_error(LLM_ERR_UNSUPPORTED, "unsupported pre-tokenizer '%s'", pre);
         t->pre = pre_names[i].pre;
         t->ignore_merges = pre_names[i].ignore_merges;
-        if (pre_names[i].add_bos) t->add_bos = true;
+        if (pre_names[i].add_bos)
+            t->add_bos = true;
     } else {
         llmi_log(LLM_LOG_WARN, "tokenizer: no tokenizer.ggml.pre; using the default pre-tokenizer");
     }
     const char *const *list;
     switch (t->pre) {
-    case LLMI_PRE_GPT2: list = re_gpt2; break;
-    case LLMI_PRE_LLAMA3: list = re_llama3; break;
-    case LLMI_PRE_QWEN2: list = re_qwen2; break;
-    case LLMI_PRE_STARCODER: list = re_starcoder; break;
-    default: list = re_default; break;
+    case LLMI_PRE_GPT2:
+        list = re_gpt2;
+        break;
+    case LLMI_PRE_LLAMA3:
+        list = re_llama3;
+        break;
+    case LLMI_PRE_QWEN2:
+        list = re_qwen2;
+        break;
+    case LLMI_PRE_STARCODER:
+        list = re_starcoder;
+        break;
+    default:
+        list = re_default;
+        break;
     }
     const llmi_gguf_kv *kv;
     llm_status st = llmi_gguf_get_arr(g, "tokenizer.ggml.merges", true, LLMI_GGUF_STRING, &kv);
@@ -241,7 +274,8 @@ llm_status llmi_bpe_init(llmi_tokenizer *t, const llmi_gguf *g, const char *pre)
 }
 
 void llmi_bpe_free(llmi_tokenizer *t) {
-    for (uint32_t i = 0; i < t->n_re; i++) pcre2_code_free((pcre2_code *)t->re[i]);
+    for (uint32_t i = 0; i < t->n_re; i++)
+        pcre2_code_free((pcre2_code *)t->re[i]);
     t->n_re = 0;
     pcre2_general_context_free((pcre2_general_context *)t->gctx);
     t->gctx = NULL;
@@ -253,15 +287,22 @@ void llmi_bpe_free(llmi_tokenizer *t) {
 
 /* ---- splitting ---- */
 
-typedef struct span { size_t off, len; } span;
-typedef struct spanvec { span *v; size_t n, cap; } spanvec;
+typedef struct span {
+    size_t off, len;
+} span;
+typedef struct spanvec {
+    span *v;
+    size_t n, cap;
+} spanvec;
 
 static llm_status span_push(spanvec *s, size_t off, size_t len) {
     if (s->n == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64, bytes;
-        if (!llmi_mul_ok(nc, sizeof(span), &bytes)) return llmi_oom("pre-tokenizer pieces");
+        if (!llmi_mul_ok(nc, sizeof(span), &bytes))
+            return llmi_oom("pre-tokenizer pieces");
         span *v = llmi_realloc(s->v, bytes);
-        if (!v) return llmi_oom("pre-tokenizer pieces");
+        if (!v)
+            return llmi_oom("pre-tokenizer pieces");
         s->v = v;
         s->cap = nc;
     }
@@ -279,7 +320,8 @@ static llm_status split_one(const pcre2_code *re, pcre2_match_data *md, const ch
         size_t len = in->v[k].len, pos = 0, prev = 0;
         while (pos < len) {
             int rc = pcre2_match(re, (PCRE2_SPTR)subj, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-            if (rc == PCRE2_ERROR_NOMATCH) break;
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
             if (rc < 0) {
                 if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT)
                     return llmi_oom("regex match");
@@ -287,7 +329,8 @@ static llm_status split_one(const pcre2_code *re, pcre2_match_data *md, const ch
             }
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             size_t ms = ov[0], me = ov[1];
-            if (ms > prev) LLMI_TRY(span_push(out, in->v[k].off + prev, ms - prev));
+            if (ms > prev)
+                LLMI_TRY(span_push(out, in->v[k].off + prev, ms - prev));
             if (me > ms) {
                 LLMI_TRY(span_push(out, in->v[k].off + ms, me - ms));
                 pos = me;
@@ -296,17 +339,28 @@ static llm_status split_one(const pcre2_code *re, pcre2_match_data *md, const ch
                 pos = ms + (size_t)(l > 0 ? l : 1);
             }
             prev = ms > prev ? ms : prev;
-            if (me > prev) prev = me;
+            if (me > prev)
+                prev = me;
         }
-        if (len > prev) LLMI_TRY(span_push(out, in->v[k].off + prev, len - prev));
+        if (len > prev)
+            LLMI_TRY(span_push(out, in->v[k].off + prev, len - prev));
     }
     return LLM_OK;
 }
 
 /* ---- merging one word ---- */
 
-typedef struct sym { int32_t prev, next; uint32_t off, n; llm_token id; } sym;
-typedef struct bigram { uint32_t rank; int32_t left, right; uint32_t size; llm_token result; } bigram;
+typedef struct sym {
+    int32_t prev, next;
+    uint32_t off, n;
+    llm_token id;
+} sym;
+typedef struct bigram {
+    uint32_t rank;
+    int32_t left, right;
+    uint32_t size;
+    llm_token result;
+} bigram;
 
 typedef struct scratch {
     spanvec a, b;
@@ -319,12 +373,16 @@ typedef struct scratch {
 } scratch;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
+    if (need <= *cap)
+        return true;
     size_t nc = *cap ? *cap : 64, bytes;
-    while (nc < need) nc *= 2;
-    if (!llmi_mul_ok(nc, elem, &bytes)) return false;
+    while (nc < need)
+        nc *= 2;
+    if (!llmi_mul_ok(nc, elem, &bytes))
+        return false;
     void *np = llmi_realloc(*p, bytes);
-    if (!np) return false;
+    if (!np)
+        return false;
     *p = np;
     *cap = nc;
     return true;
@@ -340,7 +398,8 @@ static llm_status heap_push(scratch *s, bigram b) {
     size_t i = s->heap_n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!bg_before(&b, &s->heap[p])) break;
+        if (!bg_before(&b, &s->heap[p]))
+            break;
         s->heap[i] = s->heap[p];
         i = p;
     }
@@ -353,29 +412,37 @@ static bigram heap_pop(scratch *s) {
     size_t i = 0, n = s->heap_n;
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && bg_before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!bg_before(&s->heap[c], &last)) break;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bg_before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!bg_before(&s->heap[c], &last))
+            break;
         s->heap[i] = s->heap[c];
         i = c;
     }
-    if (n) s->heap[i] = last;
+    if (n)
+        s->heap[i] = last;
     return top;
 }
 
 static llm_status add_bigram(const llmi_tokenizer *t, scratch *s, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return LLM_OK;
+    if (l < 0 || r < 0)
+        return LLM_OK;
     llm_token il = s->syms[l].id, ir = s->syms[r].id;
-    if (il < 0 || ir < 0) return LLM_OK;
+    if (il < 0 || ir < 0)
+        return LLM_OK;
     uint32_t rank;
     int32_t result;
-    if (!merge_find(t, il, ir, &rank, &result)) return LLM_OK;
+    if (!merge_find(t, il, ir, &rank, &result))
+        return LLM_OK;
     return heap_push(s, (bigram){rank, l, r, s->syms[l].n + s->syms[r].n, result});
 }
 
 static llm_status bpe_word(const llmi_tokenizer *t, scratch *s, const char *w, size_t n,
                            llmi_tokvec *out) {
-    if (n == 0) return LLM_OK;
+    if (n == 0)
+        return LLM_OK;
     if (!grow((void **)&s->enc, &s->enc_cap, 2 * n, 1) ||
         !grow((void **)&s->syms, &s->sym_cap, n, sizeof(sym)))
         return llmi_oom("BPE word");
@@ -389,19 +456,23 @@ static llm_status bpe_word(const llmi_tokenizer *t, scratch *s, const char *w, s
     }
     if (t->ignore_merges) {
         llm_token id = llmi_tok_find(t, s->enc, el);
-        if (id >= 0) return llmi_tokvec_push(out, id);
+        if (id >= 0)
+            return llmi_tokvec_push(out, id);
     }
     s->heap_n = 0;
-    for (size_t i = 1; i < n; i++) LLMI_TRY(add_bigram(t, s, (int32_t)i - 1, (int32_t)i));
+    for (size_t i = 1; i < n; i++)
+        LLMI_TRY(add_bigram(t, s, (int32_t)i - 1, (int32_t)i));
     while (s->heap_n) {
         bigram bg = heap_pop(s);
         sym *l = &s->syms[bg.left], *r = &s->syms[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue; /* outdated */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
+            continue; /* outdated */
         l->n += r->n;
         l->id = bg.result;
         r->n = 0;
         l->next = r->next;
-        if (r->next >= 0) s->syms[r->next].prev = bg.left;
+        if (r->next >= 0)
+            s->syms[r->next].prev = bg.left;
         LLMI_TRY(add_bigram(t, s, l->prev, bg.left));
         LLMI_TRY(add_bigram(t, s, bg.left, s->syms[bg.left].next));
     }
@@ -414,7 +485,8 @@ static llm_status bpe_word(const llmi_tokenizer *t, scratch *s, const char *w, s
         /* not a token: llama.cpp emits the tokens of its single bytes, if any */
         for (uint32_t j = 0; j < y->n; j++) {
             llm_token id = llmi_tok_find(t, s->enc + y->off + j, 1);
-            if (id >= 0) LLMI_TRY(llmi_tokvec_push(out, id));
+            if (id >= 0)
+                LLMI_TRY(llmi_tokvec_push(out, id));
         }
     }
     return LLM_OK;
@@ -436,9 +508,11 @@ static llm_status tokenize(const llmi_tokenizer *t, scratch *s, pcre2_match_data
 
 llm_status llmi_bpe_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
                              llmi_tokvec *out) {
-    if (len == 0) return LLM_OK;
+    if (len == 0)
+        return LLM_OK;
     pcre2_match_data *md = pcre2_match_data_create(1, (pcre2_general_context *)t->gctx);
-    if (!md) return llmi_oom("regex match data");
+    if (!md)
+        return llmi_oom("regex match data");
     scratch s;
     memset(&s, 0, sizeof s);
     llm_status st = tokenize(t, &s, md, text, len, out);

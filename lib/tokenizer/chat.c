@@ -18,10 +18,14 @@
 
 #include <string.h>
 
-typedef struct out { char *buf; size_t cap, n; } out;
+typedef struct out {
+    char *buf;
+    size_t cap, n;
+} out;
 
 static void put(out *o, const char *s, size_t n) {
-    if (o->n + n < o->cap && n) memcpy(o->buf + o->n, s, n);
+    if (o->n + n < o->cap && n)
+        memcpy(o->buf + o->n, s, n);
     o->n += n;
 }
 static void puts_(out *o, const char *s) { put(o, s, strlen(s)); }
@@ -38,15 +42,18 @@ static void put_trimmed(out *o, const char *s) {
     while (b < e) {
         uint32_t cp;
         size_t l = llmi_tok_utf8_decode(s + b, e - b, &cp);
-        if (!py_space(cp)) break;
+        if (!py_space(cp))
+            break;
         b += l;
     }
     while (e > b) {
         size_t k = e - 1; /* start of the last character */
-        while (k > b && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+        while (k > b && ((unsigned char)s[k] & 0xc0) == 0x80)
+            k--;
         uint32_t cp;
         llmi_tok_utf8_decode(s + k, e - k, &cp);
-        if (!py_space(cp)) break;
+        if (!py_space(cp))
+            break;
         e = k;
     }
     put(o, s + b, e - b);
@@ -74,33 +81,48 @@ static llm_status find_literal(const char *tmpl, const char *prefix, const char 
             }
             char q = *p++;
             const char *start = p;
-            while (*p && *p != q) p += (*p == '\\' && p[1]) ? 2 : 1;
+            while (*p && *p != q)
+                p += (*p == '\\' && p[1]) ? 2 : 1;
             size_t raw = (size_t)(p - start);
             char *v = llmi_malloc(raw + 1);
-            if (!v) return llmi_oom("chat template literal");
+            if (!v)
+                return llmi_oom("chat template literal");
             size_t n = 0;
             for (const char *s = start; s < p; s++) {
                 if (*s == '\\' && s + 1 < p) {
                     s++;
                     switch (*s) {
-                    case 'n': v[n++] = '\n'; break;
-                    case 't': v[n++] = '\t'; break;
-                    case 'r': v[n++] = '\r'; break;
-                    case '\\': case '\'': case '"': v[n++] = *s; break;
-                    default: v[n++] = '\\'; v[n++] = *s; break;
+                    case 'n':
+                        v[n++] = '\n';
+                        break;
+                    case 't':
+                        v[n++] = '\t';
+                        break;
+                    case 'r':
+                        v[n++] = '\r';
+                        break;
+                    case '\\':
+                    case '\'':
+                    case '"':
+                        v[n++] = *s;
+                        break;
+                    default:
+                        v[n++] = '\\';
+                        v[n++] = *s;
+                        break;
                     }
                 } else {
                     v[n++] = *s;
                 }
             }
             v[n] = '\0';
-            if (n > lp + ls && memcmp(v, prefix, lp) == 0 && memcmp(v + n - ls, suffix, ls) == 0)
-            {
+            if (n > lp + ls && memcmp(v, prefix, lp) == 0 && memcmp(v + n - ls, suffix, ls) == 0) {
                 *found = v;
                 return LLM_OK;
             }
             llmi_free(v);
-            if (*p) p++;
+            if (*p)
+                p++;
         }
     }
     return LLM_OK;
@@ -109,14 +131,18 @@ static llm_status find_literal(const char *tmpl, const char *prefix, const char 
 typedef enum kind { K_NONE, K_CHATML, K_LLAMA3 } kind;
 
 static kind detect(const char *t) {
-    if (strcmp(t, "chatml") == 0) return K_CHATML;
-    if (strcmp(t, "llama3") == 0) return K_LLAMA3;
+    if (strcmp(t, "chatml") == 0)
+        return K_CHATML;
+    if (strcmp(t, "llama3") == 0)
+        return K_LLAMA3;
     if (strstr(t, "<|im_start|>")) {
         /* Phi-4 and SmolVLM use <|im_start|> but are not ChatML */
-        if (strstr(t, "<|im_sep|>") || strstr(t, "<end_of_utterance>")) return K_NONE;
+        if (strstr(t, "<|im_sep|>") || strstr(t, "<end_of_utterance>"))
+            return K_NONE;
         return K_CHATML;
     }
-    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>")) return K_LLAMA3;
+    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>"))
+        return K_LLAMA3;
     return K_NONE;
 }
 
@@ -128,7 +154,8 @@ static llm_status render(const llmi_tokenizer *t, const char *tmpl, kind k,
             (strstr(tmpl, "!= 'system'") || strstr(tmpl, "!= \"system\"") ||
              strstr(tmpl, "== 'system'") || strstr(tmpl, "== \"system\""))) {
             LLMI_TRY(find_literal(tmpl, "<|im_start|>system\n", "<|im_end|>\n", &sys));
-            if (sys) puts_(o, sys);
+            if (sys)
+                puts_(o, sys);
             llmi_free(sys);
         }
         for (size_t i = 0; i < n; i++) {
@@ -138,7 +165,8 @@ static llm_status render(const llmi_tokenizer *t, const char *tmpl, kind k,
             puts_(o, m[i].content);
             puts_(o, "<|im_end|>\n");
         }
-        if (gen) puts_(o, "<|im_start|>assistant\n");
+        if (gen)
+            puts_(o, "<|im_start|>assistant\n");
         return LLM_OK;
     }
     /* Llama 3: bos_token before the first message */
@@ -149,8 +177,10 @@ static llm_status render(const llmi_tokenizer *t, const char *tmpl, kind k,
         const char *bt = t->bos >= 0 && strstr(tmpl, "bos_token")
                              ? llmi_tokenizer_token_text(t, t->bos, &bl)
                              : NULL;
-        if (bt) put(o, bt, bl);
-        else puts_(o, "<|begin_of_text|>");
+        if (bt)
+            put(o, bt, bl);
+        else
+            puts_(o, "<|begin_of_text|>");
     }
     for (size_t i = 0; i < n; i++) {
         puts_(o, "<|start_header_id|>");
@@ -159,16 +189,20 @@ static llm_status render(const llmi_tokenizer *t, const char *tmpl, kind k,
         put_trimmed(o, m[i].content);
         puts_(o, "<|eot_id|>");
     }
-    if (gen) puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (gen)
+        puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return LLM_OK;
 }
 
 llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs, size_t n,
                            bool add_generation_prompt, char *buf, size_t cap, size_t *n_out) {
-    if (!t || !n_out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: NULL model or length");
+    if (!t || !n_out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: NULL model or length");
     *n_out = 0;
-    if (!buf && cap > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: buffer is NULL");
-    if (!msgs && n > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: messages is NULL");
+    if (!buf && cap > 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: buffer is NULL");
+    if (!msgs && n > 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: messages is NULL");
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content)
             return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: message %zu has a NULL %s", i,
@@ -176,13 +210,15 @@ llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs
         size_t lr = strlen(msgs[i].role), lc = strlen(msgs[i].content);
         if (llmi_utf8_valid_prefix(msgs[i].role, lr) != lr ||
             llmi_utf8_valid_prefix(msgs[i].content, lc) != lc)
-            return llmi_error(LLM_ERR_INVALID_UTF8, "chat: message %zu at byte %zu is not valid UTF-8",
-                              i, llmi_utf8_valid_prefix(msgs[i].role, lr) != lr
-                                     ? llmi_utf8_valid_prefix(msgs[i].role, lr)
-                                     : llmi_utf8_valid_prefix(msgs[i].content, lc));
+            return llmi_error(LLM_ERR_INVALID_UTF8,
+                              "chat: message %zu at byte %zu is not valid UTF-8", i,
+                              llmi_utf8_valid_prefix(msgs[i].role, lr) != lr
+                                  ? llmi_utf8_valid_prefix(msgs[i].role, lr)
+                                  : llmi_utf8_valid_prefix(msgs[i].content, lc));
     }
     const char *tmpl = t->chat_template;
-    if (!tmpl) return llmi_error(LLM_ERR_UNSUPPORTED, "the model has no chat template");
+    if (!tmpl)
+        return llmi_error(LLM_ERR_UNSUPPORTED, "the model has no chat template");
     kind k = detect(tmpl);
     if (k == K_NONE)
         return llmi_error(LLM_ERR_UNSUPPORTED,

@@ -11,19 +11,26 @@ static const char fffd[3] = {'\xef', '\xbf', '\xbd'};
 
 llm_status llmi_token_bytes(const llmi_tokenizer *t, llm_token id, uint32_t flags,
                             const char **bytes, size_t *n) {
-    if (!t || !bytes || !n) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "token_bytes: NULL argument");
+    if (!t || !bytes || !n)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "token_bytes: NULL argument");
     if (id < 0 || (uint32_t)id >= t->n_vocab)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "token id %d out of range (vocabulary %u)",
                           (int)id, t->n_vocab);
     *bytes = t->piece + t->piece_off[id];
     *n = t->piece_off[id + 1] - t->piece_off[id];
-    if (!(flags & LLM_DETOKENIZE_SPECIAL) && (t->attr[id] & (LLMI_ATTR_CONTROL | LLMI_ATTR_UNKNOWN)))
+    if (!(flags & LLM_DETOKENIZE_SPECIAL) &&
+        (t->attr[id] & (LLMI_ATTR_CONTROL | LLMI_ATTR_UNKNOWN)))
         *n = 0;
     return LLM_OK;
 }
 
 /* Two byte ranges read as one: the held-back bytes, then the new piece. */
-typedef struct seq { const unsigned char *a; size_t na; const unsigned char *b; size_t n; } seq;
+typedef struct seq {
+    const unsigned char *a;
+    size_t na;
+    const unsigned char *b;
+    size_t n;
+} seq;
 
 static inline unsigned char at(const seq *s, size_t i) {
     return i < s->na ? s->a[i] : s->b[i - s->na];
@@ -33,26 +40,33 @@ static inline unsigned char at(const seq *s, size_t i) {
  * a valid but unfinished prefix; < 0 minus the length of an invalid part. */
 static int check(const seq *s, size_t i) {
     unsigned c = at(s, i);
-    if (c < 0x80) return 1;
+    if (c < 0x80)
+        return 1;
     int len;
     unsigned lo = 0x80, hi = 0xbf;
     if (c >= 0xc2 && c <= 0xdf) {
         len = 2;
     } else if (c >= 0xe0 && c <= 0xef) {
         len = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
+        if (c == 0xe0)
+            lo = 0xa0;
+        if (c == 0xed)
+            hi = 0x9f;
     } else if (c >= 0xf0 && c <= 0xf4) {
         len = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
+        if (c == 0xf0)
+            lo = 0x90;
+        if (c == 0xf4)
+            hi = 0x8f;
     } else {
         return -1;
     }
     for (int k = 1; k < len; k++) {
-        if (i + (size_t)k >= s->n) return 0;
+        if (i + (size_t)k >= s->n)
+            return 0;
         unsigned b = at(s, i + (size_t)k);
-        if (b < lo || b > hi) return -k;
+        if (b < lo || b > hi)
+            return -k;
         lo = 0x80;
         hi = 0xbf;
     }
@@ -68,12 +82,15 @@ static size_t decode(const seq *s, bool final, char *out, size_t *used) {
         int r = check(s, i);
         if (r > 0) {
             if (out)
-                for (int k = 0; k < r; k++) out[o + (size_t)k] = (char)at(s, i + (size_t)k);
+                for (int k = 0; k < r; k++)
+                    out[o + (size_t)k] = (char)at(s, i + (size_t)k);
             o += (size_t)r;
             i += (size_t)r;
         } else {
-            if (r == 0 && !final) break;
-            if (out) memcpy(out + o, fffd, 3);
+            if (r == 0 && !final)
+                break;
+            if (out)
+                memcpy(out + o, fffd, 3);
             o += 3;
             i += r == 0 ? s->n - i : (size_t)-r;
         }
@@ -113,7 +130,8 @@ static llm_status feed(const llmi_detok *d, llm_token id, char *out, size_t *n_o
         next->first = first;
         size_t rest = s.n - used; /* < 4: an unfinished character */
         unsigned char tmp[8];
-        for (size_t k = 0; k < rest; k++) tmp[k] = at(&s, used + k);
+        for (size_t k = 0; k < rest; k++)
+            tmp[k] = at(&s, used + k);
         memcpy(next->pending, tmp, rest);
         next->n_pending = rest;
     }
@@ -121,14 +139,17 @@ static llm_status feed(const llmi_detok *d, llm_token id, char *out, size_t *n_o
 }
 
 static llm_status out_check(char *buf, size_t cap, size_t *n) {
-    if (!n) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: n_bytes is NULL");
-    if (!buf && cap > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: buffer is NULL");
+    if (!n)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: n_bytes is NULL");
+    if (!buf && cap > 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: buffer is NULL");
     return LLM_OK;
 }
 
 llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, size_t *n) {
     LLMI_TRY(out_check(buf, cap, n));
-    if (!d || !d->tok) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenizer is NULL");
+    if (!d || !d->tok)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenizer is NULL");
     size_t need;
     LLMI_TRY(feed(d, id, NULL, &need, NULL));
     *n = need;
@@ -144,7 +165,8 @@ llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, s
 
 llm_status llmi_detok_flush(llmi_detok *d, char *buf, size_t cap, size_t *n) {
     LLMI_TRY(out_check(buf, cap, n));
-    if (!d || !d->tok) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenizer is NULL");
+    if (!d || !d->tok)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenizer is NULL");
     seq s = {(const unsigned char *)d->pending, d->n_pending, NULL, d->n_pending};
     size_t used, need = decode(&s, true, NULL, &used);
     *n = need;
@@ -165,7 +187,8 @@ static llm_status run_all(const llmi_tokenizer *t, const llm_token *tokens, size
     size_t o = 0, k;
     for (size_t i = 0; i < n; i++) {
         LLMI_TRY(feed(&d, tokens[i], out ? out + o : NULL, &k, &next));
-        if (o + k < o) return llmi_error(LLM_ERR_LIMIT, "detokenized text too long");
+        if (o + k < o)
+            return llmi_error(LLM_ERR_LIMIT, "detokenized text too long");
         o += k;
         d = next;
     }
@@ -180,8 +203,10 @@ llm_status llmi_detokenize(const llmi_tokenizer *t, const llm_token *tokens, siz
                            uint32_t flags, char *buf, size_t cap, size_t *n_out) {
     LLMI_TRY(out_check(buf, cap, n_out));
     *n_out = 0;
-    if (!t) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: tokenizer is NULL");
-    if (!tokens && n > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: tokens is NULL");
+    if (!t)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: tokenizer is NULL");
+    if (!tokens && n > 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "detokenize: tokens is NULL");
     size_t need;
     LLMI_TRY(run_all(t, tokens, n, flags, NULL, &need));
     *n_out = need;

@@ -86,8 +86,12 @@ bool llmi_tokenizer_add_eos(const llmi_tokenizer *t);
 /* Token attributes (llama.cpp's llama_token_attr, which the file's
  * token_type and a few name-based rules produce). */
 enum {
-    LLMI_ATTR_UNKNOWN = 1u << 0, LLMI_ATTR_UNUSED = 1u << 1, LLMI_ATTR_NORMAL = 1u << 2,
-    LLMI_ATTR_CONTROL = 1u << 3, LLMI_ATTR_USER_DEFINED = 1u << 4, LLMI_ATTR_BYTE = 1u << 5,
+    LLMI_ATTR_UNKNOWN = 1u << 0,
+    LLMI_ATTR_UNUSED = 1u << 1,
+    LLMI_ATTR_NORMAL = 1u << 2,
+    LLMI_ATTR_CONTROL = 1u << 3,
+    LLMI_ATTR_USER_DEFINED = 1u << 4,
+    LLMI_ATTR_BYTE = 1u << 5,
 };
 
 typedef enum llmi_tok_model { LLMI_TOKMODEL_BPE = 1, LLMI_TOKMODEL_SPM = 2 } llmi_tok_model;
@@ -104,12 +108,15 @@ typedef enum llmi_tok_pre {
 
 /* Open-addressing hash set of token ids keyed by their text: slots hold
  * id + 1 (0 = empty); texts are compared in the tokenizer's text pool. */
-typedef struct llmi_tok_strmap { uint32_t *slots; uint32_t mask; } llmi_tok_strmap;
+typedef struct llmi_tok_strmap {
+    uint32_t *slots;
+    uint32_t mask;
+} llmi_tok_strmap;
 /* Open-addressing map from a (left, right) token-id pair to a merge. */
 typedef struct llmi_tok_pairmap {
-    uint64_t *keys;    /* (left << 32 | right) + 1; 0 = empty */
-    uint32_t *rank;    /* merge priority: line number in tokenizer.ggml.merges */
-    int32_t *result;   /* id of the merged text, -1 if not in the vocabulary */
+    uint64_t *keys;  /* (left << 32 | right) + 1; 0 = empty */
+    uint32_t *rank;  /* merge priority: line number in tokenizer.ggml.merges */
+    int32_t *result; /* id of the merged text, -1 if not in the vocabulary */
     uint32_t mask;
 } llmi_tok_pairmap;
 
@@ -125,16 +132,16 @@ struct llmi_tokenizer {
     uint32_t *piece_off; /* n_vocab + 1 offsets into piece */
     float *score;
     uint16_t *attr;
-    uint8_t *type;       /* file token_type, clamped to 0..255 */
-    uint8_t *eog;        /* 1 = ends generation */
+    uint8_t *type; /* file token_type, clamped to 0..255 */
+    uint8_t *eog;  /* 1 = ends generation */
     llmi_tok_strmap map;
     llmi_tok_pairmap merges;
     int32_t byte_tok[256]; /* BPE: token of a byte's mapped char; SPM: <0xNN> */
     int32_t *special;      /* control/user-defined/unknown ids, longest text first */
     uint32_t n_special;
-    void *re[4];           /* pcre2_code_8 *, applied in order */
+    void *re[4]; /* pcre2_code_8 *, applied in order */
     uint32_t n_re;
-    void *gctx;            /* pcre2_general_context_8 * using llmi_malloc */
+    void *gctx; /* pcre2_general_context_8 * using llmi_malloc */
     llm_token bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     char *chat_template;
@@ -150,7 +157,10 @@ static inline const char *llmi_tok_str(const llmi_tokenizer *t, llm_token id) {
 llm_token llmi_tok_find(const llmi_tokenizer *t, const char *s, size_t n);
 
 /* Growable token vector used while tokenizing. */
-typedef struct llmi_tokvec { llm_token *v; size_t n, cap; } llmi_tokvec;
+typedef struct llmi_tokvec {
+    llm_token *v;
+    size_t n, cap;
+} llmi_tokvec;
 llm_status llmi_tokvec_push(llmi_tokvec *tv, llm_token id);
 
 /* bpe.c: regexes and merges for a "gpt2" model; tokenizes one fragment

@@ -1,9 +1,8 @@
 /* Vocabulary: loading tokenizer.ggml.* from GGUF, token lookup by text,
- * special-token ids and attributes, and the tokenize entry point shared by
- * the BPE and SentencePiece models.
+ * special-token ids and attributes, decoded token pieces, accessors.
  *
  * Behaviour follows llama.cpp's llama-vocab.cpp (defaults, end-of-generation
- * detection, the special-token partition) so token ids match it exactly. */
+ * detection, token attributes) so ids and pieces match it exactly. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "tokenizer/tokenizer.h"
 
@@ -28,7 +27,8 @@ uint64_t llmi_tok_hash(const void *p, size_t n) {
 
 static uint32_t pow2_at_least(uint64_t n) {
     uint32_t c = 16;
-    while (c < n && c < (1u << 31)) c <<= 1;
+    while (c < n && c < (1u << 31))
+        c <<= 1;
     return c;
 }
 
@@ -37,9 +37,11 @@ llm_token llmi_tok_find(const llmi_tokenizer *t, const char *s, size_t n) {
     uint32_t i = (uint32_t)llmi_tok_hash(s, n) & m->mask;
     for (;;) {
         uint32_t v = m->slots[i];
-        if (v == 0) return -1;
+        if (v == 0)
+            return -1;
         llm_token id = (llm_token)(v - 1);
-        if (llmi_tok_len(t, id) == n && memcmp(llmi_tok_str(t, id), s, n) == 0) return id;
+        if (llmi_tok_len(t, id) == n && memcmp(llmi_tok_str(t, id), s, n) == 0)
+            return id;
         i = (i + 1) & m->mask;
     }
 }
@@ -47,7 +49,8 @@ llm_token llmi_tok_find(const llmi_tokenizer *t, const char *s, size_t n) {
 static llm_status map_build(llmi_tokenizer *t) {
     uint32_t cap = pow2_at_least((uint64_t)t->n_vocab * 2);
     t->map.slots = llmi_calloc(cap, sizeof(uint32_t));
-    if (!t->map.slots) return llmi_oom("token map");
+    if (!t->map.slots)
+        return llmi_oom("token map");
     t->map.mask = cap - 1;
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         const char *s = llmi_tok_str(t, (llm_token)id);
@@ -55,9 +58,11 @@ static llm_status map_build(llmi_tokenizer *t) {
         uint32_t i = (uint32_t)llmi_tok_hash(s, n) & t->map.mask;
         for (;;) {
             uint32_t v = t->map.slots[i];
-            if (v == 0) break;
+            if (v == 0)
+                break;
             llm_token o = (llm_token)(v - 1);
-            if (llmi_tok_len(t, o) == n && memcmp(llmi_tok_str(t, o), s, n) == 0) break;
+            if (llmi_tok_len(t, o) == n && memcmp(llmi_tok_str(t, o), s, n) == 0)
+                break;
             i = (i + 1) & t->map.mask;
         }
         t->map.slots[i] = id + 1; /* a duplicate text maps to its last id */
@@ -65,56 +70,11 @@ static llm_status map_build(llmi_tokenizer *t) {
     return LLM_OK;
 }
 
-llm_status llmi_tokvec_push(llmi_tokvec *tv, llm_token id) {
-    if (tv->n == tv->cap) {
-        size_t nc = tv->cap ? tv->cap * 2 : 64, bytes;
-        if (!llmi_mul_ok(nc, sizeof(llm_token), &bytes)) return llmi_oom("token buffer");
-        llm_token *v = llmi_realloc(tv->v, bytes);
-        if (!v) return llmi_oom("token buffer");
-        tv->v = v;
-        tv->cap = nc;
-    }
-    tv->v[tv->n++] = id;
-    return LLM_OK;
-}
-
-/* ---- UTF-8 ---- */
-
-size_t llmi_tok_utf8_encode(uint32_t c, char *o) {
-    unsigned char *u = (unsigned char *)o;
-    if (c < 0x80) { u[0] = (unsigned char)c; return 1; }
-    if (c < 0x800) {
-        u[0] = (unsigned char)(0xc0 | (c >> 6));
-        u[1] = (unsigned char)(0x80 | (c & 0x3f));
-        return 2;
-    }
-    if (c < 0x10000) {
-        u[0] = (unsigned char)(0xe0 | (c >> 12));
-        u[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-        u[2] = (unsigned char)(0x80 | (c & 0x3f));
-        return 3;
-    }
-    u[0] = (unsigned char)(0xf0 | (c >> 18));
-    u[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
-    u[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-    u[3] = (unsigned char)(0x80 | (c & 0x3f));
-    return 4;
-}
-
-size_t llmi_tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t len = (size_t)llmi_utf8_seq_len(u[0]);
-    if (len == 0 || len > n) { *cp = u[0]; return 1; } /* not reached on valid text */
-    uint32_t c = len == 1 ? u[0] : len == 2 ? (u[0] & 0x1fu) : len == 3 ? (u[0] & 0x0fu) : (u[0] & 0x07u);
-    for (size_t i = 1; i < len; i++) c = (c << 6) | (u[i] & 0x3fu);
-    *cp = c;
-    return len;
-}
-
 /* ---- loading ---- */
 
 static llm_status missing(llm_status st, const char *key) {
-    if (st == LLM_ERR_NOT_FOUND) return llmi_error(LLM_ERR_BAD_FORMAT, "missing key '%s'", key);
+    if (st == LLM_ERR_NOT_FOUND)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "missing key '%s'", key);
     return st;
 }
 
@@ -124,13 +84,20 @@ static bool str_is(llmi_str s, const char *c) { return llmi_str_eq(s, c); }
  * leave *id as it is (llama.cpp keeps its default then). */
 static void get_id(const llmi_gguf *g, const char *key, uint32_t n_vocab, llm_token *id) {
     const llmi_gguf_kv *kv = llmi_gguf_find(g, key);
-    if (!kv) return;
+    if (!kv)
+        return;
     int64_t v;
     switch (kv->type) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_U16: case LLMI_GGUF_U32: case LLMI_GGUF_U64:
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_U64:
         v = kv->scalar.u > (uint64_t)INT32_MAX ? -1 : (int64_t)kv->scalar.u;
         break;
-    case LLMI_GGUF_I8: case LLMI_GGUF_I16: case LLMI_GGUF_I32: case LLMI_GGUF_I64:
+    case LLMI_GGUF_I8:
+    case LLMI_GGUF_I16:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_I64:
         v = kv->scalar.i;
         break;
     default:
@@ -147,7 +114,8 @@ static void get_id(const llmi_gguf *g, const char *key, uint32_t n_vocab, llm_to
 
 static void get_flag(const llmi_gguf *g, const char *key, bool *out) {
     const llmi_gguf_kv *kv = llmi_gguf_find(g, key);
-    if (kv && kv->type == LLMI_GGUF_BOOL) *out = kv->scalar.b;
+    if (kv && kv->type == LLMI_GGUF_BOOL)
+        *out = kv->scalar.b;
 }
 
 static bool text_is(const llmi_tokenizer *t, llm_token id, const char *s) {
@@ -155,32 +123,66 @@ static bool text_is(const llmi_tokenizer *t, llm_token id, const char *s) {
     return llmi_tok_len(t, id) == n && memcmp(llmi_tok_str(t, id), s, n) == 0;
 }
 
-static const char *const eot_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>",
-    "<end_of_utterance>", NULL};
+static const char *const eot_names[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81"
+                                        "of\xe2\x96\x81"
+                                        "sentence\xef\xbd\x9c>",
+                                        "<end_of_utterance>",
+                                        NULL};
 static const char *const eom_names[] = {"<|eom_id|>", NULL};
-static const char *const fim_pad_names[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                            "[PAD]", NULL};
+static const char *const fim_pad_names[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                            "<PAD>",       "[PAD]",     NULL};
 static const char *const fim_rep_names[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                            "<REPO>", "<reponame>", NULL};
-static const char *const fim_sep_names[] = {"<|file_sep|>", "<file_sep>", NULL};
-static const char *const eog_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
-    "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", "[e~[", NULL};
+                                            "<REPO>",       "<reponame>",    NULL};
+static const char *const fim_sep_names[] = {"<|file_sep|>", NULL};
+static const char *const eog_names[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<|flush|>",
+                                        "<|calls|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "</s>",
+                                        "<|eom_id|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "[EOS]",
+                                        "<|end_of_text|>",
+                                        "<end_of_utterance>",
+                                        "<eos>",
+                                        "<turn|>",
+                                        "<|tool_response>",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81"
+                                        "of\xe2\x96\x81"
+                                        "sentence\xef\xbd\x9c>",
+                                        "[e~[",
+                                        NULL};
 
 /* Finds the lowest id whose text is in `names` when *id is unset, and marks
  * it as a control token (llama.cpp overrides the type the same way). */
 static void detect(llmi_tokenizer *t, const char *const *names, llm_token *id) {
-    if (*id != LLM_TOKEN_NONE) return;
+    if (*id != LLM_TOKEN_NONE)
+        return;
     for (const char *const *n = names; *n; n++) {
         llm_token f = llmi_tok_find(t, *n, strlen(*n));
-        if (f >= 0 && (*id == LLM_TOKEN_NONE || f < *id)) *id = f;
+        if (f >= 0 && (*id == LLM_TOKEN_NONE || f < *id))
+            *id = f;
     }
-    if (*id != LLM_TOKEN_NONE) t->attr[*id] |= LLMI_ATTR_CONTROL;
+    if (*id != LLM_TOKEN_NONE)
+        t->attr[*id] |= LLMI_ATTR_CONTROL;
 }
 
 static llm_token find_cstr(const llmi_tokenizer *t, const char *s) {
@@ -199,36 +201,47 @@ static llm_status load_eog(llmi_tokenizer *t, const llmi_gguf *g) {
     detect(t, fim_sep_names, &fim_sep);
 
     t->eog = llmi_calloc(t->n_vocab, 1);
-    if (!t->eog) return llmi_oom("end-of-generation set");
+    if (!t->eog)
+        return llmi_oom("end-of-generation set");
     llm_token fixed[] = {fim_pad, fim_rep, fim_sep, t->eos, t->eot, t->eom};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-        if (fixed[i] != LLM_TOKEN_NONE) t->eog[fixed[i]] = 1;
+        if (fixed[i] != LLM_TOKEN_NONE)
+            t->eog[fixed[i]] = 1;
     for (const char *const *n = eog_names; *n; n++) {
         llm_token id = find_cstr(t, *n);
-        if (id < 0) continue;
+        if (id < 0)
+            continue;
         t->eog[id] = 1;
         t->attr[id] |= LLMI_ATTR_CONTROL;
     }
     /* gpt-oss: these always render */
-    static const char *const always[] = {"<|channel|>", "<|message|>", "<|start|>",
-                                         "<|constrain|>", NULL};
+    static const char *const always[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>",
+                                         NULL};
     for (const char *const *n = always; *n; n++) {
         llm_token id = find_cstr(t, *n);
-        if (id >= 0) t->attr[id] = LLMI_ATTR_USER_DEFINED;
+        if (id >= 0)
+            t->attr[id] = LLMI_ATTR_USER_DEFINED;
     }
     /* o200k_harmony / solar-open: <|end|> is not an end of generation there */
     bool has_return = false, has_call = false, has_flush = false;
     llm_token end_id = LLM_TOKEN_NONE, s_id = LLM_TOKEN_NONE;
     bool normal_s = false;
     for (uint32_t id = 0; id < t->n_vocab; id++) {
-        if (!t->eog[id]) continue;
+        if (!t->eog[id])
+            continue;
         llm_token i = (llm_token)id;
-        if (text_is(t, i, "<|return|>")) has_return = true;
-        else if (text_is(t, i, "<|call|>") || text_is(t, i, "<|calls|>")) has_call = true;
-        else if (text_is(t, i, "<|flush|>")) has_flush = true;
-        else if (text_is(t, i, "<|end|>")) end_id = i;
-        if (text_is(t, i, "<|tool_response>") || text_is(t, i, "<|plamo:eos|>")) normal_s = true;
-        else if (text_is(t, i, "</s>")) s_id = i;
+        if (text_is(t, i, "<|return|>"))
+            has_return = true;
+        else if (text_is(t, i, "<|call|>") || text_is(t, i, "<|calls|>"))
+            has_call = true;
+        else if (text_is(t, i, "<|flush|>"))
+            has_flush = true;
+        else if (text_is(t, i, "<|end|>"))
+            end_id = i;
+        if (text_is(t, i, "<|tool_response>") || text_is(t, i, "<|plamo:eos|>"))
+            normal_s = true;
+        else if (text_is(t, i, "</s>"))
+            s_id = i;
     }
     if (end_id != LLM_TOKEN_NONE && ((has_return && has_call) || (has_call && has_flush))) {
         t->eog[end_id] = 0;
@@ -243,7 +256,8 @@ static llm_status load_eog(llmi_tokenizer *t, const llmi_gguf *g) {
 
 static int special_cmp_len(const llmi_tokenizer *t, int32_t a, int32_t b) {
     uint32_t la = llmi_tok_len(t, a), lb = llmi_tok_len(t, b);
-    if (la != lb) return la > lb ? -1 : 1;
+    if (la != lb)
+        return la > lb ? -1 : 1;
     return a < b ? -1 : a > b;
 }
 
@@ -251,12 +265,15 @@ static llm_status build_special(llmi_tokenizer *t) {
     uint32_t n = 0;
     const uint16_t mask = LLMI_ATTR_CONTROL | LLMI_ATTR_USER_DEFINED | LLMI_ATTR_UNKNOWN;
     for (uint32_t id = 0; id < t->n_vocab; id++)
-        if (t->attr[id] & mask) n++;
+        if (t->attr[id] & mask)
+            n++;
     t->special = llmi_malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    if (!t->special) return llmi_oom("special token list");
+    if (!t->special)
+        return llmi_oom("special token list");
     n = 0;
     for (uint32_t id = 0; id < t->n_vocab; id++)
-        if (t->attr[id] & mask) t->special[n++] = (int32_t)id;
+        if (t->attr[id] & mask)
+            t->special[n++] = (int32_t)id;
     t->n_special = n;
     /* insertion sort is fine for the few hundred a vocabulary has; fall back
      * to a simple shell sort for the rare huge lists */
@@ -280,18 +297,21 @@ static size_t piece_of(const llmi_tokenizer *t, llm_token id, char *out) {
     size_t n = llmi_tok_len(t, id), o = 0;
     uint16_t a = t->attr[id];
     if (a & (LLMI_ATTR_UNKNOWN | LLMI_ATTR_CONTROL | LLMI_ATTR_USER_DEFINED)) {
-        if (out) memcpy(out, s, n);
+        if (out)
+            memcpy(out, s, n);
         return n;
     }
     if (a & LLMI_ATTR_NORMAL) {
         if (t->model == LLMI_TOKMODEL_SPM) {
             for (size_t i = 0; i < n;) {
                 if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
-                    if (out) out[o] = ' ';
+                    if (out)
+                        out[o] = ' ';
                     o++;
                     i += 3;
                 } else {
-                    if (out) out[o] = s[i];
+                    if (out)
+                        out[o] = s[i];
                     o++;
                     i++;
                 }
@@ -303,7 +323,8 @@ static size_t piece_of(const llmi_tokenizer *t, llm_token id, char *out) {
             size_t l = llmi_tok_utf8_decode(s + i, n - i, &cp);
             int b = llmi_bpe_cp_byte(cp);
             if (b >= 0) {
-                if (out) out[o] = (char)b;
+                if (out)
+                    out[o] = (char)b;
                 o++;
             } else { /* llama.cpp's marker for a character outside the byte map */
                 char tmp[64];
@@ -332,12 +353,14 @@ static size_t piece_of(const llmi_tokenizer *t, llm_token id, char *out) {
             uint32_t cp;
             llmi_tok_utf8_decode(s, n, &cp);
             int b = llmi_bpe_cp_byte(cp);
-            if (b < 0) return 0;
+            if (b < 0)
+                return 0;
             v = (unsigned)b;
         } else {
             return 0;
         }
-        if (out) out[0] = (char)v;
+        if (out)
+            out[0] = (char)v;
         return 1;
     }
     return 0; /* unused / undefined tokens render as nothing */
@@ -346,16 +369,20 @@ static size_t piece_of(const llmi_tokenizer *t, llm_token id, char *out) {
 static llm_status build_pieces(llmi_tokenizer *t) {
     size_t total = 0;
     t->piece_off = llmi_malloc(((size_t)t->n_vocab + 1) * sizeof(uint32_t));
-    if (!t->piece_off) return llmi_oom("token pieces");
+    if (!t->piece_off)
+        return llmi_oom("token pieces");
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         t->piece_off[id] = (uint32_t)total;
         total += piece_of(t, (llm_token)id, NULL);
-        if (total > UINT32_MAX) return llmi_error(LLM_ERR_LIMIT, "token texts too large");
+        if (total > UINT32_MAX)
+            return llmi_error(LLM_ERR_LIMIT, "token texts too large");
     }
     t->piece_off[t->n_vocab] = (uint32_t)total;
     t->piece = llmi_malloc(total ? total : 1);
-    if (!t->piece) return llmi_oom("token pieces");
-    for (uint32_t id = 0; id < t->n_vocab; id++) piece_of(t, (llm_token)id, t->piece + t->piece_off[id]);
+    if (!t->piece)
+        return llmi_oom("token pieces");
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        piece_of(t, (llm_token)id, t->piece + t->piece_off[id]);
     return LLM_OK;
 }
 
@@ -370,13 +397,16 @@ static llm_status load_texts(llmi_tokenizer *t, const llmi_gguf_kv *toks) {
     char tmp[32];
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         uint64_t l = cstr_len(toks->arr_strs[i]);
-        if (l == 0) l = (uint64_t)snprintf(tmp, sizeof tmp, "[EMPTY_%u]", i);
-        if (l > UINT32_MAX - total) return llmi_error(LLM_ERR_LIMIT, "token texts too large");
+        if (l == 0)
+            l = (uint64_t)snprintf(tmp, sizeof tmp, "[EMPTY_%u]", i);
+        if (l > UINT32_MAX - total)
+            return llmi_error(LLM_ERR_LIMIT, "token texts too large");
         total += (size_t)l;
     }
     t->text = llmi_malloc(total ? total : 1);
     t->text_off = llmi_malloc(((size_t)t->n_vocab + 1) * sizeof(uint32_t));
-    if (!t->text || !t->text_off) return llmi_oom("token texts");
+    if (!t->text || !t->text_off)
+        return llmi_oom("token texts");
     size_t o = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         t->text_off[i] = (uint32_t)o;
@@ -401,7 +431,8 @@ static llm_status load_scores_types(llmi_tokenizer *t, const llmi_gguf *g) {
     t->score = llmi_calloc(n, sizeof(float));
     t->attr = llmi_calloc(n, sizeof(uint16_t));
     t->type = llmi_calloc(n, 1);
-    if (!t->score || !t->attr || !t->type) return llmi_oom("token attributes");
+    if (!t->score || !t->attr || !t->type)
+        return llmi_oom("token attributes");
 
     const llmi_gguf_kv *kv = llmi_gguf_find(g, "tokenizer.ggml.scores");
     if (kv) {
@@ -434,16 +465,31 @@ static llm_status load_scores_types(llmi_tokenizer *t, const llmi_gguf *g) {
     }
     for (uint32_t i = 0; i < n; i++) {
         int32_t ty = LLMI_TOKTYPE_NORMAL;
-        if (kv) memcpy(&ty, kv->arr_data + 4 * (size_t)i, 4);
+        if (kv)
+            memcpy(&ty, kv->arr_data + 4 * (size_t)i, 4);
         t->type[i] = (uint8_t)(ty < 0 || ty > 255 ? 0 : ty);
         switch (ty) {
-        case LLMI_TOKTYPE_NORMAL: t->attr[i] = LLMI_ATTR_NORMAL; break;
-        case LLMI_TOKTYPE_UNKNOWN: t->attr[i] = LLMI_ATTR_UNKNOWN; break;
-        case LLMI_TOKTYPE_CONTROL: t->attr[i] = LLMI_ATTR_CONTROL; break;
-        case LLMI_TOKTYPE_USER_DEFINED: t->attr[i] = LLMI_ATTR_USER_DEFINED; break;
-        case LLMI_TOKTYPE_UNUSED: t->attr[i] = LLMI_ATTR_UNUSED; break;
-        case LLMI_TOKTYPE_BYTE: t->attr[i] = LLMI_ATTR_BYTE; break;
-        default: t->attr[i] = 0; break;
+        case LLMI_TOKTYPE_NORMAL:
+            t->attr[i] = LLMI_ATTR_NORMAL;
+            break;
+        case LLMI_TOKTYPE_UNKNOWN:
+            t->attr[i] = LLMI_ATTR_UNKNOWN;
+            break;
+        case LLMI_TOKTYPE_CONTROL:
+            t->attr[i] = LLMI_ATTR_CONTROL;
+            break;
+        case LLMI_TOKTYPE_USER_DEFINED:
+            t->attr[i] = LLMI_ATTR_USER_DEFINED;
+            break;
+        case LLMI_TOKTYPE_UNUSED:
+            t->attr[i] = LLMI_ATTR_UNUSED;
+            break;
+        case LLMI_TOKTYPE_BYTE:
+            t->attr[i] = LLMI_ATTR_BYTE;
+            break;
+        default:
+            t->attr[i] = 0;
+            break;
         }
     }
     return LLM_OK;
@@ -454,7 +500,8 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     LLMI_TRY(missing(llmi_gguf_get_str(g, "tokenizer.ggml.model", true, &model),
                      "tokenizer.ggml.model"));
     const llmi_gguf_kv *prekv = llmi_gguf_find(g, "tokenizer.ggml.pre");
-    if (prekv) LLMI_TRY(llmi_gguf_get_str(g, "tokenizer.ggml.pre", false, &pre));
+    if (prekv)
+        LLMI_TRY(llmi_gguf_get_str(g, "tokenizer.ggml.pre", false, &pre));
 
     if (str_is(model, "gpt2")) {
         t->model = LLMI_TOKMODEL_BPE;
@@ -488,7 +535,8 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
         size_t n = pre.len < sizeof name - 1 ? (size_t)pre.len : sizeof name - 1;
         memcpy(name, pre.ptr, n);
         name[n] = '\0';
-        if (pre.len >= sizeof name) name[0] = '?'; /* too long to be a known name */
+        if (pre.len >= sizeof name)
+            name[0] = '?'; /* too long to be a known name */
         LLMI_TRY(llmi_bpe_init(t, g, prekv ? name : NULL));
     } else {
         t->pre = LLMI_PRE_NONE;
@@ -497,7 +545,8 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
             char buf[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
             char one = (char)b;
             t->byte_tok[b] = llmi_tok_find(t, buf, 6);
-            if (t->byte_tok[b] < 0) t->byte_tok[b] = llmi_tok_find(t, &one, 1);
+            if (t->byte_tok[b] < 0)
+                t->byte_tok[b] = llmi_tok_find(t, &one, 1);
         }
     }
     get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
@@ -505,7 +554,8 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     /* default ids that fall outside the vocabulary are disabled */
     llm_token *ids[] = {&t->bos, &t->eos, &t->unk};
     for (size_t i = 0; i < 3; i++)
-        if (*ids[i] >= 0 && (uint32_t)*ids[i] >= t->n_vocab) *ids[i] = LLM_TOKEN_NONE;
+        if (*ids[i] >= 0 && (uint32_t)*ids[i] >= t->n_vocab)
+            *ids[i] = LLM_TOKEN_NONE;
     get_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos);
     get_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos);
     get_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab, &t->eot);
@@ -522,17 +572,21 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     const llmi_gguf_kv *ct = llmi_gguf_find(g, "tokenizer.chat_template");
     if (ct && ct->type == LLMI_GGUF_STRING) {
         t->chat_template = llmi_strndup(ct->str.ptr, (size_t)ct->str.len);
-        if (!t->chat_template) return llmi_oom("chat template");
+        if (!t->chat_template)
+            return llmi_oom("chat template");
     }
     return LLM_OK;
 }
 
 llm_status llmi_tokenizer_load(const llmi_gguf *g, llmi_tokenizer **out) {
-    if (!out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenizer_load: out is NULL");
+    if (!out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenizer_load: out is NULL");
     *out = NULL;
-    if (!g) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenizer_load: file is NULL");
+    if (!g)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenizer_load: file is NULL");
     llmi_tokenizer *t = llmi_calloc(1, sizeof *t);
-    if (!t) return llmi_oom("tokenizer");
+    if (!t)
+        return llmi_oom("tokenizer");
     t->bos = t->eos = t->eot = t->eom = t->unk = t->pad = LLM_TOKEN_NONE;
     llm_status st = load(t, g);
     if (st != LLM_OK) {
@@ -545,7 +599,8 @@ llm_status llmi_tokenizer_load(const llmi_gguf *g, llmi_tokenizer **out) {
 }
 
 void llmi_tokenizer_free(llmi_tokenizer *t) {
-    if (!t) return;
+    if (!t)
+        return;
     llmi_bpe_free(t);
     llmi_free(t->text);
     llmi_free(t->text_off);
@@ -588,166 +643,13 @@ const char *llmi_tokenizer_chat_template(const llmi_tokenizer *t) {
 }
 
 const char *llmi_tokenizer_token_text(const llmi_tokenizer *t, llm_token id, size_t *len) {
-    if (!valid_id(t, id)) return NULL;
-    if (len) *len = llmi_tok_len(t, id);
+    if (!valid_id(t, id))
+        return NULL;
+    if (len)
+        *len = llmi_tok_len(t, id);
     return llmi_tok_str(t, id);
 }
 
 int llmi_tokenizer_token_type(const llmi_tokenizer *t, llm_token id) {
     return valid_id(t, id) ? t->type[id] : 0;
-}
-
-/* ---- tokenize ---- */
-
-/* A piece of the input: raw text [off, off+len) or a special token. */
-typedef struct frag { size_t off, len; llm_token id; } frag;
-typedef struct fragvec { frag *v; size_t n, cap; } fragvec;
-
-static llm_status frag_push(fragvec *f, size_t off, size_t len, llm_token id) {
-    if (f->n == f->cap) {
-        size_t nc = f->cap ? f->cap * 2 : 16, bytes;
-        if (!llmi_mul_ok(nc, sizeof(frag), &bytes)) return llmi_oom("text fragments");
-        frag *v = llmi_realloc(f->v, bytes);
-        if (!v) return llmi_oom("text fragments");
-        f->v = v;
-        f->cap = nc;
-    }
-    f->v[f->n++] = (frag){off, len, id};
-    return LLM_OK;
-}
-
-/* llama.cpp's tokenizer_st_partition: for each special token, longest text
- * first, split every remaining raw fragment at each of its occurrences.
- * Control and unknown tokens take part only when parsing specials;
- * user-defined tokens always do. */
-static llm_status partition(const llmi_tokenizer *t, const char *text, size_t len,
-                            bool parse_special, fragvec *a, fragvec *b) {
-    if (len == 0) return LLM_OK;
-    LLMI_TRY(frag_push(a, 0, len, LLM_TOKEN_NONE));
-    for (uint32_t k = 0; k < t->n_special; k++) {
-        llm_token sid = t->special[k];
-        if (!parse_special && (t->attr[sid] & (LLMI_ATTR_CONTROL | LLMI_ATTR_UNKNOWN))) continue;
-        const char *s = llmi_tok_str(t, sid);
-        size_t sl = llmi_tok_len(t, sid);
-        bool any = false;
-        for (size_t i = 0; i < a->n && !any; i++)
-            any = a->v[i].id == LLM_TOKEN_NONE && a->v[i].len >= sl &&
-                  memmem(text + a->v[i].off, a->v[i].len, s, sl) != NULL;
-        if (!any) continue;
-        b->n = 0;
-        for (size_t i = 0; i < a->n; i++) {
-            frag f = a->v[i];
-            if (f.id != LLM_TOKEN_NONE) {
-                LLMI_TRY(frag_push(b, f.off, f.len, f.id));
-                continue;
-            }
-            size_t pos = f.off, end = f.off + f.len;
-            while (pos < end) {
-                const char *m = end - pos >= sl ? memmem(text + pos, end - pos, s, sl) : NULL;
-                if (!m) break;
-                size_t at = (size_t)(m - text);
-                if (at > pos) LLMI_TRY(frag_push(b, pos, at - pos, LLM_TOKEN_NONE));
-                LLMI_TRY(frag_push(b, at, sl, sid));
-                pos = at + sl;
-            }
-            if (pos < end) LLMI_TRY(frag_push(b, pos, end - pos, LLM_TOKEN_NONE));
-        }
-        fragvec tmp = *a;
-        *a = *b;
-        *b = tmp;
-    }
-    return LLM_OK;
-}
-
-/* SentencePiece fragment: optional leading space, spaces -> U+2581. */
-static llm_status spm_fragment(const llmi_tokenizer *t, const char *s, size_t n, bool prefix,
-                               char **buf, size_t *cap, llmi_tokvec *out) {
-    size_t need = 3 * (n + 1), o = 0;
-    if (need < n) return llmi_oom("escaped text");
-    if (need > *cap) {
-        char *nb = llmi_realloc(*buf, need);
-        if (!nb) return llmi_oom("escaped text");
-        *buf = nb;
-        *cap = need;
-    }
-    char *d = *buf;
-    if (prefix) {
-        memcpy(d, "\xe2\x96\x81", 3);
-        o = 3;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == ' ') {
-            memcpy(d + o, "\xe2\x96\x81", 3);
-            o += 3;
-        } else {
-            d[o++] = s[i];
-        }
-    }
-    return llmi_spm_tokenize(t, d, o, out);
-}
-
-static llm_status tokenize_all(const llmi_tokenizer *t, const char *text, size_t len,
-                               uint32_t flags, fragvec *fa, fragvec *fb, llmi_tokvec *tv,
-                               char **esc, size_t *esc_cap) {
-    bool add_special = (flags & LLM_TOKENIZE_ADD_SPECIAL) != 0;
-    LLMI_TRY(partition(t, text, len, (flags & LLM_TOKENIZE_PARSE_SPECIAL) != 0, fa, fb));
-    if (add_special && t->add_bos) {
-        if (t->bos == LLM_TOKEN_NONE)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "the model asks for a BOS token but has none");
-        LLMI_TRY(llmi_tokvec_push(tv, t->bos));
-    }
-    bool prev_special = true; /* SentencePiece: prefix a space at the start */
-    for (size_t i = 0; i < fa->n; i++) {
-        frag f = fa->v[i];
-        if (f.id != LLM_TOKEN_NONE) {
-            LLMI_TRY(llmi_tokvec_push(tv, f.id));
-            prev_special = true;
-            continue;
-        }
-        if (t->model == LLMI_TOKMODEL_SPM) {
-            LLMI_TRY(spm_fragment(t, text + f.off, f.len, t->add_space_prefix && prev_special, esc,
-                                  esc_cap, tv));
-        } else {
-            LLMI_TRY(llmi_bpe_tokenize(t, text + f.off, f.len, tv));
-        }
-        prev_special = false;
-    }
-    if (add_special && t->add_eos) {
-        if (t->eos == LLM_TOKEN_NONE)
-            return llmi_error(LLM_ERR_BAD_FORMAT, "the model asks for an EOS token but has none");
-        LLMI_TRY(llmi_tokvec_push(tv, t->eos));
-    }
-    return LLM_OK;
-}
-
-llm_status llmi_tokenize(const llmi_tokenizer *t, const char *text, size_t len, uint32_t flags,
-                         llm_token *out, size_t capacity, size_t *n_out) {
-    if (!t || !n_out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: NULL tokenizer or n_tokens");
-    *n_out = 0;
-    if (!text && len > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: text is NULL");
-    if (!out && capacity > 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: tokens is NULL");
-    if (flags & ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL))
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: unknown flags 0x%x", flags);
-    size_t good = len ? llmi_utf8_valid_prefix(text, len) : 0;
-    if (good != len)
-        return llmi_error(LLM_ERR_INVALID_UTF8, "invalid UTF-8 in text at byte offset %zu", good);
-
-    fragvec fa = {0}, fb = {0};
-    llmi_tokvec tv = {0};
-    char *esc = NULL;
-    size_t esc_cap = 0;
-    llm_status st = tokenize_all(t, text, len, flags, &fa, &fb, &tv, &esc, &esc_cap);
-    llmi_free(fa.v);
-    llmi_free(fb.v);
-    llmi_free(esc);
-    if (st == LLM_OK) {
-        *n_out = tv.n;
-        if (tv.n > capacity)
-            st = llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "tokenize: %zu tokens do not fit in %zu",
-                            tv.n, capacity);
-        else if (tv.n)
-            memcpy(out, tv.v, tv.n * sizeof(llm_token));
-    }
-    llmi_free(tv.v);
-    return st;
 }

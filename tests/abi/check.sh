@@ -117,7 +117,7 @@ else
 fi
 
 abidw_args=(--no-corpus-path --no-comp-dir-path --no-elf-needed --no-show-locs --type-id-style hash
-    --headers-dir "$headers" --drop-private-types)
+    --headers-dir "$headers" --drop-private-types --exported-interfaces-only)
 
 # The public interface as abidw sees it: the ELF symbols, plus the types
 # defined in include/ (anything else, e.g. the insides of opaque handles, is

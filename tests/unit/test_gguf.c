@@ -1,41 +1,42 @@
 /* GGUF reader/writer, tensor types, reference quantization and the test
  * model generator. Malformed files are made by patching single fields of a
  * writer-produced file, located through the reader on the intact copy. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include "backend/quant.h"
 #include "core/core.h"
 #include "model/gguf.h"
 #include "model/testmodel.h"
 
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* llm_last_error() returns exactly this; the unit test links no API layer. */
-#define LAST_ERROR() llmi_error_message()
+#include <cmocka.h>
+
+#define LAST_ERROR() llm_last_error()
 
 #define OK(expr) assert_int_equal((expr), LLM_OK)
 #define FMT LLM_ERR_BAD_FORMAT
 #define UNSUP LLM_ERR_UNSUPPORTED
 
-#define EXPECT_ERR(expr, status, substr)                                                   \
-    do {                                                                                   \
-        llm_status st_ = (expr);                                                           \
-        if (st_ != (status) || !strstr(LAST_ERROR(), (substr)))                           \
-            fail_msg("%s: got %s \"%s\", want %s containing \"%s\"", #expr,               \
-                     status_name(st_), LAST_ERROR(), status_name(status), substr); \
+#define EXPECT_ERR(expr, status, substr)                                                           \
+    do {                                                                                           \
+        llm_status st_ = (expr);                                                                   \
+        if (st_ != (status) || !strstr(LAST_ERROR(), (substr)))                                    \
+            fail_msg("%s: got %s \"%s\", want %s containing \"%s\"", #expr, status_name(st_),      \
+                     LAST_ERROR(), status_name(status), substr);                                   \
     } while (0)
 
 static const char *status_name(llm_status s) {
-#define NAME_(n, v, t) case n: return #n;
+#define NAME_(n, v, t)                                                                             \
+    case n:                                                                                        \
+        return #n;
     switch (s) { LLM_STATUS_LIST(NAME_) }
 #undef NAME_
     return "?";
@@ -54,7 +55,7 @@ static void seed(uint64_t s, const char *what) {
     print_message("%s: seed %llu\n", what, (unsigned long long)s);
 }
 
-static const llmi_ttype all_types[] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16,
+static const llmi_ttype all_types[] = {LLMI_T_F32,  LLMI_T_F16,  LLMI_T_BF16,
                                        LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -111,27 +112,35 @@ static void test_quant_known(void **state) {
     (void)state;
     float x[32], y[32];
     llmi_block_q4_0 b40;
-    for (int j = 0; j < 32; j++) x[j] = (float)(j % 16) - 8.0f; /* max-abs -8: d = 1 */
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j % 16) - 8.0f; /* max-abs -8: d = 1 */
     llmi_quantize_row(LLMI_T_Q4_0, x, &b40, 32);
     assert_true(llmi_f16_to_f32(b40.d) == 1.0f);
-    for (int j = 0; j < 16; j++) assert_int_equal(b40.qs[j], j | j << 4);
+    for (int j = 0; j < 16; j++)
+        assert_int_equal(b40.qs[j], j | j << 4);
     llmi_dequantize_row(LLMI_T_Q4_0, &b40, y, 32);
-    for (int j = 0; j < 32; j++) assert_true(y[j] == x[j]);
+    for (int j = 0; j < 32; j++)
+        assert_true(y[j] == x[j]);
 
     llmi_block_q4_1 b41;
-    for (int j = 0; j < 32; j++) x[j] = (float)(j < 16 ? j : 31 - j) + 2.0f; /* d=1, m=2 */
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j < 16 ? j : 31 - j) + 2.0f; /* d=1, m=2 */
     llmi_quantize_row(LLMI_T_Q4_1, x, &b41, 32);
     assert_true(llmi_f16_to_f32(b41.d) == 1.0f && llmi_f16_to_f32(b41.m) == 2.0f);
-    for (int j = 0; j < 16; j++) assert_int_equal(b41.qs[j], j | (15 - j) << 4);
+    for (int j = 0; j < 16; j++)
+        assert_int_equal(b41.qs[j], j | (15 - j) << 4);
     llmi_dequantize_row(LLMI_T_Q4_1, &b41, y, 32);
-    for (int j = 0; j < 32; j++) assert_true(y[j] == x[j]);
+    for (int j = 0; j < 32; j++)
+        assert_true(y[j] == x[j]);
 
     llmi_block_q8_0 b8;
-    for (int j = 0; j < 32; j++) x[j] = (float)(j * 8 - 127) * (j == 0 ? 1.0f : 0.5f);
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j * 8 - 127) * (j == 0 ? 1.0f : 0.5f);
     x[0] = -127.0f; /* amax 127: d = 1 */
     llmi_quantize_row(LLMI_T_Q8_0, x, &b8, 32);
     assert_true(llmi_f16_to_f32(b8.d) == 1.0f);
-    for (int j = 0; j < 32; j++) assert_int_equal(b8.qs[j], (int)roundf(x[j]));
+    for (int j = 0; j < 32; j++)
+        assert_int_equal(b8.qs[j], (int)roundf(x[j]));
 
     /* All-zero blocks must not divide by zero. */
     memset(x, 0, sizeof x);
@@ -139,7 +148,8 @@ static void test_quant_known(void **state) {
         uint8_t buf[128];
         llmi_quantize_row(all_types[t], x, buf, 32);
         llmi_dequantize_row(all_types[t], buf, y, 32);
-        for (int j = 0; j < 32; j++) assert_true(y[j] == 0.0f);
+        for (int j = 0; j < 32; j++)
+            assert_true(y[j] == 0.0f);
     }
 }
 
@@ -147,18 +157,26 @@ static void test_quant_known(void **state) {
  * block's scale, a whole step where Q4_0 clamps the end opposite the largest
  * magnitude at 15, plus the rounding of the scale (and min) to f16. */
 static float tolerance(llmi_ttype t, const float *x, size_t i) {
-    if (t == LLMI_T_F32) return 0.0f;
-    if (t == LLMI_T_F16) return fabsf(x[i]) / 2048 + 6e-8f;
-    if (t == LLMI_T_BF16) return fabsf(x[i]) / 256;
+    if (t == LLMI_T_F32)
+        return 0.0f;
+    if (t == LLMI_T_F16)
+        return fabsf(x[i]) / 2048 + 6e-8f;
+    if (t == LLMI_T_BF16)
+        return fabsf(x[i]) / 256;
     const float *blk = x + i / 32 * 32;
     float amax = 0, mn = blk[0], mx = blk[0];
     for (int j = 0; j < 32; j++) {
-        if (fabsf(blk[j]) > amax) amax = fabsf(blk[j]);
-        if (blk[j] < mn) mn = blk[j];
-        if (blk[j] > mx) mx = blk[j];
+        if (fabsf(blk[j]) > amax)
+            amax = fabsf(blk[j]);
+        if (blk[j] < mn)
+            mn = blk[j];
+        if (blk[j] > mx)
+            mx = blk[j];
     }
-    if (t == LLMI_T_Q4_0) return amax / 8 + amax * 2e-3f;
-    if (t == LLMI_T_Q4_1) return (mx - mn) / 15 * 0.5f + amax * 2e-3f;
+    if (t == LLMI_T_Q4_0)
+        return amax / 8 + amax * 2e-3f;
+    if (t == LLMI_T_Q4_1)
+        return (mx - mn) / 15 * 0.5f + amax * 2e-3f;
     return amax / 127 * 0.5f + amax * 2e-3f; /* Q8_0 */
 }
 
@@ -166,8 +184,8 @@ static void check_close(llmi_ttype t, const float *orig, const float *got, size_
     for (size_t i = 0; i < n; i++) {
         float tol = tolerance(t, orig, i);
         if (!(fabsf(orig[i] - got[i]) <= tol))
-            fail_msg("%s element %zu: %g -> %g (tolerance %g)", llmi_ttype_get(t)->name, i,
-                     orig[i], got[i], tol);
+            fail_msg("%s element %zu: %g -> %g (tolerance %g)", llmi_ttype_get(t)->name, i, orig[i],
+                     got[i], tol);
     }
 }
 
@@ -178,7 +196,8 @@ static void test_quant_random(void **state) {
     uint8_t *q = malloc(N * 4);
     for (size_t t = 0; t < N_TYPES; t++) {
         seed(1000 + t, llmi_ttype_get(all_types[t])->name);
-        for (int i = 0; i < N; i++) x[i] = rnd() * (1.0f + 50.0f * (float)(i / 32 % 4 == 0));
+        for (int i = 0; i < N; i++)
+            x[i] = rnd() * (1.0f + 50.0f * (float)(i / 32 % 4 == 0));
         llmi_quantize_row(all_types[t], x, q, N);
         llmi_dequantize_row(all_types[t], q, y, N);
         check_close(all_types[t], x, y, N);
@@ -267,13 +286,18 @@ static void test_roundtrip_metadata(void **state) {
                 llmi_str_eq(kv->arr_strs[2], "\xc4\xa0the"));
     assert_int_equal(arr_of(g, "a.empty", LLMI_GGUF_I32)->arr_len, 0);
     /* Raw elements are little-endian, as is every host this runs on. */
-    const struct { const char *key; llmi_gguf_vtype t; size_t n; const void *v; size_t bytes; }
-        arrs[] = {{"a.f32", LLMI_GGUF_F32, 2, fa, sizeof fa},
-                  {"a.i32", LLMI_GGUF_I32, 3, ia, sizeof ia},
-                  {"a.u16", LLMI_GGUF_U16, 2, u16a, sizeof u16a},
-                  {"a.f64", LLMI_GGUF_F64, 1, f64a, sizeof f64a},
-                  {"a.bool", LLMI_GGUF_BOOL, 3, "\1\0\1", 3},
-                  {"a.i64", LLMI_GGUF_I64, 1, i64a, sizeof i64a}};
+    const struct {
+        const char *key;
+        llmi_gguf_vtype t;
+        size_t n;
+        const void *v;
+        size_t bytes;
+    } arrs[] = {{"a.f32", LLMI_GGUF_F32, 2, fa, sizeof fa},
+                {"a.i32", LLMI_GGUF_I32, 3, ia, sizeof ia},
+                {"a.u16", LLMI_GGUF_U16, 2, u16a, sizeof u16a},
+                {"a.f64", LLMI_GGUF_F64, 1, f64a, sizeof f64a},
+                {"a.bool", LLMI_GGUF_BOOL, 3, "\1\0\1", 3},
+                {"a.i64", LLMI_GGUF_I64, 1, i64a, sizeof i64a}};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
         kv = arr_of(g, arrs[i].key, arrs[i].t);
         assert_int_equal(kv->arr_len, arrs[i].n);
@@ -382,7 +406,8 @@ static void test_roundtrip_tensors(void **state) {
     for (size_t t = 0; t < N_TYPES; t++) {
         for (size_t s = 0; s < 4; s++) {
             float *x = orig[t * 4 + s] = malloc(MAXN * sizeof *x);
-            for (int i = 0; i < MAXN; i++) x[i] = rnd() * 3.0f;
+            for (int i = 0; i < MAXN; i++)
+                x[i] = rnd() * 3.0f;
             char name[64];
             snprintf(name, sizeof name, "t.%s.%zu", llmi_ttype_get(all_types[t])->name, s);
             OK(llmi_gguf_w_tensor(w, name, all_types[t], dims[s], shapes[s], x));
@@ -400,8 +425,10 @@ static void test_roundtrip_tensors(void **state) {
     float *y = malloc(MAXN * sizeof *y);
     for (int mode = 0; mode < 3; mode++) {
         llmi_gguf *g;
-        if (mode == 0) OK(llmi_gguf_open_memory(buf, size, &g));
-        else OK(llmi_gguf_open(path, mode == 1, &g));
+        if (mode == 0)
+            OK(llmi_gguf_open_memory(buf, size, &g));
+        else
+            OK(llmi_gguf_open(path, mode == 1, &g));
         assert_int_equal(g->size, size);
         assert_memory_equal(g->base, buf, size);
         assert_int_equal(g->alignment, 64);
@@ -432,7 +459,8 @@ static void test_roundtrip_tensors(void **state) {
         assert_true(y[0] == -8.0f && y[31] == -8.0f);
         llmi_gguf_close(g);
     }
-    for (size_t i = 0; i < N_TYPES * 4; i++) free(orig[i]);
+    for (size_t i = 0; i < N_TYPES * 4; i++)
+        free(orig[i]);
     free(y);
     llmi_free(buf);
     unlink(path);
@@ -442,7 +470,8 @@ static void test_roundtrip_tensors(void **state) {
 
 static const llmi_gguf_tensor *tensor_of(const llmi_gguf *g, const char *name) {
     const llmi_gguf_tensor *t = llmi_gguf_find_tensor(g, name);
-    if (!t) fail_msg("tensor '%s' missing", name);
+    if (!t)
+        fail_msg("tensor '%s' missing", name);
     return t;
 }
 
@@ -453,13 +482,22 @@ static void test_real_model(void **state) {
         print_message("LLM_TEST_MODEL unset or unreadable; skipping\n");
         skip();
     }
-    static const struct { const char *key; uint32_t v; } u32s[] = {
-        {"llama.block_count", 30}, {"llama.context_length", 8192},
-        {"llama.embedding_length", 576}, {"llama.feed_forward_length", 1536},
-        {"llama.attention.head_count", 9}, {"llama.attention.head_count_kv", 3},
-        {"llama.vocab_size", 49152}, {"llama.rope.dimension_count", 64},
-        {"tokenizer.ggml.bos_token_id", 1}, {"tokenizer.ggml.eos_token_id", 2},
-        {"tokenizer.ggml.padding_token_id", 2}, {"general.file_type", 3},
+    static const struct {
+        const char *key;
+        uint32_t v;
+    } u32s[] = {
+        {"llama.block_count", 30},
+        {"llama.context_length", 8192},
+        {"llama.embedding_length", 576},
+        {"llama.feed_forward_length", 1536},
+        {"llama.attention.head_count", 9},
+        {"llama.attention.head_count_kv", 3},
+        {"llama.vocab_size", 49152},
+        {"llama.rope.dimension_count", 64},
+        {"tokenizer.ggml.bos_token_id", 1},
+        {"tokenizer.ggml.eos_token_id", 2},
+        {"tokenizer.ggml.padding_token_id", 2},
+        {"general.file_type", 3},
     };
     for (int use_mmap = 1; use_mmap >= 0; use_mmap--) {
         llmi_gguf *g;
@@ -493,9 +531,10 @@ static void test_real_model(void **state) {
             assert_true(p >= g->base && p + t->nbytes <= g->base + g->size && t->ne[0] <= 1536);
             /* First and last rows dequantize to finite values. */
             size_t rb = llmi_ttype_row_bytes(t->type, t->ne[0]);
-            for (size_t r = 0; r < t->nbytes; r += t->nbytes - rb > rb ? t->nbytes - rb : rb) {
+            for (size_t r = 0; r<t->nbytes; r += t->nbytes - rb> rb ? t->nbytes - rb : rb) {
                 llmi_dequantize_row(t->type, p + r, row, (int64_t)t->ne[0]);
-                for (uint64_t j = 0; j < t->ne[0]; j++) assert_true(isfinite(row[j]));
+                for (uint64_t j = 0; j < t->ne[0]; j++)
+                    assert_true(isfinite(row[j]));
             }
             total += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         }
@@ -525,7 +564,8 @@ static uint8_t *small_file(size_t *size) {
     OK(llmi_gguf_w_arr_i32(w, "a.i32", ia, 3));
     float x[64 * 2];
     seed(7, "small file");
-    for (int i = 0; i < 64 * 2; i++) x[i] = rnd();
+    for (int i = 0; i < 64 * 2; i++)
+        x[i] = rnd();
     uint64_t ne_a[2] = {64, 2}, ne_b[1] = {32}, ne_c[2] = {32, 2};
     OK(llmi_gguf_w_tensor(w, "t.a", LLMI_T_F32, 2, ne_a, x));
     OK(llmi_gguf_w_tensor(w, "t.b", LLMI_T_Q4_0, 1, ne_b, x));
@@ -536,7 +576,7 @@ static uint8_t *small_file(size_t *size) {
 typedef struct fixture {
     uint8_t *orig, *buf; /* pristine and patched copies */
     size_t size;
-    llmi_gguf *g;        /* parse of the pristine copy, to locate fields */
+    llmi_gguf *g; /* parse of the pristine copy, to locate fields */
 } fixture;
 
 static void fx_open(fixture *f) {
@@ -572,8 +612,10 @@ static size_t tensor_pos(const fixture *f, const char *name) {
 static void expect_parse(fixture *f, llm_status want, const char *msg, int line) {
     llmi_gguf *g = (llmi_gguf *)1;
     llm_status st = llmi_gguf_open_memory(f->buf, f->size, &g);
-    if (st == LLM_OK) llmi_gguf_close(g);
-    else assert_null(g);
+    if (st == LLM_OK)
+        llmi_gguf_close(g);
+    else
+        assert_null(g);
     if (st != want || !strstr(st == LLM_OK ? "" : LAST_ERROR(), msg))
         fail_msg("line %d: got %s \"%s\", want %s containing \"%s\"", line, status_name(st),
                  LAST_ERROR(), status_name(want), msg);
@@ -582,15 +624,16 @@ static void expect_parse(fixture *f, llm_status want, const char *msg, int line)
 /* Writes `v` as a `w`-byte little-endian field at pos of the patched copy. */
 static void patch(fixture *f, size_t pos, int w, uint64_t v) {
     assert_true(pos + (size_t)w <= f->size);
-    for (int i = 0; i < w; i++) f->buf[pos + i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < w; i++)
+        f->buf[pos + i] = (uint8_t)(v >> (8 * i));
 }
 
 /* One field changed from the intact file must give this error. */
-#define BAD(pos, w, v, want, msg)              \
-    do {                                       \
-        fx_reset(&f);                          \
-        patch(&f, (pos), (w), (v));            \
-        expect_parse(&f, (want), (msg), __LINE__); \
+#define BAD(pos, w, v, want, msg)                                                                  \
+    do {                                                                                           \
+        fx_reset(&f);                                                                              \
+        patch(&f, (pos), (w), (v));                                                                \
+        expect_parse(&f, (want), (msg), __LINE__);                                                 \
     } while (0)
 
 static void test_truncated(void **state) {
@@ -609,6 +652,19 @@ static void test_truncated(void **state) {
             fail_msg("prefix of %zu/%zu bytes: %s \"%s\"", len, f.size, status_name(st),
                      LAST_ERROR());
         free(p);
+    }
+    /* Every single corrupted byte parses or fails cleanly, with a message. */
+    for (size_t i = 0; i < f.size; i++) {
+        for (int v = 0; v < 3; v++) {
+            fx_reset(&f);
+            f.buf[i] = (uint8_t)(v == 0 ? 0xff : v == 1 ? f.orig[i] + 1 : f.orig[i] ^ 0x80);
+            llmi_gguf *g = NULL;
+            llm_status st = llmi_gguf_open_memory(f.buf, f.size, &g);
+            if (st == LLM_OK)
+                llmi_gguf_close(g);
+            else
+                assert_true(g == NULL && LAST_ERROR()[0] != '\0');
+        }
     }
     static const uint8_t z = 0;
     llmi_gguf *g;
@@ -758,8 +814,10 @@ static void test_alloc_failures(void **state) {
         llmi_alloc_fail_after((uint64_t)n);
         llm_status st = llmi_testmodel_to_memory(&p, &data, &size);
         llmi_alloc_fail_after(0);
-        if (st == LLM_OK) ok = 1;
-        else assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
+        if (st == LLM_OK)
+            ok = 1;
+        else
+            assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
         llmi_free(data);
     }
     assert_true(ok);
@@ -768,10 +826,16 @@ static void test_alloc_failures(void **state) {
 /* ---- test model ---- */
 
 static void check_testmodel(const llmi_gguf *g, const llmi_testmodel_params *p) {
-    const struct { const char *key; uint32_t v; } u32s[] = {
-        {"llama.block_count", p->n_layer}, {"llama.embedding_length", p->n_embd},
-        {"llama.attention.head_count", p->n_head}, {"llama.attention.head_count_kv", p->n_head_kv},
-        {"llama.feed_forward_length", p->n_ff}, {"llama.context_length", p->n_ctx},
+    const struct {
+        const char *key;
+        uint32_t v;
+    } u32s[] = {
+        {"llama.block_count", p->n_layer},
+        {"llama.embedding_length", p->n_embd},
+        {"llama.attention.head_count", p->n_head},
+        {"llama.attention.head_count_kv", p->n_head_kv},
+        {"llama.feed_forward_length", p->n_ff},
+        {"llama.context_length", p->n_ctx},
         {"llama.vocab_size", llmi_testmodel_n_vocab()},
         {"llama.rope.dimension_count", p->n_embd / p->n_head},
     };
@@ -822,7 +886,9 @@ static void check_testmodel(const llmi_gguf *g, const llmi_testmodel_params *p) 
         if (found != 7)
             fail_msg("merge %u '%.*s': pieces not in the vocabulary", m, (int)ms.len, ms.ptr);
     }
-    static const struct { const char *key, *tok; } ids[] = {
+    static const struct {
+        const char *key, *tok;
+    } ids[] = {
         {"tokenizer.ggml.bos_token_id", "<|im_start|>"},
         {"tokenizer.ggml.eos_token_id", "<|im_end|>"},
         {"tokenizer.ggml.padding_token_id", "<|im_end|>"},
@@ -836,23 +902,33 @@ static void check_testmodel(const llmi_gguf *g, const llmi_testmodel_params *p) 
     uint32_t e = p->n_embd, kvd = p->n_head_kv * (p->n_embd / p->n_head);
     char last[64];
     snprintf(last, sizeof last, "blk.%u.ffn_down.weight", p->n_layer - 1);
-    const struct { const char *name; uint64_t ne0, ne1; } want[] = {
-        {"output_norm.weight", e, 1},        {"blk.0.attn_norm.weight", e, 1},
-        {"blk.0.ffn_norm.weight", e, 1},     {"token_embd.weight", e, nv},
-        {"blk.0.attn_q.weight", e, e},       {"blk.0.attn_k.weight", e, kvd},
-        {"blk.0.attn_v.weight", e, kvd},     {"blk.0.attn_output.weight", e, e},
-        {"blk.0.ffn_gate.weight", e, p->n_ff}, {"blk.0.ffn_up.weight", e, p->n_ff},
-        {"blk.0.ffn_down.weight", p->n_ff, e}, {last, p->n_ff, e},
+    const struct {
+        const char *name;
+        uint64_t ne0, ne1;
+    } want[] = {
+        {"output_norm.weight", e, 1},
+        {"blk.0.attn_norm.weight", e, 1},
+        {"blk.0.ffn_norm.weight", e, 1},
+        {"token_embd.weight", e, nv},
+        {"blk.0.attn_q.weight", e, e},
+        {"blk.0.attn_k.weight", e, kvd},
+        {"blk.0.attn_v.weight", e, kvd},
+        {"blk.0.attn_output.weight", e, e},
+        {"blk.0.ffn_gate.weight", e, p->n_ff},
+        {"blk.0.ffn_up.weight", e, p->n_ff},
+        {"blk.0.ffn_down.weight", p->n_ff, e},
+        {last, p->n_ff, e},
         {"output.weight", e, nv},
     };
     assert_int_equal(g->n_tensors, 2 + 9 * p->n_layer + !p->tied_embeddings);
-    if (p->tied_embeddings) assert_null(llmi_gguf_find_tensor(g, "output.weight"));
+    if (p->tied_embeddings)
+        assert_null(llmi_gguf_find_tensor(g, "output.weight"));
     for (size_t i = 0; i < sizeof want / sizeof want[0] - p->tied_embeddings; i++) {
         const llmi_gguf_tensor *t = tensor_of(g, want[i].name);
         bool norm = i < 3;
         assert_true(t->ne[0] == want[i].ne0 && t->ne[1] == want[i].ne1);
         assert_int_equal(t->n_dims, norm ? 1 : 2);
-        assert_int_equal(t->type, norm ? LLMI_T_F32 : p->wtype);
+        assert_int_equal(t->type, norm ? LLMI_T_F32 : p->type);
         for (uint64_t j = 0; norm && j < t->ne[0]; j++) /* norm scales around 1 */
             assert_true(((const float *)t->data)[j] > 0.85f && ((const float *)t->data)[j] < 1.15f);
     }
@@ -887,7 +963,7 @@ static void test_testmodel(void **state) {
 
     for (size_t t = 0; t < N_TYPES; t++) {
         llmi_testmodel_params_init(&p);
-        p.wtype = all_types[t];
+        p.type = all_types[t];
         p.tied_embeddings = t % 2 == 0;
         p.n_layer = 3;
         p.n_embd = 96;
@@ -908,7 +984,7 @@ static void test_testmodel(void **state) {
     EXPECT_ERR(llmi_testmodel_to_memory(&p, &a, &na), LLM_ERR_INVALID_ARGUMENT, "n_head 3");
     llmi_testmodel_params_init(&p);
     p.n_ff = 100;
-    p.wtype = LLMI_T_Q8_0;
+    p.type = LLMI_T_Q8_0;
     EXPECT_ERR(llmi_testmodel_to_memory(&p, &a, &na), LLM_ERR_INVALID_ARGUMENT, "n_ff 100");
     EXPECT_ERR(llmi_testmodel_to_memory(NULL, &a, &na), LLM_ERR_INVALID_ARGUMENT, "NULL");
     EXPECT_ERR(llmi_testmodel_write(&p, NULL), LLM_ERR_INVALID_ARGUMENT, "path is NULL");
@@ -916,20 +992,13 @@ static void test_testmodel(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ttype),
-        cmocka_unit_test(test_quant_known),
-        cmocka_unit_test(test_quant_random),
-        cmocka_unit_test(test_roundtrip_metadata),
-        cmocka_unit_test(test_null_args),
-        cmocka_unit_test(test_roundtrip_tensors),
-        cmocka_unit_test(test_real_model),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_bad_header),
-        cmocka_unit_test(test_bad_metadata),
-        cmocka_unit_test(test_bad_tensors),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_testmodel),
+        cmocka_unit_test(test_ttype),          cmocka_unit_test(test_quant_known),
+        cmocka_unit_test(test_quant_random),   cmocka_unit_test(test_roundtrip_metadata),
+        cmocka_unit_test(test_null_args),      cmocka_unit_test(test_roundtrip_tensors),
+        cmocka_unit_test(test_real_model),     cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_bad_header),     cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_bad_tensors),    cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_testmodel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

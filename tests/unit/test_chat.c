@@ -1,0 +1,242 @@
+/* Chat templates: ChatML (plain and SmolLM2's, which adds a default system
+ * message) and Llama 3, rendered exactly as Jinja renders the templates
+ * (expected strings from jinja2 3.1.6 on the same templates), generation
+ * prompts, unsupported or missing templates, argument and buffer errors.
+ * Tokenizers are built in memory with the GGUF writer; the real model's
+ * template is checked too when LLM_TEST_MODEL names a readable file. */
+#include "core/core.h"
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define OK(expr) assert_int_equal((expr), LLM_OK)
+
+#define EXPECT_ERR(expr, status, substr)                                                           \
+    do {                                                                                           \
+        llm_status st_ = (expr);                                                                   \
+        if (st_ != (status) || !strstr(llmi_error_message(), (substr)))                            \
+            fail_msg("%s: got %d \"%s\", want %d containing \"%s\"", #expr, (int)st_,              \
+                     llmi_error_message(), (int)(status), substr);                                 \
+    } while (0)
+
+/* tokenizer.chat_template of SmolLM2-135M-Instruct */
+static const char smol_tmpl[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\n' }}{% endif %}";
+/* a plain ChatML template (escaped newlines, as most tokenizer configs have) */
+static const char chatml_tmpl[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' }}{% endif %}";
+/* Meta-Llama-3-8B-Instruct */
+static const char llama3_tmpl[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
+    "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+/* A SentencePiece vocabulary whose BOS is <|begin_of_text|>, with `tmpl`
+ * as tokenizer.chat_template (none when NULL). */
+static llmi_tokenizer *make(const char *tmpl) {
+    static const char *const tokens[] = {"<unk>", "<|begin_of_text|>", "</s>", "a", "b"};
+    static const int32_t types[] = {LLMI_TOKTYPE_UNKNOWN, LLMI_TOKTYPE_CONTROL,
+                                    LLMI_TOKTYPE_CONTROL, LLMI_TOKTYPE_NORMAL, LLMI_TOKTYPE_NORMAL};
+    llmi_gguf_writer *w;
+    void *data;
+    size_t size;
+    llmi_gguf *g;
+    llmi_tokenizer *t;
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "tokenizer.ggml.model", "llama"));
+    OK(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, 5));
+    OK(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 5));
+    if (tmpl)
+        OK(llmi_gguf_w_str(w, "tokenizer.chat_template", tmpl));
+    OK(llmi_gguf_writer_to_memory(w, &data, &size));
+    llmi_gguf_writer_free(w);
+    OK(llmi_gguf_open_memory(data, size, &g));
+    OK(llmi_tokenizer_load(g, &t));
+    llmi_gguf_close(g);
+    llmi_free(data);
+    return t;
+}
+
+static const llm_chat_message user_only[] = {{"user", "Hello!"}};
+static const llm_chat_message sys_user[] = {{"system", "Be brief."}, {"user", "Hi"}};
+static const llm_chat_message multi[] = {
+    {"user", "What is 2+2?"}, {"assistant", "4"}, {"user", "  and 3+3? \n"}};
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void expect(const llmi_tokenizer *t, const llm_chat_message *m, size_t n, bool gen,
+                   const char *want) {
+    char buf[1024];
+    size_t len = 0;
+    llm_status st = llmi_chat_apply(t, m, n, gen, buf, sizeof buf, &len);
+    if (st != LLM_OK)
+        fail_msg("chat_apply: %d %s", (int)st, llmi_error_message());
+    assert_int_equal(len, strlen(want));
+    assert_string_equal(buf, want);
+}
+
+#define SMOL_SYS                                                                                   \
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "         \
+    "Face<|im_end|>\n"
+
+static void test_smollm2(void **state) {
+    (void)state;
+    llmi_tokenizer *t = make(smol_tmpl);
+    expect(t, user_only, 1, false, SMOL_SYS "<|im_start|>user\nHello!<|im_end|>\n");
+    expect(t, user_only, 1, true,
+           SMOL_SYS "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    expect(t, sys_user, 2, false,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+    expect(t, sys_user, 2, true,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+           "<|im_start|>assistant\n");
+    expect(t, multi, 3, true,
+           SMOL_SYS "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+                    "<|im_start|>user\n  and 3+3? \n<|im_end|>\n<|im_start|>assistant\n");
+    expect(t, NULL, 0, false, "");
+    expect(t, NULL, 0, true, "<|im_start|>assistant\n");
+    llmi_tokenizer_free(t);
+}
+
+static void test_chatml(void **state) {
+    (void)state;
+    llmi_tokenizer *t = make(chatml_tmpl);
+    expect(t, user_only, 1, false, "<|im_start|>user\nHello!<|im_end|>\n");
+    expect(t, user_only, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    expect(t, sys_user, 2, true,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+           "<|im_start|>assistant\n");
+    expect(t, multi, 3, false,
+           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+           "<|im_start|>user\n  and 3+3? \n<|im_end|>\n");
+    expect(t, NULL, 0, true, "<|im_start|>assistant\n");
+    llmi_tokenizer_free(t);
+}
+
+static void test_llama3(void **state) {
+    (void)state;
+    llmi_tokenizer *t = make(llama3_tmpl);
+    expect(t, user_only, 1, false,
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>");
+    expect(t, user_only, 1, true,
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(t, sys_user, 2, false,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+    /* content is trimmed (Jinja's trim) */
+    expect(t, multi, 3, true,
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nand 3+3?<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    static const llm_chat_message unicode_ws[] = {{"user", "\xe3\x80\x80\xc2\xa0 x \xe2\x80\x83"}};
+    expect(t, unicode_ws, 1, false,
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>");
+    /* no message, no bos_token (it is added with the first message) */
+    expect(t, NULL, 0, false, "");
+    expect(t, NULL, 0, true, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    llmi_tokenizer_free(t);
+}
+
+static void test_unsupported(void **state) {
+    (void)state;
+    char buf[64];
+    size_t n;
+    llmi_tokenizer *t = make(NULL);
+    assert_null(llmi_tokenizer_chat_template(t));
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
+               "no chat template");
+    llmi_tokenizer_free(t);
+    t = make("{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
+               "not recognised");
+    llmi_tokenizer_free(t);
+    /* Phi-4 uses <|im_start|> with <|im_sep|>: not ChatML */
+    t = make("{{'<|im_start|>' + message['role'] + '<|im_sep|>'}}");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
+               "not recognised");
+    llmi_tokenizer_free(t);
+}
+
+static void test_errors_and_buffers(void **state) {
+    (void)state;
+    llmi_tokenizer *t = make(chatml_tmpl);
+    static const char want[] = "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n";
+    const size_t len = sizeof want - 1;
+    char buf[128];
+    size_t n = 0;
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, len, &n), LLM_ERR_BUFFER_TOO_SMALL, "");
+    assert_int_equal(n, len);
+    n = 0;
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, NULL, 0, &n), LLM_ERR_BUFFER_TOO_SMALL, "");
+    assert_int_equal(n, len);
+    OK(llmi_chat_apply(t, user_only, 1, true, buf, len + 1, &n));
+    assert_int_equal(n, len);
+    assert_string_equal(buf, want);
+
+    static const llm_chat_message no_role[] = {{NULL, "x"}};
+    static const llm_chat_message no_content[] = {{"user", NULL}};
+    static const llm_chat_message bad_utf8[] = {{"user", "ok \xc3("}};
+    EXPECT_ERR(llmi_chat_apply(t, no_role, 1, true, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT,
+               "NULL role");
+    EXPECT_ERR(llmi_chat_apply(t, no_content, 1, true, buf, sizeof buf, &n),
+               LLM_ERR_INVALID_ARGUMENT, "NULL content");
+    EXPECT_ERR(llmi_chat_apply(t, NULL, 2, true, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT,
+               "messages");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, NULL, 8, &n), LLM_ERR_INVALID_ARGUMENT,
+               "buffer");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, NULL),
+               LLM_ERR_INVALID_ARGUMENT, "");
+    EXPECT_ERR(llmi_chat_apply(t, bad_utf8, 1, true, buf, sizeof buf, &n), LLM_ERR_INVALID_UTF8,
+               "byte 3");
+    llmi_tokenizer_free(t);
+}
+
+static void test_real_model(void **state) {
+    (void)state;
+    const char *path = getenv("LLM_TEST_MODEL");
+    if (!path || access(path, R_OK) != 0)
+        skip();
+    llmi_gguf *g;
+    llmi_tokenizer *t;
+    OK(llmi_gguf_open(path, true, &g));
+    OK(llmi_tokenizer_load(g, &t));
+    llmi_gguf_close(g); /* the tokenizer keeps its own copy of the template */
+    assert_string_equal(llmi_tokenizer_chat_template(t), smol_tmpl);
+    expect(t, user_only, 1, true,
+           SMOL_SYS "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    expect(t, sys_user, 2, false,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+    llmi_tokenizer_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_errors_and_buffers),
+        cmocka_unit_test(test_real_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
