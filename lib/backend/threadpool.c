@@ -1,18 +1,27 @@
 /* Persistent fork/join thread pool; see threadpool.h.
  *
- * Protocol. The caller publishes (fn, ctx), sets `pending` to the number of
- * workers and bumps `gen`. A worker that sees `gen` change runs its share and
- * decrements `pending`; the caller runs share 0 and then waits for `pending`
- * to reach 0. The caller only bumps `gen` again after every worker finished
- * the previous run, so a worker can never miss a generation.
+ * Protocol. A run publishes (fn, ctx) and then one 64-bit word `state`
+ * holding the run's generation (high bits) and the next unclaimed share
+ * (low SHARE_BITS). The caller runs share 0 itself. Workers that see a new
+ * generation claim shares 1..n-1 with a CAS on `state`, run them and count
+ * them in `done`; the caller, after its own share, claims what is left too
+ * and then waits for `done` to reach n - 1. Claiming instead of a fixed
+ * thread-to-share mapping means that a worker the OS has not scheduled yet
+ * (a loaded machine, more threads than cores) delays nothing: whoever is
+ * running takes its share. A claim compares the generation as well, so a
+ * worker that wakes up late cannot take a share of a later run; and a
+ * claimed share pins its run (the caller waits for it), so fn and ctx read
+ * after a successful claim are that run's.
  *
- * Waiting. Workers spin on `gen` for SPIN_NS (a run usually follows the
- * previous one within microseconds during a forward pass), then sleep on a
+ * Waiting. Workers spin on `state` (a run usually follows the previous one
+ * within microseconds during a forward pass): first with pause only, then
+ * yielding the CPU between checks, and after SPIN_NS they sleep on a
  * condition variable. Sleepers announce themselves in `sleepers` under the
- * mutex before re-checking `gen`; the caller bumps `gen` before reading
- * `sleepers`. All four accesses are seq_cst, so either the worker sees the new
- * generation or the caller sees the sleeper and broadcasts (under the mutex,
- * so the wake-up cannot fall between the worker's check and its wait). */
+ * mutex before re-checking `state`; the caller stores `state` before reading
+ * `sleepers`. All four accesses are seq_cst, so either the worker sees the
+ * new generation or the caller sees the sleeper and broadcasts (under the
+ * mutex, so the wake-up cannot fall between the worker's check and its
+ * wait). */
 #include "backend/threadpool.h"
 
 #include <errno.h>
@@ -32,37 +41,38 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* How long an idle worker spins before sleeping. Long enough to bridge the
- * single-threaded gaps between the parallel ops of a layer, short enough that
- * a pool waiting for the next token (or an idle session) stops burning CPU. */
-#define SPIN_NS 200000
-/* Pauses between clock reads while spinning. */
-#define SPIN_CHECK 64
-/* Pauses the caller spins on `pending` before it starts yielding its CPU,
- * which matters only when there are more threads than cores. */
-#define JOIN_SPINS 20000
+/* Share index bits of `state`; the generation gets the other 48, so it
+ * cannot wrap around under a stalled worker. */
+#define SHARE_BITS 16
+#define SHARE_MASK ((UINT64_C(1) << SHARE_BITS) - 1)
 
-struct worker {
-    llmi_pool *pool;
-    int ith;
-};
+/* How long an idle worker polls before sleeping: long enough to bridge the
+ * single-threaded gaps between the parallel ops of a layer, short enough
+ * that a pool waiting for the next token (or an idle session) stops burning
+ * CPU. The first SPIN_PAUSE_NS only pause; after that each poll also yields,
+ * which costs little latency but hands the core to threads that have work
+ * when there are more threads than cores. */
+#define SPIN_PAUSE_NS 30000
+#define SPIN_NS 300000
+/* Polls between clock reads. */
+#define SPIN_CHECK 32
 
 struct llmi_pool {
     /* Everything a run touches lives in one cache line: a worker that sees
-     * `gen` change finds fn/ctx in the same line, and the caller polling
-     * `pending` needs no other line. */
-    alignas(64) atomic_uint gen;
-    atomic_int pending;
+     * `state` change finds fn/ctx in the same line, and the caller polling
+     * `done` needs no other line. */
+    alignas(64) _Atomic uint64_t state;
+    atomic_int done;
     atomic_int stop;
     llmi_task_fn fn;
     void *ctx;
     int n;
 
     alignas(64) atomic_int sleepers;
+    uint64_t gen; /* the caller's copy of the current generation */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t *threads;
-    struct worker *workers;
     int started; /* workers actually running (for cleanup after failure) */
 };
 
@@ -72,48 +82,59 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Returns the first generation different from `seen`. */
-static unsigned wait_gen(llmi_pool *p, unsigned seen) {
-    unsigned g;
-    uint64_t deadline = 0;
+/* Waits for a generation other than `seen` and returns it. */
+static uint64_t wait_gen(llmi_pool *p, uint64_t seen) {
+    uint64_t g, t0 = 0;
     for (unsigned i = 1;; i++) {
-        g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        g = atomic_load_explicit(&p->state, memory_order_acquire) >> SHARE_BITS;
         if (g != seen) return g;
         cpu_relax();
         if (i % SPIN_CHECK == 0) {
             uint64_t t = now_ns();
-            if (deadline == 0) {
-                deadline = t + SPIN_NS;
-            } else if (t >= deadline) {
-                break;
-            }
+            if (t0 == 0) t0 = t;
+            if (t - t0 >= SPIN_NS) break;
+            if (t - t0 >= SPIN_PAUSE_NS) sched_yield();
         }
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
-    while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    while ((g = atomic_load(&p->state) >> SHARE_BITS) == seen) pthread_cond_wait(&p->cv, &p->mu);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
     return g;
 }
 
+/* Claims and runs the unclaimed shares of generation `gen`. */
+static void run_shares(llmi_pool *p, uint64_t gen) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if (s >> SHARE_BITS != gen || (s & SHARE_MASK) >= (uint64_t)p->n) return;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acquire,
+                                                  memory_order_acquire)) {
+            p->fn(p->ctx, (int)(s & SHARE_MASK), p->n);
+            /* Release: the share's writes happen before the caller returns. */
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
+        }
+    }
+}
+
 static void *worker_main(void *arg) {
-    struct worker *w = arg;
-    llmi_pool *p = w->pool;
-    unsigned seen = 0;
+    llmi_pool *p = arg;
+    uint64_t seen = 0;
     for (;;) {
         seen = wait_gen(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
-        p->fn(p->ctx, w->ith, p->n);
-        /* Release: the task's writes happen before the caller's return. */
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        run_shares(p, seen);
     }
     return NULL;
 }
 
-/* Publishes a new generation and wakes sleeping workers. */
-static void bump(llmi_pool *p) {
-    atomic_fetch_add(&p->gen, 1);
+/* Starts generation p->gen + 1 with shares from `first` on, and wakes
+ * sleeping workers. */
+static void publish(llmi_pool *p, uint64_t first) {
+    p->gen++;
+    atomic_store(&p->state, p->gen << SHARE_BITS | first);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
@@ -124,13 +145,12 @@ static void bump(llmi_pool *p) {
 static void stop_workers(llmi_pool *p) {
     if (p->started > 0) {
         atomic_store_explicit(&p->stop, 1, memory_order_relaxed);
-        bump(p);
+        publish(p, (uint64_t)p->n); /* nothing to claim: workers see stop */
         for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
     }
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     llmi_free(p->threads);
-    llmi_free(p->workers);
     llmi_free_aligned(p);
 }
 
@@ -143,8 +163,8 @@ llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
     llmi_pool *p = llmi_malloc_aligned(sizeof *p);
     if (!p) return llmi_oom("thread pool");
     memset(p, 0, sizeof *p);
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->sleepers, 0);
     p->n = n_threads;
@@ -162,8 +182,7 @@ llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
         return LLM_OK;
     }
     p->threads = llmi_calloc((size_t)n_threads - 1, sizeof *p->threads);
-    p->workers = llmi_calloc((size_t)n_threads - 1, sizeof *p->workers);
-    if (!p->threads || !p->workers) {
+    if (!p->threads) {
         stop_workers(p);
         return llmi_oom("thread pool");
     }
@@ -174,9 +193,7 @@ llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = 0;
     for (int i = 0; i < n_threads - 1; i++) {
-        p->workers[i].pool = p;
-        p->workers[i].ith = i + 1;
-        rc = pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]);
+        rc = pthread_create(&p->threads[i], NULL, worker_main, p);
         if (rc != 0) break;
         p->started++;
     }
@@ -205,18 +222,23 @@ void llmi_pool_run(llmi_pool *p, llmi_task_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    /* Plain stores: the seq_cst bump in bump() releases them, and workers
-     * read them only after acquiring the new generation. */
+    /* Plain stores: the seq_cst store of `state` releases them, and workers
+     * read them only after a claim that acquired it. */
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    bump(p);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    publish(p, 1); /* share 0 is the caller's */
     fn(ctx, 0, p->n);
-    for (unsigned i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
-        if (i < JOIN_SPINS) {
-            cpu_relax();
-        } else {
-            sched_yield();
+    run_shares(p, p->gen);
+    /* Only shares that other threads are running remain. */
+    const int want = p->n - 1;
+    uint64_t t0 = 0;
+    for (unsigned i = 1; atomic_load_explicit(&p->done, memory_order_acquire) != want; i++) {
+        cpu_relax();
+        if (i % SPIN_CHECK == 0) {
+            uint64_t t = now_ns();
+            if (t0 == 0) t0 = t;
+            if (t - t0 >= SPIN_PAUSE_NS) sched_yield();
         }
     }
 }

@@ -56,7 +56,7 @@ typedef struct llmi_detok {
     size_t n_pending;
 } llmi_detok;
 void llmi_detok_init(llmi_detok *d, const llmi_tokenizer *t, uint32_t flags);
-/* Appends the text completed by `id` to buf (NUL-terminated). On
+/* Writes the text completed by `id` at the start of buf (NUL-terminated). On
  * LLM_ERR_BUFFER_TOO_SMALL the state is unchanged and *n = needed length. */
 llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, size_t *n);
 llm_status llmi_detok_flush(llmi_detok *d, char *buf, size_t cap, size_t *n);
