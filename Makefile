@@ -35,8 +35,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 
-.PHONY: all test check install uninstall clean model format abi-update abi-check \
-	install-test bench
+.PHONY: all run test check install uninstall clean model format abi-update abi-check \
+	install-test
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run
 
 $(BUILD)/obj/%.o: %.c
@@ -56,7 +56,13 @@ $(STLIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/llm-run: examples/llm-run/main.c $(BUILD)/libllminfer.so
-	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' \
+		$(LDSAN)
+
+# The main job: fetch the model, build, generate.
+PROMPT ?= What is the capital of France?
+run: all $(MODEL)
+	$(BUILD)/llm-run -m $(MODEL) --chat -p "$(PROMPT)" -n 64
 
 # Unit tests are white-box: they link the static archive.
 $(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT)
@@ -74,7 +80,7 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
-	@$(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # Sanitizer build in its own folder, then the ABI checks.
 check:
@@ -100,7 +106,7 @@ install: all
 
 # Installs into a scratch prefix and builds a downstream program with pkg-config.
 install-test:
-	@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
+	+@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
 
 model: $(MODEL)
 $(MODEL): scripts/fetch-model.sh
@@ -109,6 +115,11 @@ $(MODEL): scripts/fetch-model.sh
 format:
 	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \
 		$(UNIT_SRC) $(API_SRC)
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
+		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/bin/llm-run \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc
 
 clean:
 	rm -rf build

@@ -81,16 +81,20 @@ void llmi_forward_free(llmi_forward *f) {
 
 /* ---- rotary position embedding ---- */
 
+/* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
+ * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
+ * rotations round the way the reference implementation's do. */
 static void rope_tables(llmi_forward *f, const llmi_batch_row *rows, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     uint32_t half = hp->rope_dim / 2;
+    float scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < n; r++) {
         float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
+        float theta = (float)rows[r].pos;
         for (uint32_t i = 0; i < half; i++) {
-            double freq = pow((double)hp->rope_base, -2.0 * i / (double)hp->rope_dim);
-            double theta = (double)rows[r].pos * freq;
-            cs[2 * i] = (float)cos(theta);
-            cs[2 * i + 1] = (float)sin(theta);
+            cs[2 * i] = cosf(theta);
+            cs[2 * i + 1] = sinf(theta);
+            theta *= scale;
         }
     }
 }

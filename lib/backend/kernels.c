@@ -238,6 +238,12 @@ void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y,
     if (r1 > rows) r1 = rows;
     if (r0 >= r1) return;
 
+    if (cols % llmi_ttype_get(w->type)->block != 0) {
+        /* A broken contract: poison the share instead of reading past rows. */
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t r = r0; r < r1; r++) y[t * rows + r] = NAN;
+        return;
+    }
     if (n_tok <= ks->tile) {
         rows_fn(w, r0, r1, x, n_tok, y, rows);
         return;

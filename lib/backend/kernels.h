@@ -36,7 +36,8 @@ int llmi_kernels_type_supported(uint32_t type);
  * owned by thread ith of nth: rows are split in contiguous chunks of
  * LLMI_MATMUL_ROW_CHUNK. Each weight row is read once per call (tokens are
  * processed in tiles while the row is in cache). The type must be supported
- * and n_tok >= 0; x and y must not overlap. */
+ * and n_tok >= 0; x and y must not overlap. A block type whose cols is not a
+ * multiple of its block gives NaN rows rather than reading past a row. */
 #define LLMI_MATMUL_ROW_CHUNK 16
 void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith,
                       int nth);

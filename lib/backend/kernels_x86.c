@@ -20,6 +20,7 @@
 #if defined(LLMI_KERNELS_X86)
 
 #include <immintrin.h>
+#include <stdalign.h>
 
 #define T_AVX2 "avx2,fma,f16c"
 #define T_AVX512 "avx512f,avx2,fma,f16c"
@@ -58,8 +59,33 @@ static float tail_dot(int kt, const uint8_t *row, int64_t c0, int64_t cols, cons
     return s;
 }
 
+/* Blocks per scale segment (see load_scales). */
+#define SEG 64
+
+/* Scales per block: d, or d and m (Q4_1). */
+#define NSC(kt) ((kt) == LLMI_KT_Q4_1 ? 2 : 1)
+
+/* Copies the f16 scales of blocks b0..b0+n-1 (d, or d and m) into one
+ * contiguous array, zero-padded to a multiple of 16, for a vector
+ * conversion. Converting one block's scale on its own (insert, convert,
+ * broadcast) costs as many shuffle-port uops as the whole dequantization;
+ * converted in bulk, the main loop gets each scale with a broadcast load,
+ * which needs no ALU port at all. */
+static inline int gather_scales(int kt, const uint8_t *row, int64_t b0, int n, uint16_t *h) {
+    const size_t bs = kt == LLMI_KT_Q4_0   ? sizeof(llmi_block_q4_0)
+                      : kt == LLMI_KT_Q4_1 ? sizeof(llmi_block_q4_1)
+                                           : sizeof(llmi_block_q8_0);
+    const uint8_t *blk = row + (size_t)b0 * bs;
+    int i = 0;
+    for (; i < n * NSC(kt); i += NSC(kt), blk += bs) memcpy(h + i, blk, 2 * NSC(kt));
+    for (; i % 16; i++) h[i] = 0;
+    return i;
+}
+
 /* Types whose chunk weights are integers scaled by one factor per block. */
 #define SCALED(kt) ((kt) == LLMI_KT_Q4_0 || (kt) == LLMI_KT_Q8_0)
+/* Types with f16 scales in their blocks. */
+#define HAS_SCALES(kt) (SCALED(kt) || (kt) == LLMI_KT_Q4_1)
 
 #define LOADL(p) _mm_loadl_epi64((const __m128i *)(const void *)(p))
 #define LOADU128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
@@ -74,14 +100,16 @@ static A2I float a2_hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static A2I __m256 a2_half(const uint8_t *p) {
-    return _mm256_set1_ps(_cvtsh_ss(ld16(p)));
+static A2I void a2_scales(int kt, const uint8_t *row, int64_t b0, int n, float *sc) {
+    uint16_t h[2 * SEG];
+    const int n16 = gather_scales(kt, row, b0, n, h);
+    for (int i = 0; i < n16; i += 8) _mm256_store_ps(sc + i, _mm256_cvtph_ps(LOADU128(h + i)));
 }
 
 /* Chunk b of a row: w[k] holds elements 8k..8k+7; *d the block scale for
- * SCALED types. In Q4 blocks byte j holds element j (low nibble) and j+16
+ * SCALED types, from the converted scales sc (d, and m for Q4_1). In Q4 blocks byte j holds element j (low nibble) and j+16
  * (high nibble), so zero-extending bytes 0-7 gives elements 0-7 and 16-23. */
-static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m256 *d) {
+static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m256 w[4], __m256 *d) {
     switch (kt) {
     case LLMI_KT_Q4_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
@@ -93,7 +121,7 @@ static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m
         w[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v1, lo), off));
         w[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v0, 4), off));
         w[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v1, 4), off));
-        *d = a2_half(blk);
+        *d = _mm256_set1_ps(sc[0]);
         break;
     }
     case LLMI_KT_Q4_1: {
@@ -102,7 +130,7 @@ static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m
         const __m256i v0 = _mm256_cvtepu8_epi32(LOADL(qs));
         const __m256i v1 = _mm256_cvtepu8_epi32(LOADL(qs + 8));
         const __m256i lo = _mm256_set1_epi32(15);
-        const __m256 dd = a2_half(blk), m = a2_half(blk + 2);
+        const __m256 dd = _mm256_set1_ps(sc[0]), m = _mm256_set1_ps(sc[1]);
         w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v0, lo)), dd, m);
         w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v1, lo)), dd, m);
         w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), dd, m);
@@ -113,7 +141,7 @@ static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
         const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
         for (int k = 0; k < 4; k++) w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LOADL(qs + 8 * k)));
-        *d = a2_half(blk);
+        *d = _mm256_set1_ps(sc[0]);
         break;
     }
     case LLMI_KT_F16: {
@@ -135,31 +163,43 @@ static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, __m256 w[4], __m
     }
 }
 
+/* Chunk b times up to A2_TILE tokens into acc[t]. */
+static A2I void a2_step(int kt, int nt, const uint8_t *row, int64_t b, const float *sc,
+                        const float *x, int64_t cols, __m256 *acc) {
+    __m256 w[4], d = _mm256_setzero_ps();
+    a2_chunk(kt, row, b, sc, w, &d);
+    const float *xb = x + b * CHUNK;
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const float *xt = xb + t * cols;
+        __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xt));
+        s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xt + 8), s);
+        s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xt + 16), s);
+        s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xt + 24), s);
+        acc[t] = SCALED(kt) ? _mm256_fmadd_ps(s, d, acc[t]) : _mm256_add_ps(acc[t], s);
+    }
+}
+
 static A2I void a2_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_t r1,
                         const float *x, float *y, int64_t ldy) {
     const int64_t cols = W->cols, nb = cols / CHUNK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        __m256 acc[A2_TILE];
+        __m256 acc0[A2_TILE], acc1[A2_TILE];
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            __m256 w[4], d = _mm256_setzero_ps();
-            a2_chunk(kt, row, b, w, &d);
-            const float *xb = x + b * CHUNK;
-#pragma GCC unroll 8
-            for (int t = 0; t < nt; t++) {
-                const float *xt = xb + t * cols;
-                __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xt));
-                s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xt + 8), s);
-                s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xt + 16), s);
-                s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xt + 24), s);
-                acc[t] = SCALED(kt) ? _mm256_fmadd_ps(s, d, acc[t]) : _mm256_add_ps(acc[t], s);
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
+            const int n = nb - b0 < SEG ? (int)(nb - b0) : SEG;
+            alignas(64) float sc[2 * SEG];
+            if (HAS_SCALES(kt)) a2_scales(kt, row, b0, n, sc);
+            for (int i = 0; i < n; i += 2) {
+                a2_step(kt, nt, row, b0 + i, sc + i * NSC(kt), x, cols, acc0);
+                if (i + 1 < n) a2_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
             }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
-            float v = a2_hsum(acc[t]);
+            float v = a2_hsum(_mm256_add_ps(acc0[t], acc1[t]));
             if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
             y[t * ldy + r] = v;
         }
@@ -236,15 +276,17 @@ const llmi_kernel_set llmi_kernels_avx2 = {
 
 /* ---- AVX-512 --------------------------------------------------------------- */
 
-static A5I __m512 a5_half(const uint8_t *p) {
-    return _mm512_set1_ps(_cvtsh_ss(ld16(p)));
+static A5I void a5_scales(int kt, const uint8_t *row, int64_t b0, int n, float *sc) {
+    uint16_t h[2 * SEG];
+    const int n16 = gather_scales(kt, row, b0, n, h);
+    for (int i = 0; i < n16; i += 16) _mm512_store_ps(sc + i, _mm512_cvtph_ps(LOADU256(h + i)));
 }
 
 /* Chunk b of a row: w[0] elements 0-15, w[1] 16-31. For Q4, the 16 bytes are
  * zero-extended to 16 dwords; VPERMPS looks up a 16-entry table with the low
  * 4 bits of each index lane, so the low nibbles index directly and the high
  * nibbles after one shift. The table holds the block's 16 possible values. */
-static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, __m512 w[2], __m512 *d) {
+static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m512 w[2], __m512 *d) {
     switch (kt) {
     case LLMI_KT_Q4_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
@@ -252,14 +294,14 @@ static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, __m512 w[2], __m
         const __m512 tab = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
         w[0] = _mm512_permutexvar_ps(v, tab);
         w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
-        *d = a5_half(blk);
+        *d = _mm512_set1_ps(sc[0]);
         break;
     }
     case LLMI_KT_Q4_1: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_1);
         const __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + offsetof(llmi_block_q4_1, qs)));
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512 tab = _mm512_fmadd_ps(iota, a5_half(blk), a5_half(blk + 2));
+        const __m512 tab = _mm512_fmadd_ps(iota, _mm512_set1_ps(sc[0]), _mm512_set1_ps(sc[1]));
         w[0] = _mm512_permutexvar_ps(v, tab);
         w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
         break;
@@ -269,7 +311,7 @@ static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, __m512 w[2], __m
         const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
         w[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs)));
         w[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs + 16)));
-        *d = a5_half(blk);
+        *d = _mm512_set1_ps(sc[0]);
         break;
     }
     case LLMI_KT_F16: {
@@ -293,29 +335,41 @@ static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, __m512 w[2], __m
     }
 }
 
+/* Chunk b times up to A5_TILE tokens into acc[t]. */
+static A5I void a5_step(int kt, int nt, const uint8_t *row, int64_t b, const float *sc,
+                        const float *x, int64_t cols, __m512 *acc) {
+    __m512 w[2], d = _mm512_setzero_ps();
+    a5_chunk(kt, row, b, sc, w, &d);
+    const float *xb = x + b * CHUNK;
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const float *xt = xb + t * cols;
+        __m512 s = _mm512_mul_ps(w[0], _mm512_loadu_ps(xt));
+        s = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xt + 16), s);
+        acc[t] = SCALED(kt) ? _mm512_fmadd_ps(s, d, acc[t]) : _mm512_add_ps(acc[t], s);
+    }
+}
+
 static A5I void a5_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_t r1,
                         const float *x, float *y, int64_t ldy) {
     const int64_t cols = W->cols, nb = cols / CHUNK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        __m512 acc[A5_TILE];
+        __m512 acc0[A5_TILE], acc1[A5_TILE];
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            __m512 w[2], d = _mm512_setzero_ps();
-            a5_chunk(kt, row, b, w, &d);
-            const float *xb = x + b * CHUNK;
-#pragma GCC unroll 8
-            for (int t = 0; t < nt; t++) {
-                const float *xt = xb + t * cols;
-                __m512 s = _mm512_mul_ps(w[0], _mm512_loadu_ps(xt));
-                s = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xt + 16), s);
-                acc[t] = SCALED(kt) ? _mm512_fmadd_ps(s, d, acc[t]) : _mm512_add_ps(acc[t], s);
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
+            const int n = nb - b0 < SEG ? (int)(nb - b0) : SEG;
+            alignas(64) float sc[2 * SEG];
+            if (HAS_SCALES(kt)) a5_scales(kt, row, b0, n, sc);
+            for (int i = 0; i < n; i += 2) {
+                a5_step(kt, nt, row, b0 + i, sc + i * NSC(kt), x, cols, acc0);
+                if (i + 1 < n) a5_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
             }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
-            float v = _mm512_reduce_add_ps(acc[t]);
+            float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
             if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
             y[t * ldy + r] = v;
         }

@@ -21,8 +21,9 @@ pip builds llama.cpp from source (a few minutes; needs a C/C++ compiler and
 cmake). The run itself takes well under a minute on a CPU.
 
 Determinism: CPU only, a fixed thread count (N_THREADS), a fixed seed, greedy
-argmax done here in Python (no llama.cpp sampler involved), f32 KV cache and
-flash attention off. Running the script twice gives identical files.
+argmax done here in Python (no llama.cpp sampler involved), f32 KV cache,
+flash attention off, llama.cpp's AMX/repack weight layouts off (see
+_no_extra_bufts). Running the script twice gives identical files.
 """
 
 import argparse
@@ -163,13 +164,18 @@ LOGITS_PROMPTS = [
     "one two three four five, " * 9 + "one two three",
 ]
 
-# Prompts for greedy continuation.
+# Prompts for greedy continuation. Chosen so that the greedy path is not on a
+# knife edge: an independent float64 NumPy forward pass of the same GGUF
+# weights (dequantized, f64 activations) reproduced each continuation
+# exactly. Several more natural prompts ("What is the capital of France?",
+# "Once upon a time, ...") were rejected because llama.cpp's 8-bit activation
+# rounding flips a near-tie (margin < 0.06) within the first few steps.
 GREEDY_PROMPTS = [
-    "Once upon a time, in a small village by the sea,",
-    chatml("What is the capital of France?"),
+    chatml("What is 2 + 2?"),
+    chatml("Explain what a CPU does in one sentence."),
     "def add(a, b):\n",
-    chatml("Write a haiku about autumn leaves."),
-    "The three primary colors are",
+    "The capital of Germany is",
+    "1, 2, 3, 4, 5,",
 ]
 
 # --------------------------------------------------------------------------

@@ -4,11 +4,14 @@
  *
  * Logit tolerance: llama.cpp rounds activations to 8 bits (q8_1) before each
  * Q4_1 matmul; we keep them in f32. Over 30 layers that rounding moves logits
- * by a few tenths (measured: mean |diff| ~0.1, max ~0.6 on logits of size
- * 5-30). We require |diff| <= 1.0 on each of llama.cpp's top-5 logits, a mean
- * |diff| <= 0.25, and the same top-1 token on at least 98% of positions; a
- * real bug (wrong RoPE pairing, off-by-one position, bad dequantization)
- * moves logits by several units and breaks agreement far below 98%. */
+ * by a few tenths: a float64 NumPy forward pass over the same dequantized
+ * weights differs from llama.cpp by 0.1-0.3 typically and up to 1.7 at worst,
+ * on logits of size 5-30. So we require, on each of llama.cpp's top-5 logits,
+ * a mean |diff| <= 0.25 and a max |diff| <= 2.0; the same top-1 token on at
+ * least 98% of positions; and the same top-1 at EVERY position where
+ * llama.cpp's top-1 leads its top-2 by more than 0.5 (rounding cannot flip
+ * those). A real bug (wrong RoPE pairing, off-by-one position, bad
+ * dequantization) moves logits by several units and fails all of these. */
 #include "session/session.h"
 
 #include <math.h>
@@ -127,7 +130,7 @@ static void test_teacher_forced_logits(void **state) {
     float *logits = NULL;
     uint32_t V = g_model->hp.n_vocab;
     llm_session *s = make_session(2);
-    int positions = 0, top1_same = 0, values = 0;
+    int positions = 0, top1_same = 0, values = 0, clear = 0, clear_same = 0;
     double sum_diff = 0, max_diff = 0;
     while (fgets(line, LINE, f)) {
         if (strncmp(line, "prompt ", 7) == 0) {
@@ -143,16 +146,22 @@ static void test_teacher_forced_logits(void **state) {
             positions++;
             top1_same += llmi_argmax(row, V) == top1;
             char *p = line + off;
+            double ref[5];
             for (int k = 0; k < 5; k++) {
                 int id;
                 double want;
                 int used = 0;
                 sscanf(p, " %d:%lf%n", &id, &want, &used);
                 p += used;
+                ref[k] = want;
                 double d = fabs(row[id] - want);
                 sum_diff += d;
                 values++;
                 if (d > max_diff) max_diff = d;
+            }
+            if (ref[0] - ref[1] > 0.5) {
+                clear++;
+                clear_same += llmi_argmax(row, V) == top1;
             }
         }
     }
@@ -161,13 +170,14 @@ static void test_teacher_forced_logits(void **state) {
     free(logits);
     llmi_session_free(s);
     double agree = (double)top1_same / positions, mean = sum_diff / values;
-    printf("# teacher-forced: %d positions, top-1 agreement %.2f%%, logit |diff| mean %.4f "
-           "max %.4f\n",
-           positions, 100 * agree, mean, max_diff);
+    printf("# teacher-forced: %d positions, top-1 agreement %.2f%% (%d/%d where llama.cpp's "
+           "margin > 0.5), logit |diff| mean %.4f max %.4f\n",
+           positions, 100 * agree, clear_same, clear, mean, max_diff);
     assert_true(positions >= 200);
     assert_true(agree >= 0.98);
     assert_true(mean <= 0.25);
-    assert_true(max_diff <= 1.0);
+    assert_true(max_diff <= 2.0);
+    assert_int_equal(clear_same, clear);
 }
 
 static void test_greedy_continuations(void **state) {

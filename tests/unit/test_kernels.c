@@ -246,6 +246,16 @@ static void test_matmul_deterministic(void **state) {
     for (int i = 0; i < 3; i++) llmi_pool_free(pools[i]);
 }
 
+/* A Q4_0 "row" of 40 columns breaks the contract: NaN, not a wild read. */
+static void test_matmul_bad_cols(void **state) {
+    (void)state;
+    uint8_t data[2 * 40] = {0};
+    float x[40] = {0}, y[2] = {1, 1};
+    llmi_weight w = {data, LLMI_T_Q4_0, 2, 40, 40};
+    llmi_matmul(NULL, &w, x, 1, y);
+    assert_true(isnan(y[0]) && isnan(y[1]));
+}
+
 static void test_kernel_levels(void **state) {
     (void)state;
     const int best = llmi_kernels_best_level();
@@ -460,6 +470,52 @@ static void test_pool_runs(void **state) {
     llmi_pool_free(NULL);
 }
 
+/* Share 0 (the caller's) waits until every other share has started, which
+ * only workers can do: proves that workers run shares, including right after
+ * sleeping (runs spaced past the spin window must wake them up). */
+struct pool_wait {
+    atomic_int started;
+    atomic_int timeouts;
+};
+
+static void wait_task(void *ctx, int ith, int nth) {
+    struct pool_wait *w = ctx;
+    if (ith != 0) {
+        atomic_fetch_add(&w->started, 1);
+        return;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&w->started) < nth - 1) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 20) { /* a lost wake-up; fail, don't hang */
+            atomic_fetch_add(&w->timeouts, 1);
+            return;
+        }
+    }
+}
+
+static void test_pool_workers_run(void **state) {
+    (void)state;
+    for (int n = 2; n <= 4; n++) {
+        llmi_pool *pool = NULL;
+        assert_int_equal(llmi_pool_create(n, &pool), LLM_OK);
+        for (int r = 0; r < 220; r++) {
+            struct pool_wait w;
+            atomic_init(&w.started, 0);
+            atomic_init(&w.timeouts, 0);
+            llmi_pool_run(pool, wait_task, &w);
+            assert_int_equal(atomic_load(&w.timeouts), 0);
+            assert_int_equal(atomic_load(&w.started), n - 1);
+            if (r >= 200) {
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        llmi_pool_free(pool);
+    }
+}
+
 static void test_pool_args(void **state) {
     (void)state;
     llmi_pool *pool = (llmi_pool *)&pool;
@@ -497,11 +553,13 @@ int main(void) {
         cmocka_unit_test(test_matmul_q4_1),
         cmocka_unit_test(test_matmul_q8_0),
         cmocka_unit_test(test_matmul_deterministic),
+        cmocka_unit_test(test_matmul_bad_cols),
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul_add),
         cmocka_unit_test(test_pool_runs),
+        cmocka_unit_test(test_pool_workers_run),
         cmocka_unit_test(test_pool_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
