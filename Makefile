@@ -12,7 +12,8 @@ DESTDIR ?=
 BUILD ?= build
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+	-Wno-missing-field-initializers
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \

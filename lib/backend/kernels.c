@@ -22,19 +22,24 @@
 
 static int kt_index(uint32_t type) {
     switch (type) {
-    case LLMI_T_F32: return LLMI_KT_F32;
-    case LLMI_T_F16: return LLMI_KT_F16;
-    case LLMI_T_BF16: return LLMI_KT_BF16;
-    case LLMI_T_Q4_0: return LLMI_KT_Q4_0;
-    case LLMI_T_Q4_1: return LLMI_KT_Q4_1;
-    case LLMI_T_Q8_0: return LLMI_KT_Q8_0;
-    default: return -1;
+    case LLMI_T_F32:
+        return LLMI_KT_F32;
+    case LLMI_T_F16:
+        return LLMI_KT_F16;
+    case LLMI_T_BF16:
+        return LLMI_KT_BF16;
+    case LLMI_T_Q4_0:
+        return LLMI_KT_Q4_0;
+    case LLMI_T_Q4_1:
+        return LLMI_KT_Q4_1;
+    case LLMI_T_Q8_0:
+        return LLMI_KT_Q8_0;
+    default:
+        return -1;
     }
 }
 
-int llmi_kernels_type_supported(uint32_t type) {
-    return kt_index(type) >= 0;
-}
+int llmi_kernels_type_supported(uint32_t type) { return kt_index(type) >= 0; }
 
 /* ---- portable C ------------------------------------------------------- */
 
@@ -53,8 +58,10 @@ static float c_elem(int kt, const uint8_t *row, int64_t c) {
         memcpy(&f, row + c * 4, 4);
         return f;
     }
-    case LLMI_KT_F16: return llmi_f16_to_f32(ld16(row + c * 2));
-    default: return llmi_bf16_to_f32(ld16(row + c * 2));
+    case LLMI_KT_F16:
+        return llmi_f16_to_f32(ld16(row + c * 2));
+    default:
+        return llmi_bf16_to_f32(ld16(row + c * 2));
     }
 }
 
@@ -84,11 +91,13 @@ static float c_chunk(int kt, const uint8_t *row, int64_t b, float *w) {
     case LLMI_KT_Q8_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
         const int8_t *qs = (const int8_t *)(blk + offsetof(llmi_block_q8_0, qs));
-        for (int j = 0; j < 32; j++) w[j] = (float)qs[j];
+        for (int j = 0; j < 32; j++)
+            w[j] = (float)qs[j];
         return llmi_f16_to_f32(ld16(blk));
     }
     default:
-        for (int j = 0; j < CHUNK; j++) w[j] = c_elem(kt, row, b * CHUNK + j);
+        for (int j = 0; j < CHUNK; j++)
+            w[j] = c_elem(kt, row, b * CHUNK + j);
         return 1.0f;
     }
 }
@@ -108,23 +117,26 @@ static void c_rows(int kt, const llmi_weight *W, int64_t r0, int64_t r1, const f
                  * compiler can vectorize without reassociating. */
                 float s[8] = {0};
                 for (int k = 0; k < CHUNK; k += 8)
-                    for (int l = 0; l < 8; l++) s[l] += w[k + l] * xt[k + l];
+                    for (int l = 0; l < 8; l++)
+                        s[l] += w[k + l] * xt[k + l];
                 float bs = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
                 acc[t] += bs * d;
             }
         }
         for (int64_t c = nb * CHUNK; c < cols; c++) { /* float types only */
             float wc = c_elem(kt, row, c);
-            for (int t = 0; t < nt; t++) acc[t] += wc * x[t * cols + c];
+            for (int t = 0; t < nt; t++)
+                acc[t] += wc * x[t * cols + c];
         }
-        for (int t = 0; t < nt; t++) y[t * ldy + r] = acc[t];
+        for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = acc[t];
     }
 }
 
-#define C_ROWS(name, KT)                                                                      \
-    static void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,   \
-                     float *y, int64_t ldy) {                                                 \
-        c_rows(KT, w, r0, r1, x, nt, y, ldy);                                                 \
+#define C_ROWS(name, KT)                                                                           \
+    static void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,         \
+                     float *y, int64_t ldy) {                                                      \
+        c_rows(KT, w, r0, r1, x, nt, y, ldy);                                                      \
     }
 C_ROWS(c_rows_f32, LLMI_KT_F32)
 C_ROWS(c_rows_f16, LLMI_KT_F16)
@@ -137,31 +149,39 @@ static float c_dot(const float *a, const float *b, int n) {
     float s[8] = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) s[l] += a[i + l] * b[i + l];
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * b[i + l];
     float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; i < n; i++) r += a[i] * b[i];
+    for (; i < n; i++)
+        r += a[i] * b[i];
     return r;
 }
 
 static void c_axpy(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 static double c_sumsq(const float *x, int n) {
     double s[4] = {0};
     int i = 0;
     for (; i + 4 <= n; i += 4)
-        for (int l = 0; l < 4; l++) s[l] += (double)x[i + l] * x[i + l];
+        for (int l = 0; l < 4; l++)
+            s[l] += (double)x[i + l] * x[i + l];
     double r = (s[0] + s[1]) + (s[2] + s[3]);
-    for (; i < n; i++) r += (double)x[i] * x[i];
+    for (; i < n; i++)
+        r += (double)x[i] * x[i];
     return r;
 }
 
 static const llmi_kernel_set c_kernels = {
     .tile = C_TILE,
-    .rows = {[LLMI_KT_F32] = c_rows_f32, [LLMI_KT_F16] = c_rows_f16,
-             [LLMI_KT_BF16] = c_rows_bf16, [LLMI_KT_Q4_0] = c_rows_q4_0,
-             [LLMI_KT_Q4_1] = c_rows_q4_1, [LLMI_KT_Q8_0] = c_rows_q8_0},
+    .rows = {[LLMI_KT_F32] = c_rows_f32,
+             [LLMI_KT_F16] = c_rows_f16,
+             [LLMI_KT_BF16] = c_rows_bf16,
+             [LLMI_KT_Q4_0] = c_rows_q4_0,
+             [LLMI_KT_Q4_1] = c_rows_q4_1,
+             [LLMI_KT_Q8_0] = c_rows_q8_0},
     .dot = c_dot,
     .axpy = c_axpy,
     .sumsq = c_sumsq,
@@ -176,7 +196,8 @@ static atomic_int g_level = -1;
 
 int llmi_kernels_best_level(void) {
     int best = atomic_load_explicit(&g_best, memory_order_relaxed);
-    if (best >= 0) return best;
+    if (best >= 0)
+        return best;
     best = LLMI_KLEVEL_C;
 #if defined(LLMI_KERNELS_X86)
     /* __builtin_cpu_supports also checks that the OS saves the AVX and
@@ -187,7 +208,8 @@ int llmi_kernels_best_level(void) {
     __builtin_cpu_init();
     if (f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         best = LLMI_KLEVEL_AVX2;
-        if (__builtin_cpu_supports("avx512f")) best = LLMI_KLEVEL_AVX512;
+        if (__builtin_cpu_supports("avx512f"))
+            best = LLMI_KLEVEL_AVX512;
     }
 #endif
     atomic_store_explicit(&g_best, best, memory_order_relaxed);
@@ -196,7 +218,8 @@ int llmi_kernels_best_level(void) {
 
 void llmi_kernels_set_level(int level) {
     int best = llmi_kernels_best_level();
-    if (level < 0 || level > best) level = best;
+    if (level < 0 || level > best)
+        level = best;
     atomic_store_explicit(&g_level, level, memory_order_relaxed);
 }
 
@@ -212,19 +235,22 @@ int llmi_kernels_level(void) {
 static const llmi_kernel_set *kernel_set(void) {
     switch (llmi_kernels_level()) {
 #if defined(LLMI_KERNELS_X86)
-    case LLMI_KLEVEL_AVX2: return &llmi_kernels_avx2;
-    case LLMI_KLEVEL_AVX512: return &llmi_kernels_avx512;
+    case LLMI_KLEVEL_AVX2:
+        return &llmi_kernels_avx2;
+    case LLMI_KLEVEL_AVX512:
+        return &llmi_kernels_avx512;
 #endif
-    default: return &c_kernels;
+    default:
+        return &c_kernels;
     }
 }
 
 /* ---- matmul ------------------------------------------------------------- */
 
-void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith,
-                      int nth) {
+void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith, int nth) {
     const int kt = kt_index(w->type);
-    if (kt < 0 || n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth) return;
+    if (kt < 0 || n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth)
+        return;
     const llmi_kernel_set *ks = kernel_set();
     const llmi_rows_fn rows_fn = ks->rows[kt];
     const int64_t rows = w->rows, cols = w->cols;
@@ -235,13 +261,16 @@ void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y,
     const int64_t c0 = nchunks * ith / nth, c1 = nchunks * (ith + 1) / nth;
     const int64_t r0 = c0 * LLMI_MATMUL_ROW_CHUNK;
     int64_t r1 = c1 * LLMI_MATMUL_ROW_CHUNK;
-    if (r1 > rows) r1 = rows;
-    if (r0 >= r1) return;
+    if (r1 > rows)
+        r1 = rows;
+    if (r0 >= r1)
+        return;
 
     if (cols % llmi_ttype_get(w->type)->block != 0) {
         /* A broken contract: poison the share instead of reading past rows. */
         for (int t = 0; t < n_tok; t++)
-            for (int64_t r = r0; r < r1; r++) y[t * rows + r] = NAN;
+            for (int64_t r = r0; r < r1; r++)
+                y[t * rows + r] = NAN;
         return;
     }
     if (n_tok <= ks->tile) {
@@ -252,7 +281,8 @@ void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y,
      * every tile passes over them, so the weights come from memory once. */
     int64_t rb = w->row_bytes ? (int64_t)(ROW_BLOCK_BYTES / w->row_bytes) : 0;
     rb -= rb % LLMI_MATMUL_ROW_CHUNK;
-    if (rb < LLMI_MATMUL_ROW_CHUNK) rb = LLMI_MATMUL_ROW_CHUNK;
+    if (rb < LLMI_MATMUL_ROW_CHUNK)
+        rb = LLMI_MATMUL_ROW_CHUNK;
     for (int64_t rs = r0; rs < r1; rs += rb) {
         int64_t re = rs + rb < r1 ? rs + rb : r1;
         for (int t0 = 0; t0 < n_tok; t0 += ks->tile) {
@@ -282,10 +312,12 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
 /* ---- row-wise helpers --------------------------------------------------- */
 
 void llmi_rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
-    if (n <= 0) return;
+    if (n <= 0)
+        return;
     double ss = kernel_set()->sumsq(x, n);
     float scale = (float)(1.0 / sqrt(ss / n + (double)eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * weight[i];
 }
 
 float llmi_dot_f32(const float *a, const float *b, int n) {
@@ -293,16 +325,20 @@ float llmi_dot_f32(const float *a, const float *b, int n) {
 }
 
 void llmi_axpy_f32(float *y, float a, const float *x, int n) {
-    if (n > 0) kernel_set()->axpy(y, a, x, n);
+    if (n > 0)
+        kernel_set()->axpy(y, a, x, n);
 }
 
 void llmi_softmax_inplace(float *x, int n) {
-    if (n <= 0) return;
+    if (n <= 0)
+        return;
     float mx = -INFINITY;
     for (int i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
+        if (x[i] > mx)
+            mx = x[i];
     if (mx == -INFINITY) { /* everything masked: no preference */
-        for (int i = 0; i < n; i++) x[i] = 1.0f / (float)n;
+        for (int i = 0; i < n; i++)
+            x[i] = 1.0f / (float)n;
         return;
     }
     /* The largest term is exp(0) = 1, so the sum is in [1, n]: no overflow,
@@ -314,7 +350,8 @@ void llmi_softmax_inplace(float *x, int n) {
         sum += e;
     }
     float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 void llmi_silu_mul(float *gate_out, const float *up, int n) {
@@ -326,5 +363,6 @@ void llmi_silu_mul(float *gate_out, const float *up, int n) {
 }
 
 void llmi_add_inplace(float *y, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += x[i];
+    for (int i = 0; i < n; i++)
+        y[i] += x[i];
 }

@@ -39,15 +39,15 @@ int llmi_kernels_type_supported(uint32_t type);
  * and n_tok >= 0; x and y must not overlap. A block type whose cols is not a
  * multiple of its block gives NaN rows rather than reading past a row. */
 #define LLMI_MATMUL_ROW_CHUNK 16
-void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith,
-                      int nth);
+void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith, int nth);
 
 /* llmi_matmul_part over every thread of `pool` (NULL: the calling thread). */
 void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_tok, float *y);
 
 /* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F. set_level clamps
  * to what the CPU supports; a negative level selects the best. The level is
- * process-wide; tests use it to compare paths. */
+ * process-wide (tests use it to compare paths): change it only while no
+ * kernel runs. */
 #define LLMI_KLEVEL_C 0
 #define LLMI_KLEVEL_AVX2 1
 #define LLMI_KLEVEL_AVX512 2

@@ -9,12 +9,15 @@
  * block). A chunk is dequantized once into registers (4 ymm or 2 zmm) and then
  * multiplied with each of up to `tile` tokens: the per-token chunk sum is
  * formed in a temporary and added (or, for Q4_0/Q8_0, fused with the block
- * scale d) into one accumulator per token. The temporaries of different
- * chunks are independent, so the only loop-carried chain is that single
- * add/fma per chunk, and the arithmetic of a token is the same whatever the
- * tile size: results do not depend on n_tok. The rows functions are
- * instantiated for every tile size with constant-folded loops so that the
- * accumulators live in registers. */
+ * scale d) into the token's accumulator; even and odd chunks have separate
+ * accumulators. The temporaries of different chunks are independent, so the
+ * only loop-carried chain is one add/fma per two chunks, and the arithmetic of
+ * a token is the same whatever the tile size: results do not depend on n_tok.
+ * The rows functions are instantiated for every tile size with constant-folded
+ * loops so that the accumulators live in registers.
+ *
+ * Block scales (f16) are converted for 64 blocks at a time before the chunk
+ * loop (gather_scales). */
 #include "backend/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
@@ -48,18 +51,21 @@ static inline float elem(int kt, const uint8_t *row, int64_t c) {
         memcpy(&f, row + c * 4, 4);
         return f;
     }
-    case LLMI_KT_F16: return llmi_f16_to_f32(ld16(row + c * 2));
-    default: return llmi_bf16_to_f32(ld16(row + c * 2));
+    case LLMI_KT_F16:
+        return llmi_f16_to_f32(ld16(row + c * 2));
+    default:
+        return llmi_bf16_to_f32(ld16(row + c * 2));
     }
 }
 
 static float tail_dot(int kt, const uint8_t *row, int64_t c0, int64_t cols, const float *x) {
     float s = 0.0f;
-    for (int64_t c = c0; c < cols; c++) s += elem(kt, row, c) * x[c];
+    for (int64_t c = c0; c < cols; c++)
+        s += elem(kt, row, c) * x[c];
     return s;
 }
 
-/* Blocks per scale segment (see load_scales). */
+/* Blocks per scale segment (see gather_scales). */
 #define SEG 64
 
 /* Scales per block: d, or d and m (Q4_1). */
@@ -77,8 +83,10 @@ static inline int gather_scales(int kt, const uint8_t *row, int64_t b0, int n, u
                                            : sizeof(llmi_block_q8_0);
     const uint8_t *blk = row + (size_t)b0 * bs;
     int i = 0;
-    for (; i < n * NSC(kt); i += NSC(kt), blk += bs) memcpy(h + i, blk, 2 * NSC(kt));
-    for (; i % 16; i++) h[i] = 0;
+    for (; i < n * NSC(kt); i += NSC(kt), blk += bs)
+        memcpy(h + i, blk, 2 * NSC(kt));
+    for (; i % 16; i++)
+        h[i] = 0;
     return i;
 }
 
@@ -103,13 +111,16 @@ static A2I float a2_hsum(__m256 v) {
 static A2I void a2_scales(int kt, const uint8_t *row, int64_t b0, int n, float *sc) {
     uint16_t h[2 * SEG];
     const int n16 = gather_scales(kt, row, b0, n, h);
-    for (int i = 0; i < n16; i += 8) _mm256_store_ps(sc + i, _mm256_cvtph_ps(LOADU128(h + i)));
+    for (int i = 0; i < n16; i += 8)
+        _mm256_store_ps(sc + i, _mm256_cvtph_ps(LOADU128(h + i)));
 }
 
 /* Chunk b of a row: w[k] holds elements 8k..8k+7; *d the block scale for
- * SCALED types, from the converted scales sc (d, and m for Q4_1). In Q4 blocks byte j holds element j (low nibble) and j+16
- * (high nibble), so zero-extending bytes 0-7 gives elements 0-7 and 16-23. */
-static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m256 w[4], __m256 *d) {
+ * SCALED types, from the converted scales sc (d, and m for Q4_1). In Q4
+ * blocks byte j holds element j (low nibble) and j+16 (high nibble), so
+ * zero-extending bytes 0-7 gives elements 0-7 and 16-23. */
+static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m256 w[4],
+                         __m256 *d) {
     switch (kt) {
     case LLMI_KT_Q4_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
@@ -140,24 +151,28 @@ static A2I void a2_chunk(int kt, const uint8_t *row, int64_t b, const float *sc,
     case LLMI_KT_Q8_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
         const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
-        for (int k = 0; k < 4; k++) w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LOADL(qs + 8 * k)));
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LOADL(qs + 8 * k)));
         *d = _mm256_set1_ps(sc[0]);
         break;
     }
     case LLMI_KT_F16: {
         const uint8_t *p = row + b * CHUNK * 2;
-        for (int k = 0; k < 4; k++) w[k] = _mm256_cvtph_ps(LOADU128(p + 16 * k));
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_cvtph_ps(LOADU128(p + 16 * k));
         break;
     }
     case LLMI_KT_BF16: {
         const uint8_t *p = row + b * CHUNK * 2;
         for (int k = 0; k < 4; k++)
-            w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LOADU128(p + 16 * k)), 16));
+            w[k] = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(LOADU128(p + 16 * k)), 16));
         break;
     }
     default: { /* F32 */
         const float *p = (const float *)(const void *)(row + b * CHUNK * 4);
-        for (int k = 0; k < 4; k++) w[k] = _mm256_loadu_ps(p + 8 * k);
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_loadu_ps(p + 8 * k);
         break;
     }
     }
@@ -187,34 +202,46 @@ static A2I void a2_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
         __m256 acc0[A2_TILE], acc1[A2_TILE];
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++)
+            acc0[t] = acc1[t] = _mm256_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
             const int n = nb - b0 < SEG ? (int)(nb - b0) : SEG;
             alignas(64) float sc[2 * SEG];
-            if (HAS_SCALES(kt)) a2_scales(kt, row, b0, n, sc);
+            if (HAS_SCALES(kt))
+                a2_scales(kt, row, b0, n, sc);
             for (int i = 0; i < n; i += 2) {
                 a2_step(kt, nt, row, b0 + i, sc + i * NSC(kt), x, cols, acc0);
-                if (i + 1 < n) a2_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
+                if (i + 1 < n)
+                    a2_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
             }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             float v = a2_hsum(_mm256_add_ps(acc0[t], acc1[t]));
-            if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
+            if (nb * CHUNK < cols)
+                v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
             y[t * ldy + r] = v;
         }
     }
 }
 
-#define A2_ROWS(name, KT)                                                                     \
-    static A2 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt, \
-                        float *y, int64_t ldy) {                                              \
-        switch (nt) {                                                                         \
-        case 1: a2_rows(KT, 1, w, r0, r1, x, y, ldy); break;                                  \
-        case 2: a2_rows(KT, 2, w, r0, r1, x, y, ldy); break;                                  \
-        case 3: a2_rows(KT, 3, w, r0, r1, x, y, ldy); break;                                  \
-        default: a2_rows(KT, 4, w, r0, r1, x, y, ldy); break;                                 \
-        }                                                                                     \
+#define A2_ROWS(name, KT)                                                                          \
+    static A2 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,      \
+                        float *y, int64_t ldy) {                                                   \
+        switch (nt) {                                                                              \
+        case 1:                                                                                    \
+            a2_rows(KT, 1, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            a2_rows(KT, 2, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            a2_rows(KT, 3, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        default:                                                                                   \
+            a2_rows(KT, 4, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        }                                                                                          \
     }
 A2_ROWS(a2_rows_f32, LLMI_KT_F32)
 A2_ROWS(a2_rows_f16, LLMI_KT_F16)
@@ -235,7 +262,8 @@ static A2 float a2_dot(const float *a, const float *b, int n) {
     for (; i + 8 <= n; i += 8)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     float r = a2_hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) r += a[i] * b[i];
+    for (; i < n; i++)
+        r += a[i] * b[i];
     return r;
 }
 
@@ -243,8 +271,10 @@ static A2 void a2_axpy(float *y, float a, const float *x, int n) {
     const __m256 va = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
 }
 
 static A2 double a2_sumsq(const float *x, int n) {
@@ -260,15 +290,19 @@ static A2 double a2_sumsq(const float *x, int n) {
     __m256d s = _mm256_add_pd(s0, s1);
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
     double r = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    for (; i < n; i++) r += (double)x[i] * x[i];
+    for (; i < n; i++)
+        r += (double)x[i] * x[i];
     return r;
 }
 
 const llmi_kernel_set llmi_kernels_avx2 = {
     .tile = A2_TILE,
-    .rows = {[LLMI_KT_F32] = a2_rows_f32, [LLMI_KT_F16] = a2_rows_f16,
-             [LLMI_KT_BF16] = a2_rows_bf16, [LLMI_KT_Q4_0] = a2_rows_q4_0,
-             [LLMI_KT_Q4_1] = a2_rows_q4_1, [LLMI_KT_Q8_0] = a2_rows_q8_0},
+    .rows = {[LLMI_KT_F32] = a2_rows_f32,
+             [LLMI_KT_F16] = a2_rows_f16,
+             [LLMI_KT_BF16] = a2_rows_bf16,
+             [LLMI_KT_Q4_0] = a2_rows_q4_0,
+             [LLMI_KT_Q4_1] = a2_rows_q4_1,
+             [LLMI_KT_Q8_0] = a2_rows_q8_0},
     .dot = a2_dot,
     .axpy = a2_axpy,
     .sumsq = a2_sumsq,
@@ -279,14 +313,16 @@ const llmi_kernel_set llmi_kernels_avx2 = {
 static A5I void a5_scales(int kt, const uint8_t *row, int64_t b0, int n, float *sc) {
     uint16_t h[2 * SEG];
     const int n16 = gather_scales(kt, row, b0, n, h);
-    for (int i = 0; i < n16; i += 16) _mm512_store_ps(sc + i, _mm512_cvtph_ps(LOADU256(h + i)));
+    for (int i = 0; i < n16; i += 16)
+        _mm512_store_ps(sc + i, _mm512_cvtph_ps(LOADU256(h + i)));
 }
 
 /* Chunk b of a row: w[0] elements 0-15, w[1] 16-31. For Q4, the 16 bytes are
  * zero-extended to 16 dwords; VPERMPS looks up a 16-entry table with the low
  * 4 bits of each index lane, so the low nibbles index directly and the high
  * nibbles after one shift. The table holds the block's 16 possible values. */
-static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m512 w[2], __m512 *d) {
+static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m512 w[2],
+                         __m512 *d) {
     switch (kt) {
     case LLMI_KT_Q4_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
@@ -357,38 +393,58 @@ static A5I void a5_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
         __m512 acc0[A5_TILE], acc1[A5_TILE];
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+        for (int t = 0; t < nt; t++)
+            acc0[t] = acc1[t] = _mm512_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
             const int n = nb - b0 < SEG ? (int)(nb - b0) : SEG;
             alignas(64) float sc[2 * SEG];
-            if (HAS_SCALES(kt)) a5_scales(kt, row, b0, n, sc);
+            if (HAS_SCALES(kt))
+                a5_scales(kt, row, b0, n, sc);
             for (int i = 0; i < n; i += 2) {
                 a5_step(kt, nt, row, b0 + i, sc + i * NSC(kt), x, cols, acc0);
-                if (i + 1 < n) a5_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
+                if (i + 1 < n)
+                    a5_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
             }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
-            if (nb * CHUNK < cols) v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
+            if (nb * CHUNK < cols)
+                v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
             y[t * ldy + r] = v;
         }
     }
 }
 
-#define A5_ROWS(name, KT)                                                                     \
-    static A5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt, \
-                        float *y, int64_t ldy) {                                              \
-        switch (nt) {                                                                         \
-        case 1: a5_rows(KT, 1, w, r0, r1, x, y, ldy); break;                                  \
-        case 2: a5_rows(KT, 2, w, r0, r1, x, y, ldy); break;                                  \
-        case 3: a5_rows(KT, 3, w, r0, r1, x, y, ldy); break;                                  \
-        case 4: a5_rows(KT, 4, w, r0, r1, x, y, ldy); break;                                  \
-        case 5: a5_rows(KT, 5, w, r0, r1, x, y, ldy); break;                                  \
-        case 6: a5_rows(KT, 6, w, r0, r1, x, y, ldy); break;                                  \
-        case 7: a5_rows(KT, 7, w, r0, r1, x, y, ldy); break;                                  \
-        default: a5_rows(KT, 8, w, r0, r1, x, y, ldy); break;                                 \
-        }                                                                                     \
+#define A5_ROWS(name, KT)                                                                          \
+    static A5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,      \
+                        float *y, int64_t ldy) {                                                   \
+        switch (nt) {                                                                              \
+        case 1:                                                                                    \
+            a5_rows(KT, 1, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            a5_rows(KT, 2, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            a5_rows(KT, 3, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 4:                                                                                    \
+            a5_rows(KT, 4, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 5:                                                                                    \
+            a5_rows(KT, 5, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 6:                                                                                    \
+            a5_rows(KT, 6, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        case 7:                                                                                    \
+            a5_rows(KT, 7, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        default:                                                                                   \
+            a5_rows(KT, 8, w, r0, r1, x, y, ldy);                                                  \
+            break;                                                                                 \
+        }                                                                                          \
     }
 A5_ROWS(a5_rows_f32, LLMI_KT_F32)
 A5_ROWS(a5_rows_f16, LLMI_KT_F16)
@@ -419,12 +475,13 @@ static A5 void a5_axpy(float *y, float a, const float *x, int n) {
     const __m512 va = _mm512_set1_ps(a);
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i),
-                                              _mm512_maskz_loadu_ps(m, y + i)));
+        _mm512_mask_storeu_ps(
+            y + i, m,
+            _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
 
@@ -434,20 +491,25 @@ static A5 double a5_sumsq(const float *x, int n) {
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i);
         __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        __m512d hi =
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         s0 = _mm512_fmadd_pd(lo, lo, s0);
         s1 = _mm512_fmadd_pd(hi, hi, s1);
     }
     double r = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    for (; i < n; i++) r += (double)x[i] * x[i];
+    for (; i < n; i++)
+        r += (double)x[i] * x[i];
     return r;
 }
 
 const llmi_kernel_set llmi_kernels_avx512 = {
     .tile = A5_TILE,
-    .rows = {[LLMI_KT_F32] = a5_rows_f32, [LLMI_KT_F16] = a5_rows_f16,
-             [LLMI_KT_BF16] = a5_rows_bf16, [LLMI_KT_Q4_0] = a5_rows_q4_0,
-             [LLMI_KT_Q4_1] = a5_rows_q4_1, [LLMI_KT_Q8_0] = a5_rows_q8_0},
+    .rows = {[LLMI_KT_F32] = a5_rows_f32,
+             [LLMI_KT_F16] = a5_rows_f16,
+             [LLMI_KT_BF16] = a5_rows_bf16,
+             [LLMI_KT_Q4_0] = a5_rows_q4_0,
+             [LLMI_KT_Q4_1] = a5_rows_q4_1,
+             [LLMI_KT_Q8_0] = a5_rows_q8_0},
     .dot = a5_dot,
     .axpy = a5_axpy,
     .sumsq = a5_sumsq,

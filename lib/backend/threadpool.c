@@ -87,18 +87,23 @@ static uint64_t wait_gen(llmi_pool *p, uint64_t seen) {
     uint64_t g, t0 = 0;
     for (unsigned i = 1;; i++) {
         g = atomic_load_explicit(&p->state, memory_order_acquire) >> SHARE_BITS;
-        if (g != seen) return g;
+        if (g != seen)
+            return g;
         cpu_relax();
         if (i % SPIN_CHECK == 0) {
             uint64_t t = now_ns();
-            if (t0 == 0) t0 = t;
-            if (t - t0 >= SPIN_NS) break;
-            if (t - t0 >= SPIN_PAUSE_NS) sched_yield();
+            if (t0 == 0)
+                t0 = t;
+            if (t - t0 >= SPIN_NS)
+                break;
+            if (t - t0 >= SPIN_PAUSE_NS)
+                sched_yield();
         }
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
-    while ((g = atomic_load(&p->state) >> SHARE_BITS) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    while ((g = atomic_load(&p->state) >> SHARE_BITS) == seen)
+        pthread_cond_wait(&p->cv, &p->mu);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
     return g;
@@ -108,7 +113,8 @@ static uint64_t wait_gen(llmi_pool *p, uint64_t seen) {
 static void run_shares(llmi_pool *p, uint64_t gen) {
     uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
     for (;;) {
-        if (s >> SHARE_BITS != gen || (s & SHARE_MASK) >= (uint64_t)p->n) return;
+        if (s >> SHARE_BITS != gen || (s & SHARE_MASK) >= (uint64_t)p->n)
+            return;
         if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acquire,
                                                   memory_order_acquire)) {
             p->fn(p->ctx, (int)(s & SHARE_MASK), p->n);
@@ -124,7 +130,8 @@ static void *worker_main(void *arg) {
     uint64_t seen = 0;
     for (;;) {
         seen = wait_gen(p, seen);
-        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed))
+            break;
         run_shares(p, seen);
     }
     return NULL;
@@ -146,7 +153,8 @@ static void stop_workers(llmi_pool *p) {
     if (p->started > 0) {
         atomic_store_explicit(&p->stop, 1, memory_order_relaxed);
         publish(p, (uint64_t)p->n); /* nothing to claim: workers see stop */
-        for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
+        for (int i = 0; i < p->started; i++)
+            pthread_join(p->threads[i], NULL);
     }
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -155,13 +163,15 @@ static void stop_workers(llmi_pool *p) {
 }
 
 llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
-    if (!out) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "thread pool: out is NULL");
+    if (!out)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "thread pool: out is NULL");
     *out = NULL;
     if (n_threads < 1 || n_threads > LLMI_POOL_MAX_THREADS)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "thread pool: %d threads (1..%d)",
-                          n_threads, LLMI_POOL_MAX_THREADS);
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "thread pool: %d threads (1..%d)", n_threads,
+                          LLMI_POOL_MAX_THREADS);
     llmi_pool *p = llmi_malloc_aligned(sizeof *p);
-    if (!p) return llmi_oom("thread pool");
+    if (!p)
+        return llmi_oom("thread pool");
     memset(p, 0, sizeof *p);
     atomic_init(&p->state, 0);
     atomic_init(&p->done, 0);
@@ -194,7 +204,8 @@ llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
     int rc = 0;
     for (int i = 0; i < n_threads - 1; i++) {
         rc = pthread_create(&p->threads[i], NULL, worker_main, p);
-        if (rc != 0) break;
+        if (rc != 0)
+            break;
         p->started++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -210,12 +221,11 @@ llm_status llmi_pool_create(int n_threads, llmi_pool **out) {
 }
 
 void llmi_pool_free(llmi_pool *pool) {
-    if (pool) stop_workers(pool);
+    if (pool)
+        stop_workers(pool);
 }
 
-int llmi_pool_size(const llmi_pool *pool) {
-    return pool ? pool->n : 1;
-}
+int llmi_pool_size(const llmi_pool *pool) { return pool ? pool->n : 1; }
 
 void llmi_pool_run(llmi_pool *p, llmi_task_fn fn, void *ctx) {
     if (!p || p->n == 1) {
@@ -237,8 +247,10 @@ void llmi_pool_run(llmi_pool *p, llmi_task_fn fn, void *ctx) {
         cpu_relax();
         if (i % SPIN_CHECK == 0) {
             uint64_t t = now_ns();
-            if (t0 == 0) t0 = t;
-            if (t - t0 >= SPIN_PAUSE_NS) sched_yield();
+            if (t0 == 0)
+                t0 = t;
+            if (t - t0 >= SPIN_PAUSE_NS)
+                sched_yield();
         }
     }
 }

@@ -47,7 +47,7 @@ static float rng_float(uint64_t *s) {
     return f == 0.0f ? 0.5f : f;
 }
 
-static const llmi_ttype all_types[] = {LLMI_T_F32, LLMI_T_F16,  LLMI_T_BF16,
+static const llmi_ttype all_types[] = {LLMI_T_F32,  LLMI_T_F16,  LLMI_T_BF16,
                                        LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -86,11 +86,13 @@ static void make_weight(test_weight *tw, llmi_ttype type, int64_t rows, int64_t 
         /* Rows of different magnitude, with a non-zero offset so that Q4_1's
          * m matters. */
         float scale = 0.25f + (float)(r % 7), off = 0.1f * (float)(r % 3);
-        for (int64_t c = 0; c < cols; c++) src[c] = scale * (rng_float(&seed) + off);
+        for (int64_t c = 0; c < cols; c++)
+            src[c] = scale * (rng_float(&seed) + off);
         llmi_quantize_row(type, src, tmp, cols);
         llmi_dequantize_row(type, tmp, back, cols);
         memcpy(base + (size_t)r * tw->w.row_bytes, tmp, rb);
-        for (int64_t c = 0; c < cols; c++) tw->deq[r * cols + c] = back[c];
+        for (int64_t c = 0; c < cols; c++)
+            tw->deq[r * cols + c] = back[c];
     }
     tw->w.data = base;
     free(src);
@@ -106,14 +108,16 @@ static void free_weight(test_weight *tw) {
 static float *make_x(int64_t n, uint64_t seed) {
     float *x = malloc(sizeof(float) * (size_t)n);
     assert_non_null(x);
-    for (int64_t i = 0; i < n; i++) x[i] = rng_float(&seed);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_float(&seed);
     return x;
 }
 
 static float *nan_buf(int64_t n) {
     float *y = malloc(sizeof(float) * (size_t)n);
     assert_non_null(y);
-    for (int64_t i = 0; i < n; i++) y[i] = NAN;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = NAN;
     return y;
 }
 
@@ -137,7 +141,8 @@ static double check_matmul(const test_weight *tw, const float *x, int n_tok, con
                 fail_msg("%s: y[t=%d][r=%lld] = %.9g, reference %.9g, |err| %.3g > bound %.3g",
                          what, t, (long long)r, got, ref, err, tol * mag);
             }
-            if (mag > 0 && err / (tol * mag) > worst) worst = err / (tol * mag);
+            if (mag > 0 && err / (tol * mag) > worst)
+                worst = err / (tol * mag);
         }
     }
     return worst;
@@ -146,9 +151,9 @@ static double check_matmul(const test_weight *tw, const float *x, int n_tok, con
 /* ---- matmul against the reference --------------------------------------- */
 
 static void matmul_vs_reference(llmi_ttype type) {
-    const int64_t shapes_q[][2] = {{1, 32},   {15, 64},  {16, 32},  {17, 160},
+    const int64_t shapes_q[][2] = {{1, 32},   {15, 64},  {16, 32},   {17, 160},
                                    {37, 576}, {100, 96}, {300, 1024}};
-    const int64_t shapes_f[][2] = {{1, 1},  {3, 7},    {17, 40},   {16, 33},
+    const int64_t shapes_f[][2] = {{1, 1},    {3, 7},    {17, 40},   {16, 33},
                                    {37, 576}, {5, 1000}, {130, 1024}};
     const int toks[] = {1, 2, 3, 5, 8, 17};
     const int best = llmi_kernels_best_level();
@@ -190,12 +195,30 @@ static void matmul_vs_reference(llmi_ttype type) {
     llmi_pool_free(pool);
 }
 
-static void test_matmul_f32(void **state) { (void)state; matmul_vs_reference(LLMI_T_F32); }
-static void test_matmul_f16(void **state) { (void)state; matmul_vs_reference(LLMI_T_F16); }
-static void test_matmul_bf16(void **state) { (void)state; matmul_vs_reference(LLMI_T_BF16); }
-static void test_matmul_q4_0(void **state) { (void)state; matmul_vs_reference(LLMI_T_Q4_0); }
-static void test_matmul_q4_1(void **state) { (void)state; matmul_vs_reference(LLMI_T_Q4_1); }
-static void test_matmul_q8_0(void **state) { (void)state; matmul_vs_reference(LLMI_T_Q8_0); }
+static void test_matmul_f32(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_F32);
+}
+static void test_matmul_f16(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_F16);
+}
+static void test_matmul_bf16(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_BF16);
+}
+static void test_matmul_q4_0(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_Q4_0);
+}
+static void test_matmul_q4_1(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_Q4_1);
+}
+static void test_matmul_q8_0(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_Q8_0);
+}
 
 /* ---- determinism -------------------------------------------------------- */
 
@@ -207,7 +230,8 @@ static void test_matmul_deterministic(void **state) {
     const int64_t rows = 203, cols = 256;
     const int n_tok = 13;
     llmi_pool *pools[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++) assert_int_equal(llmi_pool_create(i + 1, &pools[i]), LLM_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(llmi_pool_create(i + 1, &pools[i]), LLM_OK);
     const int best = llmi_kernels_best_level();
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         test_weight tw;
@@ -243,7 +267,8 @@ static void test_matmul_deterministic(void **state) {
         free_weight(&tw);
     }
     llmi_kernels_set_level(-1);
-    for (int i = 0; i < 3; i++) llmi_pool_free(pools[i]);
+    for (int i = 0; i < 3; i++)
+        llmi_pool_free(pools[i]);
 }
 
 /* A Q4_0 "row" of 40 columns breaks the contract: NaN, not a wild read. */
@@ -267,7 +292,8 @@ static void test_kernel_levels(void **state) {
     assert_int_equal(llmi_kernels_level(), 0);
     llmi_kernels_set_level(-1);
     assert_int_equal(llmi_kernels_level(), best);
-    for (size_t i = 0; i < N_TYPES; i++) assert_true(llmi_kernels_type_supported(all_types[i]));
+    for (size_t i = 0; i < N_TYPES; i++)
+        assert_true(llmi_kernels_type_supported(all_types[i]));
     assert_false(llmi_kernels_type_supported(6));
     assert_false(llmi_kernels_type_supported(1000));
 }
@@ -318,11 +344,13 @@ static void test_rmsnorm(void **state) {
         for (size_t k = 0; k < N_HELPER_SIZES; k++) {
             const int n = helper_sizes[k];
             float *x = make_x(n, 44 + (uint64_t)n), *w = make_x(n, 55 + (uint64_t)n);
-            for (int i = 0; i < n; i++) x[i] *= 100.0f; /* scale must not matter */
+            for (int i = 0; i < n; i++)
+                x[i] *= 100.0f; /* scale must not matter */
             float *out = nan_buf(n);
             const float eps = 1e-5f;
             double ss = 0;
-            for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+            for (int i = 0; i < n; i++)
+                ss += (double)x[i] * x[i];
             double scale = 1.0 / sqrt(ss / n + eps);
             llmi_rmsnorm(out, x, w, n, eps);
             for (int i = 0; i < n; i++) {
@@ -338,7 +366,8 @@ static void test_rmsnorm(void **state) {
     /* All zeros: eps keeps it finite. */
     float z[4] = {0, 0, 0, 0}, w[4] = {1, 1, 1, 1}, o[4];
     llmi_rmsnorm(o, z, w, 4, 1e-6f);
-    for (int i = 0; i < 4; i++) assert_true(o[i] == 0.0f);
+    for (int i = 0; i < 4; i++)
+        assert_true(o[i] == 0.0f);
 }
 
 static void test_softmax(void **state) {
@@ -346,12 +375,16 @@ static void test_softmax(void **state) {
     for (size_t k = 0; k < N_HELPER_SIZES; k++) {
         const int n = helper_sizes[k];
         float *x = make_x(n, 66 + (uint64_t)n);
-        for (int i = 0; i < n; i++) x[i] *= 30.0f;
-        if (n > 3) x[2] = -INFINITY; /* a masked position */
+        for (int i = 0; i < n; i++)
+            x[i] *= 30.0f;
+        if (n > 3)
+            x[2] = -INFINITY; /* a masked position */
         double mx = -INFINITY, sum = 0;
-        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < n; i++)
+            mx = x[i] > mx ? x[i] : mx;
         double *ref = malloc(sizeof(double) * (size_t)n);
-        for (int i = 0; i < n; i++) sum += ref[i] = exp((double)x[i] - mx);
+        for (int i = 0; i < n; i++)
+            sum += ref[i] = exp((double)x[i] - mx);
         float *xin = malloc(sizeof(float) * (size_t)n);
         memcpy(xin, x, sizeof(float) * (size_t)n);
         llmi_softmax_inplace(x, n);
@@ -368,7 +401,8 @@ static void test_softmax(void **state) {
                          x[i], r);
             total += x[i];
         }
-        if (n > 3) assert_true(x[2] == 0.0f);
+        if (n > 3)
+            assert_true(x[2] == 0.0f);
         assert_true(fabs(total - 1.0) <= 1e-5);
         free(x), free(ref), free(xin);
     }
@@ -380,7 +414,8 @@ static void test_softmax(void **state) {
     /* Fully masked: uniform rather than NaN. */
     float masked[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     llmi_softmax_inplace(masked, 4);
-    for (int i = 0; i < 4; i++) assert_true(masked[i] == 0.25f);
+    for (int i = 0; i < 4; i++)
+        assert_true(masked[i] == 0.25f);
     llmi_softmax_inplace(NULL, 0);
 }
 
@@ -388,7 +423,8 @@ static void test_silu_mul_add(void **state) {
     (void)state;
     const int n = 1001;
     float *g = make_x(n, 77), *u = make_x(n, 88);
-    for (int i = 0; i < n; i++) g[i] *= 20.0f;
+    for (int i = 0; i < n; i++)
+        g[i] *= 20.0f;
     g[0] = -200.0f; /* exp(200) overflows: the result must be -0, not NaN */
     g[1] = 200.0f;
     float *g0 = malloc(sizeof(float) * n);
@@ -403,7 +439,8 @@ static void test_silu_mul_add(void **state) {
     float *y0 = malloc(sizeof(float) * n);
     memcpy(y0, y, sizeof(float) * n);
     llmi_add_inplace(y, u, n);
-    for (int i = 0; i < n; i++) assert_true(y[i] == y0[i] + u[i]);
+    for (int i = 0; i < n; i++)
+        assert_true(y[i] == y0[i] + u[i]);
     free(g), free(u), free(g0), free(y), free(y0);
 }
 
@@ -432,7 +469,8 @@ static void probe_task(void *ctx, int ith, int nth) {
 static void run_probe(llmi_pool *pool, int n, int runs, int sleep_us) {
     struct pool_probe p;
     memset(&p, 0, sizeof p);
-    for (int i = 0; i < MAX_POOL; i++) atomic_init(&p.seen[i], 0);
+    for (int i = 0; i < MAX_POOL; i++)
+        atomic_init(&p.seen[i], 0);
     atomic_init(&p.bad_nth, 0);
     p.nth = n;
     for (int r = 1; r <= runs; r++) {
@@ -447,7 +485,8 @@ static void run_probe(llmi_pool *pool, int n, int runs, int sleep_us) {
             nanosleep(&ts, NULL);
         }
     }
-    for (int i = n; i < MAX_POOL; i++) assert_int_equal(atomic_load(&p.seen[i]), 0);
+    for (int i = n; i < MAX_POOL; i++)
+        assert_int_equal(atomic_load(&p.seen[i]), 0);
     assert_int_equal(atomic_load(&p.bad_nth), 0);
 }
 
@@ -522,8 +561,7 @@ static void test_pool_args(void **state) {
     assert_int_equal(llmi_pool_create(0, &pool), LLM_ERR_INVALID_ARGUMENT);
     assert_null(pool);
     assert_int_equal(llmi_pool_create(-3, &pool), LLM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(llmi_pool_create(LLMI_POOL_MAX_THREADS + 1, &pool),
-                     LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_pool_create(LLMI_POOL_MAX_THREADS + 1, &pool), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(llmi_pool_create(2, NULL), LLM_ERR_INVALID_ARGUMENT);
     /* Failing allocations leave nothing behind (the sanitizer build checks
      * for leaks). */
@@ -545,22 +583,14 @@ static void test_pool_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_levels),
-        cmocka_unit_test(test_matmul_f32),
-        cmocka_unit_test(test_matmul_f16),
-        cmocka_unit_test(test_matmul_bf16),
-        cmocka_unit_test(test_matmul_q4_0),
-        cmocka_unit_test(test_matmul_q4_1),
-        cmocka_unit_test(test_matmul_q8_0),
-        cmocka_unit_test(test_matmul_deterministic),
-        cmocka_unit_test(test_matmul_bad_cols),
-        cmocka_unit_test(test_dot_axpy),
-        cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_silu_mul_add),
-        cmocka_unit_test(test_pool_runs),
-        cmocka_unit_test(test_pool_workers_run),
-        cmocka_unit_test(test_pool_args),
+        cmocka_unit_test(test_kernel_levels),    cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f16),       cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_matmul_q4_0),      cmocka_unit_test(test_matmul_q4_1),
+        cmocka_unit_test(test_matmul_q8_0),      cmocka_unit_test(test_matmul_deterministic),
+        cmocka_unit_test(test_matmul_bad_cols),  cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_pool_runs),
+        cmocka_unit_test(test_pool_workers_run), cmocka_unit_test(test_pool_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
