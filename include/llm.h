@@ -272,8 +272,11 @@ typedef struct llm_session_params {
     uint32_t n_threads;      /**< 0 = one per online CPU */
     uint32_t n_ctx;          /**< max tokens per sequence; 0 = model's n_ctx_train */
     uint32_t max_batch_tokens; /**< tokens computed per forward pass (default 512) */
-    uint64_t kv_cache_bytes; /**< KV memory; 0 = enough for n_ctx tokens */
+    uint64_t kv_cache_bytes; /**< KV memory; 0 = a quarter of available memory, at most
+                                  2 GiB, at least one full context */
     llm_kv_type kv_type;     /**< default LLM_KV_F32 */
+    uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
+    bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */
 } llm_session_params;
 
 LLM_API void llm_session_params_init(llm_session_params *params);
@@ -354,6 +357,152 @@ typedef struct llm_generate_result {
  */
 LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result);
+
+/* ------------------------------------------------------------------------ */
+/** @name Request level: continuous batching
+ *
+ * Submit any number of requests; each llm_session_step() runs one scheduler
+ * iteration over all of them: every running request advances one token,
+ * waiting requests are admitted while KV blocks and the per-step token budget
+ * (max_batch_tokens) allow, and long prompts are prefilled in chunks mixed
+ * with decode tokens. Requests sharing a prompt prefix share its KV blocks.
+ * When KV memory runs out the most recently admitted request is preempted
+ * (its blocks freed, recomputed later); a request that fits the limits is
+ * never dropped.
+ *
+ * Threads: llm_session_submit() and llm_session_cancel() may be called from
+ * any thread at any time, also while another thread is inside
+ * llm_session_step(). llm_session_step() is called by one thread at a time. */
+/* ------------------------------------------------------------------------ */
+
+/** Identifies a request within its session; never 0, never reused. */
+typedef uint64_t llm_request_id;
+
+typedef struct llm_request_params {
+    uint32_t struct_size;
+    const llm_sampling_params *sampling; /**< copied at submit; NULL = greedy */
+    uint32_t max_new_tokens;             /**< default 256 */
+    int32_t priority;      /**< higher is admitted first; FCFS within a priority (0) */
+    bool ignore_eos;       /**< do not stop at end-of-generation tokens */
+    bool logprobs;         /**< report each token's log-probability */
+    const llm_token *stop_tokens;    /**< copied; generation stops after one */
+    size_t n_stop_tokens;
+    const char *const *stop_strings; /**< copied; their text is never emitted */
+    size_t n_stop_strings;
+} llm_request_params;
+
+LLM_API void llm_request_params_init(llm_request_params *params);
+
+/**
+ * Queues a request for `prompt` (copied). `params` may be NULL for defaults.
+ * A prompt longer than the session's context, or prompt + max_new_tokens
+ * beyond it, gives ::LLM_ERR_LIMIT with the numbers. Thread-safe.
+ */
+LLM_API llm_status llm_session_submit(llm_session *session, const llm_token *prompt,
+                                      size_t n_prompt, const llm_request_params *params,
+                                      llm_request_id *out_id);
+
+/**
+ * Cancels a request: its KV blocks are freed at once (or, if a step is
+ * computing it on another thread, as soon as that step's forward pass ends),
+ * and the next llm_session_step() reports it finished with
+ * ::LLM_FINISH_CANCELLED. An unknown or finished id gives ::LLM_ERR_NOT_FOUND.
+ * Thread-safe.
+ */
+LLM_API llm_status llm_session_cancel(llm_session *session, llm_request_id id);
+
+/** One thing that happened to a request during a step. */
+typedef struct llm_event {
+    llm_request_id request;
+    llm_token token;   /**< the new token, or LLM_TOKEN_NONE on a finish-only event */
+    const char *text;  /**< UTF-8 text this event completes (whole characters);
+                            borrowed until the next llm_session_step() */
+    size_t text_len;
+    float logprob;     /**< log p(token) if requested, else 0 */
+    llm_finish_reason finish_reason; /**< LLM_FINISH_NONE unless this is the last event */
+    llm_status status; /**< why, when finish_reason is LLM_FINISH_ERROR */
+} llm_event;
+
+/**
+ * Delivers events into `events` (capacity entries of `event_size` bytes each;
+ * pass sizeof(llm_event) so later versions can grow the struct). Events left
+ * over from an earlier call are delivered first; only when none are pending
+ * does it run one scheduler iteration. `*n_events` = 0 with no requests left
+ * means the session is idle.
+ */
+LLM_API llm_status llm_session_step(llm_session *session, llm_event *events, size_t capacity,
+                                    size_t event_size, size_t *n_events);
+
+/** Counters and gauges of a session. */
+typedef struct llm_session_stats {
+    uint32_t struct_size; /**< set by the caller to sizeof(llm_session_stats) */
+    uint32_t n_running;   /**< requests holding KV blocks */
+    uint32_t n_waiting;   /**< queued or preempted requests */
+    uint32_t block_size;  /**< tokens per KV block */
+    uint32_t blocks_total;
+    uint32_t blocks_used;   /**< referenced by a sequence */
+    uint32_t blocks_cached; /**< unreferenced, kept for prefix reuse */
+    uint32_t blocks_free;
+    uint64_t kv_tokens_used;    /**< token slots holding K/V in used blocks */
+    uint64_t prefix_hit_tokens; /**< prompt tokens served from the prefix cache */
+    uint64_t prompt_tokens;     /**< prompt tokens computed */
+    uint64_t generated_tokens;
+    uint64_t preemptions;
+    uint64_t steps;
+} llm_session_stats;
+
+LLM_API llm_status llm_session_get_stats(llm_session *session, llm_session_stats *stats);
+
+/* ------------------------------------------------------------------------ */
+/** @name Token level: host-driven decoding
+ *
+ * For hosts that schedule and sample themselves. Sequences live in the same
+ * KV pool as requests; the scheduler never preempts them. Not thread-safe:
+ * call from the thread that steps the session.
+ */
+/* ------------------------------------------------------------------------ */
+
+/** A sequence handle within a session. */
+typedef int32_t llm_seq_id;
+
+/** Opens an empty sequence. */
+LLM_API llm_status llm_seq_open(llm_session *session, llm_seq_id *out);
+/** Opens a sequence sharing every KV block of `src` (copy-on-write). */
+LLM_API llm_status llm_seq_fork(llm_session *session, llm_seq_id src, llm_seq_id *out);
+/** Closes a sequence and frees its blocks. */
+LLM_API llm_status llm_seq_close(llm_session *session, llm_seq_id seq);
+/** Forgets positions >= n_tokens (to roll back or branch). */
+LLM_API llm_status llm_seq_truncate(llm_session *session, llm_seq_id seq, uint32_t n_tokens);
+/** Number of positions the sequence holds. */
+LLM_API llm_status llm_seq_length(llm_session *session, llm_seq_id seq, uint32_t *n_tokens);
+
+/** One step's rows: (sequence, position, token, want logits). */
+typedef struct llm_batch llm_batch;
+
+LLM_API llm_status llm_batch_create(uint32_t capacity, llm_batch **out);
+/** NULL is a no-op. */
+LLM_API void llm_batch_free(llm_batch *batch);
+LLM_API void llm_batch_clear(llm_batch *batch);
+/**
+ * Appends a row. Positions of one sequence must continue where it ends:
+ * the first row of a sequence in a batch has pos == its current length, and
+ * each further row pos + 1. ::LLM_ERR_LIMIT when the batch is full.
+ */
+LLM_API llm_status llm_batch_add(llm_batch *batch, llm_seq_id seq, uint32_t pos,
+                                 llm_token token, bool want_logits);
+
+/**
+ * Computes every row of `batch` in one forward pass. Either all rows are
+ * applied or none (KV exhausted: ::LLM_ERR_LIMIT). A batch larger than
+ * max_batch_tokens is split internally.
+ */
+LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *batch);
+
+/**
+ * Logits (n_vocab floats) of row `row` of the last decoded batch, which must
+ * have asked for them. Borrowed until the next decode or step.
+ */
+LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
 
 #ifdef __cplusplus
 }

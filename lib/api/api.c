@@ -223,6 +223,8 @@ LLM_API void llm_session_params_init(llm_session_params *p) {
     p->struct_size = sizeof *p;
     p->max_batch_tokens = 512;
     p->kv_type = LLM_KV_F32;
+    p->kv_block_size = 16;
+    p->prefix_cache = true;
 }
 
 LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_params *params,
@@ -257,4 +259,105 @@ LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t 
     CHECK_ARG(s, "llm_generate: session is NULL");
     CHECK_ARG(prompt || n_prompt == 0, "llm_generate: prompt is NULL");
     return llmi_generate(s, prompt, n_prompt, params, result);
+}
+
+/* ---- request level ---- */
+
+LLM_API void llm_request_params_init(llm_request_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->max_new_tokens = 256;
+}
+
+LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, size_t n_prompt,
+                                      const llm_request_params *params, llm_request_id *out_id) {
+    CHECK_ARG(s && out_id, "llm_session_submit: session and out_id must not be NULL");
+    *out_id = 0;
+    CHECK_ARG(prompt || n_prompt == 0, "llm_session_submit: prompt is NULL");
+    return llmi_sched_submit(s, prompt, n_prompt, params, out_id);
+}
+
+LLM_API llm_status llm_session_cancel(llm_session *s, llm_request_id id) {
+    CHECK_ARG(s, "llm_session_cancel: session is NULL");
+    return llmi_sched_cancel(s, id);
+}
+
+LLM_API llm_status llm_session_step(llm_session *s, llm_event *events, size_t capacity,
+                                    size_t event_size, size_t *n_events) {
+    CHECK_ARG(s && n_events, "llm_session_step: session and n_events must not be NULL");
+    *n_events = 0;
+    CHECK_ARG(events && capacity > 0, "llm_session_step: need an event array (capacity %zu)",
+              capacity);
+    CHECK_ARG(event_size >= offsetof(llm_event, text_len) && event_size <= (1u << 16),
+              "llm_session_step: event_size %zu is invalid (pass sizeof(llm_event))",
+              event_size);
+    return llmi_sched_step(s, events, capacity, event_size, n_events);
+}
+
+LLM_API llm_status llm_session_get_stats(llm_session *s, llm_session_stats *stats) {
+    CHECK_ARG(s && stats, "llm_session_get_stats: NULL argument");
+    LLMI_TRY(check_struct_size("llm_session_stats", stats->struct_size));
+    llm_session_stats full;
+    memset(&full, 0, sizeof full);
+    llmi_sched_stats(s, &full);
+    full.struct_size = stats->struct_size;
+    memcpy(stats, &full, stats->struct_size < sizeof full ? stats->struct_size : sizeof full);
+    return LLM_OK;
+}
+
+/* ---- token level ---- */
+
+LLM_API llm_status llm_seq_open(llm_session *s, llm_seq_id *out) {
+    CHECK_ARG(s && out, "llm_seq_open: NULL argument");
+    *out = -1;
+    return llmi_seq_open(s, NULL, out);
+}
+
+LLM_API llm_status llm_seq_fork(llm_session *s, llm_seq_id src, llm_seq_id *out) {
+    CHECK_ARG(s && out, "llm_seq_fork: NULL argument");
+    *out = -1;
+    return llmi_seq_open(s, &src, out);
+}
+
+LLM_API llm_status llm_seq_close(llm_session *s, llm_seq_id seq) {
+    CHECK_ARG(s, "llm_seq_close: session is NULL");
+    return llmi_seq_close(s, seq);
+}
+
+LLM_API llm_status llm_seq_truncate(llm_session *s, llm_seq_id seq, uint32_t n_tokens) {
+    CHECK_ARG(s, "llm_seq_truncate: session is NULL");
+    return llmi_seq_truncate(s, seq, n_tokens);
+}
+
+LLM_API llm_status llm_seq_length(llm_session *s, llm_seq_id seq, uint32_t *n_tokens) {
+    CHECK_ARG(s && n_tokens, "llm_seq_length: NULL argument");
+    return llmi_seq_length(s, seq, n_tokens);
+}
+
+LLM_API llm_status llm_batch_create(uint32_t capacity, llm_batch **out) {
+    CHECK_ARG(out, "llm_batch_create: out is NULL");
+    return llmi_batch_create(capacity, out);
+}
+
+LLM_API void llm_batch_free(llm_batch *b) { llmi_batch_free(b); }
+
+LLM_API void llm_batch_clear(llm_batch *b) {
+    if (b) llmi_batch_clear(b);
+}
+
+LLM_API llm_status llm_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token token,
+                                 bool want_logits) {
+    CHECK_ARG(b, "llm_batch_add: batch is NULL");
+    return llmi_batch_add(b, seq, pos, token, want_logits);
+}
+
+LLM_API llm_status llm_session_decode(llm_session *s, const llm_batch *b) {
+    CHECK_ARG(s && b, "llm_session_decode: NULL argument");
+    return llmi_session_decode(s, b);
+}
+
+LLM_API llm_status llm_session_logits(llm_session *s, uint32_t row, const float **logits) {
+    CHECK_ARG(s && logits, "llm_session_logits: NULL argument");
+    return llmi_session_logits(s, row, logits);
 }

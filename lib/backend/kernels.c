@@ -232,7 +232,7 @@ int llmi_kernels_level(void) {
     return level;
 }
 
-static const llmi_kernel_set *kernel_set(void) {
+const llmi_kernel_set *llmi_kernels_current(void) {
     switch (llmi_kernels_level()) {
 #if defined(LLMI_KERNELS_X86)
     case LLMI_KLEVEL_AVX2:
@@ -251,7 +251,7 @@ void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y,
     const int kt = kt_index(w->type);
     if (kt < 0 || n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth)
         return;
-    const llmi_kernel_set *ks = kernel_set();
+    const llmi_kernel_set *ks = llmi_kernels_current();
     const llmi_rows_fn rows_fn = ks->rows[kt];
     const int64_t rows = w->rows, cols = w->cols;
 
@@ -314,19 +314,19 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
 void llmi_rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
     if (n <= 0)
         return;
-    double ss = kernel_set()->sumsq(x, n);
+    double ss = llmi_kernels_current()->sumsq(x, n);
     float scale = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = 0; i < n; i++)
         out[i] = x[i] * scale * weight[i];
 }
 
 float llmi_dot_f32(const float *a, const float *b, int n) {
-    return n > 0 ? kernel_set()->dot(a, b, n) : 0.0f;
+    return n > 0 ? llmi_kernels_current()->dot(a, b, n) : 0.0f;
 }
 
 void llmi_axpy_f32(float *y, float a, const float *x, int n) {
     if (n > 0)
-        kernel_set()->axpy(y, a, x, n);
+        llmi_kernels_current()->axpy(y, a, x, n);
 }
 
 void llmi_softmax_inplace(float *x, int n) {

@@ -1,8 +1,10 @@
 /* CPU compute kernels: weight x activation products and the row-wise helpers
  * of the forward pass.
  *
- * Activations are f32. A quantized weight row is dequantized in registers and
- * multiplied with f32 activations; there is no 8-bit quantization of x.
+ * llmi_matmul keeps activations in f32: a quantized weight row is dequantized
+ * in registers and multiplied with f32 activations. llmi_matmul_act (below)
+ * is what the forward pass uses: for quantized weights it rounds the
+ * activations to 8 bits and takes integer dot products, as llama.cpp does.
  * Every kernel has a portable C version (the reference, and the only one off
  * x86-64) and, on x86-64, AVX2+FMA+F16C and AVX-512F versions chosen at run
  * time from CPUID.
@@ -44,7 +46,80 @@ void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y,
 /* llmi_matmul_part over every thread of `pool` (NULL: the calling thread). */
 void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_tok, float *y);
 
-/* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F. set_level clamps
+/* ---- 8-bit activations ----------------------------------------------------
+ *
+ * Quantized weights multiply 8-bit activations with integer dot products,
+ * exactly as llama.cpp's CPU backend does (its vec_dot_type): Q4_0 and Q8_0
+ * weights pair with Q8_0 activations, Q4_1 weights with Q8_1. F32, F16 and
+ * BF16 weights keep f32 activations (llmi_matmul).
+ *
+ * Activations, per block of 32 (llama.cpp's x86 quantize_row_q8_0/_q8_1):
+ *   amax = max|x|, d = amax / 127, stored as fp16(d);
+ *   q = round-half-to-even(x * (127 / amax)), all 0 when amax == 0;
+ *   Q8_1 also stores s = fp16(d * sum(q)) with the unrounded d.
+ * Dot product of a weight row with a token, per block b:
+ *   isum_b = sum_j wq_j * xq_j, exactly, in integers (Q4_0: wq = nibble - 8;
+ *   Q4_1: wq = nibble; Q8_0: wq = the int8),
+ *   y = sum_b (float)(d_w * d_x) * isum_b  [+ sum_b m_w * s_x for Q4_1],
+ * summed in float. The kernels split each isum_b over SIMD lanes (exact) and
+ * accumulate lane-wise, so levels differ from each other and from
+ * llama.cpp only in the order of the float sums.
+ *
+ * Usage: llmi_act_prepare() quantizes n_tok rows once into caller-provided
+ * scratch; then any number of llmi_matmul_act() calls with weights of the
+ * same family (Q, K and V; gate and up) reuse it. */
+typedef struct llmi_act {
+    const float *f32;   /* the f32 rows, n_tok x cols (always set) */
+    const void *q;      /* quantized rows; NULL for float weights */
+    llmi_ttype q_type;  /* LLMI_T_Q8_0 or LLMI_T_Q8_1; LLMI_T_F32 when q is NULL */
+    int n_tok;
+    int64_t cols;
+    size_t q_row_bytes; /* stride between tokens' rows in q */
+} llmi_act;
+
+/* A quantized row (nb = cols / 32 blocks) starts 64-byte aligned and holds
+ *   int8_t qs[32 * nb]   block b's values at qs[32b .. 32b+31], in order;
+ *   float d[nb]          at byte 32 * nb: fp16(d) widened to f32;
+ *   float s[nb]          at byte 36 * nb, Q8_1 only: fp16(s) widened;
+ * then zeros up to q_row_bytes (a multiple of 64). f32 scales spare the
+ * kernels a conversion per token and block; the values are the fp16 ones. */
+static inline const int8_t *llmi_act_qs(const llmi_act *a, int t) {
+    return (const int8_t *)a->q + (size_t)t * a->q_row_bytes;
+}
+static inline const float *llmi_act_d(const llmi_act *a, int t) {
+    return (const float *)(const void *)(llmi_act_qs(a, t) + a->cols);
+}
+static inline const float *llmi_act_s(const llmi_act *a, int t) {
+    return llmi_act_d(a, t) + a->cols / 32;
+}
+
+/* The activation type that weights of `type` pair with: LLMI_T_Q8_0,
+ * LLMI_T_Q8_1, or LLMI_T_F32 for float (and unsupported) types. */
+llmi_ttype llmi_act_type(llmi_ttype weight_type);
+
+/* Scratch bytes for llmi_act_prepare: 0 for float weights (and for a cols
+ * that is not a positive multiple of 32, or a size that overflows: such
+ * an act has q NULL and llmi_matmul_act gives NaN). Any alignment will do. */
+size_t llmi_act_scratch_bytes(llmi_ttype weight_type, int64_t cols, int n_tok);
+
+/* Fills *out for weights of weight_type: quantizes the n_tok rows of x
+ * (n_tok x cols floats) into scratch (llmi_act_scratch_bytes of it), over
+ * the threads of `pool` when n_tok is large. For float weights it only
+ * records x. Keep x and scratch alive and unchanged while *out is used. */
+void llmi_act_prepare(llmi_pool *pool, llmi_ttype weight_type, const float *x, int n_tok,
+                      int64_t cols, void *scratch, llmi_act *out);
+
+/* y[t*rows + r] = row r of w times token t of x, for t < x->n_tok: the
+ * integer path above for quantized weights, llmi_matmul on x->f32 for float
+ * ones. x must have been prepared for w's type family (asserted; NaN rows
+ * when assertions are off) with x->cols == w->cols. Same row split, tiling
+ * and determinism as llmi_matmul_part. */
+void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth);
+void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, float *y);
+
+/* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F (the integer
+ * kernels of level 2 use AVX-512 VNNI when the CPU has it with AVX-512BW/VL,
+ * and level 1's otherwise). set_level clamps
  * to what the CPU supports; a negative level selects the best. The level is
  * process-wide (tests use it to compare paths): change it only while no
  * kernel runs. */

@@ -29,10 +29,39 @@ typedef struct llmi_kernel_set {
     double (*sumsq)(const float *x, int n);
 } llmi_kernel_set;
 
+/* The set of the current level (kernels.c). */
+const llmi_kernel_set *llmi_kernels_current(void);
+
+/* ---- integer kernels (kernels_q8.c, kernels_q8_x86.c) ---- */
+
+/* Quantized weight types, dense. */
+enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
+
+/* Quantizes one row of 32*nb floats into the activation row layout of
+ * kernels.h (with s when q81), writing all row_bytes bytes (zero padding). */
+typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row,
+                               size_t row_bytes);
+
+/* y[t*ldy + r] for r in [r0, r1) and t < nt (1 <= nt <= the set's tile);
+ * token t's quantized row at xq + t*xstride. */
+typedef void (*llmi_qrows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,
+                              size_t xstride, int nt, float *y, int64_t ldy);
+
+typedef struct llmi_qkernel_set {
+    int tile;
+    llmi_qrows_fn rows[LLMI_QT_COUNT];
+    llmi_aquant_fn quant;
+} llmi_qkernel_set;
+
+/* Whether the integer kernels of level 2 use AVX-512 VNNI on this CPU. */
+int llmi_kernels_have_vnni(void);
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define LLMI_KERNELS_X86 1
 extern const llmi_kernel_set llmi_kernels_avx2;
 extern const llmi_kernel_set llmi_kernels_avx512;
+extern const llmi_qkernel_set llmi_qkernels_avx2;
+extern const llmi_qkernel_set llmi_qkernels_avx512vnni;
 #endif
 
 #endif

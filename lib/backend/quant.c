@@ -76,6 +76,28 @@ static void quantize_q8_0(const float *x, llmi_block_q8_0 *y, int64_t nb) {
     }
 }
 
+/* Like Q8_0, plus s = d * sum(q) from the unrounded d (ggml's reference). The
+ * matmuls quantize their activations with llama.cpp's x86 rounding instead
+ * (kernels.h); this is the file format's reference. */
+static void quantize_q8_1(const float *x, llmi_block_q8_1 *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, x += LLMI_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < LLMI_QK; j++) {
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]);
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < LLMI_QK; j++) {
+            y[b].qs[j] = (int8_t)roundf(x[j] * id);
+            sum += y[b].qs[j];
+        }
+        y[b].d = llmi_f32_to_f16(d);
+        y[b].s = llmi_f32_to_f16((float)sum * d);
+    }
+}
+
 void llmi_quantize_row(llmi_ttype type, const float *src, void *dst, int64_t n) {
     assert(n >= 0);
     switch (type) {
@@ -105,6 +127,10 @@ void llmi_quantize_row(llmi_ttype type, const float *src, void *dst, int64_t n) 
     case LLMI_T_Q8_0:
         assert(n % LLMI_QK == 0);
         quantize_q8_0(src, dst, n / LLMI_QK);
+        break;
+    case LLMI_T_Q8_1:
+        assert(n % LLMI_QK == 0);
+        quantize_q8_1(src, dst, n / LLMI_QK);
         break;
     default:
         assert(!"llmi_quantize_row: unknown type");
@@ -157,6 +183,16 @@ void llmi_dequantize_row(llmi_ttype type, const void *src, float *dst, int64_t n
     case LLMI_T_Q8_0: {
         assert(n % LLMI_QK == 0);
         const llmi_block_q8_0 *x = src;
+        for (int64_t b = 0; b < n / LLMI_QK; b++, dst += LLMI_QK) {
+            const float d = llmi_f16_to_f32(x[b].d);
+            for (int j = 0; j < LLMI_QK; j++)
+                dst[j] = (float)x[b].qs[j] * d;
+        }
+        break;
+    }
+    case LLMI_T_Q8_1: { /* s is redundant: x = d*q */
+        assert(n % LLMI_QK == 0);
+        const llmi_block_q8_1 *x = src;
         for (int64_t b = 0; b < n / LLMI_QK; b++, dst += LLMI_QK) {
             const float d = llmi_f16_to_f32(x[b].d);
             for (int j = 0; j < LLMI_QK; j++)

@@ -8,11 +8,13 @@ static const llmi_ttype_info info_bf16 = {"BF16", 1, 2};
 static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_0)};
 static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1)};
 static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0)};
+static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_1)};
 
 /* The block structs must have no padding, or files would not map onto them. */
 _Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(llmi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(llmi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(llmi_block_q8_1) == 36, "Q8_1 block is 36 bytes");
 
 const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
     switch (type) {
@@ -28,6 +30,8 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
         return &info_q4_1;
     case LLMI_T_Q8_0:
         return &info_q8_0;
+    case LLMI_T_Q8_1:
+        return &info_q8_1;
     default:
         return NULL;
     }

@@ -11,6 +11,7 @@ typedef enum llmi_ttype {
     LLMI_T_Q4_0 = 2,
     LLMI_T_Q4_1 = 3,
     LLMI_T_Q8_0 = 8,
+    LLMI_T_Q8_1 = 9,
     LLMI_T_BF16 = 30,
 } llmi_ttype;
 
@@ -19,6 +20,9 @@ typedef enum llmi_ttype {
 typedef struct { uint16_t d; uint8_t qs[LLMI_QK / 2]; } llmi_block_q4_0;            /* x = d*(q-8) */
 typedef struct { uint16_t d, m; uint8_t qs[LLMI_QK / 2]; } llmi_block_q4_1;         /* x = d*q + m */
 typedef struct { uint16_t d; int8_t qs[LLMI_QK]; } llmi_block_q8_0;                 /* x = d*q */
+/* x = d*q; s = d*sum(q), with the unrounded d (llama.cpp's activation type for
+ * Q4_1 weights; no model stores its weights in it). */
+typedef struct { uint16_t d, s; int8_t qs[LLMI_QK]; } llmi_block_q8_1;
 /* In Q4 blocks byte j holds element j in its low nibble and j+16 in its high. */
 
 typedef struct llmi_ttype_info {

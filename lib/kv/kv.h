@@ -1,7 +1,24 @@
-/* Block-paged KV cache. Memory is a pool of fixed-size blocks (block_size
- * token slots, all layers); a sequence owns a block table mapping position p
- * to (table[p / block_size], p % block_size). Attention reads through the
- * table, so sequences never need contiguous memory and never move. */
+/* Block-paged KV cache with reference counts, copy-on-write, and a prefix
+ * cache.
+ *
+ * Memory is a pool of fixed-size blocks (block_size token slots, all layers).
+ * A sequence owns a block table mapping position p to
+ * (table[p / block_size], p % block_size); attention reads through the table,
+ * so sequences never need contiguous memory and never move.
+ *
+ * Every block is in exactly one state:
+ *   free    ref == 0, not cached: on the free stack;
+ *   used    ref >= 1: in that many block tables;
+ *   cached  ref == 0, registered in the prefix cache: on the LRU list,
+ *           reusable by a later prefix match, evicted (oldest first) only when
+ *           an allocation finds the free stack empty.
+ * A full block whose tokens are known is registered under a hash chained from
+ * its parent block's hash and its tokens, so equal hashes mean equal prefixes.
+ * Registered blocks are immutable: a write into a block that is shared
+ * (ref > 1) first copies it (copy-on-write); a write into a registered block
+ * held once unregisters it.
+ *
+ * Not thread-safe: the session serialises all calls. */
 #ifndef LLMI_KV_H
 #define LLMI_KV_H
 
@@ -9,45 +26,92 @@
 
 #include <stdbool.h>
 
+typedef struct llmi_kv_index llmi_kv_index; /* private: hash table + LRU */
+
 typedef struct llmi_kv {
     uint32_t n_layer, kv_dim, block_size, n_blocks;
     /* Per layer: n_blocks * block_size * kv_dim floats, block-major. */
     float **k, **v;
+    uint32_t *ref;        /* per block */
     uint32_t *free_stack; /* ids of free blocks */
-    uint32_t n_free;
+    uint32_t n_free;      /* on the free stack (cached blocks not counted) */
+    uint32_t n_cached;    /* ref == 0 and registered (evictable) */
+    llmi_kv_index *index;
+    /* counters: tokens attached by llmi_kv_prefix_match, cached blocks
+     * evicted, shared blocks replaced by a private copy before a write */
+    uint64_t prefix_hit_tokens, evictions, cow_copies;
 } llmi_kv;
 
 typedef struct llmi_kv_seq {
-    uint32_t *blocks;  /* block table */
-    uint32_t n_blocks; /* blocks held */
-    uint32_t cap;      /* table capacity */
-    uint32_t n_tokens; /* positions [0, n_tokens) hold valid K/V */
+    uint32_t *blocks;   /* block table */
+    uint32_t n_blocks;  /* blocks held */
+    uint32_t cap;       /* table capacity */
+    uint32_t n_tokens;  /* positions [0, n_tokens) hold valid K/V */
+    uint32_t n_hashed;  /* leading blocks whose hashes are known (registered or matched) */
+    uint64_t last_hash; /* hash of block n_hashed - 1 (chain seed when 0 blocks) */
 } llmi_kv_seq;
 
 llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
                           uint32_t n_blocks, llmi_kv **out);
 void llmi_kv_free(llmi_kv *kv);
-/* Bytes one block takes (K and V, all layers). */
+/* Bytes one block takes (K and V, all layers, f32). */
 size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size);
+/* Blocks an allocation can get now: free plus evictable cached. */
+static inline uint32_t llmi_kv_available(const llmi_kv *kv) { return kv->n_free + kv->n_cached; }
 
-/* Ensures `seq` has blocks for positions [0, n_tokens). On failure
- * (LLM_ERR_LIMIT: pool exhausted) the sequence is unchanged. */
+/* Makes `seq` writable for positions [seq->n_tokens, n_tokens): allocates the
+ * missing blocks (evicting cached ones if needed) and copies or unregisters
+ * the block holding position seq->n_tokens if it is shared or registered.
+ * Does not change seq->n_tokens. LLM_ERR_LIMIT (pool exhausted) or
+ * LLM_ERR_OUT_OF_MEMORY leave the sequence and the pool unchanged. */
 llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens);
-/* Returns every block to the pool and empties the sequence. */
+/* Blocks llmi_kv_seq_reserve(kv, seq, n_tokens) would take from the pool. */
+uint32_t llmi_kv_seq_blocks_needed(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t n_tokens);
+
+/* Drops positions >= n_tokens (blocks past the end are released). */
+void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens);
+/* Releases every block and empties the sequence (keeps the table memory). */
 void llmi_kv_seq_release(llmi_kv *kv, llmi_kv_seq *seq);
+/* Release plus freeing the table memory; leaves *seq zeroed. */
 void llmi_kv_seq_destroy(llmi_kv *kv, llmi_kv_seq *seq);
 
+/* dst (empty) shares every block of src: references are added, nothing is
+ * copied; the first write to a shared partial block copies it. */
+llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *dst);
+
+/* Prefix cache. `tokens` is the sequence's full token history. */
+/* Attaches to the empty `seq` the cached blocks that hold the longest prefix
+ * of tokens[0, max_tokens) in whole blocks; returns the tokens covered (a
+ * multiple of block_size), sets seq->n_tokens to it, counts prefix hits. */
+uint32_t llmi_kv_prefix_match(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens,
+                              uint32_t max_tokens);
+/* Registers the full blocks of seq not yet registered (positions below
+ * seq->n_tokens). A block whose hash is already registered by another block
+ * stays unregistered (the duplicate is simply freed later). */
+void llmi_kv_seq_commit(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens);
+/* Forgets every cached block (they become free). Blocks in use are
+ * unregistered too, so nothing registered before the call matches after it. */
+void llmi_kv_prefix_clear(llmi_kv *kv);
+/* Test hook: keeps only the low `bits` bits of every block hash (64 = all),
+ * to force hash collisions. Call right after llmi_kv_create. */
+void llmi_kv_test_hash_bits(llmi_kv *kv, unsigned bits);
+
+/* Checks the invariants against the complete list of live sequences:
+ * ref[b] equals the number of table entries naming b; every block is exactly
+ * one of free / used / cached; counts match. LLM_ERR_INTERNAL with a message
+ * naming the first violation. For tests and debug builds. */
+llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size_t n_seqs);
+
+static inline size_t llmi_kv_slot(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos) {
+    return (size_t)seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+}
 static inline float *llmi_kv_k(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
                                uint32_t pos) {
-    size_t slot = (size_t)seq->blocks[pos / kv->block_size] * kv->block_size +
-                  pos % kv->block_size;
-    return kv->k[layer] + slot * kv->kv_dim;
+    return kv->k[layer] + llmi_kv_slot(kv, seq, pos) * kv->kv_dim;
 }
 static inline float *llmi_kv_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
                                uint32_t pos) {
-    size_t slot = (size_t)seq->blocks[pos / kv->block_size] * kv->block_size +
-                  pos % kv->block_size;
-    return kv->v[layer] + slot * kv->kv_dim;
+    return kv->v[layer] + llmi_kv_slot(kv, seq, pos) * kv->kv_dim;
 }
 
 #endif

@@ -2,8 +2,8 @@
 #include "session/session.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
-enum { DEFAULT_BLOCK_SIZE = 16 };
 
 /* Copies the caller's params, reading only what its struct_size covers, and
  * resolves zeros to defaults. */
@@ -30,6 +30,10 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
     if (p->max_batch_tokens > 65536)
         return llmi_error(LLM_ERR_LIMIT, "max_batch_tokens %u exceeds 65536",
                           p->max_batch_tokens);
+    if (p->kv_block_size == 0) p->kv_block_size = 16;
+    if (p->kv_block_size > 1024)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "kv_block_size %u exceeds 1024",
+                          p->kv_block_size);
     if (p->kv_type != LLM_KV_F32)
         return llmi_error(LLM_ERR_UNSUPPORTED, "kv_type %d: only LLM_KV_F32 is implemented",
                           (int)p->kv_type);
@@ -39,10 +43,17 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
 static llm_status create_kv(llm_session *s) {
     const llmi_hparams *hp = &s->model->hp;
     uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    size_t block_bytes = llmi_kv_block_bytes(hp->n_layer, kv_dim, DEFAULT_BLOCK_SIZE);
+    size_t block_bytes = llmi_kv_block_bytes(hp->n_layer, kv_dim, s->params.kv_block_size);
     uint64_t n_blocks;
     if (s->params.kv_cache_bytes == 0) {
-        n_blocks = (s->params.n_ctx + DEFAULT_BLOCK_SIZE - 1) / DEFAULT_BLOCK_SIZE;
+        /* Default: a quarter of the memory available now, capped at 2 GiB,
+         * and never less than one full context. Pages are touched only as
+         * blocks are used. */
+        uint64_t avail = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t share = avail / 4 < (2ull << 30) ? avail / 4 : (2ull << 30);
+        uint64_t one_ctx = (s->params.n_ctx + s->params.kv_block_size - 1) / s->params.kv_block_size;
+        n_blocks = share / block_bytes;
+        if (n_blocks < one_ctx) n_blocks = one_ctx;
         s->params.kv_cache_bytes = n_blocks * block_bytes;
     } else {
         n_blocks = s->params.kv_cache_bytes / block_bytes;
@@ -51,10 +62,10 @@ static llm_status create_kv(llm_session *s) {
                               "kv_cache_bytes %llu is less than one KV block (%zu bytes)",
                               (unsigned long long)s->params.kv_cache_bytes, block_bytes);
     }
-    if (n_blocks > UINT32_MAX / DEFAULT_BLOCK_SIZE)
+    if (n_blocks > UINT32_MAX / s->params.kv_block_size)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %llu blocks is too large",
                           (unsigned long long)n_blocks);
-    return llmi_kv_create(hp->n_layer, kv_dim, DEFAULT_BLOCK_SIZE, (uint32_t)n_blocks, &s->kv);
+    return llmi_kv_create(hp->n_layer, kv_dim, s->params.kv_block_size, (uint32_t)n_blocks, &s->kv);
 }
 
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
@@ -70,6 +81,8 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
     st = llmi_forward_create(m, s->pool, s->params.max_batch_tokens, s->params.n_ctx, &s->fwd);
     if (st != LLM_OK) goto fail;
     if ((st = llmi_sampler_init(&s->sampler, m->hp.n_vocab)) != LLM_OK) goto fail;
+    if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
+    s->sched_ready = true;
     s->rows = llmi_calloc(s->params.max_batch_tokens, sizeof *s->rows);
     s->logits = llmi_malloc_aligned((size_t)m->hp.n_vocab * sizeof(float));
     s->piece_cap = 256;
@@ -85,8 +98,29 @@ fail:
     return st;
 }
 
+llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n) {
+    if (n <= s->cap_logit_rows) return LLM_OK;
+    size_t bytes;
+    if (!llmi_mul_ok((size_t)n * s->model->hp.n_vocab, sizeof(float), &bytes))
+        return llmi_error(LLM_ERR_LIMIT, "logits for %u rows overflow", n);
+    float *l = llmi_malloc_aligned(bytes);
+    if (!l) return llmi_oom("logits");
+    llmi_free_aligned(s->batch_logits);
+    s->batch_logits = l;
+    s->cap_logit_rows = n;
+    return LLM_OK;
+}
+
 void llmi_session_free(llm_session *s) {
     if (!s) return;
+    if (s->sched_ready) llmi_sched_destroy(s, &s->sched);
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        if (s->seqs[i]) llmi_kv_seq_destroy(s->kv, s->seqs[i]);
+        llmi_free(s->seqs[i]);
+    }
+    llmi_free(s->seqs);
+    llmi_free(s->decode_rows);
+    llmi_free_aligned(s->batch_logits);
     if (s->kv) llmi_kv_seq_destroy(s->kv, &s->seq);
     llmi_sampler_destroy(&s->sampler);
     llmi_forward_free(s->fwd);
@@ -104,7 +138,11 @@ llm_status llmi_session_feed(llm_session *s, llmi_kv_seq *seq, const llm_token *
     if (n > s->params.n_ctx - start)
         return llmi_error(LLM_ERR_LIMIT, "%zu tokens after %u exceed the context of %u", n, start,
                           s->params.n_ctx);
-    LLMI_TRY(llmi_kv_seq_reserve(s->kv, seq, start + (uint32_t)n));
+    /* Requests on other threads share the pool: reserve under the lock. */
+    pthread_mutex_lock(&s->sched.lock);
+    llm_status st = llmi_kv_seq_reserve(s->kv, seq, start + (uint32_t)n);
+    pthread_mutex_unlock(&s->sched.lock);
+    LLMI_TRY(st);
     for (size_t done = 0; done < n;) {
         uint32_t chunk = (uint32_t)(n - done);
         if (chunk > s->params.max_batch_tokens) chunk = s->params.max_batch_tokens;
@@ -175,7 +213,9 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
                           "llm_generate_result.struct_size %u is invalid", result->struct_size);
     const llmi_tokenizer *tok = s->model->tok;
     uint64_t stream = s->n_generate_calls++;
+    pthread_mutex_lock(&s->sched.lock);
     llmi_kv_seq_release(s->kv, &s->seq);
+    pthread_mutex_unlock(&s->sched.lock);
 
     llm_generate_result r = {.struct_size = sizeof r, .n_prompt_tokens = (uint32_t)n_prompt};
     double t0 = llmi_now(), t_first = t0;

@@ -8,6 +8,7 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sample/sample.h"
+#include "sched/sched.h"
 
 struct llm_session {
     const llm_model *model;
@@ -22,7 +23,18 @@ struct llm_session {
     char *piece;          /* streaming text buffer */
     size_t piece_cap;
     uint64_t n_generate_calls;
+    llmi_sched sched;      /* requests; its lock guards everything KV */
+    bool sched_ready;
+    float *batch_logits;   /* [cap_logit_rows][n_vocab] for steps and decodes */
+    uint32_t cap_logit_rows;
+    llmi_kv_seq **seqs;    /* token-level sequences by id; NULL = closed */
+    size_t n_seqs;
+    uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
+    uint32_t n_decode_rows, cap_decode_rows;
 };
+
+/* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */
+llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n);
 
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
                                llm_session **out);
@@ -33,6 +45,19 @@ void llmi_session_free(llm_session *s);
  * want_last_logits. */
 llm_status llmi_session_feed(llm_session *s, llmi_kv_seq *seq, const llm_token *tokens,
                              size_t n, bool want_last_logits);
+
+/* Token-level API (decode.c). */
+llm_status llmi_batch_create(uint32_t capacity, llm_batch **out);
+void llmi_batch_free(llm_batch *b);
+void llmi_batch_clear(llm_batch *b);
+llm_status llmi_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token tok, bool want);
+/* Opens an empty sequence, or a fork of *src_id when src_id is not NULL. */
+llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *out);
+llm_status llmi_seq_close(llm_session *s, llm_seq_id id);
+llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens);
+llm_status llmi_seq_length(llm_session *s, llm_seq_id id, uint32_t *n_tokens);
+llm_status llmi_session_decode(llm_session *s, const llm_batch *b);
+llm_status llmi_session_logits(llm_session *s, uint32_t row, const float **out);
 
 llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
                          const llm_generate_params *params, llm_generate_result *result);

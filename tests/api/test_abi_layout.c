@@ -102,13 +102,67 @@ static void test_model_info_layout(void **state) {
 static void test_session_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_session_params, 32, 8);
+    STRUCT(llm_session_params, 40, 8);
     FIELD(llm_session_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_session_params, n_threads, 4, 4, uint32_t);
     FIELD(llm_session_params, n_ctx, 8, 4, uint32_t);
     FIELD(llm_session_params, max_batch_tokens, 12, 4, uint32_t);
     FIELD(llm_session_params, kv_cache_bytes, 16, 8, uint64_t);
     FIELD(llm_session_params, kv_type, 24, 4, llm_kv_type);
+    FIELD(llm_session_params, kv_block_size, 28, 4, uint32_t);
+    FIELD(llm_session_params, prefix_cache, 32, 1, bool);
+    END_CHECKS();
+}
+
+static void test_request_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_request_params, 64, 8);
+    FIELD(llm_request_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_request_params, sampling, 8, 8, const llm_sampling_params *);
+    FIELD(llm_request_params, max_new_tokens, 16, 4, uint32_t);
+    FIELD(llm_request_params, priority, 20, 4, int32_t);
+    FIELD(llm_request_params, ignore_eos, 24, 1, bool);
+    FIELD(llm_request_params, logprobs, 25, 1, bool);
+    FIELD(llm_request_params, stop_tokens, 32, 8, const llm_token *);
+    FIELD(llm_request_params, n_stop_tokens, 40, 8, size_t);
+    FIELD(llm_request_params, stop_strings, 48, 8, const char *const *);
+    FIELD(llm_request_params, n_stop_strings, 56, 8, size_t);
+    END_CHECKS();
+}
+
+static void test_event_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_event, 48, 8);
+    FIELD(llm_event, request, 0, 8, llm_request_id);
+    FIELD(llm_event, token, 8, 4, llm_token);
+    FIELD(llm_event, text, 16, 8, const char *);
+    FIELD(llm_event, text_len, 24, 8, size_t);
+    FIELD(llm_event, logprob, 32, 4, float);
+    FIELD(llm_event, finish_reason, 36, 4, llm_finish_reason);
+    FIELD(llm_event, status, 40, 4, llm_status);
+    END_CHECKS();
+}
+
+static void test_session_stats_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_session_stats, 80, 8);
+    FIELD(llm_session_stats, struct_size, 0, 4, uint32_t);
+    FIELD(llm_session_stats, n_running, 4, 4, uint32_t);
+    FIELD(llm_session_stats, n_waiting, 8, 4, uint32_t);
+    FIELD(llm_session_stats, block_size, 12, 4, uint32_t);
+    FIELD(llm_session_stats, blocks_total, 16, 4, uint32_t);
+    FIELD(llm_session_stats, blocks_used, 20, 4, uint32_t);
+    FIELD(llm_session_stats, blocks_cached, 24, 4, uint32_t);
+    FIELD(llm_session_stats, blocks_free, 28, 4, uint32_t);
+    FIELD(llm_session_stats, kv_tokens_used, 32, 8, uint64_t);
+    FIELD(llm_session_stats, prefix_hit_tokens, 40, 8, uint64_t);
+    FIELD(llm_session_stats, prompt_tokens, 48, 8, uint64_t);
+    FIELD(llm_session_stats, generated_tokens, 56, 8, uint64_t);
+    FIELD(llm_session_stats, preemptions, 64, 8, uint64_t);
+    FIELD(llm_session_stats, steps, 72, 8, uint64_t);
     END_CHECKS();
 }
 
@@ -296,6 +350,7 @@ static void test_params_init_struct_size(void **state) {
     CHECK_INIT(llm_session_params, llm_session_params_init);
     CHECK_INIT(llm_sampling_params, llm_sampling_params_init);
     CHECK_INIT(llm_generate_params, llm_generate_params_init);
+    CHECK_INIT(llm_request_params, llm_request_params_init);
     END_CHECKS();
 }
 
@@ -304,6 +359,9 @@ int main(void) {
         cmocka_unit_test(test_model_params_layout),
         cmocka_unit_test(test_model_info_layout),
         cmocka_unit_test(test_session_params_layout),
+        cmocka_unit_test(test_request_params_layout),
+        cmocka_unit_test(test_event_layout),
+        cmocka_unit_test(test_session_stats_layout),
         cmocka_unit_test(test_sampling_params_layout),
         cmocka_unit_test(test_generate_params_layout),
         cmocka_unit_test(test_generate_result_layout),

@@ -277,6 +277,8 @@ static void test_bad_rows(void **state) {
     sp.n_ctx = 32;
     sp.max_batch_tokens = 4;
     sp.n_threads = 1;
+    uint32_t kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    sp.kv_cache_bytes = 2 * llmi_kv_block_bytes(m->hp.n_layer, kv_dim, 16); /* 32 tokens */
     assert_int_equal(llmi_session_create(m, &sp, &s), LLM_OK);
     llmi_kv_seq seq = {0};
     assert_int_equal(llmi_kv_seq_reserve(s->kv, &seq, 16), LLM_OK);

@@ -1,0 +1,469 @@
+/* Continuous-batching scheduler: submit, cancel, plan a step, run it. */
+#include "sched/sched.h"
+
+#include "sample/sample.h"
+#include "session/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+llm_status llmi_sched_init(llmi_sched *s) {
+    memset(s, 0, sizeof *s);
+    if (pthread_mutex_init(&s->lock, NULL) != 0)
+        return llmi_error(LLM_ERR_INTERNAL, "cannot create the scheduler lock");
+    s->next_id = 1;
+    return LLM_OK;
+}
+
+void llmi_request_free(llm_session *session, llmi_request *r) {
+    if (!r) return;
+    llmi_kv_seq_destroy(session->kv, &r->seq);
+    for (size_t i = 0; i < r->n_stop_strings; i++) llmi_free(r->stop_strings[i]);
+    llmi_free(r->stop_strings);
+    llmi_free(r->stop_tokens);
+    llmi_free(r->tokens);
+    llmi_free(r->held);
+    llmi_free(r);
+}
+
+void llmi_sched_destroy(llm_session *session, llmi_sched *s) {
+    for (size_t i = 0; i < s->n_waiting; i++) llmi_request_free(session, s->waiting[i]);
+    for (size_t i = 0; i < s->n_running; i++) llmi_request_free(session, s->running[i]);
+    llmi_free(s->waiting);
+    llmi_free(s->running);
+    llmi_free(s->events);
+    llmi_free(s->arena);
+    pthread_mutex_destroy(&s->lock);
+    memset(s, 0, sizeof *s);
+}
+
+/* Appends to a pointer array, growing it; false on OOM. */
+static bool push_ptr(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        llmi_request **a = llmi_realloc(*arr, c * sizeof *a);
+        if (!a) return false;
+        *arr = a;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = r;
+    return true;
+}
+
+static void remove_at(llmi_request **arr, size_t *n, size_t i) {
+    memmove(arr + i, arr + i + 1, (*n - i - 1) * sizeof *arr);
+    (*n)--;
+}
+
+/* ---- submit ---- */
+
+static llm_status read_request_params(const llm_request_params *in, llm_request_params *p) {
+    llm_request_params_init(p);
+    if (!in) return LLM_OK;
+    if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_request_params.struct_size %u is invalid (call "
+                          "llm_request_params_init)",
+                          in->struct_size);
+    memcpy(p, in, in->struct_size < sizeof *p ? in->struct_size : sizeof *p);
+    p->struct_size = sizeof *p;
+    if (p->n_stop_tokens && !p->stop_tokens)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL with n_stop_tokens %zu",
+                          p->n_stop_tokens);
+    if (p->n_stop_strings && !p->stop_strings)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "stop_strings is NULL with n_stop_strings %zu", p->n_stop_strings);
+    if (p->max_new_tokens == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "max_new_tokens must be at least 1");
+    if (p->n_stop_tokens > 1024 || p->n_stop_strings > 64)
+        return llmi_error(LLM_ERR_LIMIT, "at most 1024 stop tokens and 64 stop strings");
+    return LLM_OK;
+}
+
+static llm_status check_limits(const llm_session *session, const llm_token *prompt, size_t n,
+                               const llm_request_params *p) {
+    uint32_t n_ctx = session->params.n_ctx;
+    if (n == 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the prompt has no tokens");
+    if (n >= n_ctx)
+        return llmi_error(LLM_ERR_LIMIT,
+                          "prompt of %zu tokens leaves no room in the context of %u tokens", n,
+                          n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= session->model->hp.n_vocab)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                              "prompt token %zu is %d, outside the vocabulary of %u", i, prompt[i],
+                              session->model->hp.n_vocab);
+    /* The longest this request can get must fit the pool on its own, or it
+     * could never finish however many others are preempted. */
+    uint64_t longest = n + (uint64_t)p->max_new_tokens;
+    if (longest > n_ctx) longest = n_ctx;
+    const llmi_kv *kv = session->kv;
+    uint64_t blocks = (longest + kv->block_size - 1) / kv->block_size;
+    if (blocks > kv->n_blocks)
+        return llmi_error(LLM_ERR_LIMIT,
+                          "prompt %zu + max_new_tokens %u needs %llu KV blocks; the pool has %u",
+                          n, p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
+    for (size_t i = 0; i < p->n_stop_strings; i++) {
+        const char *ss = p->stop_strings[i];
+        if (!ss || !*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
+        size_t len = strlen(ss);
+        if (llmi_utf8_valid_prefix(ss, len) != len)
+            return llmi_error(LLM_ERR_INVALID_UTF8, "stop string %zu is not valid UTF-8", i);
+    }
+    return LLM_OK;
+}
+
+static llm_status build_request(llm_session *session, const llm_token *prompt, size_t n,
+                                const llm_request_params *p, llmi_request **out) {
+    llmi_request *r = llmi_calloc(1, sizeof *r);
+    if (!r) return llmi_oom("request");
+    llm_status st = llmi_sampling_params_read(p->sampling, &r->sampling);
+    if (st != LLM_OK) {
+        llmi_free(r);
+        return st;
+    }
+    uint32_t n_ctx = session->params.n_ctx;
+    r->cap_tokens = (uint32_t)(n + p->max_new_tokens > n_ctx ? n_ctx : n + p->max_new_tokens) + 1;
+    r->tokens = llmi_malloc(r->cap_tokens * sizeof *r->tokens);
+    r->stop_tokens = llmi_malloc((p->n_stop_tokens ? p->n_stop_tokens : 1) * sizeof(llm_token));
+    r->stop_strings = llmi_calloc(p->n_stop_strings ? p->n_stop_strings : 1, sizeof(char *));
+    if (!r->tokens || !r->stop_tokens || !r->stop_strings) goto oom;
+    memcpy(r->tokens, prompt, n * sizeof *prompt);
+    r->n_prompt = r->n_tokens = (uint32_t)n;
+    memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof(llm_token));
+    r->n_stop_tokens = p->n_stop_tokens;
+    for (size_t i = 0; i < p->n_stop_strings; i++) {
+        if (!(r->stop_strings[i] = llmi_strdup(p->stop_strings[i]))) goto oom;
+        r->n_stop_strings = i + 1;
+    }
+    r->max_new = p->max_new_tokens;
+    r->priority = p->priority;
+    r->ignore_eos = p->ignore_eos;
+    r->logprobs = p->logprobs;
+    llmi_detok_init(&r->detok, session->model->tok, 0);
+    *out = r;
+    return LLM_OK;
+oom:
+    llmi_request_free(session, r);
+    return llmi_oom("request");
+}
+
+llm_status llmi_sched_submit(llm_session *session, const llm_token *prompt, size_t n,
+                             const llm_request_params *params, llm_request_id *out) {
+    llm_request_params p;
+    LLMI_TRY(read_request_params(params, &p));
+    LLMI_TRY(check_limits(session, prompt, n, &p));
+    llmi_request *r = NULL;
+    LLMI_TRY(build_request(session, prompt, n, &p, &r));
+    llmi_sched *s = &session->sched;
+    pthread_mutex_lock(&s->lock);
+    bool ok = push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, r);
+    if (ok) {
+        r->id = s->next_id++;
+        r->arrival = s->next_arrival++;
+        *out = r->id;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!ok) {
+        llmi_request_free(session, r);
+        return llmi_oom("request queue");
+    }
+    return LLM_OK;
+}
+
+/* ---- cancel ---- */
+
+llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
+    llmi_sched *s = &session->sched;
+    llm_status st = LLM_OK;
+    pthread_mutex_lock(&s->lock);
+    llmi_request *r = NULL;
+    for (size_t i = 0; i < s->n_waiting && !r; i++)
+        if (s->waiting[i]->id == id) r = s->waiting[i];
+    for (size_t i = 0; i < s->n_running && !r; i++)
+        if (s->running[i]->id == id) r = s->running[i];
+    if (!r || r->cancelled) {
+        st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
+                        (unsigned long long)id);
+    } else {
+        r->cancelled = true;
+        /* Free the blocks now unless a forward pass is writing them. */
+        if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+/* ---- planning ---- */
+
+/* Best waiting request: highest priority, then earliest arrival. */
+static size_t best_waiting(const llmi_sched *s) {
+    size_t best = 0;
+    for (size_t i = 1; i < s->n_waiting; i++) {
+        const llmi_request *a = s->waiting[i], *b = s->waiting[best];
+        if (a->priority > b->priority || (a->priority == b->priority && a->arrival < b->arrival))
+            best = i;
+    }
+    return best;
+}
+
+/* Moves the most recently admitted running request (not yet planned in this
+ * step, i.e. index >= first_unplanned) back to waiting; its blocks are freed
+ * and its tokens so far are recomputed when it is admitted again. */
+static bool preempt_newest(llm_session *session, size_t first_unplanned) {
+    llmi_sched *s = &session->sched;
+    if (s->n_running == 0 || s->n_running - 1 < first_unplanned) return false;
+    llmi_request *victim = s->running[s->n_running - 1];
+    if (!push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, victim)) return false;
+    s->n_running--;
+    llmi_kv_seq_release(session->kv, &victim->seq);
+    victim->running = false;
+    s->preemptions++;
+    return true;
+}
+
+typedef struct plan {
+    uint32_t n_rows, budget;
+    uint32_t n_prompt_rows; /* rows computing prompt tokens (not recomputation) */
+} plan;
+
+/* Adds rows computing `n` more tokens of r (from r->seq.n_tokens). */
+static void add_rows(llm_session *session, plan *pl, llmi_request *r, uint32_t n) {
+    uint32_t start = r->seq.n_tokens;
+    for (uint32_t i = 0; i < n; i++)
+        session->rows[pl->n_rows + i] =
+            (llmi_batch_row){r->tokens[start + i], start + i, &r->seq, false};
+    pl->n_rows += n;
+    pl->budget -= n;
+    if (start < r->n_prompt) pl->n_prompt_rows += (start + n < r->n_prompt ? start + n : r->n_prompt) - start;
+    r->in_flight = true;
+    r->wants_logits = start + n == r->n_tokens; /* the prompt (or recompute) is done */
+    session->rows[pl->n_rows - 1].want_logits = r->wants_logits;
+}
+
+/* Running requests, oldest first: one decode token or a prefill chunk each. */
+static llm_status plan_running(llm_session *session, plan *pl) {
+    llmi_sched *s = &session->sched;
+    for (size_t i = 0; i < s->n_running && pl->budget > 0; i++) {
+        llmi_request *r = s->running[i];
+        if (r->cancelled) continue;
+        uint32_t n = r->n_tokens - r->seq.n_tokens;
+        if (n > pl->budget) n = pl->budget;
+        for (;;) {
+            if (llmi_kv_seq_blocks_needed(session->kv, &r->seq, r->seq.n_tokens + n) <=
+                llmi_kv_available(session->kv))
+                break;
+            if (!preempt_newest(session, i + 1)) break;
+        }
+        llm_status st = llmi_kv_seq_reserve(session->kv, &r->seq, r->seq.n_tokens + n);
+        if (st == LLM_ERR_LIMIT) { /* nothing newer left to preempt: r waits itself */
+            preempt_newest(session, i);
+            break;
+        }
+        if (st != LLM_OK) return st;
+        add_rows(session, pl, r, n);
+    }
+    return LLM_OK;
+}
+
+/* Admits waiting requests while the budget and the pool allow. */
+static llm_status plan_admissions(llm_session *session, plan *pl) {
+    llmi_sched *s = &session->sched;
+    llmi_kv *kv = session->kv;
+    while (s->n_waiting > 0 && pl->budget > 0) {
+        size_t wi = best_waiting(s);
+        llmi_request *r = s->waiting[wi];
+        if (r->cancelled) break; /* reported and removed in finish_cancelled */
+        /* Reuse cached blocks of the prefix, always leaving the last token to
+         * compute so that its logits exist. */
+        if (r->seq.n_blocks == 0 && session->params.prefix_cache)
+            llmi_kv_prefix_match(kv, &r->seq, r->tokens, r->n_tokens - 1);
+        uint32_t all_blocks = llmi_kv_seq_blocks_needed(kv, &r->seq, r->n_tokens + 1);
+        if (all_blocks > llmi_kv_available(kv)) {
+            llmi_kv_seq_release(kv, &r->seq); /* give the matched blocks back */
+            break;
+        }
+        uint32_t n = r->n_tokens - r->seq.n_tokens;
+        if (n > pl->budget) n = pl->budget;
+        llm_status st = llmi_kv_seq_reserve(kv, &r->seq, r->seq.n_tokens + n);
+        if (st != LLM_OK) {
+            llmi_kv_seq_release(kv, &r->seq);
+            return st == LLM_ERR_LIMIT ? LLM_OK : st;
+        }
+        if (!push_ptr(&s->running, &s->n_running, &s->cap_running, r)) {
+            llmi_kv_seq_release(kv, &r->seq);
+            return llmi_oom("running list");
+        }
+        remove_at(s->waiting, &s->n_waiting, wi);
+        r->running = true;
+        add_rows(session, pl, r, n);
+    }
+    return LLM_OK;
+}
+
+/* Reports and removes cancelled requests that are not in flight. */
+static llm_status finish_cancelled(llm_session *session) {
+    llmi_sched *s = &session->sched;
+    llmi_request **lists[2] = {s->waiting, s->running};
+    size_t *counts[2] = {&s->n_waiting, &s->n_running};
+    for (int l = 0; l < 2; l++) {
+        for (size_t i = 0; i < *counts[l];) {
+            llmi_request *r = lists[l][i];
+            if (!r->cancelled || r->in_flight) {
+                i++;
+                continue;
+            }
+            LLMI_TRY(llmi_sched_emit_finish(session, r, LLM_FINISH_CANCELLED, LLM_OK));
+            remove_at(lists[l], counts[l], i);
+            llmi_request_free(session, r);
+        }
+    }
+    return LLM_OK;
+}
+
+/* ---- after the forward pass ---- */
+
+static float logprob_of(const float *logits, uint32_t n, llm_token tok) {
+    float mx = logits[0];
+    for (uint32_t i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    return (float)((double)(logits[tok] - mx) - log(sum));
+}
+
+static llm_status after_forward(llm_session *session, const float *logits) {
+    llmi_sched *s = &session->sched;
+    uint32_t V = session->model->hp.n_vocab, row = 0;
+    for (size_t i = 0; i < s->n_running;) {
+        llmi_request *r = s->running[i];
+        if (!r->in_flight) {
+            i++;
+            continue;
+        }
+        r->in_flight = false;
+        const float *lg = r->wants_logits ? logits + (size_t)row++ * V : NULL;
+        if (r->cancelled) { /* finish_cancelled reports it */
+            llmi_kv_seq_release(session->kv, &r->seq);
+            i++;
+            continue;
+        }
+        if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
+        llm_finish_reason finish = LLM_FINISH_NONE;
+        if (lg) {
+            llm_token tok = llmi_sample(&session->sampler, lg, &r->sampling, r->id, r->n_tokens);
+            float lp = r->logprobs ? logprob_of(lg, V, tok) : 0.0f;
+            r->tokens[r->n_tokens++] = tok;
+            r->n_generated++;
+            s->generated_tokens++;
+            LLMI_TRY(llmi_sched_emit_token(session, r, tok, lp, &finish));
+        }
+        if (finish != LLM_FINISH_NONE) {
+            remove_at(s->running, &s->n_running, i);
+            llmi_request_free(session, r);
+        } else {
+            i++;
+        }
+    }
+    return LLM_OK;
+}
+
+/* ---- step ---- */
+
+static size_t deliver(llmi_sched *s, llm_event *events, size_t capacity, size_t event_size) {
+    size_t n = 0;
+    while (s->events_delivered < s->n_events && n < capacity) {
+        llmi_event_rec *rec = &s->events[s->events_delivered++];
+        rec->ev.text = s->arena + rec->text_off;
+        size_t sz = event_size < sizeof rec->ev ? event_size : sizeof rec->ev;
+        memcpy((char *)events + n * event_size, &rec->ev, sz);
+        n++;
+    }
+    return n;
+}
+
+static llm_status run_iteration(llm_session *session) {
+    llmi_sched *s = &session->sched;
+    s->n_events = s->events_delivered = 0;
+    s->n_arena = 0;
+    LLMI_TRY(finish_cancelled(session));
+    plan pl = {0, session->params.max_batch_tokens, 0};
+    LLMI_TRY(plan_running(session, &pl));
+    LLMI_TRY(plan_admissions(session, &pl));
+    if (pl.n_rows == 0) return LLM_OK;
+    uint32_t n_logits = 0;
+    for (uint32_t i = 0; i < pl.n_rows; i++) n_logits += session->rows[i].want_logits;
+    llm_status rs = llmi_session_reserve_logits(session, n_logits ? n_logits : 1);
+    if (rs != LLM_OK) {
+        for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
+        return rs;
+    }
+    s->steps++;
+    pthread_mutex_unlock(&s->lock);
+    llm_status st =
+        llmi_forward_run(session->fwd, session->kv, session->rows, pl.n_rows, session->batch_logits);
+    pthread_mutex_lock(&s->lock);
+    if (st != LLM_OK) {
+        for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
+        return st;
+    }
+    s->prompt_tokens += pl.n_prompt_rows;
+    return after_forward(session, session->batch_logits);
+}
+
+llm_status llmi_sched_step(llm_session *session, llm_event *events, size_t capacity,
+                           size_t event_size, size_t *n_events) {
+    llmi_sched *s = &session->sched;
+    pthread_mutex_lock(&s->lock);
+    llm_status st = LLM_OK;
+    if (s->events_delivered == s->n_events) st = run_iteration(session);
+    *n_events = deliver(s, events, capacity, event_size);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+/* ---- stats and checks ---- */
+
+void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
+    llmi_sched *s = &session->sched;
+    const llmi_kv *kv = session->kv;
+    pthread_mutex_lock(&s->lock);
+    st->n_running = (uint32_t)s->n_running;
+    st->n_waiting = (uint32_t)s->n_waiting;
+    st->block_size = kv->block_size;
+    st->blocks_total = kv->n_blocks;
+    st->blocks_free = kv->n_free;
+    st->blocks_cached = kv->n_cached;
+    st->blocks_used = kv->n_blocks - kv->n_free - kv->n_cached;
+    uint64_t used_tokens = 0;
+    for (size_t i = 0; i < s->n_running; i++) used_tokens += s->running[i]->seq.n_tokens;
+    for (size_t i = 0; i < session->n_seqs; i++)
+        if (session->seqs[i]) used_tokens += session->seqs[i]->n_tokens;
+    st->kv_tokens_used = used_tokens;
+    st->prefix_hit_tokens = kv->prefix_hit_tokens;
+    st->prompt_tokens = s->prompt_tokens;
+    st->generated_tokens = s->generated_tokens;
+    st->preemptions = s->preemptions;
+    st->steps = s->steps;
+    pthread_mutex_unlock(&s->lock);
+}
+
+llm_status llmi_sched_check(llm_session *session) {
+    llmi_sched *s = &session->sched;
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->n_running + s->n_waiting + session->n_seqs + 1, k = 0;
+    const llmi_kv_seq **seqs = llmi_calloc(n, sizeof *seqs);
+    llm_status st = LLM_OK;
+    if (!seqs) {
+        st = llmi_oom("check");
+    } else {
+        for (size_t i = 0; i < s->n_running; i++) seqs[k++] = &s->running[i]->seq;
+        for (size_t i = 0; i < s->n_waiting; i++) seqs[k++] = &s->waiting[i]->seq;
+        for (size_t i = 0; i < session->n_seqs; i++)
+            if (session->seqs[i]) seqs[k++] = session->seqs[i];
+        seqs[k++] = &session->seq;
+        st = llmi_kv_check(session->kv, seqs, k);
+        llmi_free(seqs);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}

@@ -1,0 +1,92 @@
+/* Request scheduler: continuous batching over a shared block-paged KV pool.
+ *
+ * Each step runs every running request's next token (decode) or next prompt
+ * chunk (prefill), then admits waiting requests, highest priority first and
+ * FCFS within a priority, while the token budget (max_batch_tokens) and free
+ * KV blocks allow. A request is admitted only when the blocks for its whole
+ * remaining prompt are available, so admission never forces a preemption.
+ * When a running request needs a block and none is left, the most recently
+ * admitted request is preempted: its blocks are freed and it waits again
+ * with its tokens so far, to be recomputed (largely from the prefix cache).
+ *
+ * All state is guarded by the session lock; the forward pass runs outside
+ * it, with the requests it computes marked in flight so that a concurrent
+ * cancel only flags them. */
+#ifndef LLMI_SCHED_H
+#define LLMI_SCHED_H
+
+#include "core/core.h"
+#include "kv/kv.h"
+#include "tokenizer/tokenizer.h"
+
+#include <pthread.h>
+
+typedef struct llmi_request {
+    llm_request_id id;
+    int32_t priority;
+    uint64_t arrival;     /* submission order: FCFS tie-break */
+    llm_sampling_params sampling;
+    uint32_t max_new;
+    bool ignore_eos, logprobs;
+    llm_token *stop_tokens;
+    size_t n_stop_tokens;
+    char **stop_strings;
+    size_t n_stop_strings;
+    llm_token *tokens;    /* prompt, then generated tokens */
+    uint32_t n_prompt, n_tokens, cap_tokens;
+    uint32_t n_generated;
+    llmi_kv_seq seq;      /* seq.n_tokens = tokens whose K/V are computed */
+    llmi_detok detok;
+    char *held;           /* text withheld while it may start a stop string */
+    size_t n_held, cap_held;
+    bool running, in_flight, cancelled;
+    bool wants_logits;    /* in the in-flight batch: last row of this request */
+    uint32_t logits_row;
+} llmi_request;
+
+/* A finished or progressed request's event, text kept as an arena offset. */
+typedef struct llmi_event_rec {
+    llm_event ev;
+    size_t text_off;
+} llmi_event_rec;
+
+typedef struct llmi_sched {
+    pthread_mutex_t lock;
+    llmi_request **waiting; /* unordered; the best is searched each step */
+    size_t n_waiting, cap_waiting;
+    llmi_request **running; /* admission order */
+    size_t n_running, cap_running;
+    uint64_t next_id, next_arrival;
+    llmi_event_rec *events;
+    size_t n_events, cap_events, events_delivered;
+    char *arena;
+    size_t n_arena, cap_arena;
+    /* counters */
+    uint64_t prompt_tokens, generated_tokens, preemptions, steps;
+} llmi_sched;
+
+struct llm_session;
+
+llm_status llmi_sched_init(llmi_sched *s);
+/* Frees every request (their KV blocks too). */
+void llmi_sched_destroy(struct llm_session *session, llmi_sched *s);
+
+llm_status llmi_sched_submit(struct llm_session *session, const llm_token *prompt, size_t n,
+                             const llm_request_params *params, llm_request_id *out);
+llm_status llmi_sched_cancel(struct llm_session *session, llm_request_id id);
+llm_status llmi_sched_step(struct llm_session *session, llm_event *events, size_t capacity,
+                           size_t event_size, size_t *n_events);
+void llmi_sched_stats(struct llm_session *session, llm_session_stats *st);
+/* Invariant check over every live sequence of the session (tests). */
+llm_status llmi_sched_check(struct llm_session *session);
+
+/* output.c: turns a sampled token into text and events; returns the finish
+ * reason (NONE to keep going). */
+llm_status llmi_sched_emit_token(struct llm_session *session, llmi_request *r, llm_token tok,
+                                 float logprob, llm_finish_reason *finish);
+/* Queues the final event of a request that ends without a new token. */
+llm_status llmi_sched_emit_finish(struct llm_session *session, llmi_request *r,
+                                  llm_finish_reason reason, llm_status status);
+void llmi_request_free(struct llm_session *session, llmi_request *r);
+
+#endif
