@@ -66,7 +66,7 @@ run: all $(MODEL)
 	$(BUILD)/llm-run -m $(MODEL) --chat -p "$(PROMPT)" -n 64
 
 # Unit tests are white-box: they link the static archive.
-$(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT)
+$(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(STLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
 

@@ -1,0 +1,136 @@
+/* Shared helpers for the scheduler tests: a tiny random model, request
+ * drivers that collect each request's tokens, text and finish reason. */
+#ifndef TEST_SCHED_UTIL_H
+#define TEST_SCHED_UTIL_H
+
+#include "model/testmodel.h"
+#include "session/session.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+enum { MAX_OUT = 256, MAX_REQ = 512 };
+
+typedef struct outcome {
+    llm_request_id id;
+    llm_token toks[MAX_OUT];
+    float logprobs[MAX_OUT];
+    uint32_t n;
+    char text[4 * MAX_OUT * 8];
+    size_t text_len;
+    llm_finish_reason finish;
+    int n_finish_events;
+} outcome;
+
+static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
+    llmi_testmodel_params p;
+    llmi_testmodel_params_init(&p);
+    p.n_ctx = n_ctx;
+    p.seed = seed;
+    p.type = LLMI_T_Q8_0;
+    void *data = NULL;
+    size_t size = 0;
+    assert_int_equal(llmi_testmodel_to_memory(&p, &data, &size), LLM_OK);
+    char path[512];
+    snprintf(path, sizeof path, "%s/sched-%llu.gguf",
+             getenv("LLM_TEST_TMP") ? getenv("LLM_TEST_TMP") : "/tmp", (unsigned long long)seed);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, size, f), size);
+    fclose(f);
+    llmi_free(data);
+    llm_model *m = NULL;
+    assert_int_equal(llmi_model_load(path, false, &m), LLM_OK);
+    remove(path);
+    return m;
+}
+
+static inline llm_session *new_session(const llm_model *m, uint32_t threads, uint32_t n_ctx,
+                                       uint32_t max_batch, uint32_t block_size,
+                                       uint32_t n_blocks, bool prefix_cache) {
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = threads;
+    p.n_ctx = n_ctx;
+    p.max_batch_tokens = max_batch;
+    p.kv_block_size = block_size;
+    p.prefix_cache = prefix_cache;
+    if (n_blocks)
+        p.kv_cache_bytes = (uint64_t)n_blocks *
+                           llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim,
+                                               block_size);
+    llm_session *s = NULL;
+    llm_status st = llmi_session_create(m, &p, &s);
+    if (st != LLM_OK) fail_msg("session: %s", llmi_error_message());
+    return s;
+}
+
+static inline outcome *find_outcome(outcome *outs, size_t n, llm_request_id id) {
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].id == id) return &outs[i];
+    fail_msg("event for unknown request %llu", (unsigned long long)id);
+    return NULL;
+}
+
+/* Applies one step's events to the outcomes. Returns events seen. */
+static inline size_t step_once(llm_session *s, outcome *outs, size_t n_outs) {
+    llm_event ev[64];
+    size_t n = 0;
+    llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &n);
+    if (st != LLM_OK) fail_msg("step: %s", llmi_error_message());
+    for (size_t i = 0; i < n; i++) {
+        outcome *o = find_outcome(outs, n_outs, ev[i].request);
+        assert_int_equal(o->n_finish_events, 0); /* nothing after the finish */
+        if (ev[i].token != LLM_TOKEN_NONE) {
+            assert_true(o->n < MAX_OUT);
+            o->logprobs[o->n] = ev[i].logprob;
+            o->toks[o->n++] = ev[i].token;
+        }
+        assert_int_equal(ev[i].text[ev[i].text_len], '\0'); /* text may hold NUL bytes */
+        assert_true(o->text_len + ev[i].text_len < sizeof o->text);
+        memcpy(o->text + o->text_len, ev[i].text, ev[i].text_len);
+        o->text_len += ev[i].text_len;
+        o->text[o->text_len] = '\0';
+        if (ev[i].finish_reason != LLM_FINISH_NONE) {
+            o->finish = ev[i].finish_reason;
+            o->n_finish_events++;
+        }
+    }
+    return n;
+}
+
+static inline void check_invariants(llm_session *s) {
+    llm_status st = llmi_sched_check(s);
+    if (st != LLM_OK) fail_msg("invariant: %s", llmi_error_message());
+}
+
+/* Steps until no request is left, checking invariants after every step. */
+static inline void drain(llm_session *s, outcome *outs, size_t n_outs) {
+    for (int guard = 0; guard < 100000; guard++) {
+        size_t n = step_once(s, outs, n_outs);
+        check_invariants(s);
+        llm_session_stats st = {sizeof st};
+        llmi_sched_stats(s, &st);
+        if (n == 0 && st.n_running == 0 && st.n_waiting == 0) return;
+    }
+    fail_msg("requests never finished");
+}
+
+static inline void random_prompt(llm_token *t, uint32_t n, uint32_t vocab, uint64_t *rng) {
+    for (uint32_t i = 0; i < n; i++) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (llm_token)((*rng >> 33) % (vocab - 8)); /* below the control tokens */
+    }
+}
+
+static inline uint32_t rand_range(uint64_t *rng, uint32_t lo, uint32_t hi) {
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (uint32_t)((*rng >> 33) % (hi - lo + 1));
+}
+
+#endif
