@@ -100,8 +100,9 @@ static bool has_kernel(llmi_ttype t) {
     case LLMI_T_F32: case LLMI_T_F16: case LLMI_T_BF16:
     case LLMI_T_Q4_0: case LLMI_T_Q4_1: case LLMI_T_Q8_0:
         return true;
+    default: /* activation-only formats (Q8_1) and anything newer */
+        return false;
     }
-    return false;
 }
 
 static llm_status find_tensor(const llm_model *m, const char *name, bool required,

@@ -182,10 +182,10 @@ llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
         if (s->waiting[i]->id == id) r = s->waiting[i];
     for (size_t i = 0; i < s->n_running && !r; i++)
         if (s->running[i]->id == id) r = s->running[i];
-    if (!r || r->cancelled) {
+    if (!r) {
         st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
                         (unsigned long long)id);
-    } else {
+    } else { /* cancelling twice is harmless until the finish is reported */
         r->cancelled = true;
         /* Free the blocks now unless a forward pass is writing them. */
         if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);

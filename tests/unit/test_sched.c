@@ -192,8 +192,9 @@ static void test_cancel(void **state) {
     assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_OK);
     llmi_sched_stats(s, &st);
     assert_int_equal(st.blocks_used, 0); /* freed at once, mid-prefill */
-    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_ERR_NOT_FOUND);
+    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_OK); /* again: harmless */
     drain(s, out, 1);
+    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_ERR_NOT_FOUND); /* reported */
     assert_int_equal(out[0].finish, LLM_FINISH_CANCELLED);
     assert_int_equal(out[0].n, 0);
     /* Mid-decode. */
@@ -374,6 +375,135 @@ static void test_concurrent_submit_cancel(void **state) {
     llmi_session_free(s);
 }
 
+
+/* ---- randomized soak over both APIs ---- */
+
+typedef struct soak_state {
+    llm_session *s;
+    llm_request_id live[256];
+    size_t n_live;
+    llm_seq_id seqs[32];
+    size_t n_seqs;
+    llm_batch *batch;
+    uint64_t rng;
+    uint64_t ops[8];
+} soak_state;
+
+static void soak_submit(soak_state *st, llm_token (*prefixes)[96]) {
+    if (st->n_live == 256) return;
+    llm_token prompt[200];
+    uint32_t pre = rand_range(&st->rng, 0, 3), pre_len = rand_range(&st->rng, 0, 96);
+    memcpy(prompt, prefixes[pre], pre_len * sizeof *prompt);
+    uint32_t n = pre_len + rand_range(&st->rng, 1, 60);
+    random_prompt(prompt + pre_len, n - pre_len, g_model->hp.n_vocab, &st->rng);
+    llm_request_params p;
+    llm_request_params_init(&p);
+    p.max_new_tokens = rand_range(&st->rng, 1, 40);
+    p.ignore_eos = rand_range(&st->rng, 0, 1);
+    p.priority = (int32_t)rand_range(&st->rng, 0, 2);
+    llm_request_id id;
+    assert_int_equal(llmi_sched_submit(st->s, prompt, n, &p, &id), LLM_OK);
+    st->live[st->n_live++] = id;
+}
+
+static void soak_step(soak_state *st) {
+    llm_event ev[16];
+    size_t n = 0;
+    llm_status rc = llmi_sched_step(st->s, ev, 16, sizeof ev[0], &n);
+    if (rc != LLM_OK) fail_msg("step: %s", llmi_error_message());
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].finish_reason == LLM_FINISH_NONE) continue;
+        size_t k = 0;
+        while (k < st->n_live && st->live[k] != ev[i].request) k++;
+        assert_true(k < st->n_live); /* finishes once, and only live requests */
+        st->live[k] = st->live[--st->n_live];
+    }
+}
+
+static void soak_token_level(soak_state *st, uint32_t op) {
+    llm_session *s = st->s;
+    if (op == 0 && st->n_seqs < 32) { /* open */
+        assert_int_equal(llmi_seq_open(s, NULL, &st->seqs[st->n_seqs]), LLM_OK);
+        st->n_seqs++;
+        return;
+    }
+    if (st->n_seqs == 0) return;
+    size_t k = rand_range(&st->rng, 0, (uint32_t)st->n_seqs - 1);
+    llm_seq_id id = st->seqs[k];
+    uint32_t len = 0;
+    assert_int_equal(llmi_seq_length(s, id, &len), LLM_OK);
+    if (op == 1 && st->n_seqs < 32) { /* fork */
+        assert_int_equal(llmi_seq_open(s, &id, &st->seqs[st->n_seqs]), LLM_OK);
+        st->n_seqs++;
+    } else if (op == 2) { /* decode a few tokens */
+        llmi_batch_clear(st->batch);
+        uint32_t n = rand_range(&st->rng, 1, 12);
+        if (len + n >= 1024) return;
+        for (uint32_t i = 0; i < n; i++)
+            llmi_batch_add(st->batch, id, len + i, (llm_token)rand_range(&st->rng, 0, 250),
+                           i == n - 1);
+        llm_status rc = llmi_session_decode(s, st->batch);
+        assert_true(rc == LLM_OK || rc == LLM_ERR_LIMIT); /* the pool may be full */
+        uint32_t after = 0;
+        llmi_seq_length(s, id, &after);
+        assert_int_equal(after, rc == LLM_OK ? len + n : len);
+    } else if (op == 3) { /* truncate */
+        assert_int_equal(llmi_seq_truncate(s, id, rand_range(&st->rng, 0, len)), LLM_OK);
+    } else if (op == 4) { /* close */
+        assert_int_equal(llmi_seq_close(s, id), LLM_OK);
+        st->seqs[k] = st->seqs[--st->n_seqs];
+    }
+}
+
+static void test_soak(void **state) {
+    (void)state;
+    soak_state st = {.rng = 20261129};
+    printf("# soak seed %llu\n", (unsigned long long)st.rng);
+    st.s = new_session(g_model, 1, 1024, 48, 8, 48, true);
+    assert_int_equal(llmi_batch_create(64, &st.batch), LLM_OK);
+    static llm_token prefixes[4][96];
+    for (int i = 0; i < 4; i++) random_prompt(prefixes[i], 96, g_model->hp.n_vocab, &st.rng);
+    enum { OPS = 12000 };
+    for (int op = 0; op < OPS; op++) {
+        uint32_t kind = rand_range(&st.rng, 0, 99);
+        if (kind < 12) {
+            soak_submit(&st, prefixes);
+            st.ops[0]++;
+        } else if (kind < 16 && st.n_live > 0) {
+            llm_request_id id = st.live[rand_range(&st.rng, 0, (uint32_t)st.n_live - 1)];
+            assert_int_equal(llmi_sched_cancel(st.s, id), LLM_OK);
+            st.ops[1]++;
+        } else if (kind < 30) {
+            soak_token_level(&st, rand_range(&st.rng, 0, 4));
+            st.ops[2]++;
+        } else {
+            soak_step(&st);
+            st.ops[3]++;
+        }
+        check_invariants(st.s);
+    }
+    /* Wind down: cancel what is left, drain, close sequences. */
+    while (st.n_live > 0) {
+        for (size_t i = 0; i < st.n_live; i++) llmi_sched_cancel(st.s, st.live[i]);
+        soak_step(&st);
+        check_invariants(st.s);
+    }
+    while (st.n_seqs > 0) assert_int_equal(llmi_seq_close(st.s, st.seqs[--st.n_seqs]), LLM_OK);
+    llm_session_stats stats = {sizeof stats};
+    llmi_sched_stats(st.s, &stats);
+    printf("# %d ops: %llu submits, %llu cancels, %llu token-level, %llu steps; %llu preemptions, "
+           "%llu prefix-hit tokens, %llu evictions, %llu CoW copies\n",
+           OPS, (unsigned long long)st.ops[0], (unsigned long long)st.ops[1],
+           (unsigned long long)st.ops[2], (unsigned long long)st.ops[3],
+           (unsigned long long)stats.preemptions, (unsigned long long)stats.prefix_hit_tokens,
+           (unsigned long long)st.s->kv->evictions, (unsigned long long)st.s->kv->cow_copies);
+    assert_true(stats.preemptions > 0);
+    assert_true(stats.prefix_hit_tokens > 0);
+    expect_pool_idle(st.s);
+    llmi_batch_free(st.batch);
+    llmi_session_free(st.s);
+}
+
 static int setup(void **state) {
     (void)state;
     g_model = tiny_model(1024, 31337);
@@ -395,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_stop_conditions),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_concurrent_submit_cancel),
+        cmocka_unit_test(test_soak),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
