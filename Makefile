@@ -74,7 +74,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT) $(wildcard tests/
 $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/../..' \
-		-lcmocka $(LDSAN) -pthread
+		-lcmocka $(LDSAN) -lm -pthread
 
 TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp
