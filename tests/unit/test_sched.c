@@ -330,7 +330,7 @@ static void *submit_thread(void *arg) {
 
 static void test_concurrent_submit_cancel(void **state) {
     (void)state;
-    llm_session *s = new_session(g_model, 1, 1024, 128, 16, 64, true);
+    llm_session *s = new_session(g_model, 2, 1024, 128, 16, 64, true);
     submitter t[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
@@ -527,5 +527,6 @@ int main(void) {
         cmocka_unit_test(test_concurrent_submit_cancel),
         cmocka_unit_test(test_soak),
     };
+    if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
