@@ -19,6 +19,10 @@ CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-D_GNU_SOURCE -Iinclude -Ilib
 DEPS_LIBS := -lpcre2-8 -lz -lm -pthread
+ifeq ($(TSAN),1)
+ALL_CFLAGS += -fsanitize=thread
+LDSAN := -fsanitize=thread
+endif
 ifeq ($(SAN),1)
 ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDSAN := -fsanitize=address,undefined
@@ -36,9 +40,9 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 
-.PHONY: all run test check install uninstall clean model format abi-update abi-check \
-	install-test
-all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run
+.PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
+	install-test bench
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -59,6 +63,21 @@ $(STLIB): $(LIB_OBJ)
 $(BUILD)/llm-run: examples/llm-run/main.c $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' \
 		$(LDSAN)
+
+BENCH_SRC := $(sort $(wildcard examples/llm-bench/*.c))
+$(BUILD)/llm-bench: $(BENCH_SRC) examples/llm-bench/bench.h $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $(BENCH_SRC) -o $@ -L$(BUILD) -lllminfer -lm \
+		-Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
+
+# Synthetic load on SmolLM2 (docs/bench.md): continuous vs static batching on
+# mixed lengths, and prefix cache on vs off for a 512-token shared prefix.
+bench: $(BUILD)/llm-bench $(MODEL)
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/llm-bench -m $(MODEL) --requests 64 --prompt-len 16:128 --output-len 16:96 \
+		--compare --json $(BUILD)/bench/mixed.json
+	$(BUILD)/llm-bench -m $(MODEL) --requests 32 --prompt-len 16:64 --output-len 8:32 \
+		--shared-prefix-len 512 --shared-prefix-frac 1.0 --compare \
+		--json $(BUILD)/bench/prefix.json
 
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of France?
@@ -83,10 +102,20 @@ test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
-# Sanitizer build in its own folder, then the ABI checks.
+# Sanitizer build in its own folder, the thread-sanitized concurrency test,
+# then the ABI checks.
 check:
 	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
+	$(MAKE) --no-print-directory tsan
 	$(MAKE) --no-print-directory abi-check
+
+# Submit/cancel from several threads while one steps, under ThreadSanitizer.
+tsan:
+	$(MAKE) --no-print-directory BUILD=build/tsan TSAN=1 OPT=-O1 build/tsan/tests/unit/test_sched
+	@mkdir -p build/tsan/tmp
+	@bash tests/run-tests.sh "LLM_TEST_TMP=$(abspath build/tsan/tmp) \
+		LLM_TEST_FILTER=test_concurrent* TSAN_OPTIONS=halt_on_error=1" \
+		build/tsan/tests/unit/test_sched
 
 abi-check: $(SHLIB)
 	@bash tests/abi/check.sh $(SHLIB)

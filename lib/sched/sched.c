@@ -130,7 +130,8 @@ static llm_status build_request(llm_session *session, const llm_token *prompt, s
     if (!r->tokens || !r->stop_tokens || !r->stop_strings) goto oom;
     memcpy(r->tokens, prompt, n * sizeof *prompt);
     r->n_prompt = r->n_tokens = (uint32_t)n;
-    memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof(llm_token));
+    if (p->n_stop_tokens)
+        memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof(llm_token));
     r->n_stop_tokens = p->n_stop_tokens;
     for (size_t i = 0; i < p->n_stop_strings; i++) {
         if (!(r->stop_strings[i] = llmi_strdup(p->stop_strings[i]))) goto oom;
@@ -423,6 +424,16 @@ llm_status llmi_sched_step(llm_session *session, llm_event *events, size_t capac
 
 /* ---- stats and checks ---- */
 
+static void count_fill(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t *fill) {
+    for (uint32_t j = 0; j < seq->n_blocks; j++) {
+        uint64_t start = (uint64_t)j * kv->block_size;
+        uint32_t n = seq->n_tokens <= start ? 0
+                     : seq->n_tokens - start >= kv->block_size ? kv->block_size
+                                                               : (uint32_t)(seq->n_tokens - start);
+        if (n > fill[seq->blocks[j]]) fill[seq->blocks[j]] = n;
+    }
+}
+
 void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
     llmi_sched *s = &session->sched;
     const llmi_kv *kv = session->kv;
@@ -434,10 +445,16 @@ void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
     st->blocks_free = kv->n_free;
     st->blocks_cached = kv->n_cached;
     st->blocks_used = kv->n_blocks - kv->n_free - kv->n_cached;
-    uint64_t used_tokens = 0;
-    for (size_t i = 0; i < s->n_running; i++) used_tokens += s->running[i]->seq.n_tokens;
+    /* Token slots holding K/V, counting a block shared by several sequences
+     * once: per block, the most slots any of its sequences fills. */
+    uint32_t *fill = session->stats_fill;
+    memset(fill, 0, kv->n_blocks * sizeof *fill);
+    for (size_t i = 0; i < s->n_running; i++) count_fill(kv, &s->running[i]->seq, fill);
     for (size_t i = 0; i < session->n_seqs; i++)
-        if (session->seqs[i]) used_tokens += session->seqs[i]->n_tokens;
+        if (session->seqs[i]) count_fill(kv, session->seqs[i], fill);
+    count_fill(kv, &session->seq, fill);
+    uint64_t used_tokens = 0;
+    for (uint32_t b = 0; b < kv->n_blocks; b++) used_tokens += fill[b];
     st->kv_tokens_used = used_tokens;
     st->prefix_hit_tokens = kv->prefix_hit_tokens;
     st->prompt_tokens = s->prompt_tokens;

@@ -84,10 +84,11 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
     if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
     s->sched_ready = true;
     s->rows = llmi_calloc(s->params.max_batch_tokens, sizeof *s->rows);
+    s->stats_fill = llmi_calloc(s->kv->n_blocks, sizeof *s->stats_fill);
     s->logits = llmi_malloc_aligned((size_t)m->hp.n_vocab * sizeof(float));
     s->piece_cap = 256;
     s->piece = llmi_malloc(s->piece_cap);
-    if (!s->rows || !s->logits || !s->piece) {
+    if (!s->rows || !s->logits || !s->piece || !s->stats_fill) {
         st = llmi_oom("session buffers");
         goto fail;
     }
@@ -120,6 +121,7 @@ void llmi_session_free(llm_session *s) {
     }
     llmi_free(s->seqs);
     llmi_free(s->decode_rows);
+    llmi_free(s->stats_fill);
     llmi_free_aligned(s->batch_logits);
     if (s->kv) llmi_kv_seq_destroy(s->kv, &s->seq);
     llmi_sampler_destroy(&s->sampler);

@@ -31,6 +31,7 @@ struct llm_session {
     size_t n_seqs;
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
     uint32_t n_decode_rows, cap_decode_rows;
+    uint32_t *stats_fill;  /* [kv blocks]: scratch for llm_session_get_stats */
 };
 
 /* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */

@@ -107,6 +107,12 @@ static inline size_t step_once(llm_session *s, outcome *outs, size_t n_outs) {
 static inline void check_invariants(llm_session *s) {
     llm_status st = llmi_sched_check(s);
     if (st != LLM_OK) fail_msg("invariant: %s", llmi_error_message());
+    /* Shared blocks count once: waste is never negative. */
+    llm_session_stats stats = {sizeof stats};
+    llmi_sched_stats(s, &stats);
+    assert_true(stats.kv_tokens_used <= (uint64_t)stats.blocks_used * stats.block_size);
+    assert_int_equal(stats.blocks_used + stats.blocks_cached + stats.blocks_free,
+                     stats.blocks_total);
 }
 
 /* Steps until no request is left, checking invariants after every step. */

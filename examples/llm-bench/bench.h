@@ -1,0 +1,93 @@
+/* llm-bench: a synthetic load generator for the request-level engine
+ * (llm_session_submit / llm_session_step). Uses only the public API.
+ *
+ * main.c: options, output (table and JSON). run.c: workload and run loop. */
+#ifndef LLM_BENCH_H
+#define LLM_BENCH_H
+
+#include <llm.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+typedef enum bench_mode { MODE_CONTINUOUS = 0, MODE_STATIC = 1 } bench_mode;
+
+typedef struct bench_range {
+    long lo, hi;
+} bench_range;
+
+typedef struct bench_opts {
+    const char *model;
+    long threads; /* 0 = library default (all cores) */
+    long requests;
+    bench_range prompt_len; /* tokens of each request's own part */
+    bench_range output_len; /* new tokens per request (exact: ignore_eos) */
+    double arrival_rate;    /* requests/s, Poisson; 0 = all at t = 0 */
+    long prefix_len;        /* shared prefix length */
+    double prefix_frac;     /* fraction of requests that start with it */
+    bench_mode mode;
+    bool prefix_cache;
+    long kv_cache_mb;      /* 0 = library default */
+    long block_size;       /* 0 = library default */
+    long max_batch_tokens; /* 0 = library default */
+    long static_batch;     /* G: group size of static batching */
+    uint64_t seed;
+    const char *json;
+    bool compare, verbose, warmup;
+} bench_opts;
+
+/* One synthetic request; times are seconds after the run starts. */
+typedef struct bench_request {
+    llm_token *prompt;
+    uint32_t n_prompt, n_output;
+    bool shared; /* starts with the shared prefix */
+    double arrival;
+} bench_request;
+
+typedef struct bench_workload {
+    bench_request *req;
+    size_t n;
+    uint64_t prompt_tokens, output_tokens, shared_requests;
+} bench_workload;
+
+typedef struct bench_pct {
+    double mean, p50, p95, p99; /* NaN when there are no samples */
+    size_t n;
+} bench_pct;
+
+/* What one run measured. */
+typedef struct bench_result {
+    bench_mode mode;
+    bool prefix_cache;
+    double wall_s;
+    uint64_t prompt_tokens;    /* submitted (the workload's prompt tokens) */
+    uint64_t generated_tokens; /* token events received */
+    double throughput_tok_s;   /* generated tokens / wall */
+    double prompt_tok_s;       /* submitted prompt tokens / wall */
+    bench_pct ttft_ms, tpot_ms, e2e_ms;
+    double kv_waste_mean, kv_waste_max; /* NaN when no step held blocks */
+    double kv_util_mean, kv_util_max;
+    uint32_t block_size, blocks_total, blocks_used_max;
+    uint64_t prefix_hit_tokens, prompt_tokens_computed;
+    double prefix_hit_rate;          /* hits / prompt tokens submitted */
+    double prefix_hit_rate_admitted; /* hits / (hits + prompt tokens computed) */
+    uint64_t preemptions, steps, kv_samples;
+    uint64_t kv_overcount_steps; /* steps with kv_tokens_used > used slots */
+    /* Engine misbehaviour seen (should all be 0). */
+    uint64_t failed, wrong_length, stray_events;
+} bench_result;
+
+/* run.c */
+int bench_workload_make(const llm_model *model, const bench_opts *o, bench_workload *w);
+void bench_workload_free(bench_workload *w);
+/* 0 on success; on failure prints the error and returns 2. */
+int bench_warmup(const llm_model *model, const bench_opts *o);
+int bench_run(const llm_model *model, const bench_opts *o, const bench_workload *w, bench_mode mode,
+              bool prefix_cache, bench_result *r);
+const char *bench_mode_name(bench_mode m);
+int bench_fail(const char *what, llm_status st);
+
+#endif
