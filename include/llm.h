@@ -294,6 +294,46 @@ LLM_API void llm_session_free(llm_session *session);
 /** @name Sampling parameters */
 /* ------------------------------------------------------------------------ */
 
+/** Adds `bias` to one token's logit; -INFINITY bans the token. */
+typedef struct llm_logit_bias {
+    llm_token token;
+    float bias;
+} llm_logit_bias;
+
+/**
+ * How the next token is chosen from a row of logits. The steps, in order:
+ *
+ *  1. logit bias: `logit[t] += bias` for every entry of `logit_bias`
+ *     (entries naming the same token add up; -INFINITY bans it);
+ *  2. penalties over the window = the last `repeat_last_n` tokens of the
+ *     history (prompt, then generated tokens; -1 = all of it, 0 = no
+ *     penalties at all). For each token t seen c > 0 times in the window:
+ *     repetition (llama.cpp): `logit /= repeat_penalty` if logit > 0, else
+ *     `logit *= repeat_penalty`; then presence and frequency (OpenAI):
+ *     `logit -= presence_penalty + frequency_penalty * c`;
+ *  3. min_tokens: while fewer than `min_tokens` tokens were generated, every
+ *     end-of-generation token (EOS, end of turn) is banned;
+ *  4. greedy (`temperature == 0` or `top_k == 1`): the largest logit wins
+ *     (lowest id on ties) and the remaining steps are skipped;
+ *  5. top-k: keep the `top_k` largest logits;
+ *  6. temperature: divide the logits by `temperature`;
+ *  7. softmax over the tokens left;
+ *  8. top-p: keep the smallest set of most likely tokens whose probability
+ *     reaches `top_p`;
+ *  9. min-p: drop tokens less likely than `min_p` times the most likely;
+ * 10. renormalise and draw with a uniform number u in [0, 1) derived from
+ *     (seed, stream, position) only: a seeded sequence gets the same tokens
+ *     whatever else is batched with it and however many threads run.
+ *
+ * Banned tokens (logit -INFINITY after steps 1-3) are never chosen. The
+ * min_tokens ban is lifted where it would leave no token at all; if every
+ * token still ends up banned (a model that produced no finite logit) the
+ * largest raw logit wins. Validation (LLM_ERR_INVALID_ARGUMENT, naming the
+ * field): temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
+ * min_p in [0, 1], repeat_penalty finite and > 0, repeat_last_n >= -1,
+ * presence/frequency penalties finite, every bias finite or -INFINITY and
+ * its token inside the vocabulary, and not every token banned.
+ */
 typedef struct llm_sampling_params {
     uint32_t struct_size;
     float temperature; /**< 0 = greedy (default 0.8) */
@@ -301,6 +341,18 @@ typedef struct llm_sampling_params {
     float top_p;       /**< 1 = off (default 0.95) */
     float min_p;       /**< 0 = off (default 0.05) */
     uint64_t seed;     /**< same seed, same tokens (default 0) */
+    float repeat_penalty;    /**< > 0; 1 = off (default 1) */
+    int32_t repeat_last_n;   /**< penalty window; -1 = whole history, 0 = off (default 64) */
+    float presence_penalty;  /**< 0 = off (default 0) */
+    float frequency_penalty; /**< 0 = off (default 0) */
+    /** Borrowed for the call that takes these params (copied by
+     *  llm_session_submit() and llm_sampler_create()); NULL when
+     *  `n_logit_bias` is 0 (default NULL, 0). */
+    const llm_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    /** End-of-generation tokens are banned until this many tokens were
+     *  generated (default 0). */
+    uint32_t min_tokens;
 } llm_sampling_params;
 
 LLM_API void llm_sampling_params_init(llm_sampling_params *params);
@@ -389,6 +441,9 @@ typedef struct llm_request_params {
     size_t n_stop_tokens;
     const char *const *stop_strings; /**< copied; their text is never emitted */
     size_t n_stop_strings;
+    /** Report this many most likely tokens with each token, at most 20
+     *  (default 0): llm_event::top_tokens and llm_event::top_logprobs. */
+    uint32_t top_logprobs;
 } llm_request_params;
 
 LLM_API void llm_request_params_init(llm_request_params *params);
@@ -422,6 +477,14 @@ typedef struct llm_event {
     float logprob;     /**< log p(token) if requested, else 0 */
     llm_finish_reason finish_reason; /**< LLM_FINISH_NONE unless this is the last event */
     llm_status status; /**< why, when finish_reason is LLM_FINISH_ERROR */
+    /** With llm_request_params::top_logprobs: the `n_top` most likely tokens
+     *  of the model's distribution for this position, most likely first, and
+     *  their log-probabilities (log-softmax of the raw logits, like
+     *  `logprob`). Borrowed until the next llm_session_step(); NULL and 0
+     *  otherwise. */
+    const llm_token *top_tokens;
+    const float *top_logprobs;
+    uint32_t n_top;
 } llm_event;
 
 /**
@@ -504,6 +567,52 @@ LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *bat
  * have asked for them. Borrowed until the next decode or step.
  */
 LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
+
+/* ------------------------------------------------------------------------ */
+/** @name Standalone sampler
+ *
+ * The sampling pipeline of ::llm_sampling_params for hosts that drive
+ * decoding themselves (token-level API). One sampler per stream of tokens;
+ * it is not thread-safe (use one per thread), but different samplers may be
+ * used concurrently, also on the same model. */
+/* ------------------------------------------------------------------------ */
+
+typedef struct llm_sampler llm_sampler;
+
+/**
+ * Creates a sampler for `model`'s vocabulary. `params` may be NULL for
+ * greedy; it is validated and copied, logit_bias included. `stream` joins
+ * the seed in keying the random numbers (use different streams to draw
+ * independent sequences with one seed). Borrows `model`, which must
+ * outlive the sampler. Caller frees `*out` with llm_sampler_free().
+ */
+LLM_API llm_status llm_sampler_create(const llm_model *model, const llm_sampling_params *params,
+                                      uint64_t stream, llm_sampler **out);
+/** NULL is a no-op. */
+LLM_API void llm_sampler_free(llm_sampler *sampler);
+
+/**
+ * Picks the next token from `logits` (n_vocab floats, borrowed, not
+ * modified). `history` holds the tokens so far (prompt, then generated;
+ * borrowed; may be NULL when `n_history` is 0) for the penalties;
+ * `n_generated` counts the generated ones, for min_tokens. The random number
+ * is keyed by (seed, stream, position): the same arguments give the same
+ * token. Use the index the token will take in the sequence as `position`.
+ */
+LLM_API llm_status llm_sampler_sample(llm_sampler *sampler, const float *logits,
+                                      const llm_token *history, size_t n_history,
+                                      uint32_t n_generated, uint64_t position, llm_token *out);
+
+/**
+ * The `top_n` most likely tokens of the model's distribution, log-softmax of
+ * the raw `logits` (no sampling parameters applied), most likely first
+ * (lowest id on ties). Writes min(top_n, n_vocab) entries to `tokens` and
+ * `logprobs` (caller arrays of at least top_n entries) and their number to
+ * `*n_out`.
+ */
+LLM_API llm_status llm_sampler_logprobs(llm_sampler *sampler, const float *logits,
+                                        uint32_t top_n, llm_token *tokens, float *logprobs,
+                                        uint32_t *n_out);
 
 #ifdef __cplusplus
 }

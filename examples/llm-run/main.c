@@ -31,6 +31,12 @@ static void usage(FILE *f) {
             "  --top-k K      keep the K most likely tokens, 0 = off (default 40)\n"
             "  --top-p P      nucleus sampling mass, 1 = off (default 0.95)\n"
             "  --min-p P      drop tokens below P x the best one (default 0.05)\n"
+            "  --repeat-penalty P     penalise tokens of the last N: logit / P (if > 0)\n"
+            "                         or x P, 1 = off (default 1)\n"
+            "  --repeat-last-n N      penalty window, -1 = whole history, 0 = no\n"
+            "                         penalties (default 64)\n"
+            "  --presence-penalty P   subtract P from tokens in the window (default 0)\n"
+            "  --frequency-penalty P  subtract P x their count in the window (default 0)\n"
             "  --chat         wrap the prompt in the model's chat template\n"
             "  -t THREADS     threads (default: all cores)\n"
             "  --no-mmap      read the model into memory instead of mapping it\n"
@@ -80,6 +86,15 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--temp")) ok = parse_float(v, &o->sampling.temperature);
         else if (!strcmp(a, "--top-p")) ok = parse_float(v, &o->sampling.top_p);
         else if (!strcmp(a, "--min-p")) ok = parse_float(v, &o->sampling.min_p);
+        else if (!strcmp(a, "--repeat-penalty")) ok = parse_float(v, &o->sampling.repeat_penalty);
+        else if (!strcmp(a, "--presence-penalty"))
+            ok = parse_float(v, &o->sampling.presence_penalty);
+        else if (!strcmp(a, "--frequency-penalty"))
+            ok = parse_float(v, &o->sampling.frequency_penalty);
+        else if (!strcmp(a, "--repeat-last-n")) {
+            ok = parse_long(v, -1, INT32_MAX, &l);
+            o->sampling.repeat_last_n = (int32_t)l;
+        }
         else if (!strcmp(a, "--top-k")) {
             ok = parse_long(v, 0, 1 << 24, &l);
             o->sampling.top_k = (int32_t)l;

@@ -1,6 +1,7 @@
 /* The exported llm_* functions: argument checks, then the modules. */
 #include "core/core.h"
 #include "model/model.h"
+#include "sample/sample.h"
 #include "session/session.h"
 #include "tokenizer/tokenizer.h"
 
@@ -245,6 +246,8 @@ LLM_API void llm_sampling_params_init(llm_sampling_params *p) {
     p->top_k = 40;
     p->top_p = 0.95f;
     p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
 }
 
 LLM_API void llm_generate_params_init(llm_generate_params *p) {
@@ -360,4 +363,67 @@ LLM_API llm_status llm_session_decode(llm_session *s, const llm_batch *b) {
 LLM_API llm_status llm_session_logits(llm_session *s, uint32_t row, const float **logits) {
     CHECK_ARG(s && logits, "llm_session_logits: NULL argument");
     return llmi_session_logits(s, row, logits);
+}
+
+/* ---- standalone sampler ---- */
+
+struct llm_sampler {
+    const llm_model *model;
+    llm_sampling_params params; /* validated; owns its logit_bias copy */
+    uint64_t stream;
+    llmi_sampler s;
+};
+
+LLM_API llm_status llm_sampler_create(const llm_model *m, const llm_sampling_params *params,
+                                      uint64_t stream, llm_sampler **out) {
+    CHECK_ARG(out, "llm_sampler_create: out is NULL");
+    *out = NULL;
+    CHECK_ARG(m, "llm_sampler_create: model is NULL");
+    llm_sampler *sm = llmi_calloc(1, sizeof *sm);
+    if (!sm) return llmi_oom("sampler");
+    sm->model = m;
+    sm->stream = stream;
+    llm_status st = llmi_sampling_params_copy(params, m->hp.n_vocab, &sm->params);
+    if (st == LLM_OK) st = llmi_sampler_init(&sm->s, m->hp.n_vocab);
+    if (st != LLM_OK) {
+        llm_sampler_free(sm);
+        return st;
+    }
+    *out = sm;
+    return LLM_OK;
+}
+
+LLM_API void llm_sampler_free(llm_sampler *sm) {
+    if (!sm) return;
+    llmi_sampler_destroy(&sm->s);
+    llmi_sampling_params_free(&sm->params);
+    llmi_free(sm);
+}
+
+LLM_API llm_status llm_sampler_sample(llm_sampler *sm, const float *logits,
+                                      const llm_token *history, size_t n_history,
+                                      uint32_t n_generated, uint64_t position, llm_token *out) {
+    CHECK_ARG(sm && logits && out, "llm_sampler_sample: sampler, logits and out must not be NULL");
+    *out = LLM_TOKEN_NONE;
+    CHECK_ARG(history || n_history == 0, "llm_sampler_sample: history is NULL with n_history %zu",
+              n_history);
+    uint32_t V = sm->s.n_vocab;
+    for (size_t i = 0; i < n_history; i++)
+        CHECK_ARG(history[i] >= 0 && (uint32_t)history[i] < V,
+                  "llm_sampler_sample: history[%zu] is %d, outside the vocabulary of %u", i,
+                  history[i], V);
+    *out = llmi_sample(&sm->s, logits, &sm->params, history, n_history, n_generated,
+                       sm->model->tok, sm->stream, position);
+    return LLM_OK;
+}
+
+LLM_API llm_status llm_sampler_logprobs(llm_sampler *sm, const float *logits, uint32_t top_n,
+                                        llm_token *tokens, float *logprobs, uint32_t *n_out) {
+    CHECK_ARG(sm && logits && n_out,
+              "llm_sampler_logprobs: sampler, logits and n_out must not be NULL");
+    *n_out = 0;
+    CHECK_ARG((tokens && logprobs) || top_n == 0,
+              "llm_sampler_logprobs: tokens and logprobs must not be NULL with top_n %u", top_n);
+    *n_out = llmi_logprobs_top(&sm->s, logits, top_n, tokens, logprobs);
+    return LLM_OK;
 }

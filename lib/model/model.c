@@ -113,6 +113,18 @@ static llm_status find_tensor(const llm_model *m, const char *name, bool require
     return LLM_OK;
 }
 
+/* The kernels read weights as floats (F32) or 16-bit fields (F16, BF16 and
+ * the quantized blocks), so the data must be aligned to them; a file whose
+ * general.alignment is 1 or 2 can place it otherwise. */
+static llm_status check_aligned(const char *name, const llmi_gguf_tensor *t) {
+    size_t align = t->type == LLMI_T_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align != 0)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "tensor '%s' data (offset %llu) is not aligned to %zu bytes", name,
+                          (unsigned long long)t->offset, align);
+    return LLM_OK;
+}
+
 static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint64_t rows,
                              bool required, llmi_weight *w) {
     const llmi_gguf_tensor *t;
@@ -127,6 +139,7 @@ static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint
     if (!has_kernel(t->type))
         return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' has type %u, which has no kernel",
                           name, (unsigned)t->type);
+    LLMI_TRY(check_aligned(name, t));
     w->data = t->data;
     w->type = t->type;
     w->rows = (int64_t)rows;
@@ -150,6 +163,7 @@ static llm_status map_vector(llm_model *m, const char *name, uint64_t n, bool re
     if (t->type != LLMI_T_F32)
         return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' must be F32 (type %u)", name,
                           (unsigned)t->type);
+    LLMI_TRY(check_aligned(name, t));
     v->data = (const float *)t->data;
     v->n = (uint32_t)n;
     m->n_params += n;
@@ -207,7 +221,9 @@ llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
     if ((st = load_hparams(m)) != LLM_OK) goto fail;
     if ((st = map_weights(m)) != LLM_OK) goto fail;
     if ((st = llmi_tokenizer_load(m->file, &m->tok)) != LLM_OK) goto fail;
-    if (llmi_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+    /* Equal, as llama.cpp requires: a row without a token could be sampled
+     * and then not be detokenized. */
+    if (llmi_tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
         st = llmi_error(LLM_ERR_BAD_FORMAT, "tokenizer has %u tokens but token_embd has %u rows",
                         llmi_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
         goto fail;

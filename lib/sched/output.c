@@ -143,6 +143,28 @@ llm_status llmi_sched_emit_token(llm_session *session, llmi_request *r, llm_toke
     return LLM_OK;
 }
 
+llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const float *logprobs,
+                                 uint32_t n) {
+    if (s->n_events == 0 || n == 0) return LLM_OK;
+    size_t off = (s->n_arena + 7) & ~(size_t)7; /* the floats and tokens stay aligned */
+    size_t bytes = (size_t)n * (sizeof *tokens + sizeof *logprobs);
+    if (off + bytes > s->cap_arena) {
+        size_t cap = s->cap_arena ? s->cap_arena : 4096;
+        while (cap < off + bytes) cap *= 2;
+        char *a = llmi_realloc(s->arena, cap);
+        if (!a) return llmi_oom("event top logprobs");
+        s->arena = a;
+        s->cap_arena = cap;
+    }
+    memcpy(s->arena + off, tokens, n * sizeof *tokens);
+    memcpy(s->arena + off + n * sizeof *tokens, logprobs, n * sizeof *logprobs);
+    s->n_arena = off + bytes;
+    llmi_event_rec *rec = &s->events[s->n_events - 1];
+    rec->top_off = off;
+    rec->ev.n_top = n;
+    return LLM_OK;
+}
+
 llm_status llmi_sched_emit_finish(llm_session *session, llmi_request *r,
                                   llm_finish_reason reason, llm_status status) {
     return push_event(&session->sched, r->id, LLM_TOKEN_NONE, "", 0, 0.0f, reason, status);

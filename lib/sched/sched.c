@@ -21,6 +21,7 @@ void llmi_request_free(llm_session *session, llmi_request *r) {
     for (size_t i = 0; i < r->n_stop_strings; i++) llmi_free(r->stop_strings[i]);
     llmi_free(r->stop_strings);
     llmi_free(r->stop_tokens);
+    llmi_sampling_params_free(&r->sampling);
     llmi_free(r->tokens);
     llmi_free(r->held);
     llmi_free(r);
@@ -77,6 +78,9 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "max_new_tokens must be at least 1");
     if (p->n_stop_tokens > 1024 || p->n_stop_strings > 64)
         return llmi_error(LLM_ERR_LIMIT, "at most 1024 stop tokens and 64 stop strings");
+    if (p->top_logprobs > 20)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "top_logprobs %u exceeds the maximum of 20",
+                          p->top_logprobs);
     return LLM_OK;
 }
 
@@ -117,7 +121,8 @@ static llm_status build_request(llm_session *session, const llm_token *prompt, s
                                 const llm_request_params *p, llmi_request **out) {
     llmi_request *r = llmi_calloc(1, sizeof *r);
     if (!r) return llmi_oom("request");
-    llm_status st = llmi_sampling_params_read(p->sampling, &r->sampling);
+    llm_status st =
+        llmi_sampling_params_copy(p->sampling, session->model->hp.n_vocab, &r->sampling);
     if (st != LLM_OK) {
         llmi_free(r);
         return st;
@@ -141,6 +146,7 @@ static llm_status build_request(llm_session *session, const llm_token *prompt, s
     r->priority = p->priority;
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs;
+    r->top_logprobs = p->top_logprobs;
     llmi_detok_init(&r->detok, session->model->tok, 0);
     *out = r;
     return LLM_OK;
@@ -314,7 +320,9 @@ static llm_status finish_cancelled(llm_session *session) {
                 i++;
                 continue;
             }
-            LLMI_TRY(llmi_sched_emit_finish(session, r, LLM_FINISH_CANCELLED, LLM_OK));
+            LLMI_TRY(llmi_sched_emit_finish(session, r,
+                                            r->error ? LLM_FINISH_ERROR : LLM_FINISH_CANCELLED,
+                                            r->error));
             remove_at(lists[l], counts[l], i);
             llmi_request_free(session, r);
         }
@@ -332,9 +340,13 @@ static float logprob_of(const float *logits, uint32_t n, llm_token tok) {
     return (float)((double)(logits[tok] - mx) - log(sum));
 }
 
+/* A request whose sampled token could not be recorded (out of memory) ends
+ * with LLM_FINISH_ERROR, reported by finish_cancelled in the next iteration;
+ * the others in the batch carry on. Returns the first such failure. */
 static llm_status after_forward(llm_session *session, const float *logits) {
     llmi_sched *s = &session->sched;
     uint32_t V = session->model->hp.n_vocab, row = 0;
+    llm_status first_err = LLM_OK;
     for (size_t i = 0; i < s->n_running;) {
         llmi_request *r = s->running[i];
         if (!r->in_flight) {
@@ -351,12 +363,31 @@ static llm_status after_forward(llm_session *session, const float *logits) {
         if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
         llm_finish_reason finish = LLM_FINISH_NONE;
         if (lg) {
-            llm_token tok = llmi_sample(&session->sampler, lg, &r->sampling, r->id, r->n_tokens);
+            /* Random numbers are keyed by (seed, stream 0, position), not by the
+             * request id, so a seeded request gives the same tokens whenever it
+             * is submitted and whatever runs beside it. */
+            llm_token tok = llmi_sample(&session->sampler, lg, &r->sampling, r->tokens, r->n_tokens,
+                                        r->n_generated, session->model->tok, 0, r->n_tokens);
             float lp = r->logprobs ? logprob_of(lg, V, tok) : 0.0f;
             r->tokens[r->n_tokens++] = tok;
             r->n_generated++;
             s->generated_tokens++;
-            LLMI_TRY(llmi_sched_emit_token(session, r, tok, lp, &finish));
+            llm_status st = llmi_sched_emit_token(session, r, tok, lp, &finish);
+            if (st == LLM_OK && r->top_logprobs) {
+                llm_token top[20];
+                float top_lp[20];
+                uint32_t n_top =
+                    llmi_logprobs_top(&session->sampler, lg, r->top_logprobs, top, top_lp);
+                st = llmi_sched_attach_top(s, top, top_lp, n_top);
+            }
+            if (st != LLM_OK) {
+                if (first_err == LLM_OK) first_err = st;
+                r->error = st;
+                r->cancelled = true;
+                llmi_kv_seq_release(session->kv, &r->seq);
+                i++;
+                continue;
+            }
         }
         if (finish != LLM_FINISH_NONE) {
             remove_at(s->running, &s->n_running, i);
@@ -365,7 +396,7 @@ static llm_status after_forward(llm_session *session, const float *logits) {
             i++;
         }
     }
-    return LLM_OK;
+    return first_err;
 }
 
 /* ---- step ---- */
@@ -375,6 +406,10 @@ static size_t deliver(llmi_sched *s, llm_event *events, size_t capacity, size_t 
     while (s->events_delivered < s->n_events && n < capacity) {
         llmi_event_rec *rec = &s->events[s->events_delivered++];
         rec->ev.text = s->arena + rec->text_off;
+        if (rec->ev.n_top) {
+            rec->ev.top_tokens = (const llm_token *)(s->arena + rec->top_off);
+            rec->ev.top_logprobs = (const float *)(rec->ev.top_tokens + rec->ev.n_top);
+        }
         size_t sz = event_size < sizeof rec->ev ? event_size : sizeof rec->ev;
         memcpy((char *)events + n * event_size, &rec->ev, sz);
         n++;
@@ -388,8 +423,12 @@ static llm_status run_iteration(llm_session *session) {
     s->n_arena = 0;
     LLMI_TRY(finish_cancelled(session));
     plan pl = {0, session->params.max_batch_tokens, 0};
-    LLMI_TRY(plan_running(session, &pl));
-    LLMI_TRY(plan_admissions(session, &pl));
+    llm_status ps = plan_running(session, &pl);
+    if (ps == LLM_OK) ps = plan_admissions(session, &pl);
+    if (ps != LLM_OK) { /* nothing runs: no request may stay marked in flight */
+        for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
+        return ps;
+    }
     if (pl.n_rows == 0) return LLM_OK;
     uint32_t n_logits = 0;
     for (uint32_t i = 0; i < pl.n_rows; i++) n_logits += session->rows[i].want_logits;
@@ -417,7 +456,9 @@ llm_status llmi_sched_step(llm_session *session, llm_event *events, size_t capac
     pthread_mutex_lock(&s->lock);
     llm_status st = LLM_OK;
     if (s->events_delivered == s->n_events) st = run_iteration(session);
-    *n_events = deliver(s, events, capacity, event_size);
+    /* A failed iteration delivers nothing now: what it did produce (events of
+     * other requests) is delivered by the next call, before a new iteration. */
+    *n_events = st == LLM_OK ? deliver(s, events, capacity, event_size) : 0;
     pthread_mutex_unlock(&s->lock);
     return st;
 }

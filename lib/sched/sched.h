@@ -28,6 +28,7 @@ typedef struct llmi_request {
     llm_sampling_params sampling;
     uint32_t max_new;
     bool ignore_eos, logprobs;
+    uint32_t top_logprobs; /* top-N log-probabilities with each token (0 = off) */
     llm_token *stop_tokens;
     size_t n_stop_tokens;
     char **stop_strings;
@@ -40,6 +41,7 @@ typedef struct llmi_request {
     char *held;           /* text withheld while it may start a stop string */
     size_t n_held, cap_held;
     bool running, in_flight, cancelled;
+    llm_status error;     /* with cancelled: ends with LLM_FINISH_ERROR and this status */
     bool wants_logits;    /* in the in-flight batch: last row of this request */
     uint32_t logits_row;
 } llmi_request;
@@ -48,6 +50,7 @@ typedef struct llmi_request {
 typedef struct llmi_event_rec {
     llm_event ev;
     size_t text_off;
+    size_t top_off; /* arena offset of ev.n_top tokens, then their floats */
 } llmi_event_rec;
 
 typedef struct llmi_sched {
@@ -84,6 +87,9 @@ llm_status llmi_sched_check(struct llm_session *session);
  * reason (NONE to keep going). */
 llm_status llmi_sched_emit_token(struct llm_session *session, llmi_request *r, llm_token tok,
                                  float logprob, llm_finish_reason *finish);
+/* Attaches top-N tokens and log-probabilities to the event queued last. */
+llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const float *logprobs,
+                                 uint32_t n);
 /* Queues the final event of a request that ends without a new token. */
 llm_status llmi_sched_emit_finish(struct llm_session *session, llmi_request *r,
                                   llm_finish_reason reason, llm_status status);

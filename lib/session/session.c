@@ -208,13 +208,22 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
     llm_generate_params p;
     llm_sampling_params sp;
     LLMI_TRY(read_generate_params(params, &p));
-    LLMI_TRY(llmi_sampling_params_read(p.sampling, &sp));
+    LLMI_TRY(llmi_sampling_params_read(p.sampling, s->model->hp.n_vocab, &sp));
     LLMI_TRY(check_prompt(s, prompt, n_prompt));
     if (result && (result->struct_size < sizeof(uint32_t) || result->struct_size > (1u << 16)))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "llm_generate_result.struct_size %u is invalid", result->struct_size);
     const llmi_tokenizer *tok = s->model->tok;
-    uint64_t stream = s->n_generate_calls++;
+    /* Prompt then generated tokens, for the sampler's penalties: the sequence
+     * never outgrows the context, plus the last token sampled. */
+    size_t cap_hist = n_prompt + (size_t)p.max_new_tokens;
+    if (cap_hist > (size_t)s->params.n_ctx + 1) cap_hist = (size_t)s->params.n_ctx + 1;
+    llm_token *hist = llmi_malloc(cap_hist * sizeof *hist);
+    if (!hist) return llmi_oom("generation history");
+    memcpy(hist, prompt, n_prompt * sizeof *hist);
+    size_t n_hist = n_prompt;
+    uint64_t stream = 0; /* same seed, same tokens: as for requests */
+    s->n_generate_calls++;
     pthread_mutex_lock(&s->sched.lock);
     llmi_kv_seq_release(s->kv, &s->seq);
     pthread_mutex_unlock(&s->sched.lock);
@@ -226,7 +235,9 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
     llmi_detok_init(&d, tok, 0);
     if (p.max_new_tokens == 0) r.finish_reason = LLM_FINISH_LENGTH;
     while (st == LLM_OK && r.finish_reason == LLM_FINISH_NONE) {
-        llm_token next = llmi_sample(&s->sampler, s->logits, &sp, stream, s->seq.n_tokens);
+        llm_token next = llmi_sample(&s->sampler, s->logits, &sp, hist, n_hist,
+                                     r.n_generated_tokens, tok, stream, s->seq.n_tokens);
+        if (n_hist < cap_hist) hist[n_hist++] = next;
         if (r.n_generated_tokens == 0) t_first = llmi_now();
         if (!p.ignore_eos && llmi_tokenizer_is_eog(tok, next)) {
             r.finish_reason = LLM_FINISH_EOS;
@@ -250,6 +261,7 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
         if (llmi_detok_flush(&d, s->piece, s->piece_cap, &n) == LLM_OK && n > 0)
             p.on_token(LLM_TOKEN_NONE, s->piece, n, p.user);
     }
+    llmi_free(hist);
     double t_end = llmi_now();
     r.prompt_seconds = t_first - t0;
     r.generate_seconds = t_end - t_first;

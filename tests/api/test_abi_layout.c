@@ -117,7 +117,7 @@ static void test_session_params_layout(void **state) {
 static void test_request_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_request_params, 64, 8);
+    STRUCT(llm_request_params, 72, 8);
     FIELD(llm_request_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_request_params, sampling, 8, 8, const llm_sampling_params *);
     FIELD(llm_request_params, max_new_tokens, 16, 4, uint32_t);
@@ -128,13 +128,14 @@ static void test_request_params_layout(void **state) {
     FIELD(llm_request_params, n_stop_tokens, 40, 8, size_t);
     FIELD(llm_request_params, stop_strings, 48, 8, const char *const *);
     FIELD(llm_request_params, n_stop_strings, 56, 8, size_t);
+    FIELD(llm_request_params, top_logprobs, 64, 4, uint32_t);
     END_CHECKS();
 }
 
 static void test_event_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_event, 48, 8);
+    STRUCT(llm_event, 72, 8);
     FIELD(llm_event, request, 0, 8, llm_request_id);
     FIELD(llm_event, token, 8, 4, llm_token);
     FIELD(llm_event, text, 16, 8, const char *);
@@ -142,6 +143,9 @@ static void test_event_layout(void **state) {
     FIELD(llm_event, logprob, 32, 4, float);
     FIELD(llm_event, finish_reason, 36, 4, llm_finish_reason);
     FIELD(llm_event, status, 40, 4, llm_status);
+    FIELD(llm_event, top_tokens, 48, 8, const llm_token *);
+    FIELD(llm_event, top_logprobs, 56, 8, const float *);
+    FIELD(llm_event, n_top, 64, 4, uint32_t);
     END_CHECKS();
 }
 
@@ -169,13 +173,29 @@ static void test_session_stats_layout(void **state) {
 static void test_sampling_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_sampling_params, 32, 8);
+    STRUCT(llm_sampling_params, 72, 8);
     FIELD(llm_sampling_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_sampling_params, temperature, 4, 4, float);
     FIELD(llm_sampling_params, top_k, 8, 4, int32_t);
     FIELD(llm_sampling_params, top_p, 12, 4, float);
     FIELD(llm_sampling_params, min_p, 16, 4, float);
     FIELD(llm_sampling_params, seed, 24, 8, uint64_t);
+    FIELD(llm_sampling_params, repeat_penalty, 32, 4, float);
+    FIELD(llm_sampling_params, repeat_last_n, 36, 4, int32_t);
+    FIELD(llm_sampling_params, presence_penalty, 40, 4, float);
+    FIELD(llm_sampling_params, frequency_penalty, 44, 4, float);
+    FIELD(llm_sampling_params, logit_bias, 48, 8, const llm_logit_bias *);
+    FIELD(llm_sampling_params, n_logit_bias, 56, 8, size_t);
+    FIELD(llm_sampling_params, min_tokens, 64, 4, uint32_t);
+    END_CHECKS();
+}
+
+static void test_logit_bias_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_logit_bias, 8, 4);
+    FIELD(llm_logit_bias, token, 0, 4, llm_token);
+    FIELD(llm_logit_bias, bias, 4, 4, float);
     END_CHECKS();
 }
 
@@ -363,6 +383,7 @@ int main(void) {
         cmocka_unit_test(test_event_layout),
         cmocka_unit_test(test_session_stats_layout),
         cmocka_unit_test(test_sampling_params_layout),
+        cmocka_unit_test(test_logit_bias_layout),
         cmocka_unit_test(test_generate_params_layout),
         cmocka_unit_test(test_generate_result_layout),
         cmocka_unit_test(test_chat_message_layout),
