@@ -102,11 +102,11 @@ test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
-# Sanitizer build in its own folder, the thread-sanitized concurrency test,
-# then the ABI checks.
+# The thread-sanitized concurrency test, the whole suite under ASan+UBSan in
+# its own build folder (its summary line is the suite's), then the ABI checks.
 check:
-	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
 	$(MAKE) --no-print-directory tsan
+	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
 	$(MAKE) --no-print-directory abi-check
 
 # Submit/cancel from several threads while one steps, under ThreadSanitizer.
