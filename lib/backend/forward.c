@@ -3,7 +3,10 @@
  *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
  *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
  *   logits = Woutput * norm(x)
- * Matmuls take all rows of the batch at once so each weight is read once. */
+ * Matmuls take all rows of the batch at once so each weight is read once.
+ * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
+ * does); a matmul input is quantized once and shared by the matmuls that
+ * read it (Q, K, V; gate, up). */
 #include "backend/forward.h"
 
 #include "backend/kernels.h"
@@ -20,6 +23,15 @@ struct llmi_forward {
     float *scores;  /* [threads][max_ctx] */
     float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
     float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
+    void *act_scratch; /* 8-bit activations for max_rows rows of any matmul input */
+    /* The current matmul input (act_begin) and its quantization, if any. */
+    const float *act_x;
+    uint32_t act_rows;
+    int64_t act_cols;
+    bool act_ready;
+    llmi_ttype act_type;
+    llmi_act act;
+    bool f32_activations; /* skip 8-bit activations (tests against llama.cpp) */
 };
 
 static void free_buffers(llmi_forward *f) {
@@ -29,6 +41,37 @@ static void free_buffers(llmi_forward *f) {
         llmi_free_aligned(*bufs[i]);
         *bufs[i] = NULL;
     }
+    llmi_free_aligned(f->act_scratch);
+    f->act_scratch = NULL;
+}
+
+/* Scratch for the activations of every matmul of the model at max_rows rows:
+ * the largest need over the weights (0 if all are float); false if a size
+ * overflows. */
+static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out) {
+    size_t need = 0;
+    bool ok = max_rows <= INT32_MAX;
+#define ACT_NEED(w)                                                                                \
+    do {                                                                                           \
+        size_t b_ = llmi_act_scratch_bytes((w).type, (w).cols, (int)max_rows);                   \
+        if (b_ == 0 && llmi_act_type((w).type) != LLMI_T_F32)                                      \
+            ok = false;                                                                            \
+        need = b_ > need ? b_ : need;                                                              \
+    } while (0)
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const llmi_layer *L = &m->layers[l];
+        ACT_NEED(L->wq);
+        ACT_NEED(L->wk);
+        ACT_NEED(L->wv);
+        ACT_NEED(L->wo);
+        ACT_NEED(L->w_gate);
+        ACT_NEED(L->w_up);
+        ACT_NEED(L->w_down);
+    }
+    ACT_NEED(m->output);
+#undef ACT_NEED
+    *out = need;
+    return ok;
 }
 
 static float *alloc_rows(uint32_t rows, uint32_t dim) {
@@ -64,8 +107,15 @@ llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max
     f->scores = alloc_rows((uint32_t)llmi_pool_size(pool), max_ctx);
     f->rope_cs = alloc_rows(max_rows, hp->rope_dim);
     f->out_rows = alloc_rows(max_rows, embd);
+    size_t act_bytes = 0;
+    if (!act_scratch_size(m, max_rows, &act_bytes)) {
+        llmi_forward_free(f);
+        return llmi_error(LLM_ERR_LIMIT, "forward pass: %u rows per batch is too many", max_rows);
+    }
+    if (act_bytes)
+        f->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-        !f->hout || !f->scores || !f->rope_cs || !f->out_rows) {
+        !f->hout || !f->scores || !f->rope_cs || !f->out_rows || (act_bytes && !f->act_scratch)) {
         llmi_forward_free(f);
         return llmi_oom("forward pass buffers");
     }
@@ -73,10 +123,39 @@ llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max
     return LLM_OK;
 }
 
+void llmi_forward_set_f32_activations(llmi_forward *f, bool on) { f->f32_activations = on; }
+
 void llmi_forward_free(llmi_forward *f) {
     if (!f) return;
     free_buffers(f);
     llmi_free(f);
+}
+
+/* ---- matmuls ---- */
+
+/* Makes x (n rows of cols floats) the input of the matmuls that follow. */
+static void act_begin(llmi_forward *f, const float *x, uint32_t n, int64_t cols) {
+    f->act_x = x;
+    f->act_rows = n;
+    f->act_cols = cols;
+    f->act_ready = false;
+}
+
+/* y = w * (the current input). The input is quantized for w's activation
+ * type on first use and reused by the next matmuls of the same type. */
+static void act_matmul(llmi_forward *f, const llmi_weight *w, float *y) {
+    if (f->f32_activations) {
+        llmi_matmul(f->pool, w, f->act_x, (int)f->act_rows, y);
+        return;
+    }
+    const llmi_ttype at = llmi_act_type(w->type);
+    if (!f->act_ready || f->act_type != at) {
+        llmi_act_prepare(f->pool, w->type, f->act_x, (int)f->act_rows, f->act_cols,
+                         f->act_scratch, &f->act);
+        f->act_ready = true;
+        f->act_type = at;
+    }
+    llmi_matmul_act(f->pool, w, &f->act, y);
 }
 
 /* ---- rotary position embedding ---- */
@@ -167,9 +246,10 @@ static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, u
                             const llmi_batch_row *rows, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     norm_rows(f->xb, f->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    llmi_matmul(f->pool, &L->wq, f->xb, (int)n, f->q);
-    llmi_matmul(f->pool, &L->wk, f->xb, (int)n, f->k);
-    llmi_matmul(f->pool, &L->wv, f->xb, (int)n, f->v);
+    act_begin(f, f->xb, n, hp->n_embd);
+    act_matmul(f, &L->wq, f->q);
+    act_matmul(f, &L->wk, f->k);
+    act_matmul(f, &L->wv, f->v);
     add_bias(f->q, &L->bq, n, f->q_dim);
     add_bias(f->k, &L->bk, n, f->kv_dim);
     add_bias(f->v, &L->bv, n, f->kv_dim);
@@ -184,7 +264,8 @@ static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, u
     }
     attn_job job = {f, kv, rows, n, layer};
     llmi_pool_run(f->pool, attn_task, &job);
-    llmi_matmul(f->pool, &L->wo, f->att, (int)n, f->hout);
+    act_begin(f, f->att, n, f->q_dim);
+    act_matmul(f, &L->wo, f->hout);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
@@ -193,12 +274,14 @@ static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, u
 static void mlp_block(llmi_forward *f, const llmi_layer *L, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     norm_rows(f->xb, f->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    llmi_matmul(f->pool, &L->w_gate, f->xb, (int)n, f->gate);
-    llmi_matmul(f->pool, &L->w_up, f->xb, (int)n, f->up);
+    act_begin(f, f->xb, n, hp->n_embd);
+    act_matmul(f, &L->w_gate, f->gate);
+    act_matmul(f, &L->w_up, f->up);
     for (uint32_t r = 0; r < n; r++)
         llmi_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff,
                       (int)hp->n_ff);
-    llmi_matmul(f->pool, &L->w_down, f->gate, (int)n, f->hout);
+    act_begin(f, f->gate, n, hp->n_ff);
+    act_matmul(f, &L->w_down, f->hout);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
@@ -249,6 +332,9 @@ llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *
                      m->out_norm.data, (int)hp->n_embd, hp->rms_eps);
         n_out++;
     }
-    if (n_out) llmi_matmul(f->pool, &m->output, f->out_rows, (int)n_out, logits);
+    if (n_out) {
+        act_begin(f, f->out_rows, n_out, hp->n_embd);
+        act_matmul(f, &m->output, logits);
+    }
     return LLM_OK;
 }

@@ -24,6 +24,12 @@ llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max
                                uint32_t max_ctx, llmi_forward **out);
 void llmi_forward_free(llmi_forward *f);
 
+/* Quantized weights normally multiply 8-bit quantized activations with
+ * integer dot products (as llama.cpp does: faster, and rounding noise of the
+ * same size as llama.cpp's). With `on`, activations stay f32: slower, and the
+ * closest to exact arithmetic. Used by the tests against llama.cpp. */
+void llmi_forward_set_f32_activations(llmi_forward *f, bool on);
+
 /* Runs the rows. KV blocks for every (seq, pos) must already be reserved.
  * Logits of rows with want_logits are written in row order to `logits`
  * (n_vocab floats each). Updates each seq's n_tokens to max(pos + 1). */

@@ -65,13 +65,21 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
  * accumulate lane-wise, so levels differ from each other and from
  * llama.cpp only in the order of the float sums.
  *
+ * That does not make a model's logits match llama.cpp's to rounding: a
+ * last-bit difference anywhere upstream (a sum's order, rmsnorm, exp) moves
+ * some x * 127/amax across a rounding boundary, the flipped quant moves the
+ * next layer's inputs by far more than a last bit, and within a few layers
+ * the two runs carry independent rounding noise. On SmolLM2-135M our three
+ * levels differ from each other by as much as from llama.cpp (mean |logit
+ * diff| about 0.2); only bit-identical arithmetic in every op would do better.
+ *
  * Usage: llmi_act_prepare() quantizes n_tok rows once into caller-provided
  * scratch; then any number of llmi_matmul_act() calls with weights of the
  * same family (Q, K and V; gate and up) reuse it. */
 typedef struct llmi_act {
-    const float *f32;   /* the f32 rows, n_tok x cols (always set) */
-    const void *q;      /* quantized rows; NULL for float weights */
-    llmi_ttype q_type;  /* LLMI_T_Q8_0 or LLMI_T_Q8_1; LLMI_T_F32 when q is NULL */
+    const float *f32;  /* the f32 rows, n_tok x cols (always set) */
+    const void *q;     /* quantized rows; NULL for float weights */
+    llmi_ttype q_type; /* LLMI_T_Q8_0 or LLMI_T_Q8_1; LLMI_T_F32 when q is NULL */
     int n_tok;
     int64_t cols;
     size_t q_row_bytes; /* stride between tokens' rows in q */
@@ -117,12 +125,11 @@ void llmi_act_prepare(llmi_pool *pool, llmi_ttype weight_type, const float *x, i
 void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth);
 void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, float *y);
 
-/* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F (the integer
- * kernels of level 2 use AVX-512 VNNI when the CPU has it with AVX-512BW/VL,
- * and level 1's otherwise). set_level clamps
- * to what the CPU supports; a negative level selects the best. The level is
- * process-wide (tests use it to compare paths): change it only while no
- * kernel runs. */
+/* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F (whose integer
+ * kernels use AVX-512 VNNI when the CPU has it with AVX-512BW/VL, and level
+ * 1's otherwise). set_level clamps to what the CPU supports; a negative level
+ * selects the best. The level is process-wide (tests use it to compare
+ * paths): change it only while no kernel runs. */
 #define LLMI_KLEVEL_C 0
 #define LLMI_KLEVEL_AVX2 1
 #define LLMI_KLEVEL_AVX512 2

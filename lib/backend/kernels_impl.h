@@ -39,8 +39,7 @@ enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
 
 /* Quantizes one row of 32*nb floats into the activation row layout of
  * kernels.h (with s when q81), writing all row_bytes bytes (zero padding). */
-typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row,
-                               size_t row_bytes);
+typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 
 /* y[t*ldy + r] for r in [r0, r1) and t < nt (1 <= nt <= the set's tile);
  * token t's quantized row at xq + t*xstride. */

@@ -2,16 +2,30 @@
  * on the real SmolLM2-135M-Instruct Q4_1 file. The reference data and the
  * script that made it are in tests/golden/.
  *
- * Logit tolerance: llama.cpp rounds activations to 8 bits (q8_1) before each
- * Q4_1 matmul; we keep them in f32. Over 30 layers that rounding moves logits
- * by a few tenths: a float64 NumPy forward pass over the same dequantized
+ * Two arithmetic modes are checked.
+ *
+ * f32 activations (the closest to exact arithmetic): llama.cpp rounds
+ * activations to 8 bits (q8_1) before each Q4_1 matmul, so its logits carry
+ * rounding noise: a float64 NumPy forward pass over the same dequantized
  * weights differs from llama.cpp by 0.1-0.3 typically and up to 1.7 at worst,
- * on logits of size 5-30. So we require, on each of llama.cpp's top-5 logits,
- * a mean |diff| <= 0.25 and a max |diff| <= 2.0; the same top-1 token on at
- * least 98% of positions; and the same top-1 at EVERY position where
- * llama.cpp's top-1 leads its top-2 by more than 0.5 (rounding cannot flip
- * those). A real bug (wrong RoPE pairing, off-by-one position, bad
- * dequantization) moves logits by several units and fails all of these. */
+ * on logits of size 5-30, and picks llama.cpp's top-1 at 98.0% of positions
+ * (the misses are near-ties). So here we require a mean |diff| <= 0.25 and a
+ * max |diff| <= 2.0 on llama.cpp's top-5 logits, top-1 agreement >= 98%, the
+ * same top-1 at EVERY position where llama.cpp's top-1 leads its top-2 by
+ * more than 0.5 (rounding cannot flip those), and at least 4 of 5 greedy
+ * continuations identical.
+ *
+ * 8-bit activations (the default, as llama.cpp computes): both we and
+ * llama.cpp round activations, so each side carries its own rounding noise
+ * and near-ties fall either way. Our own three SIMD levels, which differ only
+ * in float summation order, land between 97.4% and 99.3% top-1 agreement with
+ * llama.cpp and differ from each other by as much as from llama.cpp. So we
+ * require the same logit bounds, top-1 >= 97%, 100% where llama.cpp's margin
+ * exceeds 0.5, and every greedy continuation identical up to a position where
+ * our logits for our token and llama.cpp's differ by less than 0.5.
+ *
+ * A real bug (wrong RoPE pairing, off-by-one position, bad dequantization)
+ * moves logits by several units and fails all of these. */
 #include "session/session.h"
 
 #include <math.h>
@@ -111,25 +125,25 @@ static float *all_logits(llm_session *s, const llm_token *toks, size_t n) {
     return logits;
 }
 
-static llm_session *make_session(uint32_t threads) {
+static llm_session *make_session(uint32_t threads, bool f32_activations) {
     llm_session_params p;
     llm_session_params_init(&p);
     p.n_ctx = 512;
     p.n_threads = threads;
     llm_session *s = NULL;
     assert_int_equal(llmi_session_create(g_model, &p, &s), LLM_OK);
+    llmi_forward_set_f32_activations(s->fwd, f32_activations);
     return s;
 }
 
-static void test_teacher_forced_logits(void **state) {
-    (void)state;
+static void teacher_forced(bool f32_activations) {
     FILE *f = open_golden("smollm2-logits.txt");
     char *line = malloc(LINE);
     llm_token toks[MAX_TOK];
     size_t n_toks = 0;
     float *logits = NULL;
     uint32_t V = g_model->hp.n_vocab;
-    llm_session *s = make_session(2);
+    llm_session *s = make_session(2, f32_activations);
     int positions = 0, top1_same = 0, values = 0, clear = 0, clear_same = 0;
     double sum_diff = 0, max_diff = 0;
     while (fgets(line, LINE, f)) {
@@ -170,22 +184,22 @@ static void test_teacher_forced_logits(void **state) {
     free(logits);
     llmi_session_free(s);
     double agree = (double)top1_same / positions, mean = sum_diff / values;
-    printf("# teacher-forced: %d positions, top-1 agreement %.2f%% (%d/%d where llama.cpp's "
+    printf("# %s activations, teacher-forced: %d positions, top-1 agreement %.2f%% (%d/%d where llama.cpp's "
            "margin > 0.5), logit |diff| mean %.4f max %.4f\n",
-           positions, 100 * agree, clear_same, clear, mean, max_diff);
+           f32_activations ? "f32" : "8-bit", positions, 100 * agree, clear_same, clear, mean,
+           max_diff);
     assert_true(positions >= 200);
-    assert_true(agree >= 0.98);
+    assert_true(agree >= (f32_activations ? 0.98 : 0.97));
     assert_true(mean <= 0.25);
     assert_true(max_diff <= 2.0);
     assert_int_equal(clear_same, clear);
 }
 
-static void test_greedy_continuations(void **state) {
-    (void)state;
+static void greedy(bool f32_activations) {
     FILE *f = open_golden("smollm2-greedy.txt");
     char *line = malloc(LINE);
-    llm_session *s = make_session(2);
-    int prompts = 0, identical = 0;
+    llm_session *s = make_session(2, f32_activations);
+    int prompts = 0, identical = 0, near_tie_only = 0;
     while (fgets(line, LINE, f)) {
         if (strncmp(line, "greedy ", 7) != 0) continue;
         llm_token prompt[MAX_TOK], want[MAX_TOK], got[MAX_TOK];
@@ -209,17 +223,49 @@ static void test_greedy_continuations(void **state) {
         while (first_diff < n_want && first_diff < n_got && got[first_diff] == want[first_diff])
             first_diff++;
         bool same = n_got == n_want && first_diff == n_want;
-        printf("# greedy prompt %d: %s (first difference at %zu of %zu)\n", prompts,
-               same ? "identical" : "differs", first_diff, n_want);
+        double margin = 0;
+        if (!same && first_diff < n_want && first_diff < n_got) {
+            /* Our logits at the divergence, for our token and llama.cpp's. */
+            llmi_kv_seq_release(s->kv, &s->seq);
+            llm_token ctx[2 * MAX_TOK];
+            memcpy(ctx, prompt, n_prompt * sizeof *ctx);
+            memcpy(ctx + n_prompt, want, first_diff * sizeof *ctx);
+            assert_int_equal(llmi_session_feed(s, &s->seq, ctx, n_prompt + first_diff, true),
+                             LLM_OK);
+            margin = s->logits[got[first_diff]] - s->logits[want[first_diff]];
+        }
+        printf("# %s greedy prompt %d: %s (first difference at %zu of %zu, our margin %.3f)\n",
+               f32_activations ? "f32" : "8-bit", prompts, same ? "identical" : "differs",
+               first_diff, n_want, margin);
         prompts++;
         identical += same;
+        near_tie_only += same || margin < 0.5;
     }
     fclose(f);
     free(line);
     llmi_session_free(s);
-    printf("# greedy: %d/%d continuations identical\n", identical, prompts);
+    printf("# %s greedy: %d/%d continuations identical\n", f32_activations ? "f32" : "8-bit",
+           identical, prompts);
     assert_int_equal(prompts, 5);
-    assert_true(identical >= 4);
+    if (f32_activations) assert_true(identical >= 4);
+    assert_int_equal(near_tie_only, prompts);
+}
+
+static void test_teacher_forced_f32(void **state) {
+    (void)state;
+    teacher_forced(true);
+}
+static void test_teacher_forced_8bit(void **state) {
+    (void)state;
+    teacher_forced(false);
+}
+static void test_greedy_f32(void **state) {
+    (void)state;
+    greedy(true);
+}
+static void test_greedy_8bit(void **state) {
+    (void)state;
+    greedy(false);
 }
 
 static int setup(void **state) {
@@ -242,8 +288,10 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenization),
-        cmocka_unit_test(test_teacher_forced_logits),
-        cmocka_unit_test(test_greedy_continuations),
+        cmocka_unit_test(test_teacher_forced_f32),
+        cmocka_unit_test(test_teacher_forced_8bit),
+        cmocka_unit_test(test_greedy_f32),
+        cmocka_unit_test(test_greedy_8bit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

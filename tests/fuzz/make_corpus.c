@@ -1,0 +1,215 @@
+/* Writes the fuzzers' seed corpora (tests/fuzz/corpus/<target>/) with the
+ * library's own GGUF writer and test-model generator, so the seeds are
+ * always files the current code accepts. Deterministic: running it again
+ * gives the same bytes.
+ *
+ *   make fuzz-corpus      (builds and runs it: make_corpus tests/fuzz/corpus)
+ *
+ * Budget: under 50 KB per target. */
+#include "model/gguf.h"
+#include "model/testmodel.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *g_out;
+
+static void die(const char *what) {
+    fprintf(stderr, "make_corpus: %s: %s\n", what, llmi_error_message());
+    exit(1);
+}
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        if ((expr) != LLM_OK)                                                                      \
+            die(#expr);                                                                            \
+    } while (0)
+
+static void mkdir_p(const char *dir) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                die(tmp);
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        die(tmp);
+}
+
+static void save(const char *target, const char *name, const void *data, size_t size) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", g_out, target);
+    mkdir_p(path);
+    snprintf(path, sizeof path, "%s/%s/%s", g_out, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+        die(path);
+    printf("%-40s %6zu bytes\n", path, size);
+}
+
+static void save_writer(const char *target, const char *name, llmi_gguf_writer *w) {
+    void *data;
+    size_t size;
+    OK(llmi_gguf_writer_to_memory(w, &data, &size));
+    save(target, name, data, size);
+    llmi_free(data);
+}
+
+/* ---- gguf: every value type, arrays, tensors of every type ---- */
+
+static void gguf_seeds(void) {
+    llmi_gguf_writer *w;
+    OK(llmi_gguf_writer_create(&w));
+    uint8_t u8 = 200;
+    int8_t i8 = -100;
+    uint16_t u16 = 60000;
+    int16_t i16 = -30000;
+    int64_t i64 = -5000000000ll;
+    uint64_t u64 = 5000000000ull;
+    double f64 = 2.5;
+    OK(llmi_gguf_w_scalar(w, "t.u8", LLMI_GGUF_U8, &u8));
+    OK(llmi_gguf_w_scalar(w, "t.i8", LLMI_GGUF_I8, &i8));
+    OK(llmi_gguf_w_scalar(w, "t.u16", LLMI_GGUF_U16, &u16));
+    OK(llmi_gguf_w_scalar(w, "t.i16", LLMI_GGUF_I16, &i16));
+    OK(llmi_gguf_w_u32(w, "t.u32", 4000000000u));
+    OK(llmi_gguf_w_i32(w, "t.i32", -7));
+    OK(llmi_gguf_w_f32(w, "t.f32", 0.125f));
+    OK(llmi_gguf_w_bool(w, "t.bool", true));
+    OK(llmi_gguf_w_str(w, "t.string", "hello \xe2\x96\x81 world"));
+    OK(llmi_gguf_w_scalar(w, "t.u64", LLMI_GGUF_U64, &u64));
+    OK(llmi_gguf_w_scalar(w, "t.i64", LLMI_GGUF_I64, &i64));
+    OK(llmi_gguf_w_scalar(w, "t.f64", LLMI_GGUF_F64, &f64));
+    static const char *const strs[] = {"a", "", "<|im_start|>", "\xc4\xa0the"};
+    OK(llmi_gguf_w_arr_str(w, "t.arr.str", strs, 4));
+    static const float fs[] = {1, -2, 0.5f};
+    OK(llmi_gguf_w_arr_f32(w, "t.arr.f32", fs, 3));
+    static const int32_t is[] = {1, 3, 6, 1};
+    OK(llmi_gguf_w_arr_i32(w, "t.arr.i32", is, 4));
+    static const uint8_t u8s[] = {1, 2, 3};
+    OK(llmi_gguf_w_arr(w, "t.arr.u8", LLMI_GGUF_U8, u8s, 3));
+    static const bool bs[] = {true, false};
+    OK(llmi_gguf_w_arr(w, "t.arr.bool", LLMI_GGUF_BOOL, bs, 2));
+    static const uint64_t u64s[] = {1, 1ull << 40};
+    OK(llmi_gguf_w_arr(w, "t.arr.u64", LLMI_GGUF_U64, u64s, 2));
+    static const double f64s[] = {1e300, -0.0};
+    OK(llmi_gguf_w_arr(w, "t.arr.f64", LLMI_GGUF_F64, f64s, 2));
+    OK(llmi_gguf_w_arr(w, "t.arr.empty", LLMI_GGUF_I16, NULL, 0));
+    float data[64];
+    for (int i = 0; i < 64; i++)
+        data[i] = (float)(i % 13) * 0.25f - 1.0f;
+    static const struct {
+        const char *name;
+        llmi_ttype type;
+    } types[] = {{"w.f32", LLMI_T_F32},   {"w.f16", LLMI_T_F16},   {"w.bf16", LLMI_T_BF16},
+                 {"w.q4_0", LLMI_T_Q4_0}, {"w.q4_1", LLMI_T_Q4_1}, {"w.q8_0", LLMI_T_Q8_0}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        uint64_t ne[2] = {32, 2};
+        OK(llmi_gguf_w_tensor(w, types[i].name, types[i].type, 2, ne, data));
+    }
+    uint64_t ne4[4] = {2, 2, 2, 2};
+    OK(llmi_gguf_w_tensor(w, "w.4d", LLMI_T_F32, 4, ne4, data));
+    save_writer("gguf", "all-types.gguf", w);
+    llmi_gguf_writer_free(w);
+
+    /* The same layout as version 2 (identical encoding for these fields). */
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "general.architecture", "llama"));
+    uint32_t align = 64;
+    OK(llmi_gguf_w_scalar(w, "general.alignment", LLMI_GGUF_U32, &align));
+    uint64_t ne[1] = {8};
+    OK(llmi_gguf_w_tensor(w, "a", LLMI_T_F32, 1, ne, data));
+    OK(llmi_gguf_w_tensor(w, "b", LLMI_T_F16, 1, ne, data));
+    void *buf;
+    size_t size;
+    OK(llmi_gguf_writer_to_memory(w, &buf, &size));
+    save("gguf", "aligned64.gguf", buf, size);
+    ((uint8_t *)buf)[4] = 2;
+    save("gguf", "aligned64-v2.gguf", buf, size);
+    llmi_free(buf);
+    llmi_gguf_writer_free(w);
+
+    /* Metadata only, no tensors. */
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "tokenizer.ggml.model", "llama"));
+    static const char *const toks[] = {"<unk>", "<s>", "</s>",
+                                       "\xe2\x96\x81"
+                                       "a",
+                                       "b"};
+    OK(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 5));
+    save_writer("gguf", "metadata-only.gguf", w);
+    llmi_gguf_writer_free(w);
+}
+
+/* ---- model: tiny test models of several types ---- */
+
+static void model_seed(const char *name, llmi_ttype type, uint32_t n_embd, uint32_t n_ff,
+                       uint32_t n_layer, bool tied) {
+    llmi_testmodel_params p;
+    llmi_testmodel_params_init(&p);
+    p.type = type;
+    p.n_embd = n_embd;
+    p.n_ff = n_ff;
+    p.n_layer = n_layer;
+    p.n_head = 2;
+    p.n_head_kv = 1;
+    p.n_ctx = 64;
+    p.tied_embeddings = tied;
+    p.name = "fuzz";
+    void *data;
+    size_t size;
+    OK(llmi_testmodel_to_memory(&p, &data, &size));
+    save("model", name, data, size);
+    llmi_free(data);
+}
+
+/* ---- tokenize and chat: text ---- */
+
+static void text_seed(const char *target, const char *name, const char *text, size_t n) {
+    save(target, name, text, n);
+}
+#define TEXT(target, name, lit) text_seed(target, name, lit, sizeof lit - 1)
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_corpus OUTDIR (normally tests/fuzz/corpus)\n");
+        return 2;
+    }
+    g_out = argv[1];
+    gguf_seeds();
+
+    model_seed("f32-tied.gguf", LLMI_T_F32, 4, 4, 1, true);
+    model_seed("f16-2layers.gguf", LLMI_T_F16, 4, 8, 2, false);
+    model_seed("q4_0.gguf", LLMI_T_Q4_0, 32, 32, 1, true);
+
+    TEXT("tokenize", "english.txt",
+         "Hello world! The quick brown fox jumps over the lazy dog.\n"
+         "It's 2024; we've got 3,141.59 reasons   to\ttest.");
+    TEXT("tokenize", "unicode.txt",
+         "caf\xc3\xa9 na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+         "\xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd "
+         "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 "
+         "\xe2\x96\x81x \xc2\xa0\xe3\x80\x80");
+    TEXT("tokenize", "special.txt",
+         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+         "<|endoftext|><s></s><tool> <|im_start|");
+    TEXT("tokenize", "code.txt",
+         "int main(void) {\n    return x[i] != 0 && y >= 10;\n}\n\n\n"
+         "    // comment\r\n");
+    TEXT("tokenize", "invalid.txt", "ok \xc3( \xed\xa0\x80 \xf4\x90\x80\x80 \xff");
+    TEXT("tokenize", "ids.bin", "\x00\x00\x01\x01\x30\x01\x31\x01\x32\x01\xff\xff\xe9\x00\xc3\x00");
+
+    /* chat: gen flag, then messages split at NUL; 0x1f separates a role */
+    TEXT("chat", "one-user.bin", "\x01Hello!");
+    TEXT("chat", "sys-user-asst.bin",
+         "\x01"
+         "Be brief.\0What is 2+2?\0It is 4.");
+    TEXT("chat", "roles.bin", "\x00user\x1f  hi there \n\0tool\x1f{\"x\": 1}\0system\x1f\t");
+    TEXT("chat", "unicode.bin", "\x01\xe3\x80\x80\xc2\xa0 x \xe2\x80\x83\0caf\xc3\xa9\0\0");
+    TEXT("chat", "specials.bin", "\x01<|im_start|>assistant\n<|im_end|>\0<|eot_id|>");
+    return 0;
+}
