@@ -41,7 +41,7 @@ API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
-	install-test bench
+	install-test bench bench-cpu
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 $(BUILD)/obj/%.o: %.c
@@ -70,14 +70,34 @@ $(BUILD)/llm-bench: $(BENCH_SRC) examples/llm-bench/bench.h $(BUILD)/libllminfer
 		-Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
 # Synthetic load on SmolLM2 (docs/bench.md): continuous vs static batching on
-# mixed lengths, and prefix cache on vs off for a 512-token shared prefix.
-bench: $(BUILD)/llm-bench $(MODEL)
+# mixed lengths, and prefix cache on vs off for a 512-token shared prefix;
+# prompt-lookup speculative decoding at batch 1 on repetitive and free prompts.
+bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/llm-bench -m $(MODEL) --requests 64 --prompt-len 16:128 --output-len 16:96 \
 		--compare --json $(BUILD)/bench/mixed.json
 	$(BUILD)/llm-bench -m $(MODEL) --requests 32 --prompt-len 16:64 --output-len 8:32 \
 		--shared-prefix-len 512 --shared-prefix-frac 1.0 --compare \
 		--json $(BUILD)/bench/prefix.json
+	$(BUILD)/llm-bench -m $(MODEL) --spec ngram --workload repetitive --requests 4 \
+		--json $(BUILD)/bench/spec-repetitive.json
+	$(BUILD)/llm-bench -m $(MODEL) --spec ngram --workload free --requests 4 --output-len 96 \
+		--json $(BUILD)/bench/spec-free.json
+	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --quick
+
+# CPU speed versus llama.cpp on the same GGUF files (docs/bench.md): the
+# full set, SmolLM2 in three types and random Llama-3.2-1B-shaped models.
+# llama.cpp comes from PyPI (llama-cpp-python), built once into a venv
+# outside the tree ($$LLAMA_VENV, default ~/.cache/llminfer/bench-venv).
+bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
+	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --full
+
+# Benchmark tools that use library internals link the static archive.
+$(BUILD)/llm-bench-cpu: examples/llm-bench-cpu/main.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
+
+$(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of France?

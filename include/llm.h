@@ -274,9 +274,25 @@ typedef struct llm_session_params {
     uint32_t max_batch_tokens; /**< tokens computed per forward pass (default 512) */
     uint64_t kv_cache_bytes; /**< KV memory; 0 = a quarter of available memory, at most
                                   2 GiB, at least one full context */
-    llm_kv_type kv_type;     /**< default LLM_KV_F32 */
+    /** Element type of the cached K and V (default ::LLM_KV_F32).
+     *  ::LLM_KV_F16 and ::LLM_KV_BF16 take half the bytes per token, so
+     *  the same kv_cache_bytes holds twice the tokens. Both work on every
+     *  CPU: F16C/AVX2 or AVX-512 kernels where the CPU has them, portable C
+     *  elsewhere. K/V rows are rounded to nearest even when written
+     *  (relative error 2^-11 for F16, 2^-8 for BF16; F16 overflows past
+     *  65504, BF16 has F32's range), so logits differ slightly from F32 KV
+     *  and greedy output may diverge after a while; within one type outputs
+     *  stay independent of batching and threads. Other values give
+     *  ::LLM_ERR_UNSUPPORTED. */
+    llm_kv_type kv_type;
     uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
     bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */
+    /** Draft model for ::LLM_SPEC_DRAFT (default NULL). Borrowed: it must
+     *  outlive the session. Its vocabulary must be the target's (same
+     *  n_vocab, special tokens and token texts at both ends), else
+     *  llm_session_create() gives ::LLM_ERR_INVALID_ARGUMENT. It runs in
+     *  its own KV memory, as large in tokens as the session's. */
+    const llm_model *draft_model;
 } llm_session_params;
 
 LLM_API void llm_session_params_init(llm_session_params *params);
@@ -358,6 +374,52 @@ typedef struct llm_sampling_params {
 LLM_API void llm_sampling_params_init(llm_sampling_params *params);
 
 /* ------------------------------------------------------------------------ */
+/** @name Speculative decoding
+ *
+ * A cheap proposer drafts up to k tokens; the model checks them all in one
+ * forward pass (the last accepted token plus the k drafts, with logits on
+ * every row) and keeps the longest acceptable prefix plus one token of its
+ * own. Rejection sampling keeps the output distribution exactly the model's:
+ *
+ *  - greedy: a draft is accepted while it equals the model's choice; the
+ *    output is token for token what plain greedy decoding gives;
+ *  - ::LLM_SPEC_NGRAM with sampling: the draft is a point mass, accepted
+ *    with probability p(x); a rejection draws from p without x. The draw
+ *    uses the same random number as plain sampling, so the tokens are
+ *    exactly those of a run without speculation;
+ *  - ::LLM_SPEC_DRAFT with sampling: the draft model samples x from its
+ *    distribution q (after the same sampling pipeline), accepted with
+ *    probability min(1, p(x) / q(x)); a rejection draws from
+ *    normalize(max(0, p - q)). Every position is decided this way, with
+ *    random numbers keyed by (seed, position), so a seeded request gives
+ *    the same tokens whatever k is and whatever runs beside it (while
+ *    speculation stays on: a fixed spec_k never switches it off). The
+ *    tokens differ from plain sampling's; their distribution does not.
+ *
+ * With `spec_k == 0` k adapts: the session times its forward passes and
+ * each sequence measures how many drafts get accepted, and k is the number
+ * that gives the most tokens per second (0 when drafting does not pay).
+ * A draft model that does not pay for itself is switched off for the rest
+ * of the request. Stop conditions are applied to the accepted tokens one
+ * by one, and every token gets its own event. */
+/* ------------------------------------------------------------------------ */
+
+/** How drafts are proposed. Values never change. */
+typedef enum llm_spec_mode {
+    LLM_SPEC_NONE = 0,  /**< no speculation */
+    /** Prompt lookup: the tokens that followed the most recent earlier
+     *  occurrence of the last 3 (else 2, else 1) tokens of the sequence
+     *  (prompt and generated). Costs nothing when nothing matches. */
+    LLM_SPEC_NGRAM = 1,
+    /** The session's llm_session_params::draft_model drafts, autoregressively,
+     *  with the request's sampling parameters. */
+    LLM_SPEC_DRAFT = 2,
+} llm_spec_mode;
+
+/** Largest llm_request_params::spec_k / llm_generate_params::spec_k. */
+#define LLM_SPEC_MAX_K 32
+
+/* ------------------------------------------------------------------------ */
 /** @name Blocking generation */
 /* ------------------------------------------------------------------------ */
 
@@ -387,6 +449,11 @@ typedef struct llm_generate_params {
     llm_token_fn on_token;                /**< may be NULL */
     void *user;                           /**< passed to on_token */
     bool ignore_eos;                      /**< keep going past EOS (default false) */
+    /** Speculative decoding, an ::llm_spec_mode (default LLM_SPEC_NONE).
+     *  ::LLM_SPEC_DRAFT needs a session with a draft_model. */
+    uint32_t spec_mode;
+    /** Drafts per step, at most ::LLM_SPEC_MAX_K; 0 = adaptive (default 0). */
+    uint32_t spec_k;
 } llm_generate_params;
 
 LLM_API void llm_generate_params_init(llm_generate_params *params);
@@ -399,13 +466,20 @@ typedef struct llm_generate_result {
     uint32_t n_generated_tokens;
     double prompt_seconds;     /**< prompt processing, up to the first token */
     double generate_seconds;   /**< the remaining tokens */
+    /** Speculative decoding: forward passes that checked drafts, drafts
+     *  checked (those after the token that ended generation are not), drafts
+     *  accepted (acceptance rate = accepted / drafted). */
+    uint32_t n_spec_steps;
+    uint32_t n_draft_tokens;
+    uint32_t n_accepted_tokens;
 } llm_generate_result;
 
 /**
  * Generates a continuation of `prompt` (tokens, e.g. from llm_tokenize) and
- * streams it through `params->on_token`. Each call starts from an empty
- * context. A prompt longer than the session's n_ctx gives ::LLM_ERR_LIMIT.
- * `result` may be NULL.
+ * streams it through `params->on_token`, one call per token (also when
+ * speculative decoding accepts several in one step). Each call starts from
+ * an empty context. A prompt longer than the session's n_ctx gives
+ * ::LLM_ERR_LIMIT. `result` may be NULL.
  */
 LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result);
@@ -444,6 +518,14 @@ typedef struct llm_request_params {
     /** Report this many most likely tokens with each token, at most 20
      *  (default 0): llm_event::top_tokens and llm_event::top_logprobs. */
     uint32_t top_logprobs;
+    /** Speculative decoding, an ::llm_spec_mode (default LLM_SPEC_NONE).
+     *  Speculating and plain requests share steps: a speculating request
+     *  adds its drafts' rows to the step, within max_batch_tokens and only
+     *  from free KV blocks (drafts never preempt anything). ::LLM_SPEC_DRAFT
+     *  needs a session with a draft_model. */
+    uint32_t spec_mode;
+    /** Drafts per step, at most ::LLM_SPEC_MAX_K; 0 = adaptive (default 0). */
+    uint32_t spec_k;
 } llm_request_params;
 
 LLM_API void llm_request_params_init(llm_request_params *params);
@@ -513,6 +595,11 @@ typedef struct llm_session_stats {
     uint64_t generated_tokens;
     uint64_t preemptions;
     uint64_t steps;
+    /** Speculative decoding of requests: per-request steps that checked
+     *  drafts, drafts checked, drafts accepted (as in llm_generate_result). */
+    uint64_t spec_steps;
+    uint64_t spec_draft_tokens;
+    uint64_t spec_accepted_tokens;
 } llm_session_stats;
 
 LLM_API llm_status llm_session_get_stats(llm_session *session, llm_session_stats *stats);

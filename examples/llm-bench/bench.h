@@ -15,6 +15,14 @@
 
 typedef enum bench_mode { MODE_CONTINUOUS = 0, MODE_STATIC = 1 } bench_mode;
 
+/* Prompts: random token ids, or chat prompts asking to repeat or edit a
+ * text given in the prompt, or asking for free text. */
+typedef enum bench_workload_kind {
+    WORKLOAD_RANDOM = 0,
+    WORKLOAD_REPETITIVE = 1,
+    WORKLOAD_FREE = 2,
+} bench_workload_kind;
+
 typedef struct bench_range {
     long lo, hi;
 } bench_range;
@@ -37,6 +45,14 @@ typedef struct bench_opts {
     uint64_t seed;
     const char *json;
     bool compare, verbose, warmup;
+    /* Speculative decoding (spec.c): with a spec mode, every request runs
+     * at batch 1 without and with speculation. */
+    uint32_t spec_mode; /* llm_spec_mode */
+    long spec_k;        /* 0 = adaptive */
+    const char *draft_model;
+    bench_workload_kind workload;
+    bool requests_set, output_len_set;
+    float temperature; /* spec runs: 0 = greedy */
 } bench_opts;
 
 /* One synthetic request; times are seconds after the run starts. */
@@ -89,5 +105,12 @@ int bench_run(const llm_model *model, const bench_opts *o, const bench_workload 
               bool prefix_cache, bench_result *r);
 const char *bench_mode_name(bench_mode m);
 int bench_fail(const char *what, llm_status st);
+void bench_json_str(FILE *f, const char *s);
+void bench_json_num(FILE *f, double v);
+
+/* spec.c: the workload at batch 1 without and with speculation; prints a
+ * table and writes JSON (speedup, acceptance_rate, mean_accepted_len). */
+int bench_spec(const llm_model *model, const bench_opts *o);
+const char *bench_workload_name(bench_workload_kind w);
 
 #endif

@@ -33,6 +33,15 @@ static void usage(FILE *f) {
                "  --compare               run continuous and static (and prefix cache on and\n"
                "                          off when a shared prefix is set), print ratios\n"
                "  --no-warmup             skip the short warm-up request\n"
+               "  --spec none|ngram|draft speculative decoding: run every request at batch 1\n"
+               "                          without and with it, report speedup and acceptance\n"
+               "                          (default none: the load benchmark above)\n"
+               "  --draft-model PATH      draft model for --spec draft (same vocabulary)\n"
+               "  --spec-k K              drafts per step, 1..32; 0 = adaptive (default 0)\n"
+               "  --workload W            random (token ids), repetitive (chat prompts that\n"
+               "                          ask to repeat or edit a given text) or free (free\n"
+               "                          generation); default random, repetitive with --spec\n"
+               "  --temp T                with --spec: sampling temperature, 0 = greedy (0)\n"
                "  -v                      log library messages to stderr\n"
                "  -h, --help              this text\n"
                "A request's prompt is the shared prefix (if it has one) followed by its own\n"
@@ -99,6 +108,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     o->static_batch = 16;
     o->seed = 1;
     o->warmup = true;
+    o->workload = WORKLOAD_RANDOM;
+    bool workload_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -123,12 +134,42 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->json = v;
         else if (!strcmp(a, "-t"))
             ok = parse_long(v, 1, 512, &o->threads);
-        else if (!strcmp(a, "--requests"))
+        else if (!strcmp(a, "--requests")) {
             ok = parse_long(v, 1, 1000000, &o->requests);
-        else if (!strcmp(a, "--prompt-len"))
+            o->requests_set = true;
+        } else if (!strcmp(a, "--prompt-len"))
             ok = parse_range(v, 1, 1 << 20, &o->prompt_len);
-        else if (!strcmp(a, "--output-len"))
+        else if (!strcmp(a, "--output-len")) {
             ok = parse_range(v, 1, 1 << 20, &o->output_len);
+            o->output_len_set = true;
+        } else if (!strcmp(a, "--draft-model"))
+            o->draft_model = v;
+        else if (!strcmp(a, "--spec-k"))
+            ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
+        else if (!strcmp(a, "--temp")) {
+            double t = 0;
+            ok = parse_double(v, 0, 100, &t);
+            o->temperature = (float)t;
+        } else if (!strcmp(a, "--spec")) {
+            if (!strcmp(v, "none"))
+                o->spec_mode = LLM_SPEC_NONE;
+            else if (!strcmp(v, "ngram"))
+                o->spec_mode = LLM_SPEC_NGRAM;
+            else if (!strcmp(v, "draft"))
+                o->spec_mode = LLM_SPEC_DRAFT;
+            else
+                ok = 0;
+        } else if (!strcmp(a, "--workload")) {
+            workload_set = true;
+            if (!strcmp(v, "random"))
+                o->workload = WORKLOAD_RANDOM;
+            else if (!strcmp(v, "repetitive"))
+                o->workload = WORKLOAD_REPETITIVE;
+            else if (!strcmp(v, "free"))
+                o->workload = WORKLOAD_FREE;
+            else
+                ok = 0;
+        }
         else if (!strcmp(a, "--arrival-rate"))
             ok = parse_double(v, 0, 1e9, &o->arrival_rate);
         else if (!strcmp(a, "--shared-prefix-len"))
@@ -166,6 +207,21 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             return 1;
         }
         i += takes_value;
+    }
+    if (o->spec_mode == LLM_SPEC_DRAFT && !o->draft_model) {
+        fprintf(stderr, "llm-bench: --spec draft needs --draft-model PATH\n");
+        return 1;
+    }
+    if (o->spec_mode != LLM_SPEC_NONE && !workload_set)
+        o->workload = WORKLOAD_REPETITIVE;
+    if (o->spec_mode == LLM_SPEC_NONE && o->workload != WORKLOAD_RANDOM) {
+        fprintf(stderr, "llm-bench: --workload %s is for --spec runs\n",
+                bench_workload_name(o->workload));
+        return 1;
+    }
+    if (o->spec_mode != LLM_SPEC_NONE && (o->compare || o->mode == MODE_STATIC)) {
+        fprintf(stderr, "llm-bench: --spec runs at batch 1; --compare and --mode do not apply\n");
+        return 1;
     }
     return 0;
 }
@@ -251,7 +307,7 @@ static void print_table(const bench_opts *o, const bench_workload *w, const benc
 
 /* ---- JSON ---- */
 
-static void json_str(FILE *f, const char *s) {
+void bench_json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -265,7 +321,7 @@ static void json_str(FILE *f, const char *s) {
 }
 
 /* Non-finite numbers (no samples) become null. */
-static void json_num(FILE *f, double v) {
+void bench_json_num(FILE *f, double v) {
     if (isfinite(v))
         fprintf(f, "%.6g", v);
     else
@@ -274,13 +330,13 @@ static void json_num(FILE *f, double v) {
 
 static void json_pct(FILE *f, const char *key, const bench_pct *p) {
     fprintf(f, "\"%s\": {\"p50\": ", key);
-    json_num(f, p->p50);
+    bench_json_num(f, p->p50);
     fputs(", \"p95\": ", f);
-    json_num(f, p->p95);
+    bench_json_num(f, p->p95);
     fputs(", \"p99\": ", f);
-    json_num(f, p->p99);
+    bench_json_num(f, p->p99);
     fputs(", \"mean\": ", f);
-    json_num(f, p->mean);
+    bench_json_num(f, p->mean);
     fprintf(f, ", \"n\": %zu}", p->n);
 }
 
@@ -289,17 +345,17 @@ static void json_pct(FILE *f, const char *key, const bench_pct *p) {
 static void json_config(FILE *f, const bench_opts *o, const bench_result *r, const char *mode,
                         const char *ind) {
     fprintf(f, "{\n%s  \"model\": ", ind);
-    json_str(f, o->model);
+    bench_json_str(f, o->model);
     fprintf(f,
             ",\n%s  \"threads\": %ld,\n%s  \"requests\": %ld,\n"
             "%s  \"prompt_len\": [%ld, %ld],\n%s  \"output_len\": [%ld, %ld],\n"
             "%s  \"arrival_rate\": ",
             ind, o->threads, ind, o->requests, ind, o->prompt_len.lo, o->prompt_len.hi, ind,
             o->output_len.lo, o->output_len.hi, ind);
-    json_num(f, o->arrival_rate);
+    bench_json_num(f, o->arrival_rate);
     fprintf(f, ",\n%s  \"shared_prefix_len\": %ld,\n%s  \"shared_prefix_frac\": ", ind,
             o->prefix_len, ind);
-    json_num(f, o->prefix_frac);
+    bench_json_num(f, o->prefix_frac);
     fprintf(f,
             ",\n%s  \"mode\": \"%s\",\n%s  \"prefix_cache\": %s,\n"
             "%s  \"static_batch\": %ld,\n%s  \"kv_cache_mb\": %ld,\n"
@@ -316,13 +372,13 @@ static void json_result(FILE *f, const bench_opts *o, const bench_result *r, con
     fprintf(f, "%s\"config\": ", ind);
     json_config(f, o, r, NULL, ind);
     fprintf(f, ",\n%s\"wall_s\": ", ind);
-    json_num(f, r->wall_s);
+    bench_json_num(f, r->wall_s);
     fprintf(f, ",\n%s\"prompt_tokens\": %llu,\n%s\"generated_tokens\": %llu,\n", ind,
             (unsigned long long)r->prompt_tokens, ind, (unsigned long long)r->generated_tokens);
     fprintf(f, "%s\"throughput_tok_s\": ", ind);
-    json_num(f, r->throughput_tok_s);
+    bench_json_num(f, r->throughput_tok_s);
     fprintf(f, ",\n%s\"prompt_tok_s\": ", ind);
-    json_num(f, r->prompt_tok_s);
+    bench_json_num(f, r->prompt_tok_s);
     fprintf(f, ",\n%s", ind);
     json_pct(f, "ttft_ms", &r->ttft_ms);
     fprintf(f, ",\n%s", ind);
@@ -330,18 +386,18 @@ static void json_result(FILE *f, const bench_opts *o, const bench_result *r, con
     fprintf(f, ",\n%s", ind);
     json_pct(f, "e2e_ms", &r->e2e_ms);
     fprintf(f, ",\n%s\"kv_waste\": ", ind);
-    json_num(f, r->kv_waste_mean);
+    bench_json_num(f, r->kv_waste_mean);
     fprintf(f, ",\n%s\"kv_waste_max\": ", ind);
-    json_num(f, r->kv_waste_max);
+    bench_json_num(f, r->kv_waste_max);
     fprintf(f, ",\n%s\"kv_utilization\": ", ind);
-    json_num(f, r->kv_util_mean);
+    bench_json_num(f, r->kv_util_mean);
     fprintf(f, ",\n%s\"kv_utilization_max\": ", ind);
-    json_num(f, r->kv_util_max);
+    bench_json_num(f, r->kv_util_max);
     fprintf(f, ",\n%s\"kv_blocks_used_max\": %u,\n%s\"prefix_hit_rate\": ", ind, r->blocks_used_max,
             ind);
-    json_num(f, r->prefix_hit_rate);
+    bench_json_num(f, r->prefix_hit_rate);
     fprintf(f, ",\n%s\"prefix_hit_rate_admitted\": ", ind);
-    json_num(f, r->prefix_hit_rate_admitted);
+    bench_json_num(f, r->prefix_hit_rate_admitted);
     fprintf(f,
             ",\n%s\"prefix_hit_tokens\": %llu,\n%s\"prompt_tokens_computed\": %llu,\n"
             "%s\"preemptions\": %llu,\n%s\"steps\": %llu,\n%s\"failed_requests\": %llu,\n"
@@ -384,22 +440,22 @@ static int write_json(const bench_opts *o, const bench_result *rs, size_t n,
         const char *sep = "\n";
         if (q->have_mode) {
             fprintf(f, "%s    \"throughput_continuous_over_static\": ", sep);
-            json_num(f, q->thr_cont_over_static);
+            bench_json_num(f, q->thr_cont_over_static);
             fputs(",\n    \"ttft_p99_static_over_continuous\": ", f);
-            json_num(f, q->ttft_p99_static_over_cont);
+            bench_json_num(f, q->ttft_p99_static_over_cont);
             fputs(",\n    \"ttft_p50_static_over_continuous\": ", f);
-            json_num(f, q->ttft_p50_static_over_cont);
+            bench_json_num(f, q->ttft_p50_static_over_cont);
             sep = ",\n";
         }
         if (q->have_prefix) {
             fprintf(f, "%s    \"ttft_p50_prefix_off_over_on\": ", sep);
-            json_num(f, q->ttft_p50_off_over_on);
+            bench_json_num(f, q->ttft_p50_off_over_on);
             fputs(",\n    \"ttft_p99_prefix_off_over_on\": ", f);
-            json_num(f, q->ttft_p99_off_over_on);
+            bench_json_num(f, q->ttft_p99_off_over_on);
             fputs(",\n    \"ttft_mean_prefix_off_over_on\": ", f);
-            json_num(f, q->ttft_mean_off_over_on);
+            bench_json_num(f, q->ttft_mean_off_over_on);
             fputs(",\n    \"throughput_prefix_on_over_off\": ", f);
-            json_num(f, q->thr_on_over_off);
+            bench_json_num(f, q->thr_on_over_off);
         }
         fputs("\n  }\n}\n", f);
     }
@@ -425,6 +481,11 @@ int main(int argc, char **argv) {
     llm_status st = llm_model_load(o.model, NULL, &model);
     if (st != LLM_OK)
         return bench_fail("loading the model", st);
+    if (o.spec_mode != LLM_SPEC_NONE) {
+        rc = bench_spec(model, &o);
+        llm_model_free(model);
+        return rc;
+    }
     bench_workload w;
     rc = bench_workload_make(model, &o, &w);
     if (rc == 0 && o.warmup)

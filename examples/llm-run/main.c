@@ -18,6 +18,10 @@ typedef struct options {
     llm_sampling_params sampling;
     bool chat, no_mmap, verbose;
     long threads;
+    uint32_t spec_mode; /* llm_spec_mode */
+    long spec_k;
+    const char *draft_model;
+    long kv_type; /* llm_kv_type; hidden option --kv-type f32|f16|bf16 */
 } options;
 
 static void usage(FILE *f) {
@@ -37,6 +41,11 @@ static void usage(FILE *f) {
             "                         penalties (default 64)\n"
             "  --presence-penalty P   subtract P from tokens in the window (default 0)\n"
             "  --frequency-penalty P  subtract P x their count in the window (default 0)\n"
+            "  --spec MODE    speculative decoding: none, ngram (prompt lookup) or draft\n"
+            "                 (needs --draft-model); the output is what decoding without\n"
+            "                 it gives (default none)\n"
+            "  --draft-model PATH  draft model for --spec draft (same vocabulary)\n"
+            "  --spec-k K     drafts per step, 1..32; 0 = adaptive (default 0)\n"
             "  --chat         wrap the prompt in the model's chat template\n"
             "  -t THREADS     threads (default: all cores)\n"
             "  --no-mmap      read the model into memory instead of mapping it\n"
@@ -81,6 +90,17 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!v) { fprintf(stderr, "llm-run: %s needs a value\n", a); return 1; }
         else if (!strcmp(a, "-m")) o->model = v;
         else if (!strcmp(a, "-p")) o->prompt = v;
+        else if (!strcmp(a, "--draft-model")) o->draft_model = v;
+        else if (!strcmp(a, "--spec-k")) ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
+        else if (!strcmp(a, "--spec")) {
+            if (!strcmp(v, "none")) o->spec_mode = LLM_SPEC_NONE;
+            else if (!strcmp(v, "ngram")) o->spec_mode = LLM_SPEC_NGRAM;
+            else if (!strcmp(v, "draft")) o->spec_mode = LLM_SPEC_DRAFT;
+            else ok = 0;
+        }
+        else if (!strcmp(a, "--kv-type"))
+            ok = (o->kv_type = !strcmp(v, "f32") ? LLM_KV_F32 : !strcmp(v, "f16") ? LLM_KV_F16
+                               : !strcmp(v, "bf16") ? LLM_KV_BF16 : -1) >= 0;
         else if (!strcmp(a, "-n")) ok = parse_long(v, 0, 1 << 24, &o->n_new);
         else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 512, &o->threads);
         else if (!strcmp(a, "--temp")) ok = parse_float(v, &o->sampling.temperature);
@@ -113,6 +133,11 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         i += takes_value;
     }
+    if (o->spec_mode == LLM_SPEC_DRAFT && !o->draft_model) {
+        fprintf(stderr, "llm-run: --spec draft needs --draft-model PATH\n");
+        return 1;
+    }
+    if (o->draft_model && o->spec_mode == LLM_SPEC_NONE) o->spec_mode = LLM_SPEC_DRAFT;
     return 0;
 }
 
@@ -181,15 +206,21 @@ int main(int argc, char **argv) {
     mp.use_mmap = !o.no_mmap;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    llm_model *model = NULL;
+    llm_model *model = NULL, *draft = NULL;
     llm_status st = llm_model_load(o.model, &mp, &model);
     if (st != LLM_OK) return fail("loading the model", st);
+    if (o.draft_model && (st = llm_model_load(o.draft_model, &mp, &draft)) != LLM_OK) {
+        llm_model_free(model);
+        return fail("loading the draft model", st);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double load_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.n_threads = (uint32_t)o.threads;
+    sp.kv_type = (llm_kv_type)o.kv_type;
+    sp.draft_model = draft;
     llm_session *session = NULL;
     llm_token *prompt = NULL;
     size_t n_prompt = 0;
@@ -204,6 +235,8 @@ int main(int argc, char **argv) {
         gp.max_new_tokens = (uint32_t)o.n_new;
         gp.sampling = &o.sampling;
         gp.on_token = print_piece;
+        gp.spec_mode = o.spec_mode;
+        gp.spec_k = (uint32_t)o.spec_k;
         llm_generate_result res = {sizeof res};
         if (!o.chat) fputs(o.prompt, stdout);
         st = llm_generate(session, prompt, n_prompt, &gp, &res);
@@ -221,10 +254,22 @@ int main(int argc, char **argv) {
                     load_s, res.n_prompt_tokens, res.prompt_seconds * 1e3,
                     res.prompt_seconds > 0 ? res.n_prompt_tokens / res.prompt_seconds : 0.0,
                     res.n_generated_tokens, gen_tps);
+            if (o.spec_mode != LLM_SPEC_NONE)
+                fprintf(stderr,
+                        "speculative (%s, k %s): %u steps checked %u drafts, %u accepted "
+                        "(%.1f%%, %.2f per step)\n",
+                        o.spec_mode == LLM_SPEC_NGRAM ? "ngram" : "draft",
+                        o.spec_k ? "fixed" : "adaptive", res.n_spec_steps, res.n_draft_tokens,
+                        res.n_accepted_tokens,
+                        res.n_draft_tokens ? 100.0 * res.n_accepted_tokens / res.n_draft_tokens
+                                           : 0.0,
+                        res.n_spec_steps ? (double)res.n_accepted_tokens / res.n_spec_steps
+                                         : 0.0);
         }
     }
     free(prompt);
     llm_session_free(session);
+    llm_model_free(draft);
     llm_model_free(model);
     return exit_code;
 }

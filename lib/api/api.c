@@ -226,6 +226,7 @@ LLM_API void llm_session_params_init(llm_session_params *p) {
     p->kv_type = LLM_KV_F32;
     p->kv_block_size = 16;
     p->prefix_cache = true;
+    p->draft_model = NULL;
 }
 
 LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_params *params,
@@ -255,6 +256,8 @@ LLM_API void llm_generate_params_init(llm_generate_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->max_new_tokens = 128;
+    p->spec_mode = LLM_SPEC_NONE;
+    p->spec_k = 0; /* adaptive */
 }
 
 LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
@@ -271,6 +274,8 @@ LLM_API void llm_request_params_init(llm_request_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->max_new_tokens = 256;
+    p->spec_mode = LLM_SPEC_NONE;
+    p->spec_k = 0; /* adaptive */
 }
 
 LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, size_t n_prompt,

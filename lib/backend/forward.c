@@ -198,9 +198,22 @@ static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint
 typedef struct attn_job {
     llmi_forward *f;
     const llmi_kv *kv;
+    const llmi_row_ops *ops; /* the KV element type's dot and axpy */
     const llmi_batch_row *rows;
     uint32_t n_rows, layer;
 } attn_job;
+
+/* The kernels of the KV cache's element type, looked up once per layer. */
+static const llmi_row_ops *kv_ops(const llmi_kv *kv) {
+    switch (kv->type) {
+    case LLM_KV_F16:
+        return llmi_row_ops_get(LLMI_T_F16);
+    case LLM_KV_BF16:
+        return llmi_row_ops_get(LLMI_T_BF16);
+    default:
+        return llmi_row_ops_get(LLMI_T_F32);
+    }
+}
 
 static void attn_task(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
@@ -209,6 +222,8 @@ static void attn_task(void *ctx, int ith, int nth) {
     uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
     float *scores = f->scores + (size_t)ith * f->max_ctx;
+    float (*const dot)(const float *, const void *, int) = j->ops->dot;
+    void (*const axpy)(float *, float, const void *, int) = j->ops->axpy;
     uint64_t total = (uint64_t)j->n_rows * hp->n_head;
     uint64_t begin = total * (uint64_t)ith / (uint64_t)nth;
     uint64_t end = total * (uint64_t)(ith + 1) / (uint64_t)nth;
@@ -216,16 +231,15 @@ static void attn_task(void *ctx, int ith, int nth) {
         uint32_t r = (uint32_t)(t / hp->n_head), h = (uint32_t)(t % hp->n_head);
         const llmi_batch_row *row = &j->rows[r];
         const float *q = f->q + (size_t)r * f->q_dim + (size_t)h * hd;
-        size_t kv_off = (size_t)(h / group) * hd;
+        size_t kv_off = (size_t)(h / group) * hd * j->kv->elem_size; /* bytes */
         uint32_t n_pos = row->pos + 1;
         for (uint32_t p = 0; p < n_pos; p++)
-            scores[p] = llmi_dot_f32(q, llmi_kv_k(j->kv, j->layer, row->seq, p) + kv_off, hd) *
-                        scale;
+            scores[p] = dot(q, llmi_kv_k(j->kv, j->layer, row->seq, p) + kv_off, (int)hd) * scale;
         llmi_softmax_inplace(scores, (int)n_pos);
         float *out = f->att + (size_t)r * f->q_dim + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
         for (uint32_t p = 0; p < n_pos; p++)
-            llmi_axpy_f32(out, scores[p], llmi_kv_v(j->kv, j->layer, row->seq, p) + kv_off, hd);
+            axpy(out, scores[p], llmi_kv_v(j->kv, j->layer, row->seq, p) + kv_off, (int)hd);
     }
 }
 
@@ -253,16 +267,19 @@ static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, u
     add_bias(f->q, &L->bq, n, f->q_dim);
     add_bias(f->k, &L->bk, n, f->kv_dim);
     add_bias(f->v, &L->bv, n, f->kv_dim);
+    /* K and V rows go into the cache in its element type (a copy for f32,
+     * rounding to nearest even for f16 and bf16). */
+    const llmi_row_ops *ops = kv_ops(kv);
     for (uint32_t r = 0; r < n; r++) {
         const float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
         rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
         rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
-        memcpy(llmi_kv_k(kv, layer, rows[r].seq, rows[r].pos), f->k + (size_t)r * f->kv_dim,
-               f->kv_dim * sizeof(float));
-        memcpy(llmi_kv_v(kv, layer, rows[r].seq, rows[r].pos), f->v + (size_t)r * f->kv_dim,
-               f->kv_dim * sizeof(float));
+        ops->store(llmi_kv_k(kv, layer, rows[r].seq, rows[r].pos), f->k + (size_t)r * f->kv_dim,
+                   (int)f->kv_dim);
+        ops->store(llmi_kv_v(kv, layer, rows[r].seq, rows[r].pos), f->v + (size_t)r * f->kv_dim,
+                   (int)f->kv_dim);
     }
-    attn_job job = {f, kv, rows, n, layer};
+    attn_job job = {f, kv, ops, rows, n, layer};
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
     act_matmul(f, &L->wo, f->hout);

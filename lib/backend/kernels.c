@@ -174,6 +174,88 @@ static double c_sumsq(const float *x, int n) {
     return r;
 }
 
+/* f16 / bf16 rows: the same 8-lane order as c_dot. */
+
+/* llmi_f16_to_f32 without calls or branches: the exponent and mantissa
+ * bits, moved to their f32 places, read as an f32 that is 2^-112 times the
+ * value (subnormal halves land on f32 subnormals), so one exact multiply
+ * by 2^112 rescales them; inf and NaN get the all-ones f32 exponent. */
+static inline float c_f16(uint16_t h) {
+    uint32_t o = (uint32_t)(h & 0x7fff) << 13;
+    float f;
+    memcpy(&f, &o, 4);
+    f *= 0x1p112f;
+    memcpy(&o, &f, 4);
+    o |= (h & 0x7c00) == 0x7c00 ? 0x7f800000u : 0;
+    o |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &o, 4);
+    return f;
+}
+
+static float c_dot_f16(const float *a, const void *bv, int n) {
+    const uint16_t *b = bv;
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * c_f16(b[i + l]);
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++)
+        r += a[i] * c_f16(b[i]);
+    return r;
+}
+
+static float c_dot_bf16(const float *a, const void *bv, int n) {
+    const uint16_t *b = bv;
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * llmi_bf16_to_f32(b[i + l]);
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++)
+        r += a[i] * llmi_bf16_to_f32(b[i]);
+    return r;
+}
+
+static void c_axpy_f16(float *y, float a, const void *xv, int n) {
+    const uint16_t *x = xv;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) /* fixed trip count: vectorizes at -O2 */
+        for (int l = 0; l < 8; l++)
+            y[i + l] += a * c_f16(x[i + l]);
+    for (; i < n; i++)
+        y[i] += a * c_f16(x[i]);
+}
+
+static void c_axpy_bf16(float *y, float a, const void *xv, int n) {
+    const uint16_t *x = xv;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) /* fixed trip count: vectorizes at -O2 */
+        for (int l = 0; l < 8; l++)
+            y[i + l] += a * llmi_bf16_to_f32(x[i + l]);
+    for (; i < n; i++)
+        y[i] += a * llmi_bf16_to_f32(x[i]);
+}
+
+static void c_store_f16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    for (int i = 0; i < n; i++)
+        y[i] = llmi_f32_to_f16(x[i]);
+}
+
+static void c_store_bf16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    for (int i = 0; i < n; i++)
+        y[i] = llmi_f32_to_bf16(x[i]);
+}
+
+/* F32 rows as llmi_row_ops: the level's own dot and axpy behind a void
+ * pointer (a tail call). */
+static void c_store_f32(void *dst, const float *x, int n) { memcpy(dst, x, (size_t)n * sizeof *x); }
+static float c_dot_f32v(const float *a, const void *b, int n) { return c_dot(a, b, n); }
+static void c_axpy_f32v(float *y, float a, const void *x, int n) { c_axpy(y, a, x, n); }
+
 static const llmi_kernel_set c_kernels = {
     .tile = C_TILE,
     .rows = {[LLMI_KT_F32] = c_rows_f32,
@@ -185,6 +267,9 @@ static const llmi_kernel_set c_kernels = {
     .dot = c_dot,
     .axpy = c_axpy,
     .sumsq = c_sumsq,
+    .row_ops = {[LLMI_RT_F32] = {c_store_f32, c_dot_f32v, c_axpy_f32v},
+                [LLMI_RT_F16] = {c_store_f16, c_dot_f16, c_axpy_f16},
+                [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16}},
 };
 
 /* ---- dispatch ----------------------------------------------------------- */
@@ -365,4 +450,52 @@ void llmi_silu_mul(float *gate_out, const float *up, int n) {
 void llmi_add_inplace(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++)
         y[i] += x[i];
+}
+
+/* ---- f16 / bf16 rows ---------------------------------------------------- */
+
+static int rt_index(llmi_ttype type) {
+    switch (type) {
+    case LLMI_T_F32:
+        return LLMI_RT_F32;
+    case LLMI_T_F16:
+        return LLMI_RT_F16;
+    case LLMI_T_BF16:
+        return LLMI_RT_BF16;
+    default:
+        return -1;
+    }
+}
+
+const llmi_row_ops *llmi_row_ops_get(llmi_ttype type) {
+    const int rt = rt_index(type);
+    return rt < 0 ? NULL : &llmi_kernels_current()->row_ops[rt];
+}
+
+void llmi_f32_to_f16_row(const float *x, uint16_t *y, int n) {
+    if (n > 0)
+        llmi_kernels_current()->row_ops[LLMI_RT_F16].store(y, x, n);
+}
+
+void llmi_f32_to_bf16_row(const float *x, uint16_t *y, int n) {
+    if (n > 0)
+        llmi_kernels_current()->row_ops[LLMI_RT_BF16].store(y, x, n);
+}
+
+float llmi_dot_f32_f16(const float *a, const uint16_t *b, int n) {
+    return n > 0 ? llmi_kernels_current()->row_ops[LLMI_RT_F16].dot(a, b, n) : 0.0f;
+}
+
+float llmi_dot_f32_bf16(const float *a, const uint16_t *b, int n) {
+    return n > 0 ? llmi_kernels_current()->row_ops[LLMI_RT_BF16].dot(a, b, n) : 0.0f;
+}
+
+void llmi_axpy_f16(float *y, float a, const uint16_t *x, int n) {
+    if (n > 0)
+        llmi_kernels_current()->row_ops[LLMI_RT_F16].axpy(y, a, x, n);
+}
+
+void llmi_axpy_bf16(float *y, float a, const uint16_t *x, int n) {
+    if (n > 0)
+        llmi_kernels_current()->row_ops[LLMI_RT_BF16].axpy(y, a, x, n);
 }

@@ -152,4 +152,36 @@ void llmi_silu_mul(float *gate_out, const float *up, int n);
 /* y += x */
 void llmi_add_inplace(float *y, const float *x, int n);
 
+/* ---- f16 / bf16 rows (the KV cache) ----------------------------------------
+ *
+ * Conversions round to nearest even, like llmi_f32_to_f16 / llmi_f32_to_bf16,
+ * and give the same bits as those for every input that is not a NaN (a NaN
+ * stays a NaN; its payload may differ between levels). f16 overflows to inf
+ * from 65520 on; its subnormals are kept. The dot products and axpys widen
+ * each f16/bf16 element to f32 exactly and accumulate in f32 (levels 1 and 2
+ * with F16C/AVX2/AVX-512 conversions and FMA, as llmi_dot_f32 does), so they
+ * differ from llmi_dot_f32 on the widened row only in summation order. */
+void llmi_f32_to_f16_row(const float *x, uint16_t *y, int n);
+void llmi_f32_to_bf16_row(const float *x, uint16_t *y, int n);
+float llmi_dot_f32_f16(const float *a, const uint16_t *b, int n);
+float llmi_dot_f32_bf16(const float *a, const uint16_t *b, int n);
+/* y += a * x */
+void llmi_axpy_f16(float *y, float a, const uint16_t *x, int n);
+void llmi_axpy_bf16(float *y, float a, const uint16_t *x, int n);
+
+/* The row operations of one element type, for loops that look the level up
+ * once (attention): rows are void pointers to elements of that type. For
+ * LLMI_T_F32 store is a copy and dot/axpy are llmi_dot_f32/llmi_axpy_f32's
+ * kernels (same results); for LLMI_T_F16 and LLMI_T_BF16 they are the
+ * functions above. n > 0. */
+typedef struct llmi_row_ops {
+    void (*store)(void *dst, const float *src, int n); /* dst = round(src) */
+    float (*dot)(const float *a, const void *b, int n);
+    void (*axpy)(float *y, float a, const void *x, int n);
+} llmi_row_ops;
+/* The operations at the current kernel level; NULL for a type other than
+ * LLMI_T_F32, LLMI_T_F16 and LLMI_T_BF16. The pointer stays valid for the
+ * process; fetch it again after llmi_kernels_set_level. */
+const llmi_row_ops *llmi_row_ops_get(llmi_ttype type);
+
 #endif

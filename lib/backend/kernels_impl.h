@@ -21,12 +21,16 @@ enum {
 typedef void (*llmi_rows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,
                              float *y, int64_t ldy);
 
+/* Element types of llmi_row_ops (kernels.h), dense. */
+enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_COUNT };
+
 typedef struct llmi_kernel_set {
     int tile; /* tokens per weight-row pass */
     llmi_rows_fn rows[LLMI_KT_COUNT];
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     double (*sumsq)(const float *x, int n);
+    llmi_row_ops row_ops[LLMI_RT_COUNT];
 } llmi_kernel_set;
 
 /* The set of the current level (kernels.c). */

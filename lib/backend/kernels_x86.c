@@ -295,6 +295,87 @@ static A2 double a2_sumsq(const float *x, int n) {
     return r;
 }
 
+/* f16 / bf16 rows. Elements are widened exactly (VCVTPH2PS; bf16 is the
+ * high half of an f32) and fed to the same FMA accumulation as a2_dot. */
+
+static A2I __m256 a2_ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(LOADU128(p)); }
+static A2I __m256 a2_ld_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LOADU128(p)), 16));
+}
+
+#define A2_DOT16(name, LD, CVT)                                                                    \
+    static A2 float name(const float *a, const void *bv, int n) {                                  \
+        const uint16_t *b = bv;                                                                    \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        int i = 0;                                                                                 \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LD(b + i), s0);                           \
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LD(b + i + 8), s1);                   \
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LD(b + i + 16), s2);                 \
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LD(b + i + 24), s3);                 \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LD(b + i), s0);                           \
+        float r = a2_hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));            \
+        for (; i < n; i++)                                                                         \
+            r += a[i] * CVT(b[i]);                                                                 \
+        return r;                                                                                  \
+    }
+A2_DOT16(a2_dot_f16, a2_ld_f16, llmi_f16_to_f32)
+A2_DOT16(a2_dot_bf16, a2_ld_bf16, llmi_bf16_to_f32)
+
+#define A2_AXPY16(name, LD, CVT)                                                                   \
+    static A2 void name(float *y, float a, const void *xv, int n) {                                \
+        const uint16_t *x = xv;                                                                    \
+        const __m256 va = _mm256_set1_ps(a);                                                       \
+        int i = 0;                                                                                 \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LD(x + i), _mm256_loadu_ps(y + i)));       \
+        for (; i < n; i++)                                                                         \
+            y[i] += a * CVT(x[i]);                                                                 \
+    }
+A2_AXPY16(a2_axpy_f16, a2_ld_f16, llmi_f16_to_f32)
+A2_AXPY16(a2_axpy_bf16, a2_ld_bf16, llmi_bf16_to_f32)
+
+static A2 void a2_store_f16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        y[i] = llmi_f32_to_f16(x[i]);
+}
+
+/* llmi_f32_to_bf16 on 8 lanes: add 0x7fff plus the lowest kept bit, keep the
+ * high half; a NaN keeps its high half with the quiet bit set. */
+static A2 void a2_store_bf16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                  quiet = _mm256_set1_epi32(0x40);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+        const __m256i hi = _mm256_srli_epi32(v, 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf);
+        __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(bias, _mm256_and_si256(hi, one)));
+        r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(hi, quiet), nan);
+        /* 8 dwords below 2^16 to 8 words: pack within lanes, then join. */
+        r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(y + i), _mm256_castsi256_si128(r));
+    }
+    for (; i < n; i++)
+        y[i] = llmi_f32_to_bf16(x[i]);
+}
+
+static A2 void a2_store_f32(void *dst, const float *x, int n) {
+    memcpy(dst, x, (size_t)n * sizeof *x);
+}
+static A2 float a2_dot_f32v(const float *a, const void *b, int n) { return a2_dot(a, b, n); }
+static A2 void a2_axpy_f32v(float *y, float a, const void *x, int n) { a2_axpy(y, a, x, n); }
+
 const llmi_kernel_set llmi_kernels_avx2 = {
     .tile = A2_TILE,
     .rows = {[LLMI_KT_F32] = a2_rows_f32,
@@ -306,6 +387,9 @@ const llmi_kernel_set llmi_kernels_avx2 = {
     .dot = a2_dot,
     .axpy = a2_axpy,
     .sumsq = a2_sumsq,
+    .row_ops = {[LLMI_RT_F32] = {a2_store_f32, a2_dot_f32v, a2_axpy_f32v},
+                [LLMI_RT_F16] = {a2_store_f16, a2_dot_f16, a2_axpy_f16},
+                [LLMI_RT_BF16] = {a2_store_bf16, a2_dot_bf16, a2_axpy_bf16}},
 };
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -502,6 +586,83 @@ static A5 double a5_sumsq(const float *x, int n) {
     return r;
 }
 
+/* f16 / bf16 rows: as the AVX2 ones, 16 lanes. */
+
+static A5I __m512 a5_ld_f16(const uint16_t *p) { return _mm512_cvtph_ps(LOADU256(p)); }
+static A5I __m512 a5_ld_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(p)), 16));
+}
+
+#define A5_DOT16(name, LD, CVT)                                                                    \
+    static A5 float name(const float *a, const void *bv, int n) {                                  \
+        const uint16_t *b = bv;                                                                    \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                                  \
+        int i = 0;                                                                                 \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LD(b + i), s0);                           \
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), LD(b + i + 16), s1);                 \
+        }                                                                                          \
+        if (i + 16 <= n) {                                                                         \
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LD(b + i), s0);                           \
+            i += 16;                                                                               \
+        }                                                                                          \
+        float r = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                     \
+        for (; i < n; i++)                                                                         \
+            r += a[i] * CVT(b[i]);                                                                 \
+        return r;                                                                                  \
+    }
+A5_DOT16(a5_dot_f16, a5_ld_f16, llmi_f16_to_f32)
+A5_DOT16(a5_dot_bf16, a5_ld_bf16, llmi_bf16_to_f32)
+
+#define A5_AXPY16(name, LD, CVT)                                                                   \
+    static A5 void name(float *y, float a, const void *xv, int n) {                                \
+        const uint16_t *x = xv;                                                                    \
+        const __m512 va = _mm512_set1_ps(a);                                                       \
+        int i = 0;                                                                                 \
+        for (; i + 16 <= n; i += 16)                                                               \
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, LD(x + i), _mm512_loadu_ps(y + i)));       \
+        for (; i < n; i++)                                                                         \
+            y[i] += a * CVT(x[i]);                                                                 \
+    }
+A5_AXPY16(a5_axpy_f16, a5_ld_f16, llmi_f16_to_f32)
+A5_AXPY16(a5_axpy_bf16, a5_ld_bf16, llmi_bf16_to_f32)
+
+static A5 void a5_store_f16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        y[i] = llmi_f32_to_f16(x[i]);
+}
+
+/* As a2_store_bf16 (not VCVTNEPS2BF16, which flushes subnormals). */
+static A5 void a5_store_bf16(void *dst, const float *x, int n) {
+    uint16_t *y = dst;
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                  quiet = _mm512_set1_epi32(0x40);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+        const __m512i hi = _mm512_srli_epi32(v, 16);
+        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
+        __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(bias, _mm512_and_si512(hi, one)));
+        r = _mm512_mask_blend_epi32(nan, _mm512_srli_epi32(r, 16), _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(y + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; i++)
+        y[i] = llmi_f32_to_bf16(x[i]);
+}
+
+static A5 void a5_store_f32(void *dst, const float *x, int n) {
+    memcpy(dst, x, (size_t)n * sizeof *x);
+}
+static A5 float a5_dot_f32v(const float *a, const void *b, int n) { return a5_dot(a, b, n); }
+static A5 void a5_axpy_f32v(float *y, float a, const void *x, int n) { a5_axpy(y, a, x, n); }
+
 const llmi_kernel_set llmi_kernels_avx512 = {
     .tile = A5_TILE,
     .rows = {[LLMI_KT_F32] = a5_rows_f32,
@@ -513,6 +674,9 @@ const llmi_kernel_set llmi_kernels_avx512 = {
     .dot = a5_dot,
     .axpy = a5_axpy,
     .sumsq = a5_sumsq,
+    .row_ops = {[LLMI_RT_F32] = {a5_store_f32, a5_dot_f32v, a5_axpy_f32v},
+                [LLMI_RT_F16] = {a5_store_f16, a5_dot_f16, a5_axpy_f16},
+                [LLMI_RT_BF16] = {a5_store_bf16, a5_dot_bf16, a5_axpy_bf16}},
 };
 
 #else

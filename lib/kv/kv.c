@@ -178,19 +178,24 @@ static void block_unref(llmi_kv *kv, uint32_t b) {
 /* Copies the first n_slots slots of block src to block dst, K and V, every
  * layer. */
 static void block_copy(llmi_kv *kv, uint32_t dst, uint32_t src, uint32_t n_slots) {
-    size_t row = (size_t)kv->block_size * kv->kv_dim;
-    size_t bytes = (size_t)n_slots * kv->kv_dim * sizeof(float);
+    size_t block = (size_t)kv->block_size * kv->row_bytes;
+    size_t bytes = (size_t)n_slots * kv->row_bytes;
     if (bytes == 0) return;
     for (uint32_t l = 0; l < kv->n_layer; l++) {
-        memcpy(kv->k[l] + dst * row, kv->k[l] + src * row, bytes);
-        memcpy(kv->v[l] + dst * row, kv->v[l] + src * row, bytes);
+        memcpy(kv->k[l] + dst * block, kv->k[l] + src * block, bytes);
+        memcpy(kv->v[l] + dst * block, kv->v[l] + src * block, bytes);
     }
 }
 
 /* ---- pool ---- */
 
+size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                              size_t elem_size) {
+    return (size_t)2 * n_layer * kv_dim * block_size * elem_size;
+}
+
 size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size) {
-    return (size_t)2 * n_layer * kv_dim * block_size * sizeof(float);
+    return llmi_kv_block_bytes_ex(n_layer, kv_dim, block_size, sizeof(float));
 }
 
 static llm_status index_create(llmi_kv *kv) {
@@ -240,12 +245,21 @@ static void index_free(llmi_kv_index *x) {
 
 llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
                           uint32_t n_blocks, llmi_kv **out) {
+    return llmi_kv_create_ex(n_layer, kv_dim, block_size, n_blocks, LLM_KV_F32, out);
+}
+
+llm_status llmi_kv_create_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                             uint32_t n_blocks, llm_kv_type type, llmi_kv **out) {
     *out = NULL;
+    const uint32_t elem_size = llmi_kv_type_size(type);
+    if (elem_size == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache of unknown element type %d",
+                          (int)type);
     if (n_layer == 0 || kv_dim == 0 || block_size == 0 || n_blocks == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache with a zero dimension");
     size_t per_layer, slots, token_bytes;
     if (!llmi_mul_ok(n_blocks, block_size, &slots) ||
-        !llmi_mul_ok(slots, (size_t)kv_dim * sizeof(float), &per_layer) ||
+        !llmi_mul_ok(slots, (size_t)kv_dim * elem_size, &per_layer) ||
         !llmi_mul_ok(slots, sizeof(llm_token), &token_bytes) || slots > UINT32_MAX)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %u blocks overflows", n_blocks);
     llmi_kv *kv = llmi_calloc(1, sizeof *kv);
@@ -254,6 +268,9 @@ llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size
     kv->kv_dim = kv_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
+    kv->type = type;
+    kv->elem_size = elem_size;
+    kv->row_bytes = (size_t)kv_dim * elem_size;
     llm_status st = LLM_OK;
     kv->k = llmi_calloc(n_layer, sizeof *kv->k);
     kv->v = llmi_calloc(n_layer, sizeof *kv->v);

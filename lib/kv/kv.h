@@ -18,6 +18,11 @@
  * (ref > 1) first copies it (copy-on-write); a write into a registered block
  * held once unregisters it.
  *
+ * Elements are stored as f32, f16 or bf16 (llm_kv_type): a position of a
+ * layer is kv_dim elements of elem_size bytes (row_bytes). The pool only
+ * moves bytes; converting on write and reading in attention is the forward
+ * pass's job (backend/kernels.h, llmi_kv_row_ops).
+ *
  * Not thread-safe: the session serialises all calls. */
 #ifndef LLMI_KV_H
 #define LLMI_KV_H
@@ -30,8 +35,11 @@ typedef struct llmi_kv_index llmi_kv_index; /* private: hash table + LRU */
 
 typedef struct llmi_kv {
     uint32_t n_layer, kv_dim, block_size, n_blocks;
-    /* Per layer: n_blocks * block_size * kv_dim floats, block-major. */
-    float **k, **v;
+    llm_kv_type type;   /* element type of K and V */
+    uint32_t elem_size; /* bytes per element: 4 (f32) or 2 (f16, bf16) */
+    size_t row_bytes;   /* kv_dim * elem_size: one position of one layer */
+    /* Per layer: n_blocks * block_size * row_bytes bytes, block-major. */
+    uint8_t **k, **v;
     uint32_t *ref;        /* per block */
     uint32_t *free_stack; /* ids of free blocks */
     uint32_t n_free;      /* on the free stack (cached blocks not counted) */
@@ -51,10 +59,32 @@ typedef struct llmi_kv_seq {
     uint64_t last_hash; /* hash of block n_hashed - 1 (chain seed when 0 blocks) */
 } llmi_kv_seq;
 
+/* Bytes per element of `type`: 4 for LLM_KV_F32, 2 for LLM_KV_F16 and
+ * LLM_KV_BF16, 0 for anything else. */
+static inline uint32_t llmi_kv_type_size(llm_kv_type type) {
+    switch (type) {
+    case LLM_KV_F32:
+        return 4;
+    case LLM_KV_F16:
+    case LLM_KV_BF16:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+/* A pool of n_blocks blocks of elements of `type` (LLM_ERR_INVALID_ARGUMENT
+ * for an unknown type). llmi_kv_create is llmi_kv_create_ex with
+ * LLM_KV_F32. */
+llm_status llmi_kv_create_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                             uint32_t n_blocks, llm_kv_type type, llmi_kv **out);
 llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
                           uint32_t n_blocks, llmi_kv **out);
 void llmi_kv_free(llmi_kv *kv);
-/* Bytes one block takes (K and V, all layers, f32). */
+/* Bytes one block takes: K and V, all layers, elements of elem_size bytes
+ * (llmi_kv_type_size). llmi_kv_block_bytes is the f32 size (elem_size 4). */
+size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                              size_t elem_size);
 size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size);
 /* Blocks an allocation can get now: free plus evictable cached. */
 static inline uint32_t llmi_kv_available(const llmi_kv *kv) { return kv->n_free + kv->n_cached; }
@@ -105,13 +135,17 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
 static inline size_t llmi_kv_slot(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos) {
     return (size_t)seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
 }
-static inline float *llmi_kv_k(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
-                               uint32_t pos) {
-    return kv->k[layer] + llmi_kv_slot(kv, seq, pos) * kv->kv_dim;
+/* First byte of the K (V) row of `layer` at position `pos` of `seq`:
+ * kv_dim elements of kv->type, row_bytes bytes. Element i of an f32 pool is
+ * ((float *)row)[i]; of an f16 or bf16 pool ((uint16_t *)row)[i]. Rows are
+ * aligned to their element size. */
+static inline uint8_t *llmi_kv_k(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
+                                 uint32_t pos) {
+    return kv->k[layer] + llmi_kv_slot(kv, seq, pos) * kv->row_bytes;
 }
-static inline float *llmi_kv_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
-                               uint32_t pos) {
-    return kv->v[layer] + llmi_kv_slot(kv, seq, pos) * kv->kv_dim;
+static inline uint8_t *llmi_kv_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
+                                 uint32_t pos) {
+    return kv->v[layer] + llmi_kv_slot(kv, seq, pos) * kv->row_bytes;
 }
 
 #endif

@@ -176,15 +176,49 @@ static llm_status check_params(const llmi_testmodel_params *p) {
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u and n_ff %u must be multiples of %s's block %u",
                           p->n_embd, p->n_ff, ti->name, ti->block);
-    if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024)
+    if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024 || p->n_vocab_pad > 1u << 20)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: sizes too large");
     if (!(p->rope_base > 0) || !(p->rms_eps > 0) || !isfinite(p->weight_scale))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad rope_base/rms_eps/scale");
     return LLM_OK;
 }
 
+/* Writes the token texts and types, with the padding tokens after the
+ * vocabulary proper. */
+static llm_status w_tokens(llmi_gguf_writer *w, const llmi_testmodel_params *p, const vocab *v) {
+    uint32_t base = llmi_testmodel_n_vocab(), n = base + p->n_vocab_pad;
+    if (!p->n_vocab_pad) {
+        LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", v->tokens, n));
+        return llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, n);
+    }
+    enum { PAD_TEXT = 24 }; /* "<|pad_1048575|>" and its NUL fit */
+    const char **tokens = llmi_calloc(n, sizeof *tokens);
+    int32_t *types = llmi_calloc(n, sizeof *types);
+    char *text = llmi_calloc(p->n_vocab_pad, PAD_TEXT);
+    llm_status st = LLM_OK;
+    if (!tokens || !types || !text) {
+        st = llmi_oom("testmodel padding tokens");
+        goto done;
+    }
+    memcpy(tokens, v->tokens, base * sizeof *tokens);
+    memcpy(types, v->types, base * sizeof *types);
+    for (uint32_t i = 0; i < p->n_vocab_pad; i++) {
+        char *t = text + (size_t)i * PAD_TEXT;
+        snprintf(t, PAD_TEXT, "<|pad_%u|>", i);
+        tokens[base + i] = t;
+        types[base + i] = 5; /* unused */
+    }
+    if ((st = llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, n)) == LLM_OK)
+        st = llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, n);
+done:
+    llmi_free(tokens);
+    llmi_free(types);
+    llmi_free(text);
+    return st;
+}
+
 static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p, const vocab *v) {
-    uint32_t n_vocab = llmi_testmodel_n_vocab();
+    uint32_t n_vocab = llmi_testmodel_n_vocab() + p->n_vocab_pad;
     uint32_t tok_eot = N_BYTE_TOKENS + (uint32_t)N_MERGES;
     LLMI_TRY(llmi_gguf_w_str(w, "general.architecture", "llama"));
     LLMI_TRY(llmi_gguf_w_str(w, "general.type", "model"));
@@ -204,8 +238,7 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));
     LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model", "gpt2"));
     LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.pre", "smollm"));
-    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", v->tokens, n_vocab));
-    LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, n_vocab));
+    LLMI_TRY(w_tokens(w, p, v));
     LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", v->merge_strs, N_MERGES));
     LLMI_TRY(llmi_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", tok_eot + 1));
     LLMI_TRY(llmi_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", tok_eot + 2));
@@ -230,7 +263,7 @@ static llm_status w_random(llmi_gguf_writer *w, uint64_t *rng, float *buf, const
 static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p, float *buf) {
     uint64_t rng = p->seed;
     uint32_t e = p->n_embd, kv = p->n_head_kv * (p->n_embd / p->n_head),
-             nv = llmi_testmodel_n_vocab();
+             nv = llmi_testmodel_n_vocab() + p->n_vocab_pad;
     float s = p->weight_scale;
     llmi_ttype t = p->type;
     char nm[64];
@@ -270,7 +303,7 @@ static llm_status build(const llmi_testmodel_params *p, llmi_gguf_writer **out) 
     if (!v)
         return llmi_oom("testmodel vocabulary");
     size_t kv = (size_t)p->n_head_kv * (p->n_embd / p->n_head);
-    size_t big = llmi_testmodel_n_vocab();
+    size_t big = (size_t)llmi_testmodel_n_vocab() + p->n_vocab_pad;
     if (p->n_ff > big)
         big = p->n_ff;
     if (kv > big)

@@ -23,6 +23,11 @@ typedef struct llmi_testmodel_params {
     uint64_t seed;        /* 1 */
     float weight_scale;   /* 0.1: matrix entries uniform in [-scale, scale) */
     const char *name;     /* general.name, "llminfer-testmodel" */
+    /* 0: extra tokens appended after the control tokens (ids from
+     * llmi_testmodel_n_vocab() up), type "unused", text "<|pad_N|>". The
+     * tokenizer never produces them; they give the embedding and output
+     * matrices a real model's vocabulary size (benchmarks). At most 1 << 20. */
+    uint32_t n_vocab_pad;
 } llmi_testmodel_params;
 
 void llmi_testmodel_params_init(llmi_testmodel_params *p);
@@ -35,7 +40,8 @@ llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path
 llm_status llmi_testmodel_to_memory(const llmi_testmodel_params *p, void **data, size_t *size);
 
 /* Vocabulary layout (same for every params): 256 byte tokens in GPT-2 order,
- * then one token per merge in merge order, then the three control tokens. */
+ * then one token per merge in merge order, then the three control tokens
+ * (then n_vocab_pad padding tokens, not counted by llmi_testmodel_n_vocab). */
 uint32_t llmi_testmodel_n_vocab(void);
 uint32_t llmi_testmodel_n_merges(void);
 enum {

@@ -18,6 +18,7 @@ llm_status llmi_sched_init(llmi_sched *s) {
 void llmi_request_free(llm_session *session, llmi_request *r) {
     if (!r) return;
     llmi_kv_seq_destroy(session->kv, &r->seq);
+    llmi_spec_req_release(&session->spec, &r->spec);
     for (size_t i = 0; i < r->n_stop_strings; i++) llmi_free(r->stop_strings[i]);
     llmi_free(r->stop_strings);
     llmi_free(r->stop_tokens);
@@ -67,6 +68,12 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
                           "llm_request_params_init)",
                           in->struct_size);
     memcpy(p, in, in->struct_size < sizeof *p ? in->struct_size : sizeof *p);
+    /* spec_mode sits in what was padding of the 1.0 struct: read it only
+     * from callers whose struct has both spec fields. */
+    if (in->struct_size < offsetof(llm_request_params, spec_k) + sizeof p->spec_k) {
+        p->spec_mode = LLM_SPEC_NONE;
+        p->spec_k = 0;
+    }
     p->struct_size = sizeof *p;
     if (p->n_stop_tokens && !p->stop_tokens)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL with n_stop_tokens %zu",
@@ -129,7 +136,10 @@ static llm_status build_request(llm_session *session, const llm_token *prompt, s
     }
     uint32_t n_ctx = session->params.n_ctx;
     r->cap_tokens = (uint32_t)(n + p->max_new_tokens > n_ctx ? n_ctx : n + p->max_new_tokens) + 1;
-    r->tokens = llmi_malloc(r->cap_tokens * sizeof *r->tokens);
+    /* Drafts are written past the tokens during a step. */
+    uint32_t room = p->spec_mode != LLM_SPEC_NONE ? LLMI_SPEC_MAX_K + 2 : 0;
+    llmi_spec_req_init(&r->spec, p->spec_mode, p->spec_k);
+    r->tokens = llmi_malloc((size_t)(r->cap_tokens + room) * sizeof *r->tokens);
     r->stop_tokens = llmi_malloc((p->n_stop_tokens ? p->n_stop_tokens : 1) * sizeof(llm_token));
     r->stop_strings = llmi_calloc(p->n_stop_strings ? p->n_stop_strings : 1, sizeof(char *));
     if (!r->tokens || !r->stop_tokens || !r->stop_strings) goto oom;
@@ -159,6 +169,8 @@ llm_status llmi_sched_submit(llm_session *session, const llm_token *prompt, size
                              const llm_request_params *params, llm_request_id *out) {
     llm_request_params p;
     LLMI_TRY(read_request_params(params, &p));
+    LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k,
+                                    session->spec.draft));
     LLMI_TRY(check_limits(session, prompt, n, &p));
     llmi_request *r = NULL;
     LLMI_TRY(build_request(session, prompt, n, &p, &r));
@@ -224,6 +236,7 @@ static bool preempt_newest(llm_session *session, size_t first_unplanned) {
     if (!push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, victim)) return false;
     s->n_running--;
     llmi_kv_seq_release(session->kv, &victim->seq);
+    llmi_spec_req_drop_draft_kv(&session->spec, &victim->spec);
     victim->running = false;
     s->preemptions++;
     return true;
@@ -234,18 +247,19 @@ typedef struct plan {
     uint32_t n_prompt_rows; /* rows computing prompt tokens (not recomputation) */
 } plan;
 
-/* Adds rows computing `n` more tokens of r (from r->seq.n_tokens). */
+/* Plans rows computing `n` more tokens of r (from r->seq.n_tokens); the
+ * rows themselves are written by build_rows once drafts are planned too. */
 static void add_rows(llm_session *session, plan *pl, llmi_request *r, uint32_t n) {
+    (void)session;
     uint32_t start = r->seq.n_tokens;
-    for (uint32_t i = 0; i < n; i++)
-        session->rows[pl->n_rows + i] =
-            (llmi_batch_row){r->tokens[start + i], start + i, &r->seq, false};
     pl->n_rows += n;
     pl->budget -= n;
     if (start < r->n_prompt) pl->n_prompt_rows += (start + n < r->n_prompt ? start + n : r->n_prompt) - start;
     r->in_flight = true;
+    r->plan_rows = n;
+    r->spec.k = r->spec.n_drafts = 0;
+    r->spec.run_draft = false;
     r->wants_logits = start + n == r->n_tokens; /* the prompt (or recompute) is done */
-    session->rows[pl->n_rows - 1].want_logits = r->wants_logits;
 }
 
 /* Running requests, oldest first: one decode token or a prefill chunk each. */
@@ -308,6 +322,103 @@ static llm_status plan_admissions(llm_session *session, plan *pl) {
     return LLM_OK;
 }
 
+/* Drafts for speculating requests whose rows reach the end of their
+ * tokens, from what the budget and the free KV blocks still allow. Fails
+ * only when out of memory: then the step fails, and changes nothing. */
+static llm_status plan_spec(llm_session *session, plan *pl) {
+    llmi_sched *s = &session->sched;
+    llmi_kv *kv = session->kv;
+    uint32_t producing = 0;
+    for (size_t i = 0; i < s->n_running; i++)
+        producing += s->running[i]->in_flight && s->running[i]->wants_logits;
+    /* Also with no budget left: a sampling draft model still decides the
+     * request's next token (see spec.h), so its tokens do not depend on
+     * what else runs. */
+    for (size_t i = 0; i < s->n_running; i++) {
+        llmi_request *r = s->running[i];
+        if (!r->in_flight || !r->wants_logits || r->cancelled || r->spec.mode == LLM_SPEC_NONE)
+            continue;
+        uint32_t L = r->n_tokens, n_ctx = session->params.n_ctx;
+        /* Rows L-1..L-1+k inside the context; no more tokens than the
+         * request may still generate; only free blocks. */
+        uint32_t max_k = pl->budget;
+        if (max_k > (L < n_ctx ? n_ctx - L : 0)) max_k = L < n_ctx ? n_ctx - L : 0;
+        uint32_t left = r->max_new > r->n_generated + 1 ? r->max_new - r->n_generated - 1 : 0;
+        if (max_k > left) max_k = left;
+        while (max_k > 0 && llmi_kv_seq_blocks_needed(kv, &r->seq, L + max_k) > kv->n_free)
+            max_k--;
+        llmi_spec_batch batch = {pl->n_rows, producing};
+        LLMI_TRY(llmi_spec_plan(&session->spec, &r->spec, &r->sampling, r->tokens, L, max_k,
+                                batch));
+        uint32_t k = r->spec.k;
+        /* Free blocks suffice; only growing the block table can fail. */
+        if (k) LLMI_TRY(llmi_kv_seq_reserve(kv, &r->seq, L + k));
+        pl->n_rows += k;
+        pl->budget -= k;
+    }
+    return LLM_OK;
+}
+
+/* Writes the planned rows, request by request in running order: its own
+ * rows, then its drafts (the draft model's are filled in once it ran), all
+ * with logits. Sets each request's first row and first logits row. */
+static uint32_t build_rows(llm_session *session) {
+    llmi_sched *s = &session->sched;
+    uint32_t n = 0, n_logits = 0;
+    for (size_t i = 0; i < s->n_running; i++) {
+        llmi_request *r = s->running[i];
+        if (!r->in_flight) continue;
+        uint32_t start = r->seq.n_tokens;
+        r->first_row = n;
+        for (uint32_t j = 0; j < r->plan_rows; j++)
+            session->rows[n++] = (llmi_batch_row){r->tokens[start + j], start + j, &r->seq, false};
+        if (!r->wants_logits) continue;
+        session->rows[n - 1].want_logits = true;
+        for (uint32_t j = 0; j < r->spec.k; j++)
+            session->rows[n++] =
+                (llmi_batch_row){r->tokens[r->n_tokens + j], r->n_tokens + j, &r->seq, true};
+        r->logits_row = n_logits;
+        n_logits += 1 + r->spec.k;
+    }
+    return n_logits;
+}
+
+/* Jobs for the draft model: in-flight requests it drafts for. */
+static llm_status collect_draft_jobs(llm_session *session, uint32_t *n_jobs) {
+    llmi_sched *s = &session->sched;
+    *n_jobs = 0;
+    if (!session->spec.draft) return LLM_OK;
+    for (size_t i = 0; i < s->n_running; i++) {
+        llmi_request *r = s->running[i];
+        if (!r->in_flight || !r->spec.run_draft) continue;
+        if (*n_jobs == session->cap_spec_jobs) {
+            size_t cap = session->cap_spec_jobs ? session->cap_spec_jobs * 2 : 16;
+            llmi_spec_job *j = llmi_realloc(session->spec_jobs, cap * sizeof *j);
+            if (!j) return llmi_oom("draft jobs");
+            session->spec_jobs = j;
+            session->cap_spec_jobs = cap;
+        }
+        session->spec_jobs[(*n_jobs)++] = (llmi_spec_job){
+            &r->spec, r->tokens, r->n_tokens, r->n_generated, &r->sampling, session->model->tok};
+    }
+    return LLM_OK;
+}
+
+/* Runs the draft model (outside the lock: it only touches in-flight
+ * requests and its own KV) and puts its drafts into their rows. */
+static llm_status run_drafts(llm_session *session, uint32_t n_jobs) {
+    LLMI_TRY(llmi_spec_draft_run(&session->spec, session->spec_jobs, n_jobs));
+    llmi_sched *s = &session->sched;
+    for (size_t i = 0; i < s->n_running; i++) {
+        llmi_request *r = s->running[i];
+        if (!r->in_flight || !r->spec.run_draft) continue;
+        uint32_t row = r->first_row + r->plan_rows;
+        for (uint32_t j = 0; j < r->spec.k; j++)
+            session->rows[row + j].token = r->tokens[r->n_tokens + j];
+    }
+    return LLM_OK;
+}
+
 /* Reports and removes cancelled requests that are not in flight. */
 static llm_status finish_cancelled(llm_session *session) {
     llmi_sched *s = &session->sched;
@@ -340,12 +451,44 @@ static float logprob_of(const float *logits, uint32_t n, llm_token tok) {
     return (float)((double)(logits[tok] - mx) - log(sum));
 }
 
+/* The verifier's sink for a request: the token (already at
+ * r->tokens[r->n_tokens]) joins the request and becomes an event. */
+typedef struct push_ctx {
+    llm_session *session;
+    llmi_request *r;
+    llm_finish_reason finish;
+    llm_status err;
+} push_ctx;
+
+static bool push_token(void *ctx, llm_token tok, const float *lg) {
+    push_ctx *c = ctx;
+    llm_session *session = c->session;
+    llmi_request *r = c->r;
+    uint32_t V = session->model->hp.n_vocab;
+    r->n_tokens++;
+    r->n_generated++;
+    session->sched.generated_tokens++;
+    float lp = r->logprobs ? logprob_of(lg, V, tok) : 0.0f;
+    llm_status st = llmi_sched_emit_token(session, r, tok, lp, &c->finish);
+    if (st == LLM_OK && r->top_logprobs) {
+        llm_token top[20];
+        float top_lp[20];
+        uint32_t n_top = llmi_logprobs_top(&session->sampler, lg, r->top_logprobs, top, top_lp);
+        st = llmi_sched_attach_top(&session->sched, top, top_lp, n_top);
+    }
+    if (st != LLM_OK) {
+        c->err = st;
+        return false;
+    }
+    return c->finish == LLM_FINISH_NONE;
+}
+
 /* A request whose sampled token could not be recorded (out of memory) ends
  * with LLM_FINISH_ERROR, reported by finish_cancelled in the next iteration;
  * the others in the batch carry on. Returns the first such failure. */
 static llm_status after_forward(llm_session *session, const float *logits) {
     llmi_sched *s = &session->sched;
-    uint32_t V = session->model->hp.n_vocab, row = 0;
+    uint32_t V = session->model->hp.n_vocab;
     llm_status first_err = LLM_OK;
     for (size_t i = 0; i < s->n_running;) {
         llmi_request *r = s->running[i];
@@ -354,47 +497,47 @@ static llm_status after_forward(llm_session *session, const float *logits) {
             continue;
         }
         r->in_flight = false;
-        const float *lg = r->wants_logits ? logits + (size_t)row++ * V : NULL;
         if (r->cancelled) { /* finish_cancelled reports it */
             llmi_kv_seq_release(session->kv, &r->seq);
             i++;
             continue;
         }
-        if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
-        llm_finish_reason finish = LLM_FINISH_NONE;
-        if (lg) {
-            /* Random numbers are keyed by (seed, stream 0, position), not by the
-             * request id, so a seeded request gives the same tokens whenever it
-             * is submitted and whatever runs beside it. */
-            llm_token tok = llmi_sample(&session->sampler, lg, &r->sampling, r->tokens, r->n_tokens,
-                                        r->n_generated, session->model->tok, 0, r->n_tokens);
-            float lp = r->logprobs ? logprob_of(lg, V, tok) : 0.0f;
-            r->tokens[r->n_tokens++] = tok;
-            r->n_generated++;
-            s->generated_tokens++;
-            llm_status st = llmi_sched_emit_token(session, r, tok, lp, &finish);
-            if (st == LLM_OK && r->top_logprobs) {
-                llm_token top[20];
-                float top_lp[20];
-                uint32_t n_top =
-                    llmi_logprobs_top(&session->sampler, lg, r->top_logprobs, top, top_lp);
-                st = llmi_sched_attach_top(s, top, top_lp, n_top);
-            }
-            if (st != LLM_OK) {
-                if (first_err == LLM_OK) first_err = st;
-                r->error = st;
-                r->cancelled = true;
-                llmi_kv_seq_release(session->kv, &r->seq);
-                i++;
-                continue;
-            }
+        if (!r->wants_logits) { /* a prefill chunk */
+            if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
+            i++;
+            continue;
         }
-        if (finish != LLM_FINISH_NONE) {
+        /* Tokens from the request's rows: one (plain) or up to 1 + k (its
+         * drafts). Random numbers are keyed by (seed, position), not by the
+         * request id, so a seeded request gives the same tokens whenever it
+         * is submitted and whatever runs beside it. */
+        push_ctx pc = {session, r, LLM_FINISH_NONE, LLM_OK};
+        bool stopped = false;
+        uint32_t n = llmi_spec_verify(&session->spec, &r->spec, &session->sampler,
+                                      logits + (size_t)r->logits_row * V, &r->sampling, r->tokens,
+                                      r->n_tokens, r->n_generated, session->model->tok,
+                                      (llmi_spec_sink){push_token, &pc}, &stopped);
+        llmi_spec_finish(&session->spec, &r->spec, r->tokens, r->n_tokens, n, stopped,
+                         &s->spec_steps, &s->spec_drafted, &s->spec_accepted);
+        if (pc.err != LLM_OK) {
+            if (first_err == LLM_OK) first_err = pc.err;
+            r->error = pc.err;
+            r->cancelled = true;
+            llmi_kv_seq_release(session->kv, &r->seq);
+            i++;
+            continue;
+        }
+        if (pc.finish != LLM_FINISH_NONE) {
             remove_at(s->running, &s->n_running, i);
             llmi_request_free(session, r);
-        } else {
-            i++;
+            continue;
         }
+        /* Roll back the rows of rejected drafts: the KV keeps every token
+         * but the last, which the next step computes. */
+        if (r->seq.n_tokens > r->n_tokens - 1)
+            llmi_kv_seq_truncate(session->kv, &r->seq, r->n_tokens - 1);
+        if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
+        i++;
     }
     return first_err;
 }
@@ -425,27 +568,36 @@ static llm_status run_iteration(llm_session *session) {
     plan pl = {0, session->params.max_batch_tokens, 0};
     llm_status ps = plan_running(session, &pl);
     if (ps == LLM_OK) ps = plan_admissions(session, &pl);
+    if (ps == LLM_OK) ps = plan_spec(session, &pl);
     if (ps != LLM_OK) { /* nothing runs: no request may stay marked in flight */
         for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
         return ps;
     }
     if (pl.n_rows == 0) return LLM_OK;
-    uint32_t n_logits = 0;
-    for (uint32_t i = 0; i < pl.n_rows; i++) n_logits += session->rows[i].want_logits;
+    uint32_t n_logits = build_rows(session), n_jobs = 0;
     llm_status rs = llmi_session_reserve_logits(session, n_logits ? n_logits : 1);
+    if (rs == LLM_OK) rs = collect_draft_jobs(session, &n_jobs);
     if (rs != LLM_OK) {
         for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
         return rs;
     }
     s->steps++;
     pthread_mutex_unlock(&s->lock);
-    llm_status st =
-        llmi_forward_run(session->fwd, session->kv, session->rows, pl.n_rows, session->batch_logits);
+    llm_status st = n_jobs ? run_drafts(session, n_jobs) : LLM_OK;
+    double t0 = llmi_now();
+    if (st == LLM_OK)
+        st = llmi_forward_run(session->fwd, session->kv, session->rows, pl.n_rows,
+                              session->batch_logits);
+    double seconds = llmi_now() - t0;
     pthread_mutex_lock(&s->lock);
     if (st != LLM_OK) {
         for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
         return st;
     }
+    /* The cost model prices rows with logits (decode and draft rows; a
+     * prefill row skips the output matrix): time the steps made of them. */
+    if (n_logits == pl.n_rows && pl.n_rows <= LLMI_SPEC_COST_MAX_ROWS)
+        llmi_spec_cost_observe(&session->spec.target_cost, pl.n_rows, seconds);
     s->prompt_tokens += pl.n_prompt_rows;
     return after_forward(session, session->batch_logits);
 }
@@ -502,6 +654,9 @@ void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
     st->generated_tokens = s->generated_tokens;
     st->preemptions = s->preemptions;
     st->steps = s->steps;
+    st->spec_steps = s->spec_steps;
+    st->spec_draft_tokens = s->spec_drafted;
+    st->spec_accepted_tokens = s->spec_accepted;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -520,6 +675,13 @@ llm_status llmi_sched_check(llm_session *session) {
             if (session->seqs[i]) seqs[k++] = session->seqs[i];
         seqs[k++] = &session->seq;
         st = llmi_kv_check(session->kv, seqs, k);
+        if (st == LLM_OK && session->spec.dkv) { /* the draft model's pool */
+            k = 0;
+            for (size_t i = 0; i < s->n_running; i++) seqs[k++] = &s->running[i]->spec.dseq;
+            for (size_t i = 0; i < s->n_waiting; i++) seqs[k++] = &s->waiting[i]->spec.dseq;
+            st = llmi_kv_check(session->spec.dkv, seqs, k);
+            if (st != LLM_OK) llmi_error_prefix("draft model KV: ");
+        }
         llmi_free(seqs);
     }
     pthread_mutex_unlock(&s->lock);

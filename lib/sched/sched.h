@@ -9,14 +9,22 @@
  * admitted request is preempted: its blocks are freed and it waits again
  * with its tokens so far, to be recomputed (largely from the prefix cache).
  *
- * All state is guarded by the session lock; the forward pass runs outside
- * it, with the requests it computes marked in flight so that a concurrent
- * cancel only flags them. */
+ * A speculating request (spec/spec.h) whose rows reach the end of its
+ * tokens adds its drafts' rows after its own, with logits on all of them.
+ * Drafts are planned last, from the budget and the free KV blocks that
+ * running requests and admissions left, so they never delay or preempt
+ * anything; the verifier's tokens are emitted one by one, with every stop
+ * condition, and the KV past the accepted tokens is truncated.
+ *
+ * All state is guarded by the session lock; the forward pass (and the
+ * draft model's passes) run outside it, with the requests they compute
+ * marked in flight so that a concurrent cancel only flags them. */
 #ifndef LLMI_SCHED_H
 #define LLMI_SCHED_H
 
 #include "core/core.h"
 #include "kv/kv.h"
+#include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
 #include <pthread.h>
@@ -33,7 +41,8 @@ typedef struct llmi_request {
     size_t n_stop_tokens;
     char **stop_strings;
     size_t n_stop_strings;
-    llm_token *tokens;    /* prompt, then generated tokens */
+    llm_token *tokens;    /* prompt, then generated tokens; a speculating
+                             request's drafts sit past n_tokens during a step */
     uint32_t n_prompt, n_tokens, cap_tokens;
     uint32_t n_generated;
     llmi_kv_seq seq;      /* seq.n_tokens = tokens whose K/V are computed */
@@ -43,7 +52,10 @@ typedef struct llmi_request {
     bool running, in_flight, cancelled;
     llm_status error;     /* with cancelled: ends with LLM_FINISH_ERROR and this status */
     bool wants_logits;    /* in the in-flight batch: last row of this request */
-    uint32_t logits_row;
+    uint32_t plan_rows;   /* rows planned this step from seq.n_tokens (drafts not counted) */
+    uint32_t first_row;   /* its first row in the step's batch */
+    uint32_t logits_row;  /* its first logits row: 1 + spec.k rows when wants_logits */
+    llmi_spec_req spec;   /* speculative decoding; spec.mode LLM_SPEC_NONE = off */
 } llmi_request;
 
 /* A finished or progressed request's event, text kept as an arena offset. */
@@ -66,6 +78,7 @@ typedef struct llmi_sched {
     size_t n_arena, cap_arena;
     /* counters */
     uint64_t prompt_tokens, generated_tokens, preemptions, steps;
+    uint64_t spec_steps, spec_drafted, spec_accepted;
 } llmi_sched;
 
 struct llm_session;

@@ -1,6 +1,7 @@
 /* Session lifetime and the blocking generation loop. */
 #include "session/session.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -34,8 +35,9 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
     if (p->kv_block_size > 1024)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "kv_block_size %u exceeds 1024",
                           p->kv_block_size);
-    if (p->kv_type != LLM_KV_F32)
-        return llmi_error(LLM_ERR_UNSUPPORTED, "kv_type %d: only LLM_KV_F32 is implemented",
+    if (llmi_kv_type_size(p->kv_type) == 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "kv_type %d: LLM_KV_F32, LLM_KV_F16 and LLM_KV_BF16 are implemented",
                           (int)p->kv_type);
     return LLM_OK;
 }
@@ -43,7 +45,8 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
 static llm_status create_kv(llm_session *s) {
     const llmi_hparams *hp = &s->model->hp;
     uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    size_t block_bytes = llmi_kv_block_bytes(hp->n_layer, kv_dim, s->params.kv_block_size);
+    size_t block_bytes = llmi_kv_block_bytes_ex(hp->n_layer, kv_dim, s->params.kv_block_size,
+                                                llmi_kv_type_size(s->params.kv_type));
     uint64_t n_blocks;
     if (s->params.kv_cache_bytes == 0) {
         /* Default: a quarter of the memory available now, capped at 2 GiB,
@@ -65,7 +68,8 @@ static llm_status create_kv(llm_session *s) {
     if (n_blocks > UINT32_MAX / s->params.kv_block_size)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %llu blocks is too large",
                           (unsigned long long)n_blocks);
-    return llmi_kv_create(hp->n_layer, kv_dim, s->params.kv_block_size, (uint32_t)n_blocks, &s->kv);
+    return llmi_kv_create_ex(hp->n_layer, kv_dim, s->params.kv_block_size, (uint32_t)n_blocks,
+                             s->params.kv_type, &s->kv);
 }
 
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
@@ -81,6 +85,11 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
     st = llmi_forward_create(m, s->pool, s->params.max_batch_tokens, s->params.n_ctx, &s->fwd);
     if (st != LLM_OK) goto fail;
     if ((st = llmi_sampler_init(&s->sampler, m->hp.n_vocab)) != LLM_OK) goto fail;
+    /* The draft model's KV holds as many tokens as the session's. */
+    st = llmi_spec_init(&s->spec, m, s->params.draft_model, s->pool, s->kv->n_blocks,
+                        s->params.kv_block_size, s->params.max_batch_tokens, s->params.n_ctx,
+                        s->params.prefix_cache);
+    if (st != LLM_OK) goto fail;
     if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
     s->sched_ready = true;
     s->rows = llmi_calloc(s->params.max_batch_tokens, sizeof *s->rows);
@@ -115,6 +124,8 @@ llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n) {
 void llmi_session_free(llm_session *s) {
     if (!s) return;
     if (s->sched_ready) llmi_sched_destroy(s, &s->sched);
+    llmi_spec_destroy(&s->spec); /* after the requests, which hold draft KV */
+    llmi_free(s->spec_jobs);
     for (size_t i = 0; i < s->n_seqs; i++) {
         if (s->seqs[i]) llmi_kv_seq_destroy(s->kv, s->seqs[i]);
         llmi_free(s->seqs[i]);
@@ -169,6 +180,12 @@ static llm_status read_generate_params(const llm_generate_params *in, llm_genera
                           "llm_generate_params_init)",
                           in->struct_size);
     memcpy(p, in, in->struct_size < sizeof *p ? in->struct_size : sizeof *p);
+    /* spec_mode sits in what was padding of the 1.0 struct: read it only
+     * from callers whose struct has both spec fields. */
+    if (in->struct_size < offsetof(llm_generate_params, spec_k) + sizeof p->spec_k) {
+        p->spec_mode = LLM_SPEC_NONE;
+        p->spec_k = 0;
+    }
     p->struct_size = sizeof *p;
     return LLM_OK;
 }
@@ -203,6 +220,115 @@ static llm_status check_prompt(const llm_session *s, const llm_token *prompt, si
     return LLM_OK;
 }
 
+/* ---- speculative generation ---- */
+
+/* The loop's state, shared with the verifier's sink. */
+typedef struct gen_state {
+    llm_session *s;
+    const llm_generate_params *p;
+    llmi_detok *d;
+    llm_generate_result *r;
+    uint32_t n_hist;   /* tokens in the history */
+    double t_first;
+    bool have_first;
+    llm_status st;
+} gen_state;
+
+/* One decided token, the same rules as the plain loop: it joins the
+ * history; EOS ends without being counted; the callback may stop; then the
+ * length limits. */
+static bool gen_push(void *ctx, llm_token tok, const float *logits) {
+    (void)logits;
+    gen_state *g = ctx;
+    llm_session *s = g->s;
+    g->n_hist++;
+    if (!g->have_first) {
+        g->t_first = llmi_now();
+        g->have_first = true;
+    }
+    if (!g->p->ignore_eos && llmi_tokenizer_is_eog(s->model->tok, tok)) {
+        g->r->finish_reason = LLM_FINISH_EOS;
+        return false;
+    }
+    g->r->n_generated_tokens++;
+    bool keep_going = true;
+    if ((g->st = emit(s, g->d, tok, g->p, &keep_going)) != LLM_OK) return false;
+    if (!keep_going) {
+        g->r->finish_reason = LLM_FINISH_CANCELLED;
+        return false;
+    }
+    if (g->r->n_generated_tokens >= g->p->max_new_tokens || g->n_hist - 1 >= s->params.n_ctx) {
+        g->r->finish_reason = LLM_FINISH_LENGTH;
+        return false;
+    }
+    return true;
+}
+
+/* Blocks the drafts of a step may take: only free ones, never evicting the
+ * prefix cache. Largest k <= max_k whose rows fit. Under the lock. */
+static uint32_t kv_cap_k(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t L, uint32_t max_k) {
+    while (max_k > 0 && llmi_kv_seq_blocks_needed(kv, seq, L + max_k) > kv->n_free) max_k--;
+    return max_k;
+}
+
+/* The speculative loop: the prompt but its last token is computed first;
+ * then each step feeds the last token plus the drafts and keeps what the
+ * verifier accepts. `hist` holds the prompt and has room for the drafts. */
+static llm_status generate_spec(llm_session *s, const llm_generate_params *p,
+                                const llm_sampling_params *sp, llm_token *hist, gen_state *g) {
+    llmi_spec_req sr;
+    llmi_spec_req_init(&sr, p->spec_mode, p->spec_k);
+    const llmi_tokenizer *tok = s->model->tok;
+    uint64_t steps = 0, drafted = 0, accepted = 0;
+    llm_status st = LLM_OK;
+    if (g->n_hist > 1) st = llmi_session_feed(s, &s->seq, hist, g->n_hist - 1, false);
+    while (st == LLM_OK && g->r->finish_reason == LLM_FINISH_NONE) {
+        uint32_t L = g->n_hist, n_gen = g->r->n_generated_tokens;
+        /* Up to max_new_tokens, inside the context and one forward pass. */
+        uint32_t max_k = p->max_new_tokens - n_gen - 1;
+        if (max_k > s->params.n_ctx - L) max_k = s->params.n_ctx - L;
+        if (max_k > s->params.max_batch_tokens - 1) max_k = s->params.max_batch_tokens - 1;
+        pthread_mutex_lock(&s->sched.lock);
+        st = llmi_kv_seq_reserve(s->kv, &s->seq, L);
+        if (st == LLM_OK) max_k = kv_cap_k(s->kv, &s->seq, L, max_k);
+        pthread_mutex_unlock(&s->sched.lock);
+        if (st != LLM_OK) break;
+        if ((st = llmi_spec_plan(&s->spec, &sr, sp, hist, L, max_k, (llmi_spec_batch){1, 1})) !=
+            LLM_OK)
+            break;
+        if (sr.run_draft) {
+            llmi_spec_job job = {&sr, hist, L, n_gen, sp, tok};
+            if ((st = llmi_spec_draft_run(&s->spec, &job, 1)) != LLM_OK) break;
+        }
+        uint32_t n_rows = sr.k + 1;
+        pthread_mutex_lock(&s->sched.lock);
+        st = llmi_kv_seq_reserve(s->kv, &s->seq, L + sr.k); /* free blocks: cannot fail */
+        pthread_mutex_unlock(&s->sched.lock);
+        if (st == LLM_OK) st = llmi_session_reserve_logits(s, n_rows);
+        if (st != LLM_OK) break;
+        for (uint32_t j = 0; j < n_rows; j++)
+            s->rows[j] = (llmi_batch_row){hist[L - 1 + j], L - 1 + j, &s->seq, true};
+        double t0 = llmi_now();
+        if ((st = llmi_forward_run(s->fwd, s->kv, s->rows, n_rows, s->batch_logits)) != LLM_OK)
+            break;
+        llmi_spec_cost_observe(&s->spec.target_cost, n_rows, llmi_now() - t0);
+        bool stopped = false;
+        uint32_t n = llmi_spec_verify(&s->spec, &sr, &s->sampler, s->batch_logits, sp, hist, L,
+                                      n_gen, tok, (llmi_spec_sink){gen_push, g}, &stopped);
+        /* Roll back what the verifier did not keep. */
+        pthread_mutex_lock(&s->sched.lock);
+        if (s->seq.n_tokens > g->n_hist - 1) llmi_kv_seq_truncate(s->kv, &s->seq, g->n_hist - 1);
+        pthread_mutex_unlock(&s->sched.lock);
+        llmi_spec_finish(&s->spec, &sr, hist, g->n_hist, n, stopped, &steps, &drafted, &accepted);
+        if (g->st != LLM_OK) st = g->st;
+    }
+    llmi_spec_req_release(&s->spec, &sr);
+    g->r->n_spec_steps = (uint32_t)steps;
+    g->r->n_draft_tokens = (uint32_t)drafted;
+    g->r->n_accepted_tokens = (uint32_t)accepted;
+    return st;
+}
+
 llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
                          const llm_generate_params *params, llm_generate_result *result) {
     llm_generate_params p;
@@ -210,6 +336,7 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
     LLMI_TRY(read_generate_params(params, &p));
     LLMI_TRY(llmi_sampling_params_read(p.sampling, s->model->hp.n_vocab, &sp));
     LLMI_TRY(check_prompt(s, prompt, n_prompt));
+    LLMI_TRY(llmi_spec_check_params("llm_generate_params", p.spec_mode, p.spec_k, s->spec.draft));
     if (result && (result->struct_size < sizeof(uint32_t) || result->struct_size > (1u << 16)))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "llm_generate_result.struct_size %u is invalid", result->struct_size);
@@ -218,7 +345,9 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
      * never outgrows the context, plus the last token sampled. */
     size_t cap_hist = n_prompt + (size_t)p.max_new_tokens;
     if (cap_hist > (size_t)s->params.n_ctx + 1) cap_hist = (size_t)s->params.n_ctx + 1;
-    llm_token *hist = llmi_malloc(cap_hist * sizeof *hist);
+    bool spec = p.spec_mode != LLM_SPEC_NONE && p.max_new_tokens > 0;
+    /* Speculation writes drafts past the history. */
+    llm_token *hist = llmi_malloc((cap_hist + (spec ? LLMI_SPEC_MAX_K + 2 : 0)) * sizeof *hist);
     if (!hist) return llmi_oom("generation history");
     memcpy(hist, prompt, n_prompt * sizeof *hist);
     size_t n_hist = n_prompt;
@@ -230,11 +359,19 @@ llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_promp
 
     llm_generate_result r = {.struct_size = sizeof r, .n_prompt_tokens = (uint32_t)n_prompt};
     double t0 = llmi_now(), t_first = t0;
-    llm_status st = llmi_session_feed(s, &s->seq, prompt, n_prompt, true);
     llmi_detok d;
     llmi_detok_init(&d, tok, 0);
+    llm_status st = LLM_OK;
+    if (spec) {
+        gen_state g = {.s = s, .p = &p, .d = &d, .r = &r, .n_hist = (uint32_t)n_prompt,
+                       .t_first = t0};
+        st = generate_spec(s, &p, &sp, hist, &g);
+        t_first = g.t_first;
+    } else {
+        st = llmi_session_feed(s, &s->seq, prompt, n_prompt, true);
+    }
     if (p.max_new_tokens == 0) r.finish_reason = LLM_FINISH_LENGTH;
-    while (st == LLM_OK && r.finish_reason == LLM_FINISH_NONE) {
+    while (!spec && st == LLM_OK && r.finish_reason == LLM_FINISH_NONE) {
         llm_token next = llmi_sample(&s->sampler, s->logits, &sp, hist, n_hist,
                                      r.n_generated_tokens, tok, stream, s->seq.n_tokens);
         if (n_hist < cap_hist) hist[n_hist++] = next;

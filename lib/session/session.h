@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "sample/sample.h"
 #include "sched/sched.h"
+#include "spec/spec.h"
 
 struct llm_session {
     const llm_model *model;
@@ -32,6 +33,9 @@ struct llm_session {
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
     uint32_t n_decode_rows, cap_decode_rows;
     uint32_t *stats_fill;  /* [kv blocks]: scratch for llm_session_get_stats */
+    llmi_spec spec;        /* speculative decoding: draft model, cost model */
+    llmi_spec_job *spec_jobs; /* scratch: a step's draft-model jobs */
+    size_t cap_spec_jobs;
 };
 
 /* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */

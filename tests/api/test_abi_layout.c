@@ -102,7 +102,7 @@ static void test_model_info_layout(void **state) {
 static void test_session_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_session_params, 40, 8);
+    STRUCT(llm_session_params, 48, 8);
     FIELD(llm_session_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_session_params, n_threads, 4, 4, uint32_t);
     FIELD(llm_session_params, n_ctx, 8, 4, uint32_t);
@@ -111,13 +111,14 @@ static void test_session_params_layout(void **state) {
     FIELD(llm_session_params, kv_type, 24, 4, llm_kv_type);
     FIELD(llm_session_params, kv_block_size, 28, 4, uint32_t);
     FIELD(llm_session_params, prefix_cache, 32, 1, bool);
+    FIELD(llm_session_params, draft_model, 40, 8, const llm_model *);
     END_CHECKS();
 }
 
 static void test_request_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_request_params, 72, 8);
+    STRUCT(llm_request_params, 80, 8);
     FIELD(llm_request_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_request_params, sampling, 8, 8, const llm_sampling_params *);
     FIELD(llm_request_params, max_new_tokens, 16, 4, uint32_t);
@@ -129,6 +130,8 @@ static void test_request_params_layout(void **state) {
     FIELD(llm_request_params, stop_strings, 48, 8, const char *const *);
     FIELD(llm_request_params, n_stop_strings, 56, 8, size_t);
     FIELD(llm_request_params, top_logprobs, 64, 4, uint32_t);
+    FIELD(llm_request_params, spec_mode, 68, 4, uint32_t);
+    FIELD(llm_request_params, spec_k, 72, 4, uint32_t);
     END_CHECKS();
 }
 
@@ -152,7 +155,7 @@ static void test_event_layout(void **state) {
 static void test_session_stats_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_session_stats, 80, 8);
+    STRUCT(llm_session_stats, 104, 8);
     FIELD(llm_session_stats, struct_size, 0, 4, uint32_t);
     FIELD(llm_session_stats, n_running, 4, 4, uint32_t);
     FIELD(llm_session_stats, n_waiting, 8, 4, uint32_t);
@@ -167,6 +170,9 @@ static void test_session_stats_layout(void **state) {
     FIELD(llm_session_stats, generated_tokens, 56, 8, uint64_t);
     FIELD(llm_session_stats, preemptions, 64, 8, uint64_t);
     FIELD(llm_session_stats, steps, 72, 8, uint64_t);
+    FIELD(llm_session_stats, spec_steps, 80, 8, uint64_t);
+    FIELD(llm_session_stats, spec_draft_tokens, 88, 8, uint64_t);
+    FIELD(llm_session_stats, spec_accepted_tokens, 96, 8, uint64_t);
     END_CHECKS();
 }
 
@@ -202,26 +208,31 @@ static void test_logit_bias_layout(void **state) {
 static void test_generate_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_generate_params, 40, 8);
+    STRUCT(llm_generate_params, 48, 8);
     FIELD(llm_generate_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_generate_params, max_new_tokens, 4, 4, uint32_t);
     FIELD(llm_generate_params, sampling, 8, 8, const llm_sampling_params *);
     FIELD(llm_generate_params, on_token, 16, 8, llm_token_fn);
     FIELD(llm_generate_params, user, 24, 8, void *);
     FIELD(llm_generate_params, ignore_eos, 32, 1, bool);
+    FIELD(llm_generate_params, spec_mode, 36, 4, uint32_t);
+    FIELD(llm_generate_params, spec_k, 40, 4, uint32_t);
     END_CHECKS();
 }
 
 static void test_generate_result_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_generate_result, 32, 8);
+    STRUCT(llm_generate_result, 48, 8);
     FIELD(llm_generate_result, struct_size, 0, 4, uint32_t);
     FIELD(llm_generate_result, finish_reason, 4, 4, llm_finish_reason);
     FIELD(llm_generate_result, n_prompt_tokens, 8, 4, uint32_t);
     FIELD(llm_generate_result, n_generated_tokens, 12, 4, uint32_t);
     FIELD(llm_generate_result, prompt_seconds, 16, 8, double);
     FIELD(llm_generate_result, generate_seconds, 24, 8, double);
+    FIELD(llm_generate_result, n_spec_steps, 32, 4, uint32_t);
+    FIELD(llm_generate_result, n_draft_tokens, 36, 4, uint32_t);
+    FIELD(llm_generate_result, n_accepted_tokens, 40, 4, uint32_t);
     END_CHECKS();
 }
 
@@ -246,6 +257,7 @@ static void test_scalar_types(void **state) {
     check_num("sizeof(llm_log_level)", sizeof(llm_log_level), 4);
     check_num("sizeof(llm_kv_type)", sizeof(llm_kv_type), 4);
     check_num("sizeof(llm_finish_reason)", sizeof(llm_finish_reason), 4);
+    check_num("sizeof(llm_spec_mode)", sizeof(llm_spec_mode), 4);
     check_true(
         "llm_log_fn changed type",
         _Generic((llm_log_fn)0, void (*)(llm_log_level, const char *, void *) : 1, default : 0));
@@ -317,6 +329,11 @@ static void test_enum_values(void **state) {
     check_num("LLM_FINISH_STOP", LLM_FINISH_STOP, 3);
     check_num("LLM_FINISH_CANCELLED", LLM_FINISH_CANCELLED, 4);
     check_num("LLM_FINISH_ERROR", LLM_FINISH_ERROR, 5);
+
+    check_num("LLM_SPEC_NONE", LLM_SPEC_NONE, 0);
+    check_num("LLM_SPEC_NGRAM", LLM_SPEC_NGRAM, 1);
+    check_num("LLM_SPEC_DRAFT", LLM_SPEC_DRAFT, 2);
+    check_num("LLM_SPEC_MAX_K", LLM_SPEC_MAX_K, 32);
 
     check_num("LLM_TOKENIZE_ADD_SPECIAL", LLM_TOKENIZE_ADD_SPECIAL, 1);
     check_num("LLM_TOKENIZE_PARSE_SPECIAL", LLM_TOKENIZE_PARSE_SPECIAL, 2);

@@ -318,8 +318,33 @@ static void test_generate_stop_and_limits(void **state) {
     p.kv_cache_bytes = 1;
     assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_LIMIT);
     assert_null(s);
+    /* K/V in f16 and bf16: half the bytes per token, the same answer. */
+    const llm_kv_type half_types[] = {LLM_KV_F16, LLM_KV_BF16};
+    for (size_t t = 0; t < 2; t++) {
+        llm_session_params_init(&p);
+        p.kv_type = half_types[t];
+        p.n_ctx = 64;
+        p.n_threads = 2;
+        assert_int_equal(llm_session_create(m, &p, &s), LLM_OK);
+        const char *france = "The capital of France is";
+        llm_token ft[32];
+        size_t nf = 0;
+        assert_int_equal(llm_tokenize(m, france, strlen(france), 0, ft, 32, &nf), LLM_OK);
+        collected out;
+        memset(&out, 0, sizeof out);
+        llm_generate_params fg;
+        llm_generate_params_init(&fg);
+        fg.max_new_tokens = 8;
+        fg.on_token = collect;
+        fg.user = &out;
+        llm_generate_result fr = {sizeof fr};
+        assert_int_equal(llm_generate(s, ft, nf, &fg, &fr), LLM_OK);
+        printf("# kv_type %d: \"%s\"\n", (int)half_types[t], out.text);
+        assert_non_null(strstr(out.text, "Paris"));
+        llm_session_free(s);
+    }
     llm_session_params_init(&p);
-    p.kv_type = LLM_KV_F16;
+    p.kv_type = (llm_kv_type)3;
     assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_UNSUPPORTED);
     assert_int_equal(llm_session_create(NULL, NULL, &s), LLM_ERR_INVALID_ARGUMENT);
 }

@@ -144,11 +144,13 @@ static llm_model *make_model(llmi_ttype type, int n_head, int n_head_kv, bool ti
     return m;
 }
 
-/* Our logits for every position, computed in chunks of `chunk` rows. */
-static float *our_forward(const llm_model *m, const llm_token *toks, int n, int threads,
-                          int chunk, uint32_t block_size_blocks_offset) {
+/* Our logits for every position, computed in chunks of `chunk` rows, with
+ * K/V stored as kv_type. */
+static float *our_forward_kv(const llm_model *m, const llm_token *toks, int n, int threads,
+                             int chunk, uint32_t block_size_blocks_offset, llm_kv_type kv_type) {
     llm_session_params sp;
     llm_session_params_init(&sp);
+    sp.kv_type = kv_type;
     sp.n_threads = (uint32_t)threads;
     sp.n_ctx = 128;
     sp.max_batch_tokens = (uint32_t)chunk;
@@ -176,6 +178,11 @@ static float *our_forward(const llm_model *m, const llm_token *toks, int n, int 
     llmi_kv_seq_destroy(s->kv, &other);
     llmi_session_free(s);
     return logits;
+}
+
+static float *our_forward(const llm_model *m, const llm_token *toks, int n, int threads,
+                          int chunk, uint32_t block_size_blocks_offset) {
+    return our_forward_kv(m, toks, n, threads, chunk, block_size_blocks_offset, LLM_KV_F32);
 }
 
 /* Max |a-b| relative to the largest reference logit magnitude. */
@@ -236,6 +243,65 @@ static void test_bf16(void **s) { (void)s; check_type(LLMI_T_BF16, 4, 1, false);
 static void test_q8_0(void **s) { (void)s; check_type(LLMI_T_Q8_0, 4, 2, true); }
 static void test_q4_0(void **s) { (void)s; check_type(LLMI_T_Q4_0, 2, 2, false); }
 static void test_q4_1(void **s) { (void)s; check_type(LLMI_T_Q4_1, 4, 2, false); }
+
+/* Max |a-b| relative to the largest |b|. */
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+    double scale = 1e-9, err = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
+    for (size_t i = 0; i < n; i++) err = fmax(err, fabs((double)a[i] - b[i]));
+    return err / scale;
+}
+
+/* K/V stored as f16 and bf16: the logits stay within a few element
+ * roundings of the f32-KV logits, at every kernel level.
+ *
+ * Tolerance. Rounding to nearest even moves each K/V element by at most u
+ * of itself: u = 2^-11 for f16 (11-bit significand), 2^-8 for bf16 (8-bit).
+ * A score q.k/sqrt(d) then moves by at most u*S, S = sum|q_i k_i|/sqrt(d);
+ * the softmax weights by a relative 2uS; the attention output (a convex
+ * combination of rounded V rows) by u(1 + 2S) of max|v|. S is at most 1.5
+ * on these random models (measured), so each layer's attention output moves
+ * by at most 4u of its size. It is one of two residual branches, and the
+ * random, well-conditioned weights after it do not amplify relative errors
+ * much, so two layers give a first-order worst case of about 2 * 4u = 8u of
+ * the logit range. That is the tolerance: 3.9e-3 for f16, 3.1e-2 for bf16.
+ * Errors of different elements mostly cancel: measured about 0.75u, a factor
+ * 10 below. A wrong element (wrong offset or head, bytes read as the wrong
+ * type) moves logits by tens of percent. Weights are F32, so no 8-bit
+ * activation rounding (kernels.h) amplifies the tiny differences. */
+static void test_kv_f16_bf16(void **state) {
+    (void)state;
+    llm_model *m = make_model(LLMI_T_F32, 4, 2, false, 4242);
+    enum { N = 37 };
+    llm_token toks[N];
+    random_tokens(toks, N, m->hp.n_vocab, 4242);
+    const size_t nl = (size_t)N * m->hp.n_vocab;
+    const int best = llmi_kernels_best_level();
+    for (int level = 0; level <= best; level++) {
+        llmi_kernels_set_level(level);
+        float *f32 = our_forward_kv(m, toks, N, 2, 64, 0, LLM_KV_F32);
+        float *f16 = our_forward_kv(m, toks, N, 2, 64, 3, LLM_KV_F16);
+        float *f16_steps = our_forward_kv(m, toks, N, 1, 1, 0, LLM_KV_F16);
+        float *bf16 = our_forward_kv(m, toks, N, 3, 5, 7, LLM_KV_BF16);
+        const double u16 = 0x1p-11, ub16 = 0x1p-8;
+        double e16 = max_rel_diff(f16, f32, nl), e16s = max_rel_diff(f16_steps, f32, nl),
+               eb16 = max_rel_diff(bf16, f32, nl);
+        printf("# level %d: vs f32 KV: f16 %.2e (%.2f u), f16 token-by-token %.2e, bf16 %.2e "
+               "(%.2f u)\n",
+               level, e16, e16 / u16, e16s, eb16, eb16 / ub16);
+        assert_true(e16 < 8 * u16);
+        assert_true(e16s < 8 * u16);
+        assert_true(eb16 < 8 * ub16);
+        /* It is not the same as f32 KV: the rounding happened. */
+        assert_true(e16 > 0 && eb16 > e16);
+        free(f32);
+        free(f16);
+        free(f16_steps);
+        free(bf16);
+    }
+    llmi_kernels_set_level(-1);
+    llmi_model_free(m);
+}
 
 /* Rows of different sequences in one batch give each sequence's own result. */
 static void test_mixed_sequences(void **state) {
@@ -320,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_bf16), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1),
         cmocka_unit_test(test_mixed_sequences), cmocka_unit_test(test_bad_rows),
+        cmocka_unit_test(test_kv_f16_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,6 +336,161 @@ static void test_dot_axpy(void **state) {
     llmi_kernels_set_level(-1);
 }
 
+/* f16 / bf16 rows (the KV cache): conversions give llmi_f32_to_f16/bf16's
+ * bits at every level; dot products and axpys with f16/bf16 rows against
+ * double references on the widened elements, with llmi_dot_f32's bounds
+ * (the widening is exact, so only the f32 accumulation rounds). */
+
+/* Inputs that exercise every path of the conversions: random magnitudes
+ * from 2^-30 to 2^20 (f16 subnormals below 2^-14, overflow from 65520),
+ * exact halfway cases for both types, +-0, +-inf and the f16 limits. */
+static float *conv_inputs(int n, uint64_t seed) {
+    static const float special[] = {0.0f,     -0.0f,     INFINITY, -INFINITY, 65504.0f,
+                                    65519.0f, 65520.0f,  -65520.0f, 0x1p-14f, 0x1p-24f,
+                                    0x1p-25f, 0x1.8p-24f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
+                                    1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 0x1p-130f, 3.0e38f};
+    const int n_special = (int)(sizeof special / sizeof special[0]);
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    uint64_t s = seed;
+    for (int i = 0; i < n; i++) {
+        if (i % 5 == 3) {
+            x[i] = special[(i / 5) % n_special];
+        } else {
+            int e = (int)(rng_next(&s) % 51) - 30;
+            x[i] = ldexpf(rng_float(&s), e);
+        }
+    }
+    return x;
+}
+
+static void test_f16_bf16_rows(void **state) {
+    (void)state;
+    const int best = llmi_kernels_best_level();
+    assert_null(llmi_row_ops_get(LLMI_T_Q8_0));
+    for (int level = 0; level <= best; level++) {
+        llmi_kernels_set_level(level);
+        const llmi_row_ops *o32 = llmi_row_ops_get(LLMI_T_F32);
+        const llmi_row_ops *o16 = llmi_row_ops_get(LLMI_T_F16);
+        const llmi_row_ops *ob16 = llmi_row_ops_get(LLMI_T_BF16);
+        assert_non_null(o32);
+        assert_non_null(o16);
+        assert_non_null(ob16);
+        for (size_t k = 0; k < N_HELPER_SIZES; k++) {
+            const int n = helper_sizes[k];
+            /* Conversions: bit-exact against the scalar ones, nothing
+             * written past the end. */
+            float *c = conv_inputs(n, 44 + (uint64_t)n);
+            uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n + 1));
+            uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)(n + 1));
+            h[n] = hb[n] = 0xabcd;
+            llmi_f32_to_f16_row(c, h, n);
+            llmi_f32_to_bf16_row(c, hb, n);
+            for (int i = 0; i < n; i++) {
+                if (h[i] != llmi_f32_to_f16(c[i]) || hb[i] != llmi_f32_to_bf16(c[i]))
+                    fail_msg("level %d n %d: %a converts to f16 %04x bf16 %04x, want %04x %04x",
+                             level, n, (double)c[i], h[i], hb[i], llmi_f32_to_f16(c[i]),
+                             llmi_f32_to_bf16(c[i]));
+            }
+            assert_true(h[n] == 0xabcd && hb[n] == 0xabcd);
+            /* Through the ops table too. */
+            uint16_t *h2 = malloc(sizeof(uint16_t) * (size_t)n);
+            o16->store(h2, c, n);
+            assert_memory_equal(h2, h, sizeof(uint16_t) * (size_t)n);
+            ob16->store(h2, c, n);
+            assert_memory_equal(h2, hb, sizeof(uint16_t) * (size_t)n);
+            float *c2 = malloc(sizeof(float) * (size_t)n);
+            o32->store(c2, c, n);
+            assert_memory_equal(c2, c, sizeof(float) * (size_t)n);
+            free(c), free(c2), free(h2);
+
+            /* Dot products with rows of values in [-1, 1]. */
+            float *a = make_x(n, 55 + (uint64_t)n), *b = make_x(n, 66 + (uint64_t)n);
+            llmi_f32_to_f16_row(b, h, n);
+            llmi_f32_to_bf16_row(b, hb, n);
+            double r16 = 0, rb16 = 0, m16 = 0, mb16 = 0;
+            for (int i = 0; i < n; i++) {
+                double w16 = llmi_f16_to_f32(h[i]), wb16 = llmi_bf16_to_f32(hb[i]);
+                r16 += (double)a[i] * w16;
+                rb16 += (double)a[i] * wb16;
+                m16 += fabs((double)a[i] * w16);
+                mb16 += fabs((double)a[i] * wb16);
+            }
+            const float d16 = llmi_dot_f32_f16(a, h, n), db16 = llmi_dot_f32_bf16(a, hb, n);
+            if (fabs(d16 - r16) > (n / 8 + 16) * 0x1p-23 * m16 ||
+                fabs(db16 - rb16) > (n / 8 + 16) * 0x1p-23 * mb16)
+                fail_msg("level %d n %d: dot f16 %g (want %g), bf16 %g (want %g)", level, n,
+                         (double)d16, r16, (double)db16, rb16);
+            /* The ops table holds the same functions, and for f32 the same
+             * kernels as llmi_dot_f32 / llmi_axpy_f32: identical results. */
+            assert_true(o16->dot(a, h, n) == d16);
+            assert_true(ob16->dot(a, hb, n) == db16);
+            assert_true(o32->dot(a, b, n) == llmi_dot_f32(a, b, n));
+
+            /* axpy: y += a * x, nothing past the end. */
+            float *y0 = make_x(n + 1, 77 + (uint64_t)n);
+            float *y = malloc(sizeof(float) * (size_t)(n + 1));
+            float *yb = malloc(sizeof(float) * (size_t)(n + 1));
+            memcpy(y, y0, sizeof(float) * (size_t)(n + 1));
+            memcpy(yb, y0, sizeof(float) * (size_t)(n + 1));
+            llmi_axpy_f16(y, -0.75f, h, n);
+            llmi_axpy_bf16(yb, -0.75f, hb, n);
+            for (int i = 0; i < n; i++) {
+                double p16 = -0.75 * llmi_f16_to_f32(h[i]), pb16 = -0.75 * llmi_bf16_to_f32(hb[i]);
+                if (fabs(y[i] - (y0[i] + p16)) > 0x1p-23 * (fabs(y0[i]) + fabs(p16)) ||
+                    fabs(yb[i] - (y0[i] + pb16)) > 0x1p-23 * (fabs(y0[i]) + fabs(pb16)))
+                    fail_msg("level %d n %d: axpy element %d", level, n, i);
+            }
+            assert_true(y[n] == y0[n] && yb[n] == y0[n]);
+            float *y2 = malloc(sizeof(float) * (size_t)(n + 1));
+            memcpy(y2, y0, sizeof(float) * (size_t)(n + 1));
+            o16->axpy(y2, -0.75f, h, n);
+            assert_memory_equal(y2, y, sizeof(float) * (size_t)n);
+            memcpy(y2, y0, sizeof(float) * (size_t)(n + 1));
+            ob16->axpy(y2, -0.75f, hb, n);
+            assert_memory_equal(y2, yb, sizeof(float) * (size_t)n);
+            memcpy(y, y0, sizeof(float) * (size_t)(n + 1));
+            memcpy(y2, y0, sizeof(float) * (size_t)(n + 1));
+            llmi_axpy_f32(y, 0.3f, a, n);
+            o32->axpy(y2, 0.3f, a, n);
+            assert_memory_equal(y2, y, sizeof(float) * (size_t)n);
+            free(a), free(b), free(h), free(hb), free(y0), free(y), free(yb), free(y2);
+        }
+        /* Widening is exact for every one of the 65536 patterns: y = 0 + 1 * x
+         * is x (up to the sign of zero), NaN for NaN. */
+        uint16_t *all = malloc(sizeof(uint16_t) * 65536);
+        float *wide = malloc(sizeof(float) * 65536);
+        for (int i = 0; i < 65536; i++)
+            all[i] = (uint16_t)i;
+        for (int bf = 0; bf < 2; bf++) {
+            memset(wide, 0, sizeof(float) * 65536);
+            (bf ? ob16 : o16)->axpy(wide, 1.0f, all, 65536);
+            for (int i = 0; i < 65536; i++) {
+                float want = bf ? llmi_bf16_to_f32(all[i]) : llmi_f16_to_f32(all[i]);
+                if (isnan(want) ? !isnan(wide[i]) : wide[i] != want)
+                    fail_msg("level %d: %s %04x widens to %a, want %a", level, bf ? "bf16" : "f16",
+                             i, (double)wide[i], (double)want);
+            }
+        }
+        free(all), free(wide);
+        /* NaN stays NaN (payloads may differ between levels). */
+        float nanrow[17];
+        uint16_t hn[17];
+        for (int i = 0; i < 17; i++)
+            nanrow[i] = i % 2 ? NAN : -NAN;
+        llmi_f32_to_f16_row(nanrow, hn, 17);
+        for (int i = 0; i < 17; i++)
+            assert_true(isnan(llmi_f16_to_f32(hn[i])));
+        llmi_f32_to_bf16_row(nanrow, hn, 17);
+        for (int i = 0; i < 17; i++)
+            assert_true(isnan(llmi_bf16_to_f32(hn[i])));
+        assert_true(llmi_dot_f32_f16(NULL, NULL, 0) == 0.0f);
+        assert_true(llmi_dot_f32_bf16(NULL, NULL, 0) == 0.0f);
+        llmi_f32_to_f16_row(NULL, NULL, 0);
+        llmi_axpy_bf16(NULL, 1.0f, NULL, 0);
+    }
+    llmi_kernels_set_level(-1);
+}
+
 static void test_rmsnorm(void **state) {
     (void)state;
     const int best = llmi_kernels_best_level();
@@ -588,6 +743,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_q4_0),      cmocka_unit_test(test_matmul_q4_1),
         cmocka_unit_test(test_matmul_q8_0),      cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_matmul_bad_cols),  cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_f16_bf16_rows),
         cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_pool_runs),
         cmocka_unit_test(test_pool_workers_run), cmocka_unit_test(test_pool_args),

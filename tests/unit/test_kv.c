@@ -1,6 +1,7 @@
 /* KV block pool: reserve / truncate / release, fork with copy-on-write, the
  * prefix cache (hits, LRU eviction, collision safety), a randomized soak that
- * checks every invariant after every operation, and allocation failures.
+ * checks every invariant after every operation, and allocation failures;
+ * all of it on pools of f32, f16 and bf16 elements.
  *
  * K/V contents are written as a function of what a real forward pass would
  * make them depend on (the token prefix up to the position, the layer and
@@ -27,25 +28,67 @@ static uint64_t splitmix(uint64_t *s) {
 }
 static uint32_t rnd(uint64_t *s, uint32_t n) { return n ? (uint32_t)(splitmix(s) % n) : 0; }
 
-/* Exactly representable value for (key, layer, dim, K or V). */
-static float val(uint64_t key, uint32_t layer, uint32_t d, int is_v) {
+/* The element type every pool of a test group holds (main runs the tests
+ * once per type); pools are made by kv_new. */
+static llm_kv_type g_type = LLM_KV_F32;
+
+static llm_status kv_new(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                         uint32_t n_blocks, llmi_kv **out) {
+    llm_status st = llmi_kv_create_ex(n_layer, kv_dim, block_size, n_blocks, g_type, out);
+    if (st == LLM_OK) {
+        assert_int_equal((*out)->type, g_type);
+        assert_int_equal((*out)->elem_size, llmi_kv_type_size(g_type));
+        assert_int_equal((*out)->row_bytes, (size_t)kv_dim * llmi_kv_type_size(g_type));
+    }
+    return st;
+}
+
+/* The bits of the element for (key, layer, dim, K or V): an exactly
+ * representable float for f32, any 16-bit pattern for f16 and bf16 (the
+ * pool only moves bytes). */
+static uint32_t val(const llmi_kv *kv, uint64_t key, uint32_t layer, uint32_t d, int is_v) {
     uint64_t s = key ^ ((uint64_t)layer << 40) ^ ((uint64_t)d << 50) ^ ((uint64_t)is_v << 62);
-    return (float)(splitmix(&s) & 0xffffff);
+    uint64_t h = splitmix(&s);
+    if (kv->elem_size == 2) return (uint32_t)(h & 0xffff);
+    float f = (float)(h & 0xffffff);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void put(const llmi_kv *kv, uint8_t *row, uint32_t d, uint32_t bits) {
+    if (kv->elem_size == 2) {
+        uint16_t h = (uint16_t)bits;
+        memcpy(row + 2 * (size_t)d, &h, 2);
+    } else {
+        memcpy(row + 4 * (size_t)d, &bits, 4);
+    }
+}
+
+static uint32_t get(const llmi_kv *kv, const uint8_t *row, uint32_t d) {
+    if (kv->elem_size == 2) {
+        uint16_t h;
+        memcpy(&h, row + 2 * (size_t)d, 2);
+        return h;
+    }
+    uint32_t u;
+    memcpy(&u, row + 4 * (size_t)d, 4);
+    return u;
 }
 
 static void write_pos(llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos, uint64_t key) {
     for (uint32_t l = 0; l < kv->n_layer; l++)
         for (uint32_t d = 0; d < kv->kv_dim; d++) {
-            llmi_kv_k(kv, l, seq, pos)[d] = val(key, l, d, 0);
-            llmi_kv_v(kv, l, seq, pos)[d] = val(key, l, d, 1);
+            put(kv, llmi_kv_k(kv, l, seq, pos), d, val(kv, key, l, d, 0));
+            put(kv, llmi_kv_v(kv, l, seq, pos), d, val(kv, key, l, d, 1));
         }
 }
 
 static bool pos_ok(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos, uint64_t key) {
     for (uint32_t l = 0; l < kv->n_layer; l++)
         for (uint32_t d = 0; d < kv->kv_dim; d++)
-            if (llmi_kv_k(kv, l, seq, pos)[d] != val(key, l, d, 0) ||
-                llmi_kv_v(kv, l, seq, pos)[d] != val(key, l, d, 1))
+            if (get(kv, llmi_kv_k(kv, l, seq, pos), d) != val(kv, key, l, d, 0) ||
+                get(kv, llmi_kv_v(kv, l, seq, pos), d) != val(kv, key, l, d, 1))
                 return false;
     return true;
 }
@@ -111,24 +154,45 @@ static void same(const snap *s, const llmi_kv *kv, const llmi_kv_seq *seq) {
 static void test_create_args(void **state) {
     (void)state;
     llmi_kv *kv = (llmi_kv *)1;
-    assert_int_equal(llmi_kv_create(0, 4, 4, 4, &kv), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kv_new(0, 4, 4, 4, &kv), LLM_ERR_INVALID_ARGUMENT);
     assert_null(kv);
-    assert_int_equal(llmi_kv_create(1, 4, 0, 4, &kv), LLM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(llmi_kv_create(1, 4, 4, 0, &kv), LLM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(llmi_kv_create(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, &kv), LLM_ERR_LIMIT);
+    assert_int_equal(kv_new(1, 4, 0, 4, &kv), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kv_new(1, 4, 4, 0, &kv), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kv_new(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, &kv), LLM_ERR_LIMIT);
+    kv = (llmi_kv *)1;
+    assert_int_equal(llmi_kv_create_ex(1, 4, 4, 4, (llm_kv_type)3, &kv),
+                     LLM_ERR_INVALID_ARGUMENT);
+    assert_null(kv);
+    assert_int_equal(llmi_kv_type_size(LLM_KV_F32), 4);
+    assert_int_equal(llmi_kv_type_size(LLM_KV_F16), 2);
+    assert_int_equal(llmi_kv_type_size(LLM_KV_BF16), 2);
+    assert_int_equal(llmi_kv_type_size((llm_kv_type)3), 0);
     assert_int_equal(llmi_kv_block_bytes(2, 3, 4), 2 * 2 * 3 * 4 * sizeof(float));
-    assert_int_equal(llmi_kv_create(2, 3, 4, 5, &kv), LLM_OK);
+    assert_int_equal(llmi_kv_block_bytes_ex(2, 3, 4, 2), 2 * 2 * 3 * 4 * 2);
+    assert_int_equal(kv_new(2, 3, 4, 5, &kv), LLM_OK);
     assert_int_equal(kv->n_free, 5);
     assert_int_equal(llmi_kv_available(kv), 5);
+    /* Rows are row_bytes apart, blocks block_size rows. */
+    llmi_kv_seq seq = {0};
+    assert_int_equal(llmi_kv_seq_reserve(kv, &seq, 6), LLM_OK);
+    assert_ptr_equal(llmi_kv_k(kv, 1, &seq, 1), llmi_kv_k(kv, 1, &seq, 0) + 3 * kv->elem_size);
+    assert_ptr_equal(llmi_kv_v(kv, 0, &seq, 5),
+                     kv->v[0] + ((size_t)seq.blocks[1] * 4 + 1) * kv->row_bytes);
+    llmi_kv_seq_destroy(kv, &seq);
     check(kv, NULL, 0);
     llmi_kv_free(kv);
     llmi_kv_free(NULL);
+    /* The f32 constructor of the 1.0 code. */
+    assert_int_equal(llmi_kv_create(2, 3, 4, 5, &kv), LLM_OK);
+    assert_int_equal(kv->type, LLM_KV_F32);
+    assert_int_equal(kv->row_bytes, 3 * sizeof(float));
+    llmi_kv_free(kv);
 }
 
 static void test_reserve_release_truncate(void **state) {
     (void)state;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(2, 3, 4, 8, &kv), LLM_OK);
+    assert_int_equal(kv_new(2, 3, 4, 8, &kv), LLM_OK);
     llmi_kv_seq a = {0}, b = {0};
     const llmi_kv_seq *all[] = {&a, &b};
     uint64_t keys[64];
@@ -200,7 +264,7 @@ static void test_reserve_release_truncate(void **state) {
     llmi_kv_seq_destroy(kv, &a);
     llmi_kv_free(kv);
     llmi_kv *big;
-    assert_int_equal(llmi_kv_create(1, 1, 2, 100, &big), LLM_OK);
+    assert_int_equal(kv_new(1, 1, 2, 100, &big), LLM_OK);
     assert_int_equal(llmi_kv_seq_reserve(big, &a, 199), LLM_OK);
     assert_int_equal(a.n_blocks, 100);
     assert_true(a.cap >= 100);
@@ -212,7 +276,7 @@ static void test_reserve_release_truncate(void **state) {
 static void test_fork_cow(void **state) {
     (void)state;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(2, 4, 4, 16, &kv), LLM_OK);
+    assert_int_equal(kv_new(2, 4, 4, 16, &kv), LLM_OK);
     llm_token tp[32], tc[32];
     uint64_t kp[32], kc[32];
     for (int i = 0; i < 32; i++) tp[i] = tc[i] = 100 + i;
@@ -293,7 +357,7 @@ static void test_fork_cow(void **state) {
 static void test_prefix_basic(void **state) {
     (void)state;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(2, 2, 4, 8, &kv), LLM_OK);
+    assert_int_equal(kv_new(2, 2, 4, 8, &kv), LLM_OK);
     llm_token ta[16], tb[16], tx[16];
     uint64_t ka[16], kb[16], kx[16];
     for (int i = 0; i < 16; i++) {
@@ -414,7 +478,7 @@ static void test_prefix_basic(void **state) {
 static void test_prefix_lru(void **state) {
     (void)state;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(1, 2, 4, 8, &kv), LLM_OK);
+    assert_int_equal(kv_new(1, 2, 4, 8, &kv), LLM_OK);
     llm_token t[4][4];
     uint64_t k[4][4];
     for (int s = 0; s < 4; s++) {
@@ -482,7 +546,7 @@ static void test_prefix_lru(void **state) {
 static void test_prefix_collision(void **state) {
     (void)state;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(1, 2, 4, 8, &kv), LLM_OK);
+    assert_int_equal(kv_new(1, 2, 4, 8, &kv), LLM_OK);
     llmi_kv_test_hash_bits(kv, 0);
     llm_token t1[8] = {1, 2, 3, 4, 1, 2, 3, 4}, t2[8] = {5, 6, 7, 8, 1, 2, 3, 4};
     uint64_t k1[8], k2[8];
@@ -546,7 +610,7 @@ static void test_soak(void **state) {
            n_blocks, bs);
     uint64_t rng = seed;
     llmi_kv *kv;
-    assert_int_equal(llmi_kv_create(2, 2, bs, n_blocks, &kv), LLM_OK);
+    assert_int_equal(kv_new(2, 2, bs, n_blocks, &kv), LLM_OK);
     static llm_token prefix[SOAK_PREFIXES][SOAK_LEN];
     for (int p = 0; p < SOAK_PREFIXES; p++)
         for (int i = 0; i < SOAK_LEN; i++) prefix[p][i] = (llm_token)(100 * (p + 1) + rnd(&rng, 50));
@@ -666,7 +730,7 @@ static void test_alloc_failures(void **state) {
     int n;
     for (n = 1;; n++) {
         llmi_alloc_fail_after((uint64_t)n);
-        llm_status st = llmi_kv_create(3, 2, 4, 16, &kv);
+        llm_status st = kv_new(3, 2, 4, 16, &kv);
         llmi_alloc_fail_after(0);
         if (st == LLM_OK) break;
         assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
@@ -729,6 +793,22 @@ static void test_alloc_failures(void **state) {
     llmi_kv_free(kv);
 }
 
+static int use_f32(void **state) {
+    (void)state;
+    g_type = LLM_KV_F32;
+    return 0;
+}
+static int use_f16(void **state) {
+    (void)state;
+    g_type = LLM_KV_F16;
+    return 0;
+}
+static int use_bf16(void **state) {
+    (void)state;
+    g_type = LLM_KV_BF16;
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reserve_release_truncate),
@@ -736,5 +816,9 @@ int main(void) {
         cmocka_unit_test(test_prefix_lru),    cmocka_unit_test(test_prefix_collision),
         cmocka_unit_test(test_soak),          cmocka_unit_test(test_alloc_failures),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* Every test on a pool of each element type. */
+    int failed = cmocka_run_group_tests_name("kv f32", tests, use_f32, NULL);
+    failed += cmocka_run_group_tests_name("kv f16", tests, use_f16, NULL);
+    failed += cmocka_run_group_tests_name("kv bf16", tests, use_bf16, NULL);
+    return failed;
 }

@@ -109,6 +109,53 @@ static void test_mixed_requests_match_alone(void **state) {
     llmi_session_free(s);
 }
 
+/* new_session with K/V stored as kv_type (default pool size). */
+static llm_session *new_session_kv(uint32_t threads, uint32_t max_batch, bool prefix_cache,
+                                   llm_kv_type kv_type) {
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = threads;
+    p.n_ctx = 1024;
+    p.max_batch_tokens = max_batch;
+    p.kv_block_size = 16;
+    p.prefix_cache = prefix_cache;
+    p.kv_type = kv_type;
+    llm_session *s = NULL;
+    if (llmi_session_create(g_model, &p, &s) != LLM_OK)
+        fail_msg("session: %s", llmi_error_message());
+    assert_int_equal(s->kv->type, kv_type);
+    return s;
+}
+
+/* The mixed-requests test with f16 K/V: batching and chunked prefill still
+ * give exactly the solo runs' tokens, the solo runs using f16 K/V too (a
+ * K/V row is rounded the same way whatever the batch; across KV types
+ * outputs may differ). */
+static void test_mixed_requests_match_alone_f16(void **state) {
+    (void)state;
+    enum { N = 32 };
+    static req_spec reqs[N];
+    static outcome together[N], alone[N];
+    printf("# seed 4243, f16 KV\n");
+    make_specs(reqs, N, 4243, 300, 40, 30);
+    for (size_t i = 0; i < N; i++) {
+        llm_session *s = new_session_kv(1, 512, false, LLM_KV_F16);
+        memset(&alone[i], 0, sizeof alone[i]);
+        alone[i].id = submit(s, &reqs[i], false);
+        drain(s, &alone[i], 1);
+        llmi_session_free(s);
+    }
+    llm_session *s = new_session_kv(2, 64, true, LLM_KV_F16);
+    run_together(s, reqs, N, together, false);
+    expect_same(together, alone, N);
+    llm_session_stats st = {sizeof st};
+    llmi_sched_stats(s, &st);
+    printf("# %llu steps, %llu prompt tokens, %llu generated\n", (unsigned long long)st.steps,
+           (unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens);
+    expect_pool_idle(s);
+    llmi_session_free(s);
+}
+
 static void test_small_pool_preempts(void **state) {
     (void)state;
     enum { N = 16 };
@@ -519,6 +566,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mixed_requests_match_alone),
+        cmocka_unit_test(test_mixed_requests_match_alone_f16),
         cmocka_unit_test(test_small_pool_preempts),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_cancel),

@@ -1,0 +1,340 @@
+/* llm-quantize: rewrite a GGUF model's matrices in another tensor type, or
+ * write a random-weight Llama of a given shape. Both are benchmark inputs
+ * (docs/bench.md, "CPU speed versus llama.cpp").
+ *
+ *   llm-quantize IN.gguf OUT.gguf TYPE
+ *       Every tensor with two or more dimensions (the matrices, token_embd
+ *       included) is dequantized row by row and written in TYPE; 1-D tensors
+ *       (norm scales) keep their type. Every metadata key is copied in
+ *       order; general.file_type is set to TYPE's.
+ *   llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]
+ *       A random-weight Llama (lib/model/testmodel.h) with SHAPE's layer
+ *       sizes: llama-3.2-1b (16 layers, n_embd 2048, 32 heads, 8 KV heads,
+ *       n_ff 8192, tied embeddings, vocabulary 128256) or tiny. The
+ *       vocabulary is the test model's 307 tokens padded with unused tokens
+ *       to N (default: SHAPE's), so the LM head costs what it costs in the
+ *       real model.
+ *
+ * TYPE is F32, F16, BF16, Q4_0, Q4_1 or Q8_0. This tool uses library
+ * internals and links the static archive. Exit status: 0 ok, 1 usage
+ * error, 2 runtime error. */
+#include "backend/quant.h"
+#include "core/core.h"
+#include "model/gguf.h"
+#include "model/testmodel.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: llm-quantize IN.gguf OUT.gguf TYPE\n"
+               "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
+               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0\n"
+               "SHAPE: llama-3.2-1b, tiny\n");
+}
+
+static int fail(const char *what, llm_status st) {
+    fprintf(stderr, "llm-quantize: %s: %s (%s)\n", what, llm_status_name(st), llm_last_error());
+    return 2;
+}
+
+static bool parse_type(const char *s, llmi_ttype *out) {
+    static const struct {
+        const char *name;
+        llmi_ttype type;
+    } types[] = {{"F32", LLMI_T_F32},   {"F16", LLMI_T_F16},   {"BF16", LLMI_T_BF16},
+                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q8_0", LLMI_T_Q8_0}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcasecmp(s, types[i].name) == 0) {
+            *out = types[i].type;
+            return true;
+        }
+    return false;
+}
+
+/* general.file_type (llama_ftype) of a file whose matrices are all `t`. */
+static uint32_t file_type(llmi_ttype t) {
+    switch (t) {
+    case LLMI_T_F16:
+        return 1;
+    case LLMI_T_Q4_0:
+        return 2;
+    case LLMI_T_Q4_1:
+        return 3;
+    case LLMI_T_Q8_0:
+        return 7;
+    case LLMI_T_BF16:
+        return 32;
+    default:
+        return 0;
+    }
+}
+
+static char *dup_str(llmi_str s) { return llmi_strndup(s.ptr ? s.ptr : "", (size_t)s.len); }
+
+/* Narrows a widened scalar back to its C type and writes it. */
+static llm_status copy_scalar(llmi_gguf_writer *w, const char *key, const llmi_gguf_kv *kv) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+        bool b;
+    } v;
+    switch (kv->type) {
+    case LLMI_GGUF_U8:
+        v.u8 = (uint8_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I8:
+        v.i8 = (int8_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U16:
+        v.u16 = (uint16_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I16:
+        v.i16 = (int16_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U32:
+        v.u32 = (uint32_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I32:
+        v.i32 = (int32_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U64:
+        v.u64 = kv->scalar.u;
+        break;
+    case LLMI_GGUF_I64:
+        v.i64 = kv->scalar.i;
+        break;
+    case LLMI_GGUF_F32:
+        v.f32 = (float)kv->scalar.f;
+        break;
+    case LLMI_GGUF_F64:
+        v.f64 = kv->scalar.f;
+        break;
+    case LLMI_GGUF_BOOL:
+        v.b = kv->scalar.b;
+        break;
+    default:
+        return llmi_error(LLM_ERR_UNSUPPORTED, "key '%s': type %s", key,
+                          llmi_gguf_vtype_name(kv->type));
+    }
+    return llmi_gguf_w_scalar(w, key, kv->type, &v);
+}
+
+static llm_status copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv, uint32_t ftype) {
+    char *key = dup_str(kv->key);
+    if (!key)
+        return llmi_oom("key");
+    llm_status st = LLM_OK;
+    if (strcmp(key, "general.file_type") == 0) {
+        st = llmi_gguf_w_u32(w, key, ftype);
+    } else if (kv->type == LLMI_GGUF_STRING) {
+        char *v = dup_str(kv->str);
+        st = v ? llmi_gguf_w_str(w, key, v) : llmi_oom("string");
+        llmi_free(v);
+    } else if (kv->type == LLMI_GGUF_ARRAY && kv->arr_type == LLMI_GGUF_STRING) {
+        char **v = llmi_calloc(kv->arr_len ? (size_t)kv->arr_len : 1, sizeof *v);
+        st = v ? LLM_OK : llmi_oom("string array");
+        for (uint64_t i = 0; st == LLM_OK && i < kv->arr_len; i++)
+            if (!(v[i] = dup_str(kv->arr_strs[i])))
+                st = llmi_oom("string array");
+        if (st == LLM_OK)
+            st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, (size_t)kv->arr_len);
+        for (uint64_t i = 0; v && i < kv->arr_len; i++)
+            llmi_free(v[i]);
+        llmi_free(v);
+    } else if (kv->type == LLMI_GGUF_ARRAY) {
+        /* Elements are little-endian in the file, as in memory here; a bool
+         * is one byte in both. */
+        st = llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, (size_t)kv->arr_len);
+    } else {
+        st = copy_scalar(w, key, kv);
+    }
+    llmi_free(key);
+    return st;
+}
+
+/* Tensors rewritten, by their type in the input; tensors copied as they were. */
+typedef struct counts {
+    uint32_t converted[64];
+    uint32_t kept;
+} counts;
+
+static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, llmi_ttype to,
+                              float **buf, size_t *cap, counts *c) {
+    char *name = dup_str(t->name);
+    if (!name)
+        return llmi_oom("tensor name");
+    llm_status st;
+    llmi_ttype type = t->n_dims >= 2 ? to : t->type;
+    if (type == t->type)
+        c->kept++;
+    else
+        c->converted[(unsigned)t->type % 64]++;
+    if (type == t->type) {
+        st = llmi_gguf_w_tensor_raw(w, name, type, t->n_dims, t->ne, t->data, t->nbytes);
+        llmi_free(name);
+        return st;
+    }
+    uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (n > *cap) {
+        llmi_free(*buf);
+        *cap = 0;
+        if (!(*buf = llmi_malloc((size_t)n * sizeof **buf))) {
+            llmi_free(name);
+            return llmi_oom("tensor data");
+        }
+        *cap = (size_t)n;
+    }
+    size_t row_bytes = llmi_ttype_row_bytes(t->type, t->ne[0]);
+    for (uint64_t r = 0; r < n / t->ne[0]; r++)
+        llmi_dequantize_row(t->type, (const uint8_t *)t->data + r * row_bytes, *buf + r * t->ne[0],
+                            (int64_t)t->ne[0]);
+    st = llmi_gguf_w_tensor(w, name, type, t->n_dims, t->ne, *buf);
+    if (st != LLM_OK)
+        llmi_error_prefix("tensor '%s' as %s: ", name, llmi_ttype_get(type)->name);
+    llmi_free(name);
+    return st;
+}
+
+static int requantize(const char *in, const char *out, llmi_ttype to) {
+    llmi_gguf *g = NULL;
+    llm_status st = llmi_gguf_open(in, true, &g);
+    if (st != LLM_OK)
+        return fail(in, st);
+    llmi_gguf_writer *w = NULL;
+    float *buf = NULL;
+    size_t cap = 0;
+    counts c = {{0}, 0};
+    if ((st = llmi_gguf_writer_create(&w)) != LLM_OK)
+        goto done;
+    for (uint64_t i = 0; st == LLM_OK && i < g->n_kv; i++)
+        st = copy_kv(w, &g->kv[i], file_type(to));
+    for (uint64_t i = 0; st == LLM_OK && i < g->n_tensors; i++)
+        st = copy_tensor(w, &g->tensors[i], to, &buf, &cap, &c);
+    if (st == LLM_OK)
+        st = llmi_gguf_writer_save(w, out);
+done:
+    llmi_free(buf);
+    llmi_gguf_writer_free(w);
+    llmi_gguf_close(g);
+    if (st != LLM_OK)
+        return fail(out, st);
+    fprintf(stderr, "llm-quantize: %s -> %s:", in, out);
+    for (unsigned ty = 0; ty < 64; ty++)
+        if (c.converted[ty])
+            fprintf(stderr, " %u %s", c.converted[ty], llmi_ttype_get(ty)->name);
+    fprintf(stderr, " tensors written as %s, %u kept as they were\n", llmi_ttype_get(to)->name,
+            c.kept);
+    return 0;
+}
+
+static int random_model(const char *shape, const char *out, llmi_ttype type, long vocab,
+                        unsigned long long seed) {
+    llmi_testmodel_params p;
+    llmi_testmodel_params_init(&p);
+    long shape_vocab;
+    if (strcmp(shape, "llama-3.2-1b") == 0) {
+        p.n_layer = 16;
+        p.n_embd = 2048;
+        p.n_head = 32;
+        p.n_head_kv = 8;
+        p.n_ff = 8192;
+        p.n_ctx = 8192;
+        p.rope_base = 500000.0f;
+        p.tied_embeddings = true;
+        p.weight_scale = 0.02f;
+        p.name = "random llama-3.2-1b shape";
+        shape_vocab = 128256;
+    } else if (strcmp(shape, "tiny") == 0) {
+        p.name = "random tiny llama";
+        shape_vocab = (long)llmi_testmodel_n_vocab();
+    } else {
+        fprintf(stderr, "llm-quantize: unknown shape '%s'\n", shape);
+        usage(stderr);
+        return 1;
+    }
+    if (vocab < 0)
+        vocab = shape_vocab;
+    if (vocab < (long)llmi_testmodel_n_vocab()) {
+        fprintf(stderr, "llm-quantize: --vocab must be at least %u\n", llmi_testmodel_n_vocab());
+        return 1;
+    }
+    p.n_vocab_pad = (uint32_t)(vocab - (long)llmi_testmodel_n_vocab());
+    p.type = type;
+    p.seed = seed;
+    llm_status st = llmi_testmodel_write(&p, out);
+    if (st != LLM_OK)
+        return fail(out, st);
+    fprintf(stderr, "llm-quantize: %s shape, %s, vocabulary %ld -> %s\n", shape,
+            llmi_ttype_get(type)->name, vocab, out);
+    return 0;
+}
+
+static bool parse_num(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || !*s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    const char *pos[3];
+    int n_pos = 0;
+    bool random = false;
+    long long vocab = -1, seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--random")) {
+            random = true;
+        } else if (!strcmp(a, "--vocab") && i + 1 < argc) {
+            if (!parse_num(argv[++i], 1, 1 << 21, &vocab)) {
+                fprintf(stderr, "llm-quantize: bad --vocab '%s'\n", argv[i]);
+                return 1;
+            }
+        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
+            if (!parse_num(argv[++i], 0, INT64_MAX, &seed)) {
+                fprintf(stderr, "llm-quantize: bad --seed '%s'\n", argv[i]);
+                return 1;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "llm-quantize: unknown option '%s'\n", a);
+            usage(stderr);
+            return 1;
+        } else if (n_pos < 3) {
+            pos[n_pos++] = a;
+        } else {
+            usage(stderr);
+            return 1;
+        }
+    }
+    llmi_ttype type;
+    if (n_pos != 3) {
+        usage(stderr);
+        return 1;
+    }
+    if (!parse_type(pos[2], &type)) {
+        fprintf(stderr, "llm-quantize: unknown type '%s'\n", pos[2]);
+        usage(stderr);
+        return 1;
+    }
+    if (random)
+        return random_model(pos[0], pos[1], type, (long)vocab, (unsigned long long)seed);
+    return requantize(pos[0], pos[1], type);
+}
