@@ -291,7 +291,7 @@ typedef struct llm_session_params {
      *  outlive the session. Its vocabulary must be the target's (same
      *  n_vocab, special tokens and token texts at both ends), else
      *  llm_session_create() gives ::LLM_ERR_INVALID_ARGUMENT. It runs in
-     *  its own KV memory, as large in tokens as the session's. */
+     *  its own KV memory, as many tokens as the session's, of kv_type. */
     const llm_model *draft_model;
 } llm_session_params;
 

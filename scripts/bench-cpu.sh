@@ -25,6 +25,8 @@
 #   BENCH_REPS      rounds (3)
 #   BENCH_THREADS   thread counts ("1 2")
 #   BENCH_BW_MB     bandwidth array size in MiB (2048)
+#   BENCH_SPIN_ROUNDS  rounds that also run llama.cpp's spinning OpenMP default
+#                   with 2+ threads (1; llama-pv, passive waiting, runs in all)
 #   BENCH_SMOKE=1   tiny workloads, to check that the harness works
 #   BUILD           build folder (build)
 set -euo pipefail
@@ -54,6 +56,7 @@ MODELS=$OUT/models
 REPS=${BENCH_REPS:-3}
 THREADS=${BENCH_THREADS:-1 2}
 BW_MB=${BENCH_BW_MB:-2048}
+SPIN_ROUNDS=${BENCH_SPIN_ROUNDS:-1}
 BENCH_LLAMA=${BENCH_LLAMA:-1}
 VENV=${LLAMA_VENV:-$HOME/.cache/llminfer/bench-venv}
 LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
@@ -377,12 +380,17 @@ for rep in $(seq 1 "$REPS"); do
             "$BUILD/llm-bench-cpu" --bandwidth -t 2 --size-mb "$ws_mb" --seconds 1
         for t in $THREADS; do
             variants=(ours ours_mmap)
-            if [ -n "$PY" ]; then
+            if [ -n "$PY" ] && [ "$t" -eq 1 ]; then
                 variants+=(llama)
+            elif [ -n "$PY" ]; then
                 # With more than one thread llama.cpp's OpenMP workers spin at
-                # every barrier; on a loaded machine that collapses, so it
-                # also runs with passive waiting and the better counts.
-                [ "$t" -gt 1 ] && variants+=(llama_passive)
+                # every barrier; when other processes hold the cores that
+                # collapses (10x and worse), so llama.cpp also runs with
+                # passive waiting and the better figure counts. The spinning
+                # default runs in the first SPIN_ROUNDS rounds only, without
+                # batched decode, to show it without taking hours.
+                variants+=(llama_passive)
+                [ "$rep" -le "$SPIN_ROUNDS" ] && variants+=(llama)
             fi
             # Alternate the order between rounds (reverse on even rounds).
             if [ $((rep % 2)) -eq 0 ]; then
@@ -396,7 +404,14 @@ for rep in $(seq 1 "$REPS"); do
                 case $v in
                 ours) record "$tag" "$BUILD/llm-bench-cpu" -m "$path" -t "$t" --no-mmap $opts ;;
                 ours_mmap) record "$tag" "$BUILD/llm-bench-cpu" -m "$path" -t "$t" $opts ;;
-                llama) record "$tag" "$PY" scripts/bench_llamacpp.py -m "$path" -t "$t" $opts ;;
+                llama)
+                    if [ "$t" -gt 1 ]; then
+                        record "$tag" "$PY" scripts/bench_llamacpp.py -m "$path" -t "$t" $opts \
+                            --batch 0
+                    else
+                        record "$tag" "$PY" scripts/bench_llamacpp.py -m "$path" -t "$t" $opts
+                    fi
+                    ;;
                 llama_passive)
                     record "$tag" env OMP_WAIT_POLICY=passive \
                         "$PY" scripts/bench_llamacpp.py -m "$path" -t "$t" $opts

@@ -33,6 +33,7 @@ typedef struct options {
     const char *model;
     long threads;
     bool mmap;
+    bool kv_f16;
     long pp, tg, tg_prompt;
     long batch[8];
     int n_batch;
@@ -49,6 +50,7 @@ static void usage(FILE *f) {
                "  -m PATH            model file\n"
                "  -t N               threads (default 1)\n"
                "  --no-mmap          read the model into memory (default: map it)\n"
+               "  --kv f32|f16       KV cache type (default f32)\n"
                "  --pp N             prompt tokens in one decode, 0 = skip (default 512)\n"
                "  --tg N             single-token decodes, 0 = skip (default 128)\n"
                "  --tg-prompt N      prompt before them (default 16)\n"
@@ -105,6 +107,9 @@ static int parse_args(int argc, char **argv, options *o) {
             ok = false;
         } else if (!strcmp(a, "-m")) {
             o->model = v;
+        } else if (!strcmp(a, "--kv")) {
+            ok = !strcmp(v, "f32") || !strcmp(v, "f16");
+            o->kv_f16 = !strcmp(v, "f16");
         } else if (!strcmp(a, "-t")) {
             ok = parse_long(v, 1, 512, &o->threads);
         } else if (!strcmp(a, "--pp")) {
@@ -559,7 +564,7 @@ static int run_engine(const options *o) {
     sp.n_threads = (uint32_t)o->threads;
     sp.n_ctx = (uint32_t)ctx;
     sp.prefix_cache = false; /* every run computes all its tokens */
-    sp.kv_type = LLM_KV_F32;
+    sp.kv_type = o->kv_f16 ? LLM_KV_F16 : LLM_KV_F32;
     engine e = {0};
     e.n_vocab = info.n_vocab;
     e.rng = o->seed;
@@ -595,13 +600,15 @@ static int run_engine(const options *o) {
     json_str(stdout, llm_version_string());
     printf(", \"model\": ");
     json_str(stdout, o->model);
-    printf(
-        ", \"threads\": %ld, \"mmap\": %s, \"kv_type\": \"f32\", \"load_s\": %.4f, "
-        "\"warmup_s\": %.4f, \"n_params\": %llu, \"weight_bytes\": %llu, "
-        "\"weight_bytes_per_token\": %llu, \"kv_bytes_per_pos\": %llu, \"n_vocab\": %u",
-        o->threads, o->mmap ? "true" : "false", load_s, warm_s, (unsigned long long)info.n_params,
-        (unsigned long long)total_bytes, (unsigned long long)per_token_bytes,
-        (unsigned long long)info.n_layers * 2ull * info.n_kv_heads * head_dim * 4ull, info.n_vocab);
+    printf(", \"threads\": %ld, \"mmap\": %s, \"kv_type\": \"%s\", \"load_s\": %.4f, "
+           "\"warmup_s\": %.4f, \"n_params\": %llu, \"weight_bytes\": %llu, "
+           "\"weight_bytes_per_token\": %llu, \"kv_bytes_per_pos\": %llu, \"n_vocab\": %u",
+           o->threads, o->mmap ? "true" : "false", o->kv_f16 ? "f16" : "f32", load_s, warm_s,
+           (unsigned long long)info.n_params, (unsigned long long)total_bytes,
+           (unsigned long long)per_token_bytes,
+           (unsigned long long)info.n_layers * 2ull * info.n_kv_heads * head_dim *
+               (o->kv_f16 ? 2 : 4),
+           info.n_vocab);
     /* cpu_s: CPU seconds of all threads in the timed region. */
     if (o->pp > 0)
         printf(", \"pp_tokens\": %ld, \"pp_s\": %.6f, \"pp_cpu_s\": %.6f, \"pp_tok_s\": %.4f",

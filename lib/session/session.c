@@ -87,8 +87,8 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
     if ((st = llmi_sampler_init(&s->sampler, m->hp.n_vocab)) != LLM_OK) goto fail;
     /* The draft model's KV holds as many tokens as the session's. */
     st = llmi_spec_init(&s->spec, m, s->params.draft_model, s->pool, s->kv->n_blocks,
-                        s->params.kv_block_size, s->params.max_batch_tokens, s->params.n_ctx,
-                        s->params.prefix_cache);
+                        s->params.kv_block_size, s->params.kv_type, s->params.max_batch_tokens,
+                        s->params.n_ctx, s->params.prefix_cache);
     if (st != LLM_OK) goto fail;
     if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
     s->sched_ready = true;

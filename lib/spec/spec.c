@@ -114,7 +114,8 @@ static uint32_t best_k(const llmi_spec *sp, double alpha, uint32_t max_k, llmi_s
 
 llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_model *draft,
                           llmi_pool *pool, uint32_t n_blocks, uint32_t block_size,
-                          uint32_t max_rows, uint32_t n_ctx, bool prefix_cache) {
+                          llm_kv_type kv_type, uint32_t max_rows, uint32_t n_ctx,
+                          bool prefix_cache) {
     memset(sp, 0, sizeof *sp);
     sp->n_vocab = target->hp.n_vocab;
     sp->max_rows = max_rows;
@@ -128,8 +129,8 @@ llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_mode
                           ? (double)draft->weight_bytes / (double)target->weight_bytes
                           : 1.0;
     const llmi_hparams *hp = &draft->hp;
-    LLMI_TRY(llmi_kv_create(hp->n_layer, hp->n_head_kv * hp->head_dim, block_size, n_blocks,
-                            &sp->dkv));
+    LLMI_TRY(llmi_kv_create_ex(hp->n_layer, hp->n_head_kv * hp->head_dim, block_size, n_blocks,
+                               kv_type, &sp->dkv));
     LLMI_TRY(llmi_forward_create(draft, pool, max_rows, n_ctx, &sp->dfwd));
     LLMI_TRY(llmi_sampler_init(&sp->dsampler, sp->n_vocab));
     sp->drows = llmi_calloc(max_rows, sizeof *sp->drows);

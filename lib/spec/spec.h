@@ -77,10 +77,12 @@ typedef struct llmi_spec {
     llmi_spec_cost target_cost, draft_cost;
 } llmi_spec;
 
-/* `draft` may be NULL. The draft KV gets n_blocks blocks of block_size. */
+/* `draft` may be NULL. The draft KV gets n_blocks blocks of block_size
+ * tokens, stored as kv_type (the session's). */
 llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_model *draft,
                           llmi_pool *pool, uint32_t n_blocks, uint32_t block_size,
-                          uint32_t max_rows, uint32_t n_ctx, bool prefix_cache);
+                          llm_kv_type kv_type, uint32_t max_rows, uint32_t n_ctx,
+                          bool prefix_cache);
 void llmi_spec_destroy(llmi_spec *sp);
 
 /* LLM_OK when `draft` can draft for `target`: same n_vocab, special tokens

@@ -13,11 +13,14 @@
  *    requests in a small pool, KV invariants (target and draft pools) after
  *    every operation, everything free or cached at the end;
  *  - stop conditions apply token by token; vocabulary mismatches and bad
- *    parameters are refused.
+ *    parameters are refused; F16 KV stays exact; submit/cancel from other
+ *    threads while the draft model runs; allocation failures at session
+ *    create and in steps fail cleanly and change no output.
  * Seeds are fixed and printed. */
 #include "sched_util.h"
 
 #include <math.h>
+#include <pthread.h>
 
 static llm_model *g_target, *g_draft; /* two random models, one vocabulary */
 
@@ -189,6 +192,34 @@ static void test_generate_greedy_equal(void **state) {
     llm_session_free(self_draft);
 }
 
+/* F16 KV (the draft model's too): still exact, and still every draft
+ * accepted when the target drafts for itself. */
+static void test_f16_kv(void **state) {
+    (void)state;
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 2;
+    p.n_ctx = 512;
+    p.kv_type = LLM_KV_F16;
+    p.kv_cache_bytes = 4u << 20;
+    p.draft_model = g_target;
+    llm_session *s = NULL;
+    assert_int_equal(llm_session_create(g_target, &p, &s), LLM_OK);
+    static gen_out base, out;
+    llm_token prompt[80];
+    uint64_t rng = 1616;
+    printf("# seed 1616\n");
+    repetitive_prompt(prompt, 80, &rng);
+    generate(s, prompt, 80, 60, NULL, LLM_SPEC_NONE, 0, true, &base);
+    generate(s, prompt, 80, 60, NULL, LLM_SPEC_NGRAM, 0, true, &out);
+    expect_same_gen(&out, &base, "f16 KV, n-gram");
+    generate(s, prompt, 80, 60, NULL, LLM_SPEC_DRAFT, 5, true, &out);
+    expect_same_gen(&out, &base, "f16 KV, self-draft");
+    assert_true(out.res.n_draft_tokens > 0);
+    assert_int_equal(out.res.n_accepted_tokens, out.res.n_draft_tokens);
+    llm_session_free(s);
+}
+
 /* ---- the scheduler ---- */
 
 typedef struct spec_req {
@@ -277,6 +308,12 @@ static void expect_same_outcomes(const outcome *a, const outcome *b, size_t n) {
         assert_int_equal(a[i].text_len, b[i].text_len);
         assert_memory_equal(a[i].text, b[i].text, a[i].text_len);
     }
+}
+
+static bool idle(llm_session *s) {
+    llm_session_stats st = {sizeof st};
+    llmi_sched_stats(s, &st);
+    return st.n_running == 0 && st.n_waiting == 0;
 }
 
 static void expect_pools_idle(llm_session *s) {
@@ -702,6 +739,66 @@ static void test_rollback_soak(void **state) {
     llmi_session_free(st.s);
 }
 
+/* ---- concurrency ---- */
+
+/* Submitters and cancellers on other threads while this one steps: the
+ * draft model runs outside the session lock on in-flight requests only. */
+typedef struct submitter {
+    llm_session *s;
+    uint64_t seed;
+    llm_request_id ids[30];
+    int n;
+} submitter;
+
+static void *submit_thread(void *arg) {
+    submitter *t = arg;
+    uint64_t rng = t->seed;
+    for (int i = 0; i < 30; i++) {
+        llm_token prompt[64];
+        uint32_t n = rand_range(&rng, 2, 64);
+        repetitive_prompt(prompt, n, &rng);
+        llm_request_params p;
+        llm_request_params_init(&p);
+        p.max_new_tokens = rand_range(&rng, 1, 24);
+        p.ignore_eos = true;
+        p.spec_mode = rand_range(&rng, 0, 2);
+        if (llmi_sched_submit(t->s, prompt, n, &p, &t->ids[t->n]) == LLM_OK) t->n++;
+        if (t->n > 2 && rand_range(&rng, 0, 2) == 0)
+            llmi_sched_cancel(t->s, t->ids[rand_range(&rng, 0, (uint32_t)t->n - 1)]);
+    }
+    return NULL;
+}
+
+static void test_concurrent_spec(void **state) {
+    (void)state;
+    llm_session *s = spec_session(g_target, g_draft, 1024, 96, 16, 96, true);
+    submitter t[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = (submitter){.s = s, .seed = 300u + (unsigned)i};
+        pthread_create(&th[i], NULL, submit_thread, &t[i]);
+    }
+    size_t finished = 0;
+    int joined = 0;
+    for (int guard = 0; guard < 200000; guard++) {
+        llm_event ev[32];
+        size_t n = 0;
+        assert_int_equal(llmi_sched_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
+        for (size_t i = 0; i < n; i++) finished += ev[i].finish_reason != LLM_FINISH_NONE;
+        if (!joined && guard > 30) {
+            for (int k = 0; k < 3; k++) pthread_join(th[k], NULL);
+            joined = 1;
+        }
+        if (joined && n == 0 && idle(s)) break;
+    }
+    int submitted = 0;
+    for (int i = 0; i < 3; i++) submitted += t[i].n;
+    printf("# %d requests from 3 threads, %zu finished\n", submitted, finished);
+    assert_int_equal(finished, (size_t)submitted);
+    expect_pools_idle(s);
+    llmi_session_free(s);
+}
+
 /* ---- refusals ---- */
 
 /* The tiny model's file with its last token renamed: same size, another
@@ -804,12 +901,6 @@ static uint64_t disarm(uint64_t max) {
     }
     llmi_alloc_fail_after(0);
     return 0;
-}
-
-static bool idle(llm_session *s) {
-    llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
-    return st.n_running == 0 && st.n_waiting == 0;
 }
 
 /* Two speculating requests (n-gram greedy; a sampling draft model) run to
@@ -980,12 +1071,14 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_proposer),
         cmocka_unit_test(test_generate_greedy_equal),
+        cmocka_unit_test(test_f16_kv),
         cmocka_unit_test(test_sched_greedy_equal_alone),
         cmocka_unit_test(test_sched_sampled_equal_alone),
         cmocka_unit_test(test_draft_sampling_k_invariant),
         cmocka_unit_test(test_distribution_chi_square),
         cmocka_unit_test(test_stop_conditions),
         cmocka_unit_test(test_rollback_soak),
+        cmocka_unit_test(test_concurrent_spec),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_smollm2),
