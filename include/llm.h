@@ -526,7 +526,23 @@ typedef struct llm_request_params {
     uint32_t spec_mode;
     /** Drafts per step, at most ::LLM_SPEC_MAX_K; 0 = adaptive (default 0). */
     uint32_t spec_k;
+    /** Independent samples (completions) of the prompt, at most
+     *  ::LLM_MAX_SAMPLES (default 1; 0 also means 1). The prompt is computed
+     *  once; when its last position's logits exist each sample draws its
+     *  first token from them and continues in its own sequence, sharing the
+     *  prompt's KV blocks (copy-on-write). Every event names its
+     *  llm_event::sample_index; each sample ends with its own finish event, so
+     *  the request is over after `n_samples` of them. Sample 0 gives exactly
+     *  the tokens of the same request with one sample; sample i > 0 draws with
+     *  a seed derived from (seed, i). (With ::LLM_SPEC_DRAFT and sampling,
+     *  tokens also depend on which positions the draft model decided, see
+     *  above; their distribution does not.) A cancel ends every sample.
+     *  Samples are scheduled, preempted and finished independently. */
+    uint32_t n_samples;
 } llm_request_params;
+
+/** Largest llm_request_params::n_samples. */
+#define LLM_MAX_SAMPLES 256
 
 LLM_API void llm_request_params_init(llm_request_params *params);
 
@@ -567,6 +583,9 @@ typedef struct llm_event {
     const llm_token *top_tokens;
     const float *top_logprobs;
     uint32_t n_top;
+    /** Which of the request's llm_request_params::n_samples this event
+     *  belongs to (0 for a request with one sample). */
+    uint32_t sample_index;
 } llm_event;
 
 /**
@@ -582,8 +601,11 @@ LLM_API llm_status llm_session_step(llm_session *session, llm_event *events, siz
 /** Counters and gauges of a session. */
 typedef struct llm_session_stats {
     uint32_t struct_size; /**< set by the caller to sizeof(llm_session_stats) */
-    uint32_t n_running;   /**< requests holding KV blocks */
-    uint32_t n_waiting;   /**< queued or preempted requests */
+    /** Requests holding KV blocks; a request with several samples counts
+     *  once per started sample (each is its own sequence). */
+    uint32_t n_running;
+    /** Queued or preempted requests, plus samples not started yet. */
+    uint32_t n_waiting;
     uint32_t block_size;  /**< tokens per KV block */
     uint32_t blocks_total;
     uint32_t blocks_used;   /**< referenced by a sequence */

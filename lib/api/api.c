@@ -276,6 +276,7 @@ LLM_API void llm_request_params_init(llm_request_params *p) {
     p->max_new_tokens = 256;
     p->spec_mode = LLM_SPEC_NONE;
     p->spec_k = 0; /* adaptive */
+    p->n_samples = 1;
 }
 
 LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, size_t n_prompt,

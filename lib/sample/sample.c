@@ -178,6 +178,11 @@ double llmi_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter) {
     return (double)(h >> 11) * 0x1.0p-53;
 }
 
+uint64_t llmi_sample_seed(uint64_t seed, uint32_t sample_index) {
+    if (sample_index == 0) return seed;
+    return splitmix64(splitmix64(seed ^ 0x53414d504c45ull /* "SAMPLE" */) + sample_index);
+}
+
 /* ---- ordering and selection ---- */
 
 llm_token llmi_argmax(const float *logits, uint32_t n) {

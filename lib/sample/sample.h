@@ -50,6 +50,12 @@ void llmi_sampling_params_free(llm_sampling_params *p);
 /* Uniform double in [0, 1) for (seed, stream, counter). */
 double llmi_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
 
+/* The seed of sample `sample_index` of a request with several samples
+ * (llm_request_params::n_samples): `seed` itself for sample 0, so that it
+ * matches the request with one sample; a well-mixed function of both for
+ * the others. */
+uint64_t llmi_sample_seed(uint64_t seed, uint32_t sample_index);
+
 /* Applies the pipeline to `logits` (n_vocab floats; not modified) up to the
  * renormalised distribution and points *out at its candidates: sorted by
  * probability descending (by processed logit, lowest id on ties), p summing

@@ -5,15 +5,20 @@
 
 #include "session/session.h"
 
+/* Makes room for `bytes` more bytes of event text. */
+static llm_status reserve_arena(llmi_sched *s, size_t bytes) {
+    if (s->n_arena + bytes <= s->cap_arena) return LLM_OK;
+    size_t cap = s->cap_arena ? s->cap_arena : 4096;
+    while (cap < s->n_arena + bytes) cap *= 2;
+    char *a = llmi_realloc(s->arena, cap);
+    if (!a) return llmi_oom("event text");
+    s->arena = a;
+    s->cap_arena = cap;
+    return LLM_OK;
+}
+
 static llm_status arena_put(llmi_sched *s, const char *text, size_t n, size_t *off) {
-    if (s->n_arena + n + 1 > s->cap_arena) {
-        size_t cap = s->cap_arena ? s->cap_arena : 4096;
-        while (cap < s->n_arena + n + 1) cap *= 2;
-        char *a = llmi_realloc(s->arena, cap);
-        if (!a) return llmi_oom("event text");
-        s->arena = a;
-        s->cap_arena = cap;
-    }
+    LLMI_TRY(reserve_arena(s, n + 1));
     *off = s->n_arena;
     memcpy(s->arena + s->n_arena, text, n);
     s->arena[s->n_arena + n] = '\0';
@@ -21,24 +26,31 @@ static llm_status arena_put(llmi_sched *s, const char *text, size_t n, size_t *o
     return LLM_OK;
 }
 
-static llm_status push_event(llmi_sched *s, llm_request_id id, llm_token tok, const char *text,
+/* Makes room for `n` more events. */
+static llm_status reserve_events(llmi_sched *s, size_t n) {
+    if (s->n_events + n <= s->cap_events) return LLM_OK;
+    size_t cap = s->cap_events ? s->cap_events : 64;
+    while (cap < s->n_events + n) cap *= 2;
+    llmi_event_rec *e = llmi_realloc(s->events, cap * sizeof *e);
+    if (!e) return llmi_oom("events");
+    s->events = e;
+    s->cap_events = cap;
+    return LLM_OK;
+}
+
+static llm_status push_event(llmi_sched *s, const llmi_request *r, llm_token tok, const char *text,
                              size_t n, float logprob, llm_finish_reason finish, llm_status st) {
-    if (s->n_events == s->cap_events) {
-        size_t cap = s->cap_events ? s->cap_events * 2 : 64;
-        llmi_event_rec *e = llmi_realloc(s->events, cap * sizeof *e);
-        if (!e) return llmi_oom("events");
-        s->events = e;
-        s->cap_events = cap;
-    }
+    LLMI_TRY(reserve_events(s, 1));
     llmi_event_rec *rec = &s->events[s->n_events];
     LLMI_TRY(arena_put(s, text, n, &rec->text_off));
-    rec->ev = (llm_event){.request = id,
+    rec->ev = (llm_event){.request = r->id,
                           .token = tok,
                           .text = NULL,
                           .text_len = n,
                           .logprob = logprob,
                           .finish_reason = finish,
-                          .status = st};
+                          .status = st,
+                          .sample_index = r->sample_index};
     s->n_events++;
     return LLM_OK;
 }
@@ -137,7 +149,7 @@ llm_status llmi_sched_emit_token(llm_session *session, llmi_request *r, llm_toke
     } else if (*finish == LLM_FINISH_NONE && r->n_stop_strings) {
         emit = r->n_held - stop_prefix_tail(r);
     }
-    LLMI_TRY(push_event(s, r->id, tok, r->held, emit, logprob, *finish, LLM_OK));
+    LLMI_TRY(push_event(s, r, tok, r->held, emit, logprob, *finish, LLM_OK));
     memmove(r->held, r->held + emit, r->n_held - emit);
     r->n_held -= emit;
     return LLM_OK;
@@ -167,5 +179,13 @@ llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const f
 
 llm_status llmi_sched_emit_finish(llm_session *session, llmi_request *r,
                                   llm_finish_reason reason, llm_status status) {
-    return push_event(&session->sched, r->id, LLM_TOKEN_NONE, "", 0, 0.0f, reason, status);
+    llmi_sched *s = &session->sched;
+    /* Room for every event first, so that each sample is reported once. */
+    size_t n = 1 + r->n_forks;
+    LLMI_TRY(reserve_events(s, n));
+    LLMI_TRY(reserve_arena(s, n)); /* each empty text takes its terminator */
+    LLMI_TRY(push_event(s, r, LLM_TOKEN_NONE, "", 0, 0.0f, reason, status));
+    for (uint32_t i = 0; i < r->n_forks; i++)
+        LLMI_TRY(push_event(s, r->forks[i], LLM_TOKEN_NONE, "", 0, 0.0f, reason, status));
+    return LLM_OK;
 }

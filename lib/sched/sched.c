@@ -17,6 +17,8 @@ llm_status llmi_sched_init(llmi_sched *s) {
 
 void llmi_request_free(llm_session *session, llmi_request *r) {
     if (!r) return;
+    for (uint32_t i = 0; i < r->n_forks; i++) llmi_request_free(session, r->forks[i]);
+    llmi_free(r->forks);
     llmi_kv_seq_destroy(session->kv, &r->seq);
     llmi_spec_req_release(&session->spec, &r->spec);
     for (size_t i = 0; i < r->n_stop_strings; i++) llmi_free(r->stop_strings[i]);
@@ -39,15 +41,21 @@ void llmi_sched_destroy(llm_session *session, llmi_sched *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* Makes room for `n` entries in a pointer array; false on OOM. */
+static bool reserve_ptrs(llmi_request ***arr, size_t n, size_t *cap) {
+    if (n <= *cap) return true;
+    size_t c = *cap ? *cap * 2 : 16;
+    while (c < n) c *= 2;
+    llmi_request **a = llmi_realloc(*arr, c * sizeof *a);
+    if (!a) return false;
+    *arr = a;
+    *cap = c;
+    return true;
+}
+
 /* Appends to a pointer array, growing it; false on OOM. */
 static bool push_ptr(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r) {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        llmi_request **a = llmi_realloc(*arr, c * sizeof *a);
-        if (!a) return false;
-        *arr = a;
-        *cap = c;
-    }
+    if (!reserve_ptrs(arr, *n + 1, cap)) return false;
     (*arr)[(*n)++] = r;
     return true;
 }
@@ -74,7 +82,15 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
         p->spec_mode = LLM_SPEC_NONE;
         p->spec_k = 0;
     }
+    /* n_samples took what was padding after spec_k, which zeroing callers
+     * (llm_request_params_init) leave 0: 0 means one sample. */
+    if (in->struct_size < offsetof(llm_request_params, n_samples) + sizeof p->n_samples ||
+        p->n_samples == 0)
+        p->n_samples = 1;
     p->struct_size = sizeof *p;
+    if (p->n_samples > LLM_MAX_SAMPLES)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "n_samples %u exceeds the maximum of %u",
+                          p->n_samples, LLM_MAX_SAMPLES);
     if (p->n_stop_tokens && !p->stop_tokens)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL with n_stop_tokens %zu",
                           p->n_stop_tokens);
@@ -174,12 +190,34 @@ llm_status llmi_sched_submit(llm_session *session, const llm_token *prompt, size
     LLMI_TRY(check_limits(session, prompt, n, &p));
     llmi_request *r = NULL;
     LLMI_TRY(build_request(session, prompt, n, &p, &r));
+    if (p.n_samples > 1) { /* the other samples, ready to start from the prompt */
+        r->forks = llmi_calloc(p.n_samples - 1, sizeof *r->forks);
+        if (!r->forks) {
+            llmi_request_free(session, r);
+            return llmi_oom("request samples");
+        }
+        for (uint32_t i = 1; i < p.n_samples; i++) {
+            llmi_request *c = NULL;
+            llm_status st = build_request(session, prompt, n, &p, &c);
+            if (st != LLM_OK) {
+                llmi_request_free(session, r);
+                return st;
+            }
+            c->sample_index = i;
+            c->sampling.seed = llmi_sample_seed(r->sampling.seed, i);
+            r->forks[r->n_forks++] = c;
+        }
+    }
     llmi_sched *s = &session->sched;
     pthread_mutex_lock(&s->lock);
     bool ok = push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, r);
     if (ok) {
         r->id = s->next_id++;
         r->arrival = s->next_arrival++;
+        for (uint32_t i = 0; i < r->n_forks; i++) {
+            r->forks[i]->id = r->id;
+            r->forks[i]->arrival = r->arrival;
+        }
         *out = r->id;
     }
     pthread_mutex_unlock(&s->lock);
@@ -196,19 +234,24 @@ llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
     llmi_sched *s = &session->sched;
     llm_status st = LLM_OK;
     pthread_mutex_lock(&s->lock);
-    llmi_request *r = NULL;
-    for (size_t i = 0; i < s->n_waiting && !r; i++)
-        if (s->waiting[i]->id == id) r = s->waiting[i];
-    for (size_t i = 0; i < s->n_running && !r; i++)
-        if (s->running[i]->id == id) r = s->running[i];
-    if (!r) {
+    /* Every sample of the request: each is its own entry once started. */
+    bool found = false;
+    llmi_request **lists[2] = {s->waiting, s->running};
+    size_t counts[2] = {s->n_waiting, s->n_running};
+    for (int l = 0; l < 2; l++) {
+        for (size_t i = 0; i < counts[l]; i++) {
+            llmi_request *r = lists[l][i];
+            if (r->id != id) continue;
+            found = true;
+            /* Cancelling twice is harmless until the finish is reported. */
+            r->cancelled = true;
+            /* Free the blocks now unless a forward pass is writing them. */
+            if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
+        }
+    }
+    if (!found)
         st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
                         (unsigned long long)id);
-    } else { /* cancelling twice is harmless until the finish is reported */
-        r->cancelled = true;
-        /* Free the blocks now unless a forward pass is writing them. */
-        if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
-    }
     pthread_mutex_unlock(&s->lock);
     return st;
 }
@@ -336,7 +379,10 @@ static llm_status plan_spec(llm_session *session, plan *pl) {
      * what else runs. */
     for (size_t i = 0; i < s->n_running; i++) {
         llmi_request *r = s->running[i];
-        if (!r->in_flight || !r->wants_logits || r->cancelled || r->spec.mode == LLM_SPEC_NONE)
+        /* Not while samples wait to start from this row's logits: they
+         * fork the prompt's KV, which must not hold drafts then. */
+        if (!r->in_flight || !r->wants_logits || r->cancelled || r->spec.mode == LLM_SPEC_NONE ||
+            r->n_forks)
             continue;
         uint32_t L = r->n_tokens, n_ctx = session->params.n_ctx;
         /* Rows L-1..L-1+k inside the context; no more tokens than the
@@ -483,9 +529,92 @@ static bool push_token(void *ctx, llm_token tok, const float *lg) {
     return c->finish == LLM_FINISH_NONE;
 }
 
-/* A request whose sampled token could not be recorded (out of memory) ends
- * with LLM_FINISH_ERROR, reported by finish_cancelled in the next iteration;
- * the others in the batch carry on. Returns the first such failure. */
+/* Decides r's tokens from its logits rows (`lg`: the first) and emits them;
+ * true when r finished (the caller removes and frees it). A token that
+ * could not be recorded (out of memory) fails r: it ends with
+ * LLM_FINISH_ERROR, reported by finish_cancelled in the next iteration;
+ * the others in the batch carry on. */
+static bool settle(llm_session *session, llmi_request *r, const float *lg, llm_status *first_err) {
+    llmi_sched *s = &session->sched;
+    /* Tokens from the request's rows: one (plain) or up to 1 + k (its
+     * drafts). Random numbers are keyed by (seed, position), not by the
+     * request id, so a seeded request gives the same tokens whenever it is
+     * submitted and whatever runs beside it. */
+    push_ctx pc = {session, r, LLM_FINISH_NONE, LLM_OK};
+    bool stopped = false;
+    uint32_t n = llmi_spec_verify(&session->spec, &r->spec, &session->sampler, lg, &r->sampling,
+                                  r->tokens, r->n_tokens, r->n_generated, session->model->tok,
+                                  (llmi_spec_sink){push_token, &pc}, &stopped);
+    llmi_spec_finish(&session->spec, &r->spec, r->tokens, r->n_tokens, n, stopped, &s->spec_steps,
+                     &s->spec_drafted, &s->spec_accepted);
+    if (pc.err != LLM_OK) {
+        if (*first_err == LLM_OK) *first_err = pc.err;
+        r->error = pc.err;
+        r->cancelled = true;
+        llmi_kv_seq_release(session->kv, &r->seq);
+        return false;
+    }
+    if (pc.finish != LLM_FINISH_NONE) return true;
+    /* Roll back the rows of rejected drafts: the KV keeps every token but
+     * the last, which the next step computes. */
+    if (r->seq.n_tokens > r->n_tokens - 1)
+        llmi_kv_seq_truncate(session->kv, &r->seq, r->n_tokens - 1);
+    if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
+    return false;
+}
+
+/* Starts the samples waiting on r's prompt: each shares r's KV blocks
+ * (copy-on-write) and joins the running list, to draw its first token from
+ * r's logits row in settle_samples. Returns them (NULL, with r failed, when
+ * the running list cannot grow); r no longer holds them. */
+static llmi_request **start_samples(llm_session *session, llmi_request *r, uint32_t *n,
+                                    llm_status *first_err) {
+    llmi_sched *s = &session->sched;
+    *n = 0;
+    if (!reserve_ptrs(&s->running, s->n_running + r->n_forks, &s->cap_running)) {
+        llm_status st = llmi_oom("running list");
+        if (*first_err == LLM_OK) *first_err = st;
+        r->error = st;
+        r->cancelled = true; /* its samples are reported with it */
+        llmi_kv_seq_release(session->kv, &r->seq);
+        return NULL;
+    }
+    llmi_request **kids = r->forks;
+    *n = r->n_forks;
+    r->forks = NULL;
+    r->n_forks = 0;
+    for (uint32_t i = 0; i < *n; i++) {
+        llmi_request *c = kids[i];
+        llm_status st = llmi_kv_seq_fork(session->kv, &r->seq, &c->seq);
+        if (st != LLM_OK) { /* reported by finish_cancelled */
+            if (*first_err == LLM_OK) *first_err = st;
+            c->error = st;
+            c->cancelled = true;
+        }
+        c->running = true;
+        s->running[s->n_running++] = c;
+    }
+    return kids;
+}
+
+/* First tokens of started samples, from their parent's logits row `lg`. */
+static void settle_samples(llm_session *session, llmi_request **kids, uint32_t n,
+                           const float *lg, llm_status *first_err) {
+    llmi_sched *s = &session->sched;
+    for (uint32_t i = 0; i < n; i++) {
+        llmi_request *c = kids[i];
+        if (c->cancelled || !settle(session, c, lg, first_err)) continue;
+        for (size_t j = s->n_running; j-- > 0;)
+            if (s->running[j] == c) {
+                remove_at(s->running, &s->n_running, j);
+                break;
+            }
+        llmi_request_free(session, c);
+    }
+    llmi_free(kids);
+}
+
+/* Returns the first failure of a request (see settle). */
 static llm_status after_forward(llm_session *session, const float *logits) {
     llmi_sched *s = &session->sched;
     uint32_t V = session->model->hp.n_vocab;
@@ -507,36 +636,25 @@ static llm_status after_forward(llm_session *session, const float *logits) {
             i++;
             continue;
         }
-        /* Tokens from the request's rows: one (plain) or up to 1 + k (its
-         * drafts). Random numbers are keyed by (seed, position), not by the
-         * request id, so a seeded request gives the same tokens whenever it
-         * is submitted and whatever runs beside it. */
-        push_ctx pc = {session, r, LLM_FINISH_NONE, LLM_OK};
-        bool stopped = false;
-        uint32_t n = llmi_spec_verify(&session->spec, &r->spec, &session->sampler,
-                                      logits + (size_t)r->logits_row * V, &r->sampling, r->tokens,
-                                      r->n_tokens, r->n_generated, session->model->tok,
-                                      (llmi_spec_sink){push_token, &pc}, &stopped);
-        llmi_spec_finish(&session->spec, &r->spec, r->tokens, r->n_tokens, n, stopped,
-                         &s->spec_steps, &s->spec_drafted, &s->spec_accepted);
-        if (pc.err != LLM_OK) {
-            if (first_err == LLM_OK) first_err = pc.err;
-            r->error = pc.err;
-            r->cancelled = true;
-            llmi_kv_seq_release(session->kv, &r->seq);
-            i++;
-            continue;
+        const float *lg = logits + (size_t)r->logits_row * V;
+        uint32_t n_kids = 0;
+        llmi_request **kids = NULL;
+        if (r->n_forks) { /* the prompt is done: start the other samples */
+            kids = start_samples(session, r, &n_kids, &first_err);
+            if (!kids) {
+                i++;
+                continue;
+            }
         }
-        if (pc.finish != LLM_FINISH_NONE) {
+        bool done = settle(session, r, lg, &first_err);
+        /* After r's own token, so that events come in sample order. The
+         * samples sit after i in the running list and are not in flight. */
+        if (kids) settle_samples(session, kids, n_kids, lg, &first_err);
+        if (done) {
             remove_at(s->running, &s->n_running, i);
             llmi_request_free(session, r);
             continue;
         }
-        /* Roll back the rows of rejected drafts: the KV keeps every token
-         * but the last, which the next step computes. */
-        if (r->seq.n_tokens > r->n_tokens - 1)
-            llmi_kv_seq_truncate(session->kv, &r->seq, r->n_tokens - 1);
-        if (session->params.prefix_cache) llmi_kv_seq_commit(session->kv, &r->seq, r->tokens);
         i++;
     }
     return first_err;
@@ -633,6 +751,9 @@ void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
     pthread_mutex_lock(&s->lock);
     st->n_running = (uint32_t)s->n_running;
     st->n_waiting = (uint32_t)s->n_waiting;
+    /* Samples not started yet wait with their request. */
+    for (size_t i = 0; i < s->n_waiting; i++) st->n_waiting += s->waiting[i]->n_forks;
+    for (size_t i = 0; i < s->n_running; i++) st->n_waiting += s->running[i]->n_forks;
     st->block_size = kv->block_size;
     st->blocks_total = kv->n_blocks;
     st->blocks_free = kv->n_free;

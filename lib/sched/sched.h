@@ -56,6 +56,13 @@ typedef struct llmi_request {
     uint32_t first_row;   /* its first row in the step's batch */
     uint32_t logits_row;  /* its first logits row: 1 + spec.k rows when wants_logits */
     llmi_spec_req spec;   /* speculative decoding; spec.mode LLM_SPEC_NONE = off */
+    uint32_t sample_index; /* which of the request's samples this sequence is */
+    /* Samples 1..n-1 of a request with several, until its prompt's logits
+     * exist: built at submit (so starting them allocates no more than a KV
+     * fork), then started by forking this request's sequence. Reported
+     * with this request if it ends before that. */
+    struct llmi_request **forks;
+    uint32_t n_forks;
 } llmi_request;
 
 /* A finished or progressed request's event, text kept as an arena offset. */
@@ -103,7 +110,8 @@ llm_status llmi_sched_emit_token(struct llm_session *session, llmi_request *r, l
 /* Attaches top-N tokens and log-probabilities to the event queued last. */
 llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const float *logprobs,
                                  uint32_t n);
-/* Queues the final event of a request that ends without a new token. */
+/* Queues the final event of a request that ends without a new token, and
+ * one for each of its samples not yet started (all or none). */
 llm_status llmi_sched_emit_finish(struct llm_session *session, llmi_request *r,
                                   llm_finish_reason reason, llm_status status);
 void llmi_request_free(struct llm_session *session, llmi_request *r);

@@ -132,6 +132,7 @@ static void test_request_params_layout(void **state) {
     FIELD(llm_request_params, top_logprobs, 64, 4, uint32_t);
     FIELD(llm_request_params, spec_mode, 68, 4, uint32_t);
     FIELD(llm_request_params, spec_k, 72, 4, uint32_t);
+    FIELD(llm_request_params, n_samples, 76, 4, uint32_t);
     END_CHECKS();
 }
 
@@ -149,6 +150,7 @@ static void test_event_layout(void **state) {
     FIELD(llm_event, top_tokens, 48, 8, const llm_token *);
     FIELD(llm_event, top_logprobs, 56, 8, const float *);
     FIELD(llm_event, n_top, 64, 4, uint32_t);
+    FIELD(llm_event, sample_index, 68, 4, uint32_t);
     END_CHECKS();
 }
 
