@@ -15,9 +15,18 @@
  *       to N (default: SHAPE's), so the LM head costs what it costs in the
  *       real model.
  *
- * TYPE is F32, F16, BF16, Q4_0, Q4_1 or Q8_0. This tool uses library
- * internals and links the static archive. Exit status: 0 ok, 1 usage
- * error, 2 runtime error. */
+ * TYPE is F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K or Q4_K_M. Q4_K_M is
+ * a mix in the spirit of llama.cpp's (simplified): output.weight and
+ * token_embd.weight in Q6_K; attn_v and ffn_down in Q6_K in the layers
+ * where llama.cpp's use_more_bits() holds (the first and last eighth of the
+ * layers and every third one between), in Q4_K elsewhere; every other
+ * matrix in Q4_K. K-quants need rows of a multiple of 256 elements: a
+ * matrix whose rows are not (SmolLM2's n_embd of 576, for one) falls back
+ * to Q4_1 for Q4_K and to Q8_0 for Q6_K (llama.cpp falls back to Q5_0 and
+ * Q8_0; this library has no Q5_0). With --random, Q4_K_M means Q4_K.
+ *
+ * This tool uses library internals and links the static archive. Exit
+ * status: 0 ok, 1 usage error, 2 runtime error. */
 #include "backend/quant.h"
 #include "core/core.h"
 #include "model/gguf.h"
@@ -32,7 +41,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: llm-quantize IN.gguf OUT.gguf TYPE\n"
                "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
-               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0\n"
+               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
                "SHAPE: llama-3.2-1b, tiny\n");
 }
 
@@ -41,23 +50,59 @@ static int fail(const char *what, llm_status st) {
     return 2;
 }
 
-static bool parse_type(const char *s, llmi_ttype *out) {
+/* *mixed: TYPE was Q4_K_M (then *out is Q4_K). */
+static bool parse_type(const char *s, llmi_ttype *out, bool *mixed) {
     static const struct {
         const char *name;
         llmi_ttype type;
     } types[] = {{"F32", LLMI_T_F32},   {"F16", LLMI_T_F16},   {"BF16", LLMI_T_BF16},
-                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q8_0", LLMI_T_Q8_0}};
+                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q8_0", LLMI_T_Q8_0},
+                 {"Q4_K", LLMI_T_Q4_K}, {"Q6_K", LLMI_T_Q6_K}, {"Q4_K_M", LLMI_T_Q4_K}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcasecmp(s, types[i].name) == 0) {
             *out = types[i].type;
+            *mixed = strcasecmp(s, "Q4_K_M") == 0;
             return true;
         }
     return false;
 }
 
-/* general.file_type (llama_ftype) of a file whose matrices are all `t`. */
-static uint32_t file_type(llmi_ttype t) {
+/* llama.cpp's use_more_bits: the layers whose attn_v and ffn_down Q4_K_M
+ * keeps in Q6_K. */
+static bool use_more_bits(int layer, int n_layer) {
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+/* The type a matrix is written in: `to`, or for Q4_K_M (mixed) the rule in
+ * the header; K-quants fall back when rows are not a multiple of 256. */
+static llmi_ttype matrix_type(const char *name, uint64_t ne0, llmi_ttype to, bool mixed,
+                              int n_layer) {
+    llmi_ttype t = to;
+    int layer = -1;
+    if (mixed) {
+        if (strcmp(name, "output.weight") == 0 || strcmp(name, "token_embd.weight") == 0)
+            t = LLMI_T_Q6_K;
+        else if ((strstr(name, ".attn_v.") || strstr(name, ".ffn_down.")) &&
+                 sscanf(name, "blk.%d.", &layer) == 1 && use_more_bits(layer, n_layer))
+            t = LLMI_T_Q6_K;
+    }
+    if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q4_K)
+        t = LLMI_T_Q4_1;
+    else if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q6_K)
+        t = LLMI_T_Q8_0;
+    return t;
+}
+
+/* general.file_type (llama_ftype) of a file whose matrices are all `t`
+ * (Q4_K: MOSTLY_Q4_K_S); Q4_K_M is 15. */
+static uint32_t file_type(llmi_ttype t, bool mixed) {
+    if (mixed)
+        return 15;
     switch (t) {
+    case LLMI_T_Q4_K:
+        return 14;
+    case LLMI_T_Q6_K:
+        return 18;
     case LLMI_T_F16:
         return 1;
     case LLMI_T_Q4_0:
@@ -164,23 +209,26 @@ static llm_status copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv, uint32_t 
     return st;
 }
 
-/* Tensors rewritten, by their type in the input; tensors copied as they were. */
+/* Tensors rewritten, by their type in the input and in the output;
+ * tensors copied as they were. */
 typedef struct counts {
-    uint32_t converted[64];
+    uint32_t converted[64], written[64];
     uint32_t kept;
 } counts;
 
 static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, llmi_ttype to,
-                              float **buf, size_t *cap, counts *c) {
+                              bool mixed, int n_layer, float **buf, size_t *cap, counts *c) {
     char *name = dup_str(t->name);
     if (!name)
         return llmi_oom("tensor name");
     llm_status st;
-    llmi_ttype type = t->n_dims >= 2 ? to : t->type;
-    if (type == t->type)
+    llmi_ttype type = t->n_dims >= 2 ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
+    if (type == t->type) {
         c->kept++;
-    else
+    } else {
         c->converted[(unsigned)t->type % 64]++;
+        c->written[(unsigned)type % 64]++;
+    }
     if (type == t->type) {
         st = llmi_gguf_w_tensor_raw(w, name, type, t->n_dims, t->ne, t->data, t->nbytes);
         llmi_free(name);
@@ -207,7 +255,22 @@ static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, ll
     return st;
 }
 
-static int requantize(const char *in, const char *out, llmi_ttype to) {
+/* Layers: one more than the largest N of the blk.N. tensor names. */
+static int count_layers(const llmi_gguf *g) {
+    int n = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const llmi_str s = g->tensors[i].name;
+        int layer = -1, k = 0;
+        if (s.len > 4 && memcmp(s.ptr, "blk.", 4) == 0)
+            for (k = 4; k < (int)s.len && s.ptr[k] >= '0' && s.ptr[k] <= '9' && k < 12; k++)
+                layer = (layer < 0 ? 0 : 10 * layer) + (s.ptr[k] - '0');
+        if (layer + 1 > n)
+            n = layer + 1;
+    }
+    return n;
+}
+
+static int requantize(const char *in, const char *out, llmi_ttype to, bool mixed) {
     llmi_gguf *g = NULL;
     llm_status st = llmi_gguf_open(in, true, &g);
     if (st != LLM_OK)
@@ -215,13 +278,14 @@ static int requantize(const char *in, const char *out, llmi_ttype to) {
     llmi_gguf_writer *w = NULL;
     float *buf = NULL;
     size_t cap = 0;
-    counts c = {{0}, 0};
+    counts c = {{0}, {0}, 0};
     if ((st = llmi_gguf_writer_create(&w)) != LLM_OK)
         goto done;
     for (uint64_t i = 0; st == LLM_OK && i < g->n_kv; i++)
-        st = copy_kv(w, &g->kv[i], file_type(to));
+        st = copy_kv(w, &g->kv[i], file_type(to, mixed));
+    const int n_layer = count_layers(g);
     for (uint64_t i = 0; st == LLM_OK && i < g->n_tensors; i++)
-        st = copy_tensor(w, &g->tensors[i], to, &buf, &cap, &c);
+        st = copy_tensor(w, &g->tensors[i], to, mixed, n_layer, &buf, &cap, &c);
     if (st == LLM_OK)
         st = llmi_gguf_writer_save(w, out);
 done:
@@ -234,8 +298,11 @@ done:
     for (unsigned ty = 0; ty < 64; ty++)
         if (c.converted[ty])
             fprintf(stderr, " %u %s", c.converted[ty], llmi_ttype_get(ty)->name);
-    fprintf(stderr, " tensors written as %s, %u kept as they were\n", llmi_ttype_get(to)->name,
-            c.kept);
+    fprintf(stderr, " tensors written as");
+    for (unsigned ty = 0; ty < 64; ty++)
+        if (c.written[ty])
+            fprintf(stderr, " %u %s", c.written[ty], llmi_ttype_get(ty)->name);
+    fprintf(stderr, ", %u kept as they were\n", c.kept);
     return 0;
 }
 
@@ -325,16 +392,17 @@ int main(int argc, char **argv) {
         }
     }
     llmi_ttype type;
+    bool mixed = false;
     if (n_pos != 3) {
         usage(stderr);
         return 1;
     }
-    if (!parse_type(pos[2], &type)) {
+    if (!parse_type(pos[2], &type, &mixed)) {
         fprintf(stderr, "llm-quantize: unknown type '%s'\n", pos[2]);
         usage(stderr);
         return 1;
     }
     if (random)
         return random_model(pos[0], pos[1], type, (long)vocab, (unsigned long long)seed);
-    return requantize(pos[0], pos[1], type);
+    return requantize(pos[0], pos[1], type, mixed);
 }

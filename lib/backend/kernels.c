@@ -5,6 +5,7 @@
  * a weight row is walked in chunks of 32 elements (one quant block), each
  * chunk is dequantized once and multiplied with up to `tile` tokens. */
 #include "backend/kernels_impl.h"
+#include "backend/kernels_k.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -39,7 +40,9 @@ static int kt_index(uint32_t type) {
     }
 }
 
-int llmi_kernels_type_supported(uint32_t type) { return kt_index(type) >= 0; }
+int llmi_kernels_type_supported(uint32_t type) {
+    return kt_index(type) >= 0 || llmi_kq_is_k(type);
+}
 
 /* ---- portable C ------------------------------------------------------- */
 
@@ -333,6 +336,10 @@ const llmi_kernel_set *llmi_kernels_current(void) {
 /* ---- matmul ------------------------------------------------------------- */
 
 void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith, int nth) {
+    if (llmi_kq_is_k(w->type)) { /* K-quants: kernels_k.c */
+        llmi_kq_matmul_f32_part(w, x, n_tok, y, ith, nth);
+        return;
+    }
     const int kt = kt_index(w->type);
     if (kt < 0 || n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth)
         return;

@@ -31,7 +31,7 @@ typedef struct llmi_weight {
 } llmi_weight;
 
 /* Whether llmi_matmul supports weights of `type` (F32, F16, BF16, Q4_0,
- * Q4_1, Q8_0). */
+ * Q4_1, Q8_0, Q4_K, Q6_K). */
 int llmi_kernels_type_supported(uint32_t type);
 
 /* y[t*rows + r] = sum_c W[r][c] * x[t*cols + c] for t < n_tok, for the rows
@@ -50,8 +50,9 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
  *
  * Quantized weights multiply 8-bit activations with integer dot products,
  * exactly as llama.cpp's CPU backend does (its vec_dot_type): Q4_0 and Q8_0
- * weights pair with Q8_0 activations, Q4_1 weights with Q8_1. F32, F16 and
- * BF16 weights keep f32 activations (llmi_matmul).
+ * weights pair with Q8_0 activations, Q4_1 weights with Q8_1, Q4_K and Q6_K
+ * weights with Q8_K (kernels_k.c gives their formula). F32, F16 and BF16
+ * weights keep f32 activations (llmi_matmul).
  *
  * Activations, per block of 32 (llama.cpp's x86 quantize_row_q8_0/_q8_1):
  *   amax = max|x|, d = amax / 127, stored as fp16(d);
@@ -79,7 +80,7 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
 typedef struct llmi_act {
     const float *f32;  /* the f32 rows, n_tok x cols (always set) */
     const void *q;     /* quantized rows; NULL for float weights */
-    llmi_ttype q_type; /* LLMI_T_Q8_0 or LLMI_T_Q8_1; LLMI_T_F32 when q is NULL */
+    llmi_ttype q_type; /* LLMI_T_Q8_0, _Q8_1 or _Q8_K; LLMI_T_F32 when q is NULL */
     int n_tok;
     int64_t cols;
     size_t q_row_bytes; /* stride between tokens' rows in q */
@@ -90,7 +91,12 @@ typedef struct llmi_act {
  *   float d[nb]          at byte 32 * nb: fp16(d) widened to f32;
  *   float s[nb]          at byte 36 * nb, Q8_1 only: fp16(s) widened;
  * then zeros up to q_row_bytes (a multiple of 64). f32 scales spare the
- * kernels a conversion per token and block; the values are the fp16 ones. */
+ * kernels a conversion per token and block; the values are the fp16 ones.
+ * A Q8_K row (nb = cols / 256 super-blocks) holds
+ *   int8_t qs[256 * nb]   super-block i's values at qs[256i .. 256i+255];
+ *   float d[nb]           at byte 256 * nb: the f32 scales;
+ *   int16_t bsums[16*nb]  at byte 260 * nb: sums of 16 consecutive qs;
+ * then zeros up to q_row_bytes; llmi_act_s does not apply to it. */
 static inline const int8_t *llmi_act_qs(const llmi_act *a, int t) {
     return (const int8_t *)a->q + (size_t)t * a->q_row_bytes;
 }
@@ -100,14 +106,19 @@ static inline const float *llmi_act_d(const llmi_act *a, int t) {
 static inline const float *llmi_act_s(const llmi_act *a, int t) {
     return llmi_act_d(a, t) + a->cols / 32;
 }
+static inline const int16_t *llmi_act_bsums(const llmi_act *a, int t) {
+    return (const int16_t *)(const void *)(llmi_act_d(a, t) + a->cols / LLMI_QK_K);
+}
 
 /* The activation type that weights of `type` pair with: LLMI_T_Q8_0,
- * LLMI_T_Q8_1, or LLMI_T_F32 for float (and unsupported) types. */
+ * LLMI_T_Q8_1, LLMI_T_Q8_K, or LLMI_T_F32 for float (and unsupported)
+ * types. */
 llmi_ttype llmi_act_type(llmi_ttype weight_type);
 
 /* Scratch bytes for llmi_act_prepare: 0 for float weights (and for a cols
- * that is not a positive multiple of 32, or a size that overflows: such
- * an act has q NULL and llmi_matmul_act gives NaN). Any alignment will do. */
+ * that is not a positive multiple of 32, 256 for K-quants, or a size that
+ * overflows: such an act has q NULL and llmi_matmul_act gives NaN). Any
+ * alignment will do. */
 size_t llmi_act_scratch_bytes(llmi_ttype weight_type, int64_t cols, int n_tok);
 
 /* Fills *out for weights of weight_type: quantizes the n_tok rows of x

@@ -8,6 +8,7 @@
  * Q4_1's m_w * s_x terms are summed in a second accumulator and added at the
  * end, as llama.cpp's x86 kernel does. */
 #include "backend/kernels_impl.h"
+#include "backend/kernels_k.h"
 
 #include <assert.h>
 #include <math.h>
@@ -40,6 +41,9 @@ llmi_ttype llmi_act_type(llmi_ttype weight_type) {
         return LLMI_T_Q8_0;
     case LLMI_T_Q4_1:
         return LLMI_T_Q8_1;
+    case LLMI_T_Q4_K:
+    case LLMI_T_Q6_K:
+        return LLMI_T_Q8_K;
     default:
         return LLMI_T_F32;
     }
@@ -216,6 +220,8 @@ static const llmi_qkernel_set *qkernel_set(void) {
 
 size_t llmi_act_scratch_bytes(llmi_ttype weight_type, int64_t cols, int n_tok) {
     const llmi_ttype at = llmi_act_type(weight_type);
+    if (at == LLMI_T_Q8_K) /* K-quants: kernels_k.c */
+        return llmi_kq_act_scratch_bytes(cols, n_tok);
     if (at == LLMI_T_F32 || cols <= 0 || cols % QK != 0 || n_tok <= 0)
         return 0;
     const size_t rb = act_row_bytes(cols / QK, at == LLMI_T_Q8_1);
@@ -245,6 +251,10 @@ static void prep_task(void *p, int ith, int nth) {
 
 void llmi_act_prepare(llmi_pool *pool, llmi_ttype weight_type, const float *x, int n_tok,
                       int64_t cols, void *scratch, llmi_act *out) {
+    if (llmi_act_type(weight_type) == LLMI_T_Q8_K) {
+        llmi_kq_act_prepare(pool, x, n_tok, cols, scratch, out);
+        return;
+    }
     *out = (llmi_act){.f32 = x, .q = NULL, .q_type = LLMI_T_F32, .n_tok = n_tok, .cols = cols};
     if (!scratch || llmi_act_scratch_bytes(weight_type, cols, n_tok) == 0)
         return;
@@ -271,6 +281,10 @@ static void nan_share(float *y, int64_t rows, int n_tok, int64_t r0, int64_t r1)
 }
 
 void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth) {
+    if (llmi_kq_is_k(w->type)) {
+        llmi_kq_matmul_act_part(w, x, y, ith, nth);
+        return;
+    }
     const int qt = qt_index(w->type);
     if (qt < 0) { /* float weights (or unsupported: llmi_matmul ignores those) */
         llmi_matmul_part(w, x->f32, x->n_tok, y, ith, nth);

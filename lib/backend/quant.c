@@ -132,6 +132,11 @@ void llmi_quantize_row(llmi_ttype type, const float *src, void *dst, int64_t n) 
         assert(n % LLMI_QK == 0);
         quantize_q8_1(src, dst, n / LLMI_QK);
         break;
+    case LLMI_T_Q4_K:
+    case LLMI_T_Q6_K:
+    case LLMI_T_Q8_K:
+        llmi_quant_k_quantize(type, src, dst, n);
+        break;
     default:
         assert(!"llmi_quantize_row: unknown type");
     }
@@ -200,6 +205,11 @@ void llmi_dequantize_row(llmi_ttype type, const void *src, float *dst, int64_t n
         }
         break;
     }
+    case LLMI_T_Q4_K:
+    case LLMI_T_Q6_K:
+    case LLMI_T_Q8_K:
+        llmi_quant_k_dequantize(type, src, dst, n);
+        break;
     default:
         assert(!"llmi_dequantize_row: unknown type");
     }

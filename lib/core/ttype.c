@@ -9,12 +9,18 @@ static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_
 static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1)};
 static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0)};
 static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_1)};
+static const llmi_ttype_info info_q4_k = {"Q4_K", LLMI_QK_K, sizeof(llmi_block_q4_k)};
+static const llmi_ttype_info info_q6_k = {"Q6_K", LLMI_QK_K, sizeof(llmi_block_q6_k)};
+static const llmi_ttype_info info_q8_k = {"Q8_K", LLMI_QK_K, sizeof(llmi_block_q8_k)};
 
 /* The block structs must have no padding, or files would not map onto them. */
 _Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(llmi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(llmi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(llmi_block_q8_1) == 36, "Q8_1 block is 36 bytes");
+_Static_assert(sizeof(llmi_block_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(llmi_block_q6_k) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(llmi_block_q8_k) == 292, "Q8_K block is 292 bytes");
 
 const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
     switch (type) {
@@ -32,6 +38,12 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
         return &info_q8_0;
     case LLMI_T_Q8_1:
         return &info_q8_1;
+    case LLMI_T_Q4_K:
+        return &info_q4_k;
+    case LLMI_T_Q6_K:
+        return &info_q6_k;
+    case LLMI_T_Q8_K:
+        return &info_q8_k;
     default:
         return NULL;
     }

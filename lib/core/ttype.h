@@ -12,6 +12,9 @@ typedef enum llmi_ttype {
     LLMI_T_Q4_1 = 3,
     LLMI_T_Q8_0 = 8,
     LLMI_T_Q8_1 = 9,
+    LLMI_T_Q4_K = 12,
+    LLMI_T_Q6_K = 14,
+    LLMI_T_Q8_K = 15,
     LLMI_T_BF16 = 30,
 } llmi_ttype;
 
@@ -24,6 +27,41 @@ typedef struct { uint16_t d; int8_t qs[LLMI_QK]; } llmi_block_q8_0;             
  * Q4_1 weights; no model stores its weights in it). */
 typedef struct { uint16_t d, s; int8_t qs[LLMI_QK]; } llmi_block_q8_1;
 /* In Q4 blocks byte j holds element j in its low nibble and j+16 in its high. */
+
+/* K-quants: super-blocks of 256 elements with per-sub-block integer scales.
+ *
+ * Q4_K: 8 sub-blocks of 32; x = d*sc[j]*q - dmin*m[j], q in 0..15, sc and m
+ *   6-bit. scales[12] packs them: for j < 4, sc[j] = scales[j] & 63 and
+ *   m[j] = scales[j+4] & 63; for j >= 4, sc[j] = (scales[j+4] & 15) |
+ *   (scales[j-4] >> 6) << 4 and m[j] = (scales[j+4] >> 4) | (scales[j] >> 6)
+ *   << 4. qs: 64-element group g (32 bytes at qs + 32g) holds element 64g+l
+ *   in byte l's low nibble and 64g+32+l in its high nibble.
+ * Q6_K: 16 sub-blocks of 16; x = d*scales[j]*(q - 32), q in 0..63, scales
+ *   int8. Each half h (128 elements) uses ql + 64h, qh + 32h: for l < 32,
+ *   element 128h+l     = ql[l] low nibble    | (qh[l] bits 0-1) << 4,
+ *           128h+l+32  = ql[l+32] low nibble | (qh[l] bits 2-3) << 4,
+ *           128h+l+64  = ql[l] high nibble   | (qh[l] bits 4-5) << 4,
+ *           128h+l+96  = ql[l+32] high nibble| (qh[l] bits 6-7) << 4.
+ * Q8_K: llama.cpp's activation type for both (x = d*q with an f32 d, and
+ *   bsums[j] = the sum of q over elements 16j..16j+15); no model stores its
+ *   weights in it. */
+#define LLMI_QK_K 256
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[LLMI_QK_K / 2];
+} llmi_block_q4_k;
+typedef struct {
+    uint8_t ql[LLMI_QK_K / 2];
+    uint8_t qh[LLMI_QK_K / 4];
+    int8_t scales[LLMI_QK_K / 16];
+    uint16_t d;
+} llmi_block_q6_k;
+typedef struct {
+    float d;
+    int8_t qs[LLMI_QK_K];
+    int16_t bsums[LLMI_QK_K / 16];
+} llmi_block_q8_k;
 
 typedef struct llmi_ttype_info {
     const char *name;   /* "Q4_1" */

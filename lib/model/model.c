@@ -99,8 +99,9 @@ static bool has_kernel(llmi_ttype t) {
     switch (t) {
     case LLMI_T_F32: case LLMI_T_F16: case LLMI_T_BF16:
     case LLMI_T_Q4_0: case LLMI_T_Q4_1: case LLMI_T_Q8_0:
+    case LLMI_T_Q4_K: case LLMI_T_Q6_K:
         return true;
-    default: /* activation-only formats (Q8_1) and anything newer */
+    default: /* activation-only formats (Q8_1, Q8_K) and anything newer */
         return false;
     }
 }
@@ -137,7 +138,9 @@ static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint
                           name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                           t->n_dims, (unsigned long long)cols, (unsigned long long)rows);
     if (!has_kernel(t->type))
-        return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' has type %u, which has no kernel",
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "tensor '%s' has type %u, which has no kernel (F32, F16, BF16, Q4_0, "
+                          "Q4_1, Q8_0, Q4_K, Q6_K have)",
                           name, (unsigned)t->type);
     LLMI_TRY(check_aligned(name, t));
     w->data = t->data;

@@ -95,7 +95,7 @@ static void test_ttype(void **state) {
     assert_int_equal(llmi_ttype_get(LLMI_T_Q8_0)->block_bytes, 34);
     assert_string_equal(llmi_ttype_get(LLMI_T_BF16)->name, "BF16");
     assert_null(llmi_ttype_get(99));
-    assert_null(llmi_ttype_get(14));
+    assert_null(llmi_ttype_get(13)); /* Q5_K */
     assert_int_equal(llmi_ttype_row_bytes(LLMI_T_F32, 10), 40);
     assert_int_equal(llmi_ttype_row_bytes(LLMI_T_F16, 10), 20);
     assert_int_equal(llmi_ttype_row_bytes(LLMI_T_BF16, 3), 6);
@@ -736,7 +736,7 @@ static void test_bad_tensors(void **state) {
     BAD(p + 12, 8, 0, FMT, "tensor 't.a' has invalid ne[1] = 0");
     BAD(p + 12, 8, 1ull << 63, FMT, "tensor 't.a' has invalid ne[1] = 9223372036854775808");
     BAD(p + 20, 4, 99, UNSUP, "tensor 't.a' has type 99 (unknown), which is not supported");
-    BAD(p + 20, 4, 14, UNSUP, "tensor 't.a' has type 14 (Q6_K)");
+    BAD(p + 20, 4, 13, UNSUP, "tensor 't.a' has type 13 (Q5_K)");
     BAD(p + 20, 4, LLMI_T_Q8_0, LLM_OK, ""); /* smaller than the F32 data: in bounds */
     BAD(p + 24, 8, 1, FMT, "tensor 't.a': offset 1 is not a multiple of the alignment 32");
     BAD(p + 24, 8, 1ull << 20, FMT, "tensor 't.a': data at offset 1048576 + 512 bytes runs past");
