@@ -184,7 +184,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat
+FUZZ_TARGETS ?= gguf model tokenize chat state
 FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz
@@ -194,6 +194,7 @@ FUZZ_MAXLEN_gguf := 65536
 FUZZ_MAXLEN_model := 65536
 FUZZ_MAXLEN_tokenize := 4096
 FUZZ_MAXLEN_chat := 4096
+FUZZ_MAXLEN_state := 16384
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \
@@ -209,6 +210,9 @@ $(FUZZ_DIR)/obj/%.o: %.c
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(DEPS_LIBS)
 
+# fuzz_state and the corpus generator share the model of fuzz_state.h.
+$(FUZZ_DIR)/fuzz_state: tests/fuzz/fuzz_state.h
+
 fuzz-build: $(FUZZ_LIB_OBJ) $(FUZZ_BIN)
 
 fuzz: fuzz-build
@@ -222,7 +226,8 @@ fuzz: fuzz-build
 		env $(FUZZ_ENV) $(FUZZ_DIR)/fuzz_$$t $(FUZZ_OPTS) $$d \
 			-max_total_time=$(FUZZ_SECONDS) -max_len=$$(case $$t in \
 			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
-			tokenize) echo $(FUZZ_MAXLEN_tokenize);; *) echo $(FUZZ_MAXLEN_chat);; esac) \
+			tokenize) echo $(FUZZ_MAXLEN_tokenize);; state) echo $(FUZZ_MAXLEN_state);; \
+			*) echo $(FUZZ_MAXLEN_chat);; esac) \
 			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
 			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \
 		if grep -qE 'ERROR: libFuzzer|==[0-9]+==ERROR|check failed|SUMMARY: (Address|Undefined|Leak)' \

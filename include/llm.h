@@ -594,6 +594,14 @@ typedef struct llm_event {
  * over from an earlier call are delivered first; only when none are pending
  * does it run one scheduler iteration. `*n_events` = 0 with no requests left
  * means the session is idle.
+ *
+ * A failed step delivers no events (`*n_events` = 0) and may simply be
+ * repeated. A failed forward pass (::LLM_ERR_BACKEND, or
+ * ::LLM_ERR_OUT_OF_MEMORY from the backend) changes no request: each still
+ * gives exactly the tokens of a run without the failure. Events the failed
+ * iteration did produce (finishes of cancelled requests) come with the next
+ * call. A request that cannot go on ends with ::LLM_FINISH_ERROR and its
+ * status in llm_event::status (docs/reliability.md).
  */
 LLM_API llm_status llm_session_step(llm_session *session, llm_event *events, size_t capacity,
                                     size_t event_size, size_t *n_events);
@@ -676,6 +684,96 @@ LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *bat
  * have asked for them. Borrowed until the next decode or step.
  */
 LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
+
+/* ------------------------------------------------------------------------ */
+/** @name Session state: saving and restoring sequences
+ *
+ * A token-level sequence (its tokens and their K/V) saved to memory or a
+ * file and loaded back, into this session or another one on the same model
+ * (in this process or a later one), continues exactly where it was: with
+ * the same kv_type on the same CPU, the next logits are bitwise the ones
+ * the original sequence gives. The session loading it may have another
+ * kv_block_size, n_ctx or kv_type (rows are converted; from F32 to F16 or
+ * BF16 that rounds, so logits then differ slightly).
+ *
+ * A state names its model by a 64-bit fingerprint of the hyper-parameters,
+ * tensor shapes and the ends of every tensor's data: another model (also a
+ * fine-tune of the same shape) gives ::LLM_ERR_INVALID_ARGUMENT naming both.
+ * Everything is checked before use: truncated or corrupt data (CRC-32 of
+ * header and payload) gives ::LLM_ERR_BAD_FORMAT, a newer format version
+ * ::LLM_ERR_UNSUPPORTED, a state that does not fit the session's n_ctx or
+ * free KV blocks ::LLM_ERR_LIMIT, file errors ::LLM_ERR_IO. A load applies
+ * fully or not at all: on failure no sequence is opened and no KV block is
+ * kept. Files are written to "PATH.tmp", synced and renamed, so PATH holds
+ * either the old or the complete new state, never a partial one.
+ *
+ * Only token-level sequences are state: requests of the scheduler
+ * (llm_session_submit) and llm_generate's context are not saved. Forks
+ * sharing KV blocks are saved and loaded as independent copies. The format
+ * is described in docs/reliability.md. Not thread-safe, like the rest of
+ * the token-level API. */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Copies the tokens sequence `seq` holds (every position decoded into it,
+ * after truncation; a fork starts with its source's) into `tokens`.
+ * `*n_tokens` = their number; when `capacity` is smaller:
+ * ::LLM_ERR_BUFFER_TOO_SMALL (`tokens` may be NULL when `capacity` is 0).
+ * An unknown sequence: ::LLM_ERR_NOT_FOUND.
+ */
+LLM_API llm_status llm_seq_tokens(llm_session *session, llm_seq_id seq, llm_token *tokens,
+                                  size_t capacity, size_t *n_tokens);
+
+/**
+ * Saves sequence `seq` into `buf` (`capacity` bytes, borrowed for the
+ * call; the state does not point into the session). When `buf` is NULL or
+ * `capacity` is below what the state may take: ::LLM_ERR_BUFFER_TOO_SMALL
+ * and `*size` = an upper bound (allocate that much and call again); on
+ * success `*size` = the bytes written, usually a little less. The sequence
+ * is not changed. An unknown sequence: ::LLM_ERR_NOT_FOUND.
+ */
+LLM_API llm_status llm_seq_state_save(llm_session *session, llm_seq_id seq, void *buf,
+                                      size_t capacity, size_t *size);
+
+/**
+ * Opens a new sequence holding the state in `data` (`size` bytes, borrowed)
+ * saved by llm_seq_state_save() or llm_seq_state_save_file(): its tokens
+ * and K/V, ready to decode at position = its length. `*out` = its id (-1 on
+ * failure). A session state gives ::LLM_ERR_INVALID_ARGUMENT (use
+ * llm_session_state_load()).
+ */
+LLM_API llm_status llm_seq_state_load(llm_session *session, const void *data, size_t size,
+                                      llm_seq_id *out);
+
+/** llm_seq_state_save() into the file `path` (borrowed; replaced atomically). */
+LLM_API llm_status llm_seq_state_save_file(llm_session *session, llm_seq_id seq,
+                                           const char *path);
+
+/** llm_seq_state_load() from the file `path` (borrowed), read in bounded chunks. */
+LLM_API llm_status llm_seq_state_load_file(llm_session *session, const char *path,
+                                           llm_seq_id *out);
+
+/**
+ * Saves every open token-level sequence with its id, as llm_seq_state_save()
+ * does for one (same buffer rules). A session without sequences gives a
+ * valid, empty state.
+ */
+LLM_API llm_status llm_session_state_save(llm_session *session, void *buf, size_t capacity,
+                                          size_t *size);
+
+/**
+ * Re-creates the sequences of a session state under their saved ids. The
+ * session must have no open token-level sequence (else
+ * ::LLM_ERR_INVALID_ARGUMENT); its requests are not affected. A sequence
+ * state gives ::LLM_ERR_INVALID_ARGUMENT (use llm_seq_state_load()).
+ */
+LLM_API llm_status llm_session_state_load(llm_session *session, const void *data, size_t size);
+
+/** llm_session_state_save() into the file `path` (borrowed; replaced atomically). */
+LLM_API llm_status llm_session_state_save_file(llm_session *session, const char *path);
+
+/** llm_session_state_load() from the file `path` (borrowed). */
+LLM_API llm_status llm_session_state_load_file(llm_session *session, const char *path);
 
 /* ------------------------------------------------------------------------ */
 /** @name Standalone sampler

@@ -1,4 +1,5 @@
-/* CPU forward pass for Llama-family decoders:
+/* The CPU backend (llmi_backend_cpu, backend/backend.h): the forward pass
+ * for Llama-family decoders:
  *   x = embed(token)
  *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
  *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
@@ -7,14 +8,16 @@
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
  * read it (Q, K, V; gate, up). */
-#include "backend/forward.h"
+#include "backend/backend.h"
 
 #include "backend/kernels.h"
 #include "backend/quant.h"
 
 #include <math.h>
 
-struct llmi_forward {
+typedef struct cpu_forward cpu_forward;
+
+struct cpu_forward {
     const llm_model *m;
     llmi_pool *pool;
     uint32_t max_rows, max_ctx;
@@ -34,7 +37,7 @@ struct llmi_forward {
     bool f32_activations; /* skip 8-bit activations (tests against llama.cpp) */
 };
 
-static void free_buffers(llmi_forward *f) {
+static void free_buffers(cpu_forward *f) {
     float **bufs[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->gate,
                       &f->up, &f->hout, &f->scores, &f->rope_cs, &f->out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -80,12 +83,13 @@ static float *alloc_rows(uint32_t rows, uint32_t dim) {
     return llmi_malloc_aligned(n);
 }
 
-llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
-                               uint32_t max_ctx, llmi_forward **out) {
+static void cpu_free(void *ctx);
+
+/* max_rows and max_ctx are > 0 (checked by the dispatcher). */
+static llm_status cpu_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
+                             uint32_t max_ctx, void **out) {
     *out = NULL;
-    if (max_rows == 0 || max_ctx == 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "forward pass needs rows and context > 0");
-    llmi_forward *f = llmi_calloc(1, sizeof *f);
+    cpu_forward *f = llmi_calloc(1, sizeof *f);
     if (!f) return llmi_oom("forward pass");
     const llmi_hparams *hp = &m->hp;
     f->m = m;
@@ -109,23 +113,26 @@ llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max
     f->out_rows = alloc_rows(max_rows, embd);
     size_t act_bytes = 0;
     if (!act_scratch_size(m, max_rows, &act_bytes)) {
-        llmi_forward_free(f);
+        cpu_free(f);
         return llmi_error(LLM_ERR_LIMIT, "forward pass: %u rows per batch is too many", max_rows);
     }
     if (act_bytes)
         f->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
         !f->hout || !f->scores || !f->rope_cs || !f->out_rows || (act_bytes && !f->act_scratch)) {
-        llmi_forward_free(f);
+        cpu_free(f);
         return llmi_oom("forward pass buffers");
     }
     *out = f;
     return LLM_OK;
 }
 
-void llmi_forward_set_f32_activations(llmi_forward *f, bool on) { f->f32_activations = on; }
+static void cpu_set_f32_activations(void *ctx, bool on) {
+    ((cpu_forward *)ctx)->f32_activations = on;
+}
 
-void llmi_forward_free(llmi_forward *f) {
+static void cpu_free(void *ctx) {
+    cpu_forward *f = ctx;
     if (!f) return;
     free_buffers(f);
     llmi_free(f);
@@ -134,7 +141,7 @@ void llmi_forward_free(llmi_forward *f) {
 /* ---- matmuls ---- */
 
 /* Makes x (n rows of cols floats) the input of the matmuls that follow. */
-static void act_begin(llmi_forward *f, const float *x, uint32_t n, int64_t cols) {
+static void act_begin(cpu_forward *f, const float *x, uint32_t n, int64_t cols) {
     f->act_x = x;
     f->act_rows = n;
     f->act_cols = cols;
@@ -143,7 +150,7 @@ static void act_begin(llmi_forward *f, const float *x, uint32_t n, int64_t cols)
 
 /* y = w * (the current input). The input is quantized for w's activation
  * type on first use and reused by the next matmuls of the same type. */
-static void act_matmul(llmi_forward *f, const llmi_weight *w, float *y) {
+static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
     if (f->f32_activations) {
         llmi_matmul(f->pool, w, f->act_x, (int)f->act_rows, y);
         return;
@@ -163,7 +170,7 @@ static void act_matmul(llmi_forward *f, const llmi_weight *w, float *y) {
 /* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
  * rotations round the way the reference implementation's do. */
-static void rope_tables(llmi_forward *f, const llmi_batch_row *rows, uint32_t n) {
+static void rope_tables(cpu_forward *f, const llmi_batch_row *rows, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
@@ -196,7 +203,7 @@ static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint
 /* ---- attention: one task per (row, head), split across threads ---- */
 
 typedef struct attn_job {
-    llmi_forward *f;
+    cpu_forward *f;
     const llmi_kv *kv;
     const llmi_row_ops *ops; /* the KV element type's dot and axpy */
     const llmi_batch_row *rows;
@@ -217,7 +224,7 @@ static const llmi_row_ops *kv_ops(const llmi_kv *kv) {
 
 static void attn_task(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
-    const llmi_forward *f = j->f;
+    const cpu_forward *f = j->f;
     const llmi_hparams *hp = &f->m->hp;
     uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
@@ -256,7 +263,7 @@ static void norm_rows(float *out, const float *x, const llmi_vec *w, uint32_t n,
         llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, w->data, (int)dim, eps);
 }
 
-static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, uint32_t layer,
+static void attention_block(cpu_forward *f, llmi_kv *kv, const llmi_layer *L, uint32_t layer,
                             const llmi_batch_row *rows, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     norm_rows(f->xb, f->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
@@ -288,7 +295,7 @@ static void attention_block(llmi_forward *f, llmi_kv *kv, const llmi_layer *L, u
                          (int)hp->n_embd);
 }
 
-static void mlp_block(llmi_forward *f, const llmi_layer *L, uint32_t n) {
+static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     norm_rows(f->xb, f->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     act_begin(f, f->xb, n, hp->n_embd);
@@ -304,30 +311,10 @@ static void mlp_block(llmi_forward *f, const llmi_layer *L, uint32_t n) {
                          (int)hp->n_embd);
 }
 
-static llm_status check_rows(const llmi_forward *f, const llmi_kv *kv,
-                             const llmi_batch_row *rows, uint32_t n) {
-    if (n > f->max_rows)
-        return llmi_error(LLM_ERR_LIMIT, "batch of %u rows exceeds the limit of %u", n,
-                          f->max_rows);
-    for (uint32_t r = 0; r < n; r++) {
-        const llmi_batch_row *row = &rows[r];
-        if (row->token < 0 || (uint32_t)row->token >= f->m->hp.n_vocab)
-            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
-                              r, row->token, f->m->hp.n_vocab);
-        if (row->pos >= f->max_ctx)
-            return llmi_error(LLM_ERR_LIMIT, "row %u: position %u exceeds the context of %u", r,
-                              row->pos, f->max_ctx);
-        if (!row->seq || (uint64_t)row->seq->n_blocks * kv->block_size <= row->pos)
-            return llmi_error(LLM_ERR_INTERNAL, "row %u: no KV block reserved for position %u", r,
-                              row->pos);
-    }
-    return LLM_OK;
-}
-
-llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *rows,
-                            uint32_t n, float *logits) {
-    if (n == 0) return LLM_OK;
-    LLMI_TRY(check_rows(f, kv, rows, n));
+/* Rows are checked by the dispatcher; sequence lengths are its to update. */
+static llm_status cpu_run(void *ctx, llmi_kv *kv, const llmi_batch_row *rows, uint32_t n,
+                          float *logits) {
+    cpu_forward *f = ctx;
     const llm_model *m = f->m;
     const llmi_hparams *hp = &m->hp;
     for (uint32_t r = 0; r < n; r++)
@@ -340,8 +327,6 @@ llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *
         attention_block(f, kv, &m->layers[l], l, rows, n);
         mlp_block(f, &m->layers[l], n);
     }
-    for (uint32_t r = 0; r < n; r++)
-        if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
     uint32_t n_out = 0;
     for (uint32_t r = 0; r < n; r++) {
         if (!rows[r].want_logits) continue;
@@ -355,3 +340,11 @@ llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *
     }
     return LLM_OK;
 }
+
+const llmi_backend_ops llmi_backend_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .free = cpu_free,
+    .run = cpu_run,
+    .set_f32_activations = cpu_set_f32_activations,
+};

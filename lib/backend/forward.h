@@ -1,5 +1,7 @@
-/* The model forward pass on the CPU: one call computes every row of a batch
- * (any mix of sequences and positions), reading each weight once per call. */
+/* The model forward pass: one call computes every row of a batch (any mix of
+ * sequences and positions), reading each weight once per call. These are the
+ * dispatchers of the backend interface (backend/backend.h): a forward object
+ * runs on the backend it was created with, the CPU (forward.c) by default. */
 #ifndef LLMI_FORWARD_H
 #define LLMI_FORWARD_H
 
@@ -19,7 +21,8 @@ typedef struct llmi_batch_row {
 
 typedef struct llmi_forward llmi_forward;
 
-/* Scratch for up to max_rows rows per call, attention up to max_ctx positions. */
+/* Scratch for up to max_rows rows per call, attention up to max_ctx positions,
+ * on the CPU backend (llmi_forward_create_ops picks another). */
 llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
                                uint32_t max_ctx, llmi_forward **out);
 void llmi_forward_free(llmi_forward *f);
@@ -32,7 +35,9 @@ void llmi_forward_set_f32_activations(llmi_forward *f, bool on);
 
 /* Runs the rows. KV blocks for every (seq, pos) must already be reserved.
  * Logits of rows with want_logits are written in row order to `logits`
- * (n_vocab floats each). Updates each seq's n_tokens to max(pos + 1). */
+ * (n_vocab floats each). On success updates each seq's n_tokens to
+ * max(pos + 1); on failure (a bad row, or the backend's status such as
+ * LLM_ERR_BACKEND) no seq's n_tokens changes. */
 llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *rows,
                             uint32_t n_rows, float *logits);
 

@@ -215,6 +215,74 @@ static llm_status map_weights(llm_model *m) {
     return LLM_OK;
 }
 
+/* ---- fingerprint ---- */
+
+typedef struct fp_hash {
+    uint64_t h;
+} fp_hash;
+
+static inline uint64_t fp_mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static void fp_u64(fp_hash *f, uint64_t v) { f->h = fp_mix(f->h ^ v) + 0x9e3779b97f4a7c15ull; }
+
+/* Bytes in 8-byte little-endian words, then the length, so inputs of
+ * different lengths never meet. */
+static void fp_bytes(fp_hash *f, const void *data, size_t n) {
+    const uint8_t *p = data;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        fp_u64(f, w);
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i + k < n; k++) tail |= (uint64_t)p[i + k] << (8 * k);
+    fp_u64(f, tail);
+    fp_u64(f, n);
+}
+
+static uint64_t fp_f32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+uint64_t llmi_model_fingerprint(const llm_model *m) {
+    enum { END = 4096 };
+    const llmi_hparams *hp = &m->hp;
+    fp_hash f = {0x6c6c6d696e666572ull}; /* "llminfer" */
+    fp_bytes(&f, hp->arch, strlen(hp->arch));
+    const uint64_t dims[] = {hp->n_layer,           hp->n_embd,          hp->n_head,
+                             hp->n_head_kv,         hp->n_ff,            hp->n_vocab,
+                             hp->n_ctx_train,       hp->head_dim,        hp->rope_dim,
+                             fp_f32(hp->rope_base), fp_f32(hp->rms_eps), hp->rope_layout,
+                             hp->tied_embeddings};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) fp_u64(&f, dims[i]);
+    const llmi_gguf *g = m->file;
+    fp_u64(&f, g->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const llmi_gguf_tensor *t = &g->tensors[i];
+        fp_bytes(&f, t->name.ptr, (size_t)t->name.len);
+        fp_u64(&f, t->type);
+        fp_u64(&f, t->n_dims);
+        for (int d = 0; d < 4; d++) fp_u64(&f, t->ne[d]);
+        if (t->nbytes <= 2 * END) {
+            fp_bytes(&f, t->data, t->nbytes);
+        } else {
+            fp_bytes(&f, t->data, END);
+            fp_bytes(&f, (const uint8_t *)t->data + t->nbytes - END, END);
+        }
+    }
+    return fp_mix(f.h);
+}
+
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
@@ -231,6 +299,7 @@ llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
                         llmi_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
         goto fail;
     }
+    m->fingerprint = llmi_model_fingerprint(m);
     llmi_log(LLM_LOG_INFO, "loaded %s: %s, %u layers, %u embd, %u vocab, %.1f MB weights", path,
              m->hp.arch, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab, m->weight_bytes / 1e6);
     *out = m;

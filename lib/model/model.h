@@ -43,9 +43,17 @@ struct llm_model {
     llmi_tokenizer *tok;
     char name[128];
     uint64_t n_params, weight_bytes;
+    uint64_t fingerprint; /* llmi_model_fingerprint, computed at load */
 };
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out);
+/* A 64-bit hash of what makes K/V values of one model usable by another:
+ * the hyper-parameters, the vocabulary size, every tensor's name, type and
+ * dimensions, and the first and last 4 KiB of every tensor's data. Reading
+ * only the ends keeps it cheap (a few pages per tensor) while still telling
+ * fine-tunes of one shape apart. Not a security check: a crafted file can
+ * collide on purpose. Session state files carry it (lib/state). */
+uint64_t llmi_model_fingerprint(const llm_model *m);
 void llmi_model_free(llm_model *m);
 
 #endif

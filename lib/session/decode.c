@@ -60,12 +60,39 @@ static llmi_kv_seq *find_seq(llm_session *s, llm_seq_id id) {
     return s->seqs[id];
 }
 
+llmi_tseq *llmi_seq_find(llm_session *s, llm_seq_id id) {
+    llmi_kv_seq *q = find_seq(s, id);
+    return q ? llmi_tseq_of(q) : NULL;
+}
+
+llm_status llmi_tseq_reserve(llmi_tseq *t, uint32_t n) {
+    if (n <= t->cap) return LLM_OK;
+    /* Doubling: decoding one token at a time must not copy the history
+     * every step. n <= n_ctx <= 2^20, so this cannot overflow. */
+    uint64_t cap = t->cap ? t->cap : 16;
+    while (cap < n) cap *= 2;
+    llm_token *p = llmi_realloc(t->tokens, (size_t)cap * sizeof *p);
+    if (!p) return llmi_oom("sequence tokens");
+    t->tokens = p;
+    t->cap = (uint32_t)cap;
+    return LLM_OK;
+}
+
+void llmi_tseq_free(llm_session *s, llmi_kv_seq *q, bool lock) {
+    if (!q) return;
+    if (lock) pthread_mutex_lock(&s->sched.lock);
+    llmi_kv_seq_destroy(s->kv, q);
+    if (lock) pthread_mutex_unlock(&s->sched.lock);
+    llmi_free(llmi_tseq_of(q)->tokens);
+    llmi_free(llmi_tseq_of(q));
+}
+
 static llm_status bad_seq(llm_seq_id id) {
     return llmi_error(LLM_ERR_NOT_FOUND, "sequence %d is not open", id);
 }
 
 /* A free slot id (growing the table); under the lock. */
-static llm_status new_slot(llm_session *s, llm_seq_id *out) {
+llm_status llmi_seq_new_slot(llm_session *s, llm_seq_id *out) {
     for (size_t i = 0; i < s->n_seqs; i++)
         if (!s->seqs[i]) {
             *out = (llm_seq_id)i;
@@ -83,15 +110,23 @@ static llm_status new_slot(llm_session *s, llm_seq_id *out) {
 llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *out) {
     pthread_mutex_lock(&s->sched.lock);
     llm_seq_id id = -1;
-    llmi_kv_seq *seq = NULL;
-    const llmi_kv_seq *src = src_id ? find_seq(s, *src_id) : NULL;
-    llm_status st = src_id && !src ? bad_seq(*src_id) : new_slot(s, &id);
+    llmi_tseq *seq = NULL;
+    llmi_tseq *src = src_id ? llmi_seq_find(s, *src_id) : NULL;
+    llm_status st = src_id && !src ? bad_seq(*src_id) : llmi_seq_new_slot(s, &id);
     if (st == LLM_OK && !(seq = llmi_calloc(1, sizeof *seq))) st = llmi_oom("sequence");
-    if (st == LLM_OK && src) st = llmi_kv_seq_fork(s->kv, src, seq);
+    /* The fork's tokens are copied before its blocks are shared, so a
+     * failure leaves the pool untouched. */
+    if (st == LLM_OK && src) st = llmi_tseq_reserve(seq, src->kv.n_tokens);
+    if (st == LLM_OK && src) {
+        if (src->kv.n_tokens)
+            memcpy(seq->tokens, src->tokens, src->kv.n_tokens * sizeof *seq->tokens);
+        st = llmi_kv_seq_fork(s->kv, &src->kv, &seq->kv);
+    }
     if (st == LLM_OK) {
-        s->seqs[id] = seq;
+        s->seqs[id] = &seq->kv;
         *out = id;
-    } else {
+    } else if (seq) {
+        llmi_free(seq->tokens);
         llmi_free(seq);
     }
     pthread_mutex_unlock(&s->sched.lock);
@@ -103,8 +138,7 @@ llm_status llmi_seq_close(llm_session *s, llm_seq_id id) {
     llmi_kv_seq *seq = find_seq(s, id);
     llm_status st = seq ? LLM_OK : bad_seq(id);
     if (seq) {
-        llmi_kv_seq_destroy(s->kv, seq);
-        llmi_free(seq);
+        llmi_tseq_free(s, seq, false);
         s->seqs[id] = NULL;
     }
     pthread_mutex_unlock(&s->sched.lock);
@@ -130,6 +164,19 @@ llm_status llmi_seq_length(llm_session *s, llm_seq_id id, uint32_t *n_tokens) {
     if (seq) *n_tokens = seq->n_tokens;
     pthread_mutex_unlock(&s->sched.lock);
     return seq ? LLM_OK : bad_seq(id);
+}
+
+llm_status llmi_seq_tokens(llm_session *s, llm_seq_id id, llm_token *tokens, size_t capacity,
+                           size_t *n_tokens) {
+    /* Only this thread changes token-level sequences: no lock needed. */
+    const llmi_tseq *t = llmi_seq_find(s, id);
+    if (!t) return bad_seq(id);
+    *n_tokens = t->kv.n_tokens;
+    if (capacity < t->kv.n_tokens)
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "sequence %d holds %u tokens, capacity %zu",
+                          id, t->kv.n_tokens, capacity);
+    if (t->kv.n_tokens) memcpy(tokens, t->tokens, t->kv.n_tokens * sizeof *tokens);
+    return LLM_OK;
 }
 
 /* ---- decode ---- */
@@ -164,6 +211,11 @@ static llm_status prepare_decode(llm_session *s, const llm_batch *b) {
     if (st == LLM_OK && need > llmi_kv_available(s->kv))
         st = llmi_error(LLM_ERR_LIMIT, "KV cache full: the batch needs %llu blocks, %u available",
                         (unsigned long long)need, llmi_kv_available(s->kv));
+    /* Room for the rows' tokens first: once the forward pass runs, they
+     * are recorded without allocating. */
+    for (size_t i = 0; i < s->n_seqs && st == LLM_OK; i++)
+        if (s->seqs[i] && next[i] > s->seqs[i]->n_tokens)
+            st = llmi_tseq_reserve(llmi_tseq_of(s->seqs[i]), next[i]);
     for (size_t i = 0; i < s->n_seqs && st == LLM_OK; i++)
         if (s->seqs[i] && next[i] > s->seqs[i]->n_tokens)
             st = llmi_kv_seq_reserve(s->kv, s->seqs[i], next[i]);
@@ -198,11 +250,23 @@ llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
             uint32_t r = done + i;
             s->rows[i] = (llmi_batch_row){b->token[r], b->pos[r], s->seqs[b->seq[r]],
                                           b->want_logits[r]};
+            /* Past the sequence's length until the pass below extends it. */
+            llmi_tseq_of(s->seqs[b->seq[r]])->tokens[b->pos[r]] = b->token[r];
             s->decode_rows[r] = b->want_logits[r] ? out_row++ : UINT32_MAX;
         }
         st = llmi_forward_run(s->fwd, s->kv, s->rows, chunk,
                               s->batch_logits + (size_t)first_out * V);
-        if (st != LLM_OK) return st;
+        if (st != LLM_OK) {
+            /* All or none: undo the chunks that ran. A sequence's first row
+             * in the batch sits at its old length. */
+            pthread_mutex_lock(&s->sched.lock);
+            for (uint32_t r = 0; r < done; r++) {
+                llmi_kv_seq *q = s->seqs[b->seq[r]];
+                if (q->n_tokens > b->pos[r]) llmi_kv_seq_truncate(s->kv, q, b->pos[r]);
+            }
+            pthread_mutex_unlock(&s->sched.lock);
+            return st;
+        }
         done += chunk;
     }
     s->n_decode_rows = b->n;

@@ -126,10 +126,7 @@ void llmi_session_free(llm_session *s) {
     if (s->sched_ready) llmi_sched_destroy(s, &s->sched);
     llmi_spec_destroy(&s->spec); /* after the requests, which hold draft KV */
     llmi_free(s->spec_jobs);
-    for (size_t i = 0; i < s->n_seqs; i++) {
-        if (s->seqs[i]) llmi_kv_seq_destroy(s->kv, s->seqs[i]);
-        llmi_free(s->seqs[i]);
-    }
+    for (size_t i = 0; i < s->n_seqs; i++) llmi_tseq_free(s, s->seqs[i], false);
     llmi_free(s->seqs);
     llmi_free(s->decode_rows);
     llmi_free(s->stats_fill);
@@ -165,7 +162,13 @@ llm_status llmi_session_feed(llm_session *s, llmi_kv_seq *seq, const llm_token *
         }
         bool last = done + chunk == n;
         s->rows[chunk - 1].want_logits = last && want_last_logits;
-        LLMI_TRY(llmi_forward_run(s->fwd, s->kv, s->rows, chunk, s->logits));
+        st = llmi_forward_run(s->fwd, s->kv, s->rows, chunk, s->logits);
+        if (st != LLM_OK) { /* all or nothing: drop the chunks that did run */
+            pthread_mutex_lock(&s->sched.lock);
+            llmi_kv_seq_truncate(s->kv, seq, start);
+            pthread_mutex_unlock(&s->sched.lock);
+            return st;
+        }
         done += chunk;
     }
     return LLM_OK;

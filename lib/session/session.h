@@ -28,7 +28,7 @@ struct llm_session {
     bool sched_ready;
     float *batch_logits;   /* [cap_logit_rows][n_vocab] for steps and decodes */
     uint32_t cap_logit_rows;
-    llmi_kv_seq **seqs;    /* token-level sequences by id; NULL = closed */
+    llmi_kv_seq **seqs;    /* token-level sequences by id (llmi_tseq); NULL = closed */
     size_t n_seqs;
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
     uint32_t n_decode_rows, cap_decode_rows;
@@ -37,6 +37,25 @@ struct llm_session {
     llmi_spec_job *spec_jobs; /* scratch: a step's draft-model jobs */
     size_t cap_spec_jobs;
 };
+
+/* A token-level sequence: its KV and the tokens it holds. session->seqs[id]
+ * points at `kv`, the first member, so code that only needs the KV (the
+ * scheduler's invariant checks, stats) sees a plain llmi_kv_seq; the token
+ * API gets the rest back with llmi_tseq_of. */
+typedef struct llmi_tseq {
+    llmi_kv_seq kv;
+    llm_token *tokens; /* [cap]; tokens[0, kv.n_tokens) are the sequence's */
+    uint32_t cap;
+} llmi_tseq;
+
+static inline llmi_tseq *llmi_tseq_of(llmi_kv_seq *q) { return (llmi_tseq *)q; }
+
+/* Makes t->tokens hold at least n tokens; the tokens held are kept. On
+ * failure (LLM_ERR_OUT_OF_MEMORY) t is unchanged. */
+llm_status llmi_tseq_reserve(llmi_tseq *t, uint32_t n);
+/* Releases the KV blocks and frees the sequence; NULL is a no-op. Takes the
+ * session lock when `lock`, else the caller holds it. */
+void llmi_tseq_free(llm_session *s, llmi_kv_seq *q, bool lock);
 
 /* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */
 llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n);
@@ -61,6 +80,13 @@ llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *o
 llm_status llmi_seq_close(llm_session *s, llm_seq_id id);
 llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens);
 llm_status llmi_seq_length(llm_session *s, llm_seq_id id, uint32_t *n_tokens);
+/* The tokens of a sequence; LLM_ERR_BUFFER_TOO_SMALL with *n_tokens = needed. */
+llm_status llmi_seq_tokens(llm_session *s, llm_seq_id id, llm_token *tokens, size_t capacity,
+                           size_t *n_tokens);
+/* The open sequence `id`, or NULL. */
+llmi_tseq *llmi_seq_find(llm_session *s, llm_seq_id id);
+/* A free slot of the sequence table (growing it); under the lock. */
+llm_status llmi_seq_new_slot(llm_session *s, llm_seq_id *out);
 llm_status llmi_session_decode(llm_session *s, const llm_batch *b);
 llm_status llmi_session_logits(llm_session *s, uint32_t row, const float **out);
 

@@ -8,6 +8,11 @@
  * Budget: under 50 KB per target. */
 #include "model/gguf.h"
 #include "model/testmodel.h"
+#include "state/state.h"
+
+#include "fuzz_state.h"
+
+#include <zlib.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -167,6 +172,72 @@ static void model_seed(const char *name, llmi_ttype type, uint32_t n_embd, uint3
     llmi_free(data);
 }
 
+/* ---- state: states of fuzz_state.h's model, each also as header + raw
+ * payload (what fuzz_state's fix-up turns back into a valid state) ---- */
+
+static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq) {
+    size_t bound = 0, size = 0;
+    if (seq)
+        llm_seq_state_save(s, *seq, NULL, 0, &bound);
+    else
+        llm_session_state_save(s, NULL, 0, &bound);
+    uint8_t *buf = malloc(bound);
+    OK(seq ? llm_seq_state_save(s, *seq, buf, bound, &size)
+           : llm_session_state_save(s, buf, bound, &size));
+    char file[64];
+    snprintf(file, sizeof file, "%s.state", name);
+    save("state", file, buf, size);
+    uint32_t hl = (uint32_t)buf[12] | (uint32_t)buf[13] << 8 | (uint32_t)buf[14] << 16 |
+                  (uint32_t)buf[15] << 24;
+    uint64_t raw_len = 0;
+    for (int i = 7; i >= 0; i--) raw_len = raw_len << 8 | buf[hl - 24 + i];
+    uint8_t *raw = malloc(hl + raw_len);
+    memcpy(raw, buf, hl);
+    uLongf got = (uLongf)raw_len;
+    if (uncompress(raw + hl, &got, buf + hl, (uLong)(size - hl)) != Z_OK || got != raw_len)
+        die("inflating a state seed");
+    snprintf(file, sizeof file, "%s-raw.bin", name);
+    save("state", file, raw, hl + raw_len);
+    free(raw);
+    free(buf);
+}
+
+static void decode_seed(llm_session *s, llm_seq_id seq, uint32_t pos, const llm_token *t,
+                        uint32_t n) {
+    llm_batch *b;
+    OK(llm_batch_create(n, &b));
+    for (uint32_t i = 0; i < n; i++) OK(llm_batch_add(b, seq, pos + i, t[i], false));
+    OK(llm_session_decode(s, b));
+    llm_batch_free(b);
+}
+
+static void state_seeds(void) {
+    llm_model *m = fuzz_state_model();
+    if (!m) die("fuzz_state model");
+    static const llm_token toks[] = {1, 17, 42, 99, 200, 300, 7, 8, 9};
+    for (int f16 = 0; f16 < 2; f16++) {
+        llm_session_params p;
+        llm_session_params_init(&p);
+        p.n_threads = 1;
+        p.n_ctx = 48;
+        p.kv_type = f16 ? LLM_KV_F16 : LLM_KV_F32;
+        p.kv_cache_bytes = 1 << 20;
+        llm_session *s;
+        OK(llm_session_create(m, &p, &s));
+        llm_seq_id a, b;
+        OK(llm_seq_open(s, &a));
+        decode_seed(s, a, 0, toks, 6);
+        state_seed(f16 ? "seq-f16" : "seq-f32", s, &a);
+        if (!f16) { /* a session: the sequence and a fork that went on */
+            OK(llm_seq_fork(s, a, &b));
+            decode_seed(s, b, 6, toks + 6, 3);
+            state_seed("session", s, NULL);
+        }
+        llm_session_free(s);
+    }
+    llmi_model_free(m);
+}
+
 /* ---- tokenize and chat: text ---- */
 
 static void text_seed(const char *target, const char *name, const char *text, size_t n) {
@@ -185,6 +256,8 @@ int main(int argc, char **argv) {
     model_seed("f32-tied.gguf", LLMI_T_F32, 4, 4, 1, true);
     model_seed("f16-2layers.gguf", LLMI_T_F16, 4, 8, 2, false);
     model_seed("q4_0.gguf", LLMI_T_Q4_0, 32, 32, 1, true);
+
+    state_seeds();
 
     TEXT("tokenize", "english.txt",
          "Hello world! The quick brown fox jumps over the lazy dog.\n"
