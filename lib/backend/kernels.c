@@ -1,9 +1,12 @@
 /* Kernel dispatch, the portable C kernels and the row-wise helpers.
  *
  * The portable kernels are the reference for the SIMD ones (kernels_x86.c)
- * and the only implementation off x86-64. They follow the same structure:
- * a weight row is walked in chunks of 32 elements (one quant block), each
- * chunk is dequantized once and multiplied with up to `tile` tokens. */
+ * and the only implementation off x86-64. A weight row is walked in chunks
+ * of 32 elements (one quant block), each chunk is dequantized once and
+ * multiplied with up to `tile` tokens. A product of a row and a token is
+ * the AVX-512 GEMM's, bit for bit: 16 lane sums, lane l accumulating
+ * w[16c + l] * x[16c + l] for c = 0, 1, ... with fused multiply-adds (the
+ * last step zero-padded), then the tree lane i + lane i+8, + 4, + 2, + 1. */
 #include "backend/kernels_impl.h"
 #include "backend/kernels_k.h"
 
@@ -68,71 +71,77 @@ static float c_elem(int kt, const uint8_t *row, int64_t c) {
     }
 }
 
-/* Chunk b of a row into w[32]. Returns the factor of the chunk's dot product
- * (Q4_0 and Q8_0 keep their integer weights and apply d once per chunk). */
-static float c_chunk(int kt, const uint8_t *row, int64_t b, float *w) {
+/* Chunk b of a row (cols elements), dequantized into w[32]: q * d (exact
+ * in float) for Q4_0 and Q8_0, fma(q, d, m) for Q4_1; a float row's
+ * elements, zero past its end. */
+static void c_chunk(int kt, const uint8_t *row, int64_t cols, int64_t b, float *w) {
     switch (kt) {
     case LLMI_KT_Q4_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
         const uint8_t *qs = blk + offsetof(llmi_block_q4_0, qs);
+        const float d = llmi_f16_to_f32(ld16(blk));
         for (int j = 0; j < 16; j++) {
-            w[j] = (float)((qs[j] & 15) - 8);
-            w[j + 16] = (float)((qs[j] >> 4) - 8);
+            w[j] = (float)((qs[j] & 15) - 8) * d;
+            w[j + 16] = (float)((qs[j] >> 4) - 8) * d;
         }
-        return llmi_f16_to_f32(ld16(blk));
+        break;
     }
     case LLMI_KT_Q4_1: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_1);
         const uint8_t *qs = blk + offsetof(llmi_block_q4_1, qs);
-        float d = llmi_f16_to_f32(ld16(blk)), m = llmi_f16_to_f32(ld16(blk + 2));
+        const float d = llmi_f16_to_f32(ld16(blk)), m = llmi_f16_to_f32(ld16(blk + 2));
         for (int j = 0; j < 16; j++) {
-            w[j] = d * (float)(qs[j] & 15) + m;
-            w[j + 16] = d * (float)(qs[j] >> 4) + m;
+            w[j] = fmaf((float)(qs[j] & 15), d, m);
+            w[j + 16] = fmaf((float)(qs[j] >> 4), d, m);
         }
-        return 1.0f;
+        break;
     }
     case LLMI_KT_Q8_0: {
         const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
         const int8_t *qs = (const int8_t *)(blk + offsetof(llmi_block_q8_0, qs));
+        const float d = llmi_f16_to_f32(ld16(blk));
         for (int j = 0; j < 32; j++)
-            w[j] = (float)qs[j];
-        return llmi_f16_to_f32(ld16(blk));
+            w[j] = (float)qs[j] * d;
+        break;
     }
     default:
         for (int j = 0; j < CHUNK; j++)
-            w[j] = c_elem(kt, row, b * CHUNK + j);
-        return 1.0f;
+            w[j] = b * CHUNK + j < cols ? c_elem(kt, row, b * CHUNK + j) : 0.0f;
+        break;
     }
+}
+
+/* The tree over 16 lane sums: i + i+8, then + 4, + 2, + 1. */
+static float c_tree16(const float *s) {
+    float s8[8], s4[4], s2[2];
+    for (int i = 0; i < 8; i++)
+        s8[i] = s[i] + s[i + 8];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[i + 4];
+    for (int i = 0; i < 2; i++)
+        s2[i] = s4[i] + s4[i + 2];
+    return s2[0] + s2[1];
 }
 
 static void c_rows(int kt, const llmi_weight *W, int64_t r0, int64_t r1, const float *x, int nt,
                    float *y, int64_t ldy) {
-    const int64_t cols = W->cols, nb = cols / CHUNK;
+    const int64_t cols = W->cols, nc = (cols + CHUNK - 1) / CHUNK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        float acc[C_TILE] = {0};
-        for (int64_t b = 0; b < nb; b++) {
+        float s[C_TILE][16] = {{0}};
+        for (int64_t b = 0; b < nc; b++) {
             float w[CHUNK];
-            float d = c_chunk(kt, row, b, w);
+            c_chunk(kt, row, cols, b, w);
             for (int t = 0; t < nt; t++) {
                 const float *xt = x + t * cols + b * CHUNK;
-                /* Eight independent lanes, like the SIMD kernels, so the
-                 * compiler can vectorize without reassociating. */
-                float s[8] = {0};
-                for (int k = 0; k < CHUNK; k += 8)
-                    for (int l = 0; l < 8; l++)
-                        s[l] += w[k + l] * xt[k + l];
-                float bs = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-                acc[t] += bs * d;
+                for (int k = 0; k < CHUNK && b * CHUNK + k < cols; k += 16)
+                    for (int l = 0; l < 16; l++) /* a step past the end adds w * x = 0 * 0 */
+                        s[t][l] =
+                            fmaf(w[k + l], b * CHUNK + k + l < cols ? xt[k + l] : 0.0f, s[t][l]);
             }
         }
-        for (int64_t c = nb * CHUNK; c < cols; c++) { /* float types only */
-            float wc = c_elem(kt, row, c);
-            for (int t = 0; t < nt; t++)
-                acc[t] += wc * x[t * cols + c];
-        }
         for (int t = 0; t < nt; t++)
-            y[t * ldy + r] = acc[t];
+            y[t * ldy + r] = c_tree16(s[t]);
     }
 }
 

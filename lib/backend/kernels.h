@@ -62,9 +62,11 @@ void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_to
  *   isum_b = sum_j wq_j * xq_j, exactly, in integers (Q4_0: wq = nibble - 8;
  *   Q4_1: wq = nibble; Q8_0: wq = the int8),
  *   y = sum_b (float)(d_w * d_x) * isum_b  [+ sum_b m_w * s_x for Q4_1],
- * summed in float. The kernels split each isum_b over SIMD lanes (exact) and
- * accumulate lane-wise, so levels differ from each other and from
- * llama.cpp only in the order of the float sums.
+ * summed in float. The portable and AVX-512 VNNI kernels sum in block order
+ * into one accumulator, acc = fma((float)isum_b, d_w * d_x, acc) [then
+ * acc = fma(m_w, s_x, acc)], and give the same bits; the AVX2 ones split the
+ * sums over SIMD lanes. Levels differ from each other and from llama.cpp
+ * only in the order (and fusing) of the float sums.
  *
  * That does not make a model's logits match llama.cpp's to rounding: a
  * last-bit difference anywhere upstream (a sum's order, rmsnorm, exp) moves
@@ -89,7 +91,9 @@ typedef struct llmi_act {
 /* A quantized row (nb = cols / 32 blocks) starts 64-byte aligned and holds
  *   int8_t qs[32 * nb]   block b's values at qs[32b .. 32b+31], in order;
  *   float d[nb]          at byte 32 * nb: fp16(d) widened to f32;
- *   float s[nb]          at byte 36 * nb, Q8_1 only: fp16(s) widened;
+ *   float s[nb]          at byte 36 * nb, Q8_1: fp16(s) widened;
+ *   int32_t c[nb]        at byte 36 * nb, Q8_0: -128 * sum(q) (for kernels
+ *                        that take the weights as unsigned bytes, w + 128);
  * then zeros up to q_row_bytes (a multiple of 64). f32 scales spare the
  * kernels a conversion per token and block; the values are the fp16 ones.
  * A Q8_K row (nb = cols / 256 super-blocks) holds

@@ -25,7 +25,10 @@ typedef void (*llmi_rows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const
 enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_COUNT };
 
 typedef struct llmi_kernel_set {
-    int tile; /* tokens per weight-row pass */
+    /* Most tokens per rows call: the caller walks more in row blocks and
+     * token tiles. INT_MAX for GEMM kernels, which block for the caches
+     * themselves. */
+    int tile;
     llmi_rows_fn rows[LLMI_KT_COUNT];
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
@@ -42,7 +45,8 @@ const llmi_kernel_set *llmi_kernels_current(void);
 enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
 
 /* Quantizes one row of 32*nb floats into the activation row layout of
- * kernels.h (with s when q81), writing all row_bytes bytes (zero padding). */
+ * kernels.h (s when q81, else c), writing all row_bytes bytes (zero
+ * padding). */
 typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 
 /* y[t*ldy + r] for r in [r0, r1) and t < nt (1 <= nt <= the set's tile);
@@ -51,7 +55,7 @@ typedef void (*llmi_qrows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, cons
                               size_t xstride, int nt, float *y, int64_t ldy);
 
 typedef struct llmi_qkernel_set {
-    int tile;
+    int tile; /* as in llmi_kernel_set */
     llmi_qrows_fn rows[LLMI_QT_COUNT];
     llmi_aquant_fn quant;
 } llmi_qkernel_set;

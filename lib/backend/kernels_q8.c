@@ -3,10 +3,12 @@
  *
  * The portable kernels are the reference for the SIMD ones
  * (kernels_q8_x86.c) and the only implementation off x86-64. They compute
- * each block's integer sum in full and then add (d_w * d_x) * isum, block
- * after block, to a float accumulator, which is llama.cpp's generic formula;
- * Q4_1's m_w * s_x terms are summed in a second accumulator and added at the
- * end, as llama.cpp's x86 kernel does. */
+ * each block's integer sum in full and then, block after block, fold it into
+ * one float accumulator with a fused multiply-add,
+ *   acc = fma((float)isum_b, d_w * d_x, acc)   [Q4_1: acc = fma(m_w, s_x, acc)]
+ * which is llama.cpp's generic formula with the sums in block order. The
+ * AVX-512 VNNI kernels (a GEMM with one row per lane) do exactly this, so
+ * they give the same bits; the AVX2 ones split the sums over lanes. */
 #include "backend/kernels_impl.h"
 #include "backend/kernels_k.h"
 
@@ -51,7 +53,8 @@ llmi_ttype llmi_act_type(llmi_ttype weight_type) {
 
 /* Bytes of one quantized activation row of nb blocks, 0 on overflow. */
 static size_t act_row_bytes(int64_t nb, int q81) {
-    const uint64_t per_block = QK + (q81 ? 8 : 4);
+    (void)q81; /* Q8_1: d and s; Q8_0: d and the correction c */
+    const uint64_t per_block = QK + 8;
     if (nb <= 0 || (uint64_t)nb > (SIZE_MAX - 63) / per_block)
         return 0;
     return ((size_t)nb * per_block + 63) & ~(size_t)63;
@@ -102,8 +105,10 @@ static void c_quant(const float *x, int64_t nb, int q81, uint8_t *row, size_t ro
         d[b] = f16_round(db);
         if (q81)
             s[b] = f16_round(db * (float)sum);
+        else
+            ((int32_t *)(void *)s)[b] = -128 * sum;
     }
-    const size_t used = (size_t)nb * (q81 ? QK + 8 : QK + 4);
+    const size_t used = (size_t)nb * (QK + 8);
     memset(row + used, 0, row_bytes - used);
 }
 
@@ -147,7 +152,7 @@ static void c_qrows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const 
     const int64_t nb = W->cols / QK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        float acc[C_QTILE] = {0}, ms[C_QTILE] = {0};
+        float acc[C_QTILE] = {0};
         for (int64_t b = 0; b < nb; b++) {
             int8_t w[QK];
             float dw, mw;
@@ -158,13 +163,14 @@ static void c_qrows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const 
                 int32_t isum = 0;
                 for (int j = 0; j < QK; j++)
                     isum += w[j] * xt[j];
-                acc[t] += (dw * dx[b]) * (float)isum;
+                /* |isum| < 2^24: exact in float. */
+                acc[t] = fmaf((float)isum, dw * dx[b], acc[t]);
                 if (qt == LLMI_QT_Q4_1)
-                    ms[t] += mw * dx[nb + b];
+                    acc[t] = fmaf(mw, dx[nb + b], acc[t]);
             }
         }
         for (int t = 0; t < nt; t++)
-            y[t * ldy + r] = qt == LLMI_QT_Q4_1 ? acc[t] + ms[t] : acc[t];
+            y[t * ldy + r] = acc[t];
     }
 }
 

@@ -5,25 +5,36 @@
  * always_inline with the same (or a smaller) target, which GCC and Clang
  * require for inlining intrinsics across target boundaries.
  *
- * Matmul structure: a row is walked in chunks of 32 elements (one quant
- * block). A chunk is dequantized once into registers (4 ymm or 2 zmm) and then
- * multiplied with each of up to `tile` tokens: the per-token chunk sum is
- * formed in a temporary and added (or, for Q4_0/Q8_0, fused with the block
- * scale d) into the token's accumulator; even and odd chunks have separate
- * accumulators. The temporaries of different chunks are independent, so the
- * only loop-carried chain is one add/fma per two chunks, and the arithmetic of
- * a token is the same whatever the tile size: results do not depend on n_tok.
- * The rows functions are instantiated for every tile size with constant-folded
- * loops so that the accumulators live in registers.
+ * AVX2 matmul structure: a row is walked in chunks of 32 elements (one quant
+ * block). A chunk is dequantized once into 4 ymm and then multiplied with
+ * each of up to `tile` tokens: the per-token chunk sum is formed in a
+ * temporary and added (or, for Q4_0/Q8_0, fused with the block scale d) into
+ * the token's accumulator; even and odd chunks have separate accumulators.
+ * The temporaries of different chunks are independent, so the only
+ * loop-carried chain is one add/fma per two chunks, and the arithmetic of a
+ * token is the same whatever the tile size: results do not depend on n_tok.
+ * The rows functions are instantiated for every tile size with
+ * constant-folded loops so that the accumulators live in registers. Block
+ * scales (f16) are converted for 64 blocks at a time before the chunk loop
+ * (gather_scales).
  *
- * Block scales (f16) are converted for 64 blocks at a time before the chunk
- * loop (gather_scales). */
+ * AVX-512 is a register-blocked GEMM with the portable kernels' arithmetic
+ * (its section below). */
 #include "backend/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
 
 #include <immintrin.h>
+#include <limits.h>
 #include <stdalign.h>
+
+/* Full unrolling of the small constant loops over tiles and lanes, so that
+ * arrays of vectors become registers (GCC and Clang spell it differently). */
+#if defined(__clang__)
+#define LLMI_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define LLMI_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 #define T_AVX2 "avx2,fma,f16c"
 #define T_AVX512 "avx512f,avx2,fma,f16c"
@@ -34,7 +45,6 @@
 
 #define CHUNK 32
 #define A2_TILE 4 /* 4 accumulators + 4 weights + temporaries fit 16 ymm */
-#define A5_TILE 8 /* 8 accumulators + 2 weights + temporaries fit 32 zmm */
 
 static inline uint16_t ld16(const uint8_t *p) {
     uint16_t h;
@@ -184,7 +194,7 @@ static A2I void a2_step(int kt, int nt, const uint8_t *row, int64_t b, const flo
     __m256 w[4], d = _mm256_setzero_ps();
     a2_chunk(kt, row, b, sc, w, &d);
     const float *xb = x + b * CHUNK;
-#pragma GCC unroll 8
+    LLMI_UNROLL
     for (int t = 0; t < nt; t++) {
         const float *xt = xb + t * cols;
         __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xt));
@@ -201,7 +211,7 @@ static A2I void a2_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
         __m256 acc0[A2_TILE], acc1[A2_TILE];
-#pragma GCC unroll 8
+        LLMI_UNROLL
         for (int t = 0; t < nt; t++)
             acc0[t] = acc1[t] = _mm256_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
@@ -215,7 +225,7 @@ static A2I void a2_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_
                     a2_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
             }
         }
-#pragma GCC unroll 8
+        LLMI_UNROLL
         for (int t = 0; t < nt; t++) {
             float v = a2_hsum(_mm256_add_ps(acc0[t], acc1[t]));
             if (nb * CHUNK < cols)
@@ -394,148 +404,230 @@ const llmi_kernel_set llmi_kernels_avx2 = {
 
 /* ---- AVX-512 --------------------------------------------------------------- */
 
-static A5I void a5_scales(int kt, const uint8_t *row, int64_t b0, int n, float *sc) {
-    uint16_t h[2 * SEG];
-    const int n16 = gather_scales(kt, row, b0, n, h);
-    for (int i = 0; i < n16; i += 16)
-        _mm512_store_ps(sc + i, _mm512_cvtph_ps(LOADU256(h + i)));
-}
+/* The f32-activation matmul is a register-blocked GEMM. Per (row, token) its
+ * arithmetic is fixed: 16 lane sums, lane l adding w[16c + l] * x[16c + l]
+ * for c = 0, 1, ... with FMA (a last partial step zero-padded), then the
+ * tree lane i + lane i+8, then + 4, + 2, + 1. The portable kernels
+ * (kernels.c, c_rows) compute exactly that, so the bits agree, and a token's
+ * result does not depend on the tile it is computed in.
+ *
+ * The micro-kernel keeps A5_R rows x A5_N tokens of lane sums in 24 zmm. Per
+ * step of 16 columns it widens A5_R weight vectors (F16: vcvtph2ps; BF16: a
+ * shift; quant blocks: q * d, exact, or Q4_1's fma(q, d, m)), loads A5_N
+ * activation vectors into registers, and does the 24 FMAs: each widened
+ * weight serves 6 tokens and each activation load 4 rows. A transposed
+ * reduction folds 8 vectors of lane sums at a time into 8 results. Rows are
+ * walked in blocks of about A5_BLOCK_BYTES of weights, which stay in L2
+ * while every token tile passes over them; a tile's activations (A5_N rows)
+ * stay in L1 while the row tiles of a block pass. */
+#define A5_R 4
+#define A5_N 6
+#define A5_BLOCK_BYTES (1024 * 1024)
 
-/* Chunk b of a row: w[0] elements 0-15, w[1] 16-31. For Q4, the 16 bytes are
- * zero-extended to 16 dwords; VPERMPS looks up a 16-entry table with the low
- * 4 bits of each index lane, so the low nibbles index directly and the high
- * nibbles after one shift. The table holds the block's 16 possible values. */
-static A5I void a5_chunk(int kt, const uint8_t *row, int64_t b, const float *sc, __m512 w[2],
-                         __m512 *d) {
+/* Columns 16c .. 16c+15 of a row (quant rows: half c & 1 of block c >> 1),
+ * widened to f32. */
+static A5I __m512 a5_wstep(int kt, const uint8_t *row, int64_t c) {
     switch (kt) {
-    case LLMI_KT_Q4_0: {
-        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_0);
-        const __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + offsetof(llmi_block_q4_0, qs)));
-        const __m512 tab = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-        w[0] = _mm512_permutexvar_ps(v, tab);
-        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
-        *d = _mm512_set1_ps(sc[0]);
-        break;
-    }
+    case LLMI_KT_F16:
+        return _mm512_cvtph_ps(LOADU256(row + 32 * c));
+    case LLMI_KT_BF16:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(row + 32 * c)), 16));
+    case LLMI_KT_Q4_0:
     case LLMI_KT_Q4_1: {
-        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q4_1);
-        const __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + offsetof(llmi_block_q4_1, qs)));
+        /* Byte j of a block holds element j (low nibble) and j + 16 (high
+         * nibble); VPERMPS looks the value up with the low 4 bits of each
+         * index, so the low half needs no mask and the high one a shift. */
+        const int q41 = kt == LLMI_KT_Q4_1;
+        const uint8_t *blk =
+            row + (c >> 1) * (int64_t)(q41 ? sizeof(llmi_block_q4_1) : sizeof(llmi_block_q4_0));
+        __m512i v = _mm512_cvtepu8_epi32(LOADU128(blk + (q41 ? 4 : 2)));
+        if (c & 1)
+            v = _mm512_srli_epi32(v, 4);
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512 tab = _mm512_fmadd_ps(iota, _mm512_set1_ps(sc[0]), _mm512_set1_ps(sc[1]));
-        w[0] = _mm512_permutexvar_ps(v, tab);
-        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
-        break;
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(ld16(blk)));
+        const __m512 tab = q41 ? _mm512_fmadd_ps(iota, d, _mm512_set1_ps(_cvtsh_ss(ld16(blk + 2))))
+                               : _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), d);
+        return _mm512_permutexvar_ps(v, tab);
     }
     case LLMI_KT_Q8_0: {
-        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q8_0);
-        const uint8_t *qs = blk + offsetof(llmi_block_q8_0, qs);
-        w[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs)));
-        w[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(qs + 16)));
-        *d = _mm512_set1_ps(sc[0]);
-        break;
+        const uint8_t *blk = row + (c >> 1) * (int64_t)sizeof(llmi_block_q8_0);
+        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOADU128(blk + 2 + 16 * (c & 1))));
+        return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(ld16(blk))));
     }
-    case LLMI_KT_F16: {
-        const uint8_t *p = row + b * CHUNK * 2;
-        w[0] = _mm512_cvtph_ps(LOADU256(p));
-        w[1] = _mm512_cvtph_ps(LOADU256(p + 32));
-        break;
-    }
-    case LLMI_KT_BF16: {
-        const uint8_t *p = row + b * CHUNK * 2;
-        w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(p)), 16));
-        w[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LOADU256(p + 32)), 16));
-        break;
-    }
-    default: { /* F32 */
-        const float *p = (const float *)(const void *)(row + b * CHUNK * 4);
-        w[0] = _mm512_loadu_ps(p);
-        w[1] = _mm512_loadu_ps(p + 16);
-        break;
-    }
+    default: /* F32 */
+        return _mm512_loadu_ps((const float *)(const void *)(row + 64 * c));
     }
 }
 
-/* Chunk b times up to A5_TILE tokens into acc[t]. */
-static A5I void a5_step(int kt, int nt, const uint8_t *row, int64_t b, const float *sc,
-                        const float *x, int64_t cols, __m512 *acc) {
-    __m512 w[2], d = _mm512_setzero_ps();
-    a5_chunk(kt, row, b, sc, w, &d);
-    const float *xb = x + b * CHUNK;
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) {
-        const float *xt = xb + t * cols;
-        __m512 s = _mm512_mul_ps(w[0], _mm512_loadu_ps(xt));
-        s = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xt + 16), s);
-        acc[t] = SCALED(kt) ? _mm512_fmadd_ps(s, d, acc[t]) : _mm512_add_ps(acc[t], s);
-    }
+/* Folds 8 vectors of lane sums into their 8 sums (the tree above, for 8
+ * vectors at once: 24 operations instead of 72). Values rather than a
+ * pointer, so that Clang keeps acc in registers. */
+static A5I void a5_reduce8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 b0, __m512 b1,
+                           __m512 b2, __m512 b3, float *out) {
+    const __m512 v[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
+    __m512 p[4], q[2];
+    LLMI_UNROLL
+    for (int k = 0; k < 4; k++) /* lanes i + i+8: [v2k s8[0..3], s8[4..7] | v2k+1 ...] */
+        p[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+    LLMI_UNROLL
+    for (int k = 0; k < 2; k++) /* + 4: 128-bit lane j holds vector 4k+j's s4 */
+        q[k] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * k], p[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(p[2 * k], p[2 * k + 1], 0xDD));
+    /* + 2: lane j holds [s2 of vector j | s2 of vector 4+j] */
+    const __m512d q0 = _mm512_castps_pd(q[0]), q1 = _mm512_castps_pd(q[1]);
+    __m512 r = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(q0, q1)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(q0, q1)));
+    /* + 1: vector j's sum in element 4j, vector 4+j's in 4j+2 */
+    r = _mm512_add_ps(r, _mm512_permute_ps(r, 0xB1));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, r)));
 }
 
-static A5I void a5_rows(int kt, int nt, const llmi_weight *W, int64_t r0, int64_t r1,
-                        const float *x, float *y, int64_t ldy) {
-    const int64_t cols = W->cols, nb = cols / CHUNK;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        __m512 acc0[A5_TILE], acc1[A5_TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++)
-            acc0[t] = acc1[t] = _mm512_setzero_ps();
-        for (int64_t b0 = 0; b0 < nb; b0 += SEG) {
-            const int n = nb - b0 < SEG ? (int)(nb - b0) : SEG;
-            alignas(64) float sc[2 * SEG];
-            if (HAS_SCALES(kt))
-                a5_scales(kt, row, b0, n, sc);
-            for (int i = 0; i < n; i += 2) {
-                a5_step(kt, nt, row, b0 + i, sc + i * NSC(kt), x, cols, acc0);
-                if (i + 1 < n)
-                    a5_step(kt, nt, row, b0 + i + 1, sc + (i + 1) * NSC(kt), x, cols, acc1);
+/* A5_R rows (wr; the first nr are stored) x N tokens (x, stride cols) into
+ * y[t * ldy + r]. */
+static A5I void a5_tile(int kt, int N, const uint8_t *const *wr, const float *x, int64_t cols,
+                        float *y, int64_t ldy, int nr, int64_t pf) {
+    const int64_t ns = cols / 16, tail = cols - ns * 16;
+    /* A float row's last partial step, widened before the accumulators are
+     * live (elem calls a function). */
+    alignas(64) float tw[A5_R][16];
+    if (tail) {
+        for (int r = 0; r < A5_R; r++)
+            for (int j = 0; j < 16; j++)
+                tw[r][j] = j < tail ? elem(kt, wr[r], ns * 16 + j) : 0.0f;
+    }
+    __m512 acc[A5_N][A5_R];
+    LLMI_UNROLL
+    for (int t = 0; t < N; t++) {
+        LLMI_UNROLL
+        for (int r = 0; r < A5_R; r++)
+            acc[t][r] = _mm512_setzero_ps();
+    }
+    /* Bytes per step, for the prefetch of the next row tile (pf bytes on)
+     * when this tile is the first to read these rows: the A5_R row streams
+     * are more than the hardware prefetchers keep ahead of. */
+    const int64_t sb = kt == LLMI_KT_F32    ? 64
+                       : kt == LLMI_KT_Q4_0 ? 9
+                       : kt == LLMI_KT_Q4_1 ? 10
+                       : kt == LLMI_KT_Q8_0 ? 17
+                                            : 32;
+    for (int64_t c = 0; c < ns; c++) {
+        __m512 w[A5_R];
+        if (pf) {
+            LLMI_UNROLL
+            for (int r = 0; r < A5_R; r++)
+                _mm_prefetch((const char *)wr[r] + sb * c + pf, _MM_HINT_T0);
+        }
+        LLMI_UNROLL
+        for (int r = 0; r < A5_R; r++)
+            w[r] = a5_wstep(kt, wr[r], c);
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++) {
+            __m512 xv = _mm512_loadu_ps(x + t * cols + 16 * c);
+            __asm__("" : "+v"(xv)); /* one load for the 4 rows, not 4 folded ones */
+            LLMI_UNROLL
+            for (int r = 0; r < A5_R; r++)
+                acc[t][r] = _mm512_fmadd_ps(w[r], xv, acc[t][r]);
+        }
+    }
+    if (tail) { /* float rows only: the last step, zero-padded */
+        const __mmask16 m = (__mmask16)((1u << tail) - 1);
+        __m512 w[A5_R];
+        LLMI_UNROLL
+        for (int r = 0; r < A5_R; r++)
+            w[r] = _mm512_load_ps(tw[r]);
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * cols + 16 * ns);
+            LLMI_UNROLL
+            for (int r = 0; r < A5_R; r++)
+                acc[t][r] = _mm512_fmadd_ps(w[r], xv, acc[t][r]);
+        }
+    }
+    /* Vector i of the tile, token-major (zero past the end). */
+#define A5_ACC(i) ((i) < N * A5_R ? acc[(i) / A5_R][(i) % A5_R] : _mm512_setzero_ps())
+    alignas(64) float s[A5_N * A5_R + 8];
+    LLMI_UNROLL
+    for (int i = 0; i < N * A5_R; i += 8)
+        a5_reduce8(A5_ACC(i), A5_ACC(i + 1), A5_ACC(i + 2), A5_ACC(i + 3), A5_ACC(i + 4),
+                   A5_ACC(i + 5), A5_ACC(i + 6), A5_ACC(i + 7), s + i);
+#undef A5_ACC
+    LLMI_UNROLL
+    for (int t = 0; t < N; t++)
+        for (int r = 0; r < nr; r++)
+            y[t * ldy + r] = s[t * A5_R + r];
+}
+
+typedef void (*a5_tile_fn)(const uint8_t *const *wr, const float *x, int64_t cols, float *y,
+                           int64_t ldy, int nr, int64_t pf);
+#define A5_TILE_FN(KT, N)                                                                          \
+    static A5 void a5_tile_##KT##_##N(const uint8_t *const *wr, const float *x, int64_t cols,      \
+                                      float *y, int64_t ldy, int nr, int64_t pf) {                 \
+        a5_tile(LLMI_KT_##KT, N, wr, x, cols, y, ldy, nr, pf);                                     \
+    }
+#define A5_TILES(KT)                                                                               \
+    A5_TILE_FN(KT, 1)                                                                              \
+    A5_TILE_FN(KT, 2)                                                                              \
+    A5_TILE_FN(KT, 3)                                                                              \
+    A5_TILE_FN(KT, 4)                                                                              \
+    A5_TILE_FN(KT, 5)                                                                              \
+    A5_TILE_FN(KT, 6)
+A5_TILES(F32)
+A5_TILES(F16)
+A5_TILES(BF16)
+A5_TILES(Q4_0)
+A5_TILES(Q4_1)
+A5_TILES(Q8_0)
+#define A5_TILE_ROW(KT)                                                                            \
+    [LLMI_KT_##KT] = {a5_tile_##KT##_1, a5_tile_##KT##_2, a5_tile_##KT##_3,                        \
+                      a5_tile_##KT##_4, a5_tile_##KT##_5, a5_tile_##KT##_6}
+static const a5_tile_fn a5_tiles[LLMI_KT_COUNT][A5_N] = {
+    A5_TILE_ROW(F32),  A5_TILE_ROW(F16),  A5_TILE_ROW(BF16),
+    A5_TILE_ROW(Q4_0), A5_TILE_ROW(Q4_1), A5_TILE_ROW(Q8_0),
+};
+
+/* Rows [r0, r1) for all nt tokens (any number: the set's tile is INT_MAX). */
+static A5I void a5_gemm(int kt, const llmi_weight *W, int64_t r0, int64_t r1, const float *x,
+                        int nt, float *y, int64_t ldy) {
+    const int64_t cols = W->cols;
+    int64_t mb = W->row_bytes ? (int64_t)(A5_BLOCK_BYTES / W->row_bytes) : 256;
+    mb = mb > 256 ? 256 : mb < A5_R ? A5_R : mb - mb % A5_R;
+    /* Token tiles of balanced sizes (8 = 4 + 4, not 6 + 2). */
+    const int ntiles = (nt + A5_N - 1) / A5_N;
+    for (int64_t rb = r0; rb < r1; rb += mb) {
+        const int64_t re = rb + mb < r1 ? rb + mb : r1;
+        for (int i = 0, t0 = 0; i < ntiles; i++) {
+            const int n = nt / ntiles + (i < nt % ntiles);
+            /* The first tile over a block brings it from memory: it prefetches
+             * the next row tile (the last one of a block, the next block's
+             * first rows; past r1 they are only prefetched). */
+            const int64_t pf = i == 0 ? (int64_t)(A5_R * W->row_bytes) : 0;
+            for (int64_t r = rb; r < re; r += A5_R) {
+                const int nr = re - r < A5_R ? (int)(re - r) : A5_R;
+                const uint8_t *wr[A5_R]; /* missing rows repeat the last one */
+                for (int j = 0; j < A5_R; j++)
+                    wr[j] = (const uint8_t *)W->data +
+                            (size_t)(r + (j < nr ? j : nr - 1)) * W->row_bytes;
+                a5_tiles[kt][n - 1](wr, x + t0 * cols, cols, y + t0 * ldy + r, ldy, nr, pf);
             }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            float v = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
-            if (nb * CHUNK < cols)
-                v += tail_dot(kt, row, nb * CHUNK, cols, x + t * cols);
-            y[t * ldy + r] = v;
+            t0 += n;
         }
     }
 }
 
-#define A5_ROWS(name, KT)                                                                          \
+#define A5_GEMM(name, KT)                                                                          \
     static A5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,      \
                         float *y, int64_t ldy) {                                                   \
-        switch (nt) {                                                                              \
-        case 1:                                                                                    \
-            a5_rows(KT, 1, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            a5_rows(KT, 2, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 3:                                                                                    \
-            a5_rows(KT, 3, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 4:                                                                                    \
-            a5_rows(KT, 4, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 5:                                                                                    \
-            a5_rows(KT, 5, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 6:                                                                                    \
-            a5_rows(KT, 6, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        case 7:                                                                                    \
-            a5_rows(KT, 7, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        default:                                                                                   \
-            a5_rows(KT, 8, w, r0, r1, x, y, ldy);                                                  \
-            break;                                                                                 \
-        }                                                                                          \
+        a5_gemm(KT, w, r0, r1, x, nt, y, ldy);                                                     \
     }
-A5_ROWS(a5_rows_f32, LLMI_KT_F32)
-A5_ROWS(a5_rows_f16, LLMI_KT_F16)
-A5_ROWS(a5_rows_bf16, LLMI_KT_BF16)
-A5_ROWS(a5_rows_q4_0, LLMI_KT_Q4_0)
-A5_ROWS(a5_rows_q4_1, LLMI_KT_Q4_1)
-A5_ROWS(a5_rows_q8_0, LLMI_KT_Q8_0)
+A5_GEMM(a5_rows_f32, LLMI_KT_F32)
+A5_GEMM(a5_rows_f16, LLMI_KT_F16)
+A5_GEMM(a5_rows_bf16, LLMI_KT_BF16)
+A5_GEMM(a5_rows_q4_0, LLMI_KT_Q4_0)
+A5_GEMM(a5_rows_q4_1, LLMI_KT_Q4_1)
+A5_GEMM(a5_rows_q8_0, LLMI_KT_Q8_0)
 
 static A5 float a5_dot(const float *a, const float *b, int n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
@@ -664,7 +756,7 @@ static A5 float a5_dot_f32v(const float *a, const void *b, int n) { return a5_do
 static A5 void a5_axpy_f32v(float *y, float a, const void *x, int n) { a5_axpy(y, a, x, n); }
 
 const llmi_kernel_set llmi_kernels_avx512 = {
-    .tile = A5_TILE,
+    .tile = INT_MAX,
     .rows = {[LLMI_KT_F32] = a5_rows_f32,
              [LLMI_KT_F16] = a5_rows_f16,
              [LLMI_KT_BF16] = a5_rows_bf16,

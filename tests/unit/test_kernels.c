@@ -271,6 +271,69 @@ static void test_matmul_deterministic(void **state) {
         llmi_pool_free(pools[i]);
 }
 
+/* The GEMM kernels: every n_tok from 1 to 40 and a large one, row counts
+ * that are not multiples of the row tile, columns with a partial last step.
+ * Per level, token t's outputs must not depend on the batch it is computed
+ * in; the AVX-512 kernels must give the portable kernels' bits (the same
+ * arithmetic). */
+static void test_matmul_gemm_tiles(void **state) {
+    (void)state;
+    /* The last shapes span several row blocks of the AVX-512 kernels. */
+    const int64_t shapes_q[][2] = {{1, 32}, {7, 576}, {17, 64}, {45, 1536}, {130, 96}, {260, 64}};
+    const int64_t shapes_f[][2] = {{1, 7}, {7, 576}, {17, 40}, {45, 1000}, {130, 33}, {260, 40}};
+    const int n_big = 100;
+    const int best = llmi_kernels_best_level();
+    llmi_pool *pool = NULL;
+    assert_int_equal(llmi_pool_create(2, &pool), LLM_OK);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const llmi_ttype type = all_types[ti];
+        for (size_t si = 0; si < sizeof shapes_q / sizeof shapes_q[0]; si++) {
+            const int64_t rows = is_block_type(type) ? shapes_q[si][0] : shapes_f[si][0];
+            const int64_t cols = is_block_type(type) ? shapes_q[si][1] : shapes_f[si][1];
+            const uint64_t seed = 0x7113E000ull + 16 * ti + si;
+            test_weight tw;
+            make_weight(&tw, type, rows, cols, si % 2 ? 3 : 0, seed);
+            float *x = make_x(n_big * cols, seed ^ 0xF00D);
+            llmi_kernels_set_level(LLMI_KLEVEL_C);
+            float *ref0 = nan_buf(n_big * rows);
+            llmi_matmul(NULL, &tw.w, x, n_big, ref0);
+            char what[96];
+            snprintf(what, sizeof what, "%s %lldx%lld n_tok=%d level 0", llmi_ttype_get(type)->name,
+                     (long long)rows, (long long)cols, n_big);
+            check_matmul(&tw, x, n_big, ref0, what);
+            for (int level = 1; level <= best; level++) {
+                llmi_kernels_set_level(level);
+                float *ref = nan_buf(n_big * rows);
+                llmi_matmul(NULL, &tw.w, x, n_big, ref); /* one thread: all rows in one part */
+                if (level == LLMI_KLEVEL_AVX512 &&
+                    memcmp(ref, ref0, sizeof(float) * (size_t)(n_big * rows)) != 0)
+                    fail_msg("%s %lldx%lld level %d: not the portable kernels' bits (seed 0x%llx)",
+                             llmi_ttype_get(type)->name, (long long)rows, (long long)cols, level,
+                             (unsigned long long)seed);
+                for (int n_tok = 1; n_tok <= 40; n_tok++) {
+                    const int off = (n_tok * 7) % (n_big - n_tok + 1); /* any place in the batch */
+                    float *y = nan_buf(n_tok * rows);
+                    llmi_matmul(n_tok % 2 ? pool : NULL, &tw.w, x + off * cols, n_tok, y);
+                    for (int t = 0; t < n_tok; t++)
+                        if (memcmp(y + t * rows, ref + (off + t) * rows,
+                                   sizeof(float) * (size_t)rows))
+                            fail_msg("%s %lldx%lld level %d: token %d differs alone in a batch of "
+                                     "%d (at %d) and in one of %d (seed 0x%llx)",
+                                     llmi_ttype_get(type)->name, (long long)rows, (long long)cols,
+                                     level, off + t, n_tok, t, n_big, (unsigned long long)seed);
+                    free(y);
+                }
+                free(ref);
+            }
+            free(ref0);
+            free(x);
+            free_weight(&tw);
+        }
+    }
+    llmi_kernels_set_level(-1);
+    llmi_pool_free(pool);
+}
+
 /* A Q4_0 "row" of 40 columns breaks the contract: NaN, not a wild read. */
 static void test_matmul_bad_cols(void **state) {
     (void)state;
@@ -742,7 +805,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_f16),       cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_q4_0),      cmocka_unit_test(test_matmul_q4_1),
         cmocka_unit_test(test_matmul_q8_0),      cmocka_unit_test(test_matmul_deterministic),
-        cmocka_unit_test(test_matmul_bad_cols),  cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_matmul_gemm_tiles), cmocka_unit_test(test_matmul_bad_cols),
+        cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_f16_bf16_rows),
         cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_pool_runs),

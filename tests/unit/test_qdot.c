@@ -301,16 +301,21 @@ static void test_act_quantize(void **state) {
                         const float *d = llmi_act_d(&a, t), *s = llmi_act_s(&a, t);
                         for (int64_t b = 0; b < nb; b++) {
                             const ref_block *rb = ref + t * nb + b;
+                            int32_t c = 0, csum = 0;
+                            for (int j = 0; j < 32; j++)
+                                csum += rb->qs[j];
+                            memcpy(&c, &s[b], 4); /* Q8_0: c = -128 * sum(q) */
                             if (memcmp(qs + 32 * b, rb->qs, 32) != 0 ||
                                 memcmp(&d[b], &(float){llmi_f16_to_f32(rb->d)}, 4) != 0 ||
-                                (q81 && memcmp(&s[b], &(float){llmi_f16_to_f32(rb->s)}, 4) != 0))
+                                (q81 && memcmp(&s[b], &(float){llmi_f16_to_f32(rb->s)}, 4) != 0) ||
+                                (!q81 && c != -128 * csum))
                                 fail_msg("level %d cols %lld n_tok %d: token %d block %lld differs "
                                          "from llama.cpp's rounding",
                                          level, (long long)cols, n_tok, t, (long long)b);
                         }
                         /* the padding is zeroed */
                         const uint8_t *row = (const uint8_t *)qs;
-                        for (size_t i = (size_t)nb * (q81 ? 40 : 36); i < a.q_row_bytes; i++)
+                        for (size_t i = (size_t)nb * 40; i < a.q_row_bytes; i++)
                             assert_int_equal(row[i], 0);
                     }
                     if (!first) {
@@ -610,6 +615,76 @@ static void test_matmul_act_deterministic(void **state) {
         llmi_pool_free(pools[i]);
 }
 
+/* The GEMM kernels: every n_tok from 1 to 40 and a large one, row counts
+ * that are not multiples of the 16-row groups and K that spans several
+ * panels. Per level, token t's outputs must not depend on the batch it is
+ * computed in (the scheduler's tests rely on it), and the AVX-512 VNNI
+ * kernels must give the portable kernels' bits (same arithmetic). */
+static void test_matmul_act_gemm_tiles(void **state) {
+    (void)state;
+    /* 1300 rows: several row super-blocks at n_tok = 100 */
+    const int64_t shapes[][2] = {{1, 32},    {15, 576},  {17, 64},  {47, 2080},
+                                 {100, 576}, {33, 4160}, {1300, 64}};
+    const int n_big = 100;
+    const int best = llmi_kernels_best_level();
+    llmi_pool *pool = NULL;
+    assert_int_equal(llmi_pool_create(2, &pool), LLM_OK);
+    for (size_t ti = 0; ti < N_QTYPES; ti++) {
+        const llmi_ttype type = q_types[ti];
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            const uint64_t seed = 0x6E3A0000ull + 16 * ti + si;
+            test_weight tw;
+            make_weight(&tw, type, rows, cols, si % 2 ? 3 : 0, seed);
+            float *x = make_x(n_big, cols, seed ^ 0xF00D);
+            void *scratch = alloc_scratch(type, cols, n_big);
+            /* The portable kernels on all tokens: the reference bits. */
+            llmi_kernels_set_level(LLMI_KLEVEL_C);
+            llmi_act a;
+            llmi_act_prepare(NULL, type, x, n_big, cols, scratch, &a);
+            float *ref0 = nan_buf(n_big * rows);
+            llmi_matmul_act(NULL, &tw.w, &a, ref0);
+            char what[96];
+            snprintf(what, sizeof what, "%s %lldx%lld n_tok=%d level 0", llmi_ttype_get(type)->name,
+                     (long long)rows, (long long)cols, n_big);
+            check_formula(&tw, x, n_big, ref0, what);
+            for (int level = 1; level <= best; level++) {
+                llmi_kernels_set_level(level);
+                const int same_as_c = level == LLMI_KLEVEL_AVX512 && llmi_kernels_have_vnni();
+                llmi_act_prepare(pool, type, x, n_big, cols, scratch, &a);
+                float *ref = nan_buf(n_big * rows);
+                llmi_matmul_act(NULL, &tw.w, &a, ref); /* one thread: all rows in one part */
+                if (same_as_c && memcmp(ref, ref0, sizeof(float) * (size_t)(n_big * rows)) != 0)
+                    fail_msg("%s %lldx%lld level %d: not the portable kernels' bits (seed 0x%llx)",
+                             llmi_ttype_get(type)->name, (long long)rows, (long long)cols, level,
+                             (unsigned long long)seed);
+                for (int n_tok = 1; n_tok <= 40; n_tok++) {
+                    const int off = (n_tok * 7) % (n_big - n_tok + 1); /* any place in the batch */
+                    llmi_act a1;
+                    llmi_act_prepare(NULL, type, x + off * cols, n_tok, cols, scratch, &a1);
+                    float *y = nan_buf(n_tok * rows);
+                    llmi_matmul_act(n_tok % 2 ? pool : NULL, &tw.w, &a1, y);
+                    for (int t = 0; t < n_tok; t++)
+                        if (memcmp(y + t * rows, ref + (off + t) * rows,
+                                   sizeof(float) * (size_t)rows))
+                            fail_msg("%s %lldx%lld level %d: token %d differs alone in a batch of "
+                                     "%d (at %d) and in one of %d (seed 0x%llx)",
+                                     llmi_ttype_get(type)->name, (long long)rows, (long long)cols,
+                                     level, off + t, n_tok, t, n_big, (unsigned long long)seed);
+                    free(y);
+                }
+                free(ref);
+            }
+            free(ref0);
+            free(scratch);
+            free(x);
+            free(tw.buf);
+        }
+    }
+    llmi_kernels_set_level(-1);
+    llmi_pool_free(pool);
+}
+
 /* Float weights go through llmi_matmul, bit for bit. */
 static void test_matmul_act_float(void **state) {
     (void)state;
@@ -654,11 +729,17 @@ static void test_matmul_act_bad_cols(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_act_types),        cmocka_unit_test(test_q8_1_reference),
-        cmocka_unit_test(test_act_quantize),     cmocka_unit_test(test_matmul_act_q4_0),
-        cmocka_unit_test(test_matmul_act_q4_1),  cmocka_unit_test(test_matmul_act_q8_0),
-        cmocka_unit_test(test_matmul_act_exact), cmocka_unit_test(test_matmul_act_deterministic),
-        cmocka_unit_test(test_matmul_act_float), cmocka_unit_test(test_matmul_act_bad_cols),
+        cmocka_unit_test(test_act_types),
+        cmocka_unit_test(test_q8_1_reference),
+        cmocka_unit_test(test_act_quantize),
+        cmocka_unit_test(test_matmul_act_q4_0),
+        cmocka_unit_test(test_matmul_act_q4_1),
+        cmocka_unit_test(test_matmul_act_q8_0),
+        cmocka_unit_test(test_matmul_act_exact),
+        cmocka_unit_test(test_matmul_act_deterministic),
+        cmocka_unit_test(test_matmul_act_gemm_tiles),
+        cmocka_unit_test(test_matmul_act_float),
+        cmocka_unit_test(test_matmul_act_bad_cols),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
