@@ -307,9 +307,8 @@ if [ "$MODE" = report ]; then
 fi
 
 # ---- tools and models ----
-for t in llm-bench-cpu llm-quantize; do
-    [ -x "$BUILD/$t" ] || ${MAKE:-make} --no-print-directory BUILD="$BUILD" "$BUILD/$t" >&2
-done
+# Always through make: a tool left from an older tree would measure old code.
+${MAKE:-make} --no-print-directory BUILD="$BUILD" "$BUILD/llm-bench-cpu" "$BUILD/llm-quantize" >&2
 [ -f "$SMOL" ] || ${MAKE:-make} --no-print-directory model >&2
 
 # "label|path|bench options" per model.
