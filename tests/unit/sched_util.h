@@ -139,4 +139,19 @@ static inline uint32_t rand_range(uint64_t *rng, uint32_t lo, uint32_t hi) {
     return lo + (uint32_t)((*rng >> 33) % (hi - lo + 1));
 }
 
+/* Allocation-failure countdowns (llmi_alloc_fail_after). Disarms and
+ * returns the countdown: r when the r-th allocation from now would have
+ * failed, 0 when the armed failure already happened. At most `max` probe
+ * allocations (the countdown never exceeds what was armed). Sweeps use it
+ * to pause the countdown around checks that allocate themselves. */
+static inline uint64_t alloc_disarm(uint64_t max) {
+    for (uint64_t i = 1; i <= max; i++) {
+        void *p = llmi_malloc(1);
+        if (!p) return i; /* the countdown just ran out: disarmed */
+        llmi_free(p);
+    }
+    llmi_alloc_fail_after(0);
+    return 0;
+}
+
 #endif

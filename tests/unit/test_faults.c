@@ -26,22 +26,8 @@ static char g_path[512];
 /* Arms the countdown: the n-th allocation from now fails. */
 static void arm(uint64_t n) { llmi_alloc_fail_after(n); }
 
-/* Disarms and returns the countdown: r when the r-th allocation from now
- * would have failed, 0 when the armed failure already happened. At most
- * `max` probe allocations (the countdown never exceeds what was armed). */
-static uint64_t disarm(uint64_t max) {
-    for (uint64_t i = 1; i <= max; i++) {
-        void *p = llmi_malloc(1);
-        if (!p)
-            return i; /* the countdown just ran out: disarmed */
-        llmi_free(p);
-    }
-    llmi_alloc_fail_after(0);
-    return 0;
-}
-
 /* Disarms; returns whether the armed failure happened since arm(n). */
-static bool fired(uint64_t n) { return disarm(n) == 0; }
+static bool fired(uint64_t n) { return alloc_disarm(n) == 0; }
 
 static void expect_oom(llm_status st, const char *what, uint64_t n) {
     if (st != LLM_ERR_OUT_OF_MEMORY)
@@ -297,7 +283,7 @@ static int run_two(llm_session *s, const two_req *t, uint64_t n, outcome out[2])
             expect_oom(st, "step", n);
             failures++;
         }
-        uint64_t left = n ? disarm(n) : 0; /* the check allocates: pause the countdown */
+        uint64_t left = n ? alloc_disarm(n) : 0; /* the check allocates: pause the countdown */
         check_invariants(s);
         if (left)
             arm(left);

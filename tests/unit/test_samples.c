@@ -439,18 +439,10 @@ static int run_with_failure(llm_session *s, const llm_token *pa, const llm_token
             assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
             failures++;
         }
-        /* The checks allocate: pause the countdown around them. Probing
-         * finds how many allocations it has left (none: it fired). */
+        /* The checks allocate: pause the countdown around them. */
         uint64_t left = 0;
         if (fail_at && !*hit) {
-            for (uint64_t i = 1; i <= fail_at && !left; i++) {
-                void *q = llmi_malloc(1);
-                if (q)
-                    llmi_free(q);
-                else
-                    left = i;
-            }
-            llmi_alloc_fail_after(0);
+            left = alloc_disarm(fail_at);
             *hit = left == 0;
         }
         check_invariants(s);

@@ -891,18 +891,6 @@ static void test_refusals(void **state) {
 
 /* ---- allocation failures ---- */
 
-/* The n-th allocation from now fails. fired(): did it, since arm(n)? (A
- * probe: while still armed, one of the next n allocations fails.) */
-static uint64_t disarm(uint64_t max) {
-    for (uint64_t i = 1; i <= max; i++) {
-        void *p = llmi_malloc(1);
-        if (!p) return i;
-        llmi_free(p);
-    }
-    llmi_alloc_fail_after(0);
-    return 0;
-}
-
 /* Two speculating requests (n-gram greedy; a sampling draft model) run to
  * completion with the n-th allocation of the steps failing (0 = none). */
 static int run_two_spec(llm_session *s, uint64_t n, outcome out[2]) {
@@ -940,7 +928,7 @@ static int run_two_spec(llm_session *s, uint64_t n, outcome out[2]) {
                 o->n_finish_events++;
             }
         }
-        uint64_t left = n ? disarm(n) : 0; /* the checks allocate: pause */
+        uint64_t left = n ? alloc_disarm(n) : 0; /* the checks allocate: pause */
         check_invariants(s);
         if (left) llmi_alloc_fail_after(left);
         if (st == LLM_OK && k == 0 && idle(s)) return failures;
@@ -962,7 +950,7 @@ static void test_alloc_failures(void **state) {
         llm_session *s = (llm_session *)0x1;
         llmi_alloc_fail_after(n);
         llm_status st = llm_session_create(g_target, &sp, &s);
-        bool hit = disarm(n) == 0;
+        bool hit = alloc_disarm(n) == 0;
         if (st == LLM_OK) {
             llm_session_free(s);
             if (!hit) break;
@@ -981,7 +969,7 @@ static void test_alloc_failures(void **state) {
     for (n = 1; n < 100000; n++) { /* the steps */
         s = spec_session(g_target, g_draft, 256, 64, 16, 32, true);
         int failures = run_two_spec(s, n, out);
-        bool hit = disarm(n) == 0;
+        bool hit = alloc_disarm(n) == 0;
         for (int i = 0; i < 2; i++) {
             assert_int_equal(out[i].n_finish_events, 1);
             /* A failed step changes nothing: the tokens are the clean run's

@@ -824,19 +824,7 @@ static void test_files(void **state) {
 
 static void arm(uint64_t n) { llmi_alloc_fail_after(n); }
 
-/* Disarms; 0 when the armed failure happened (see test_faults.c). */
-static uint64_t disarm(uint64_t max) {
-    for (uint64_t i = 1; i <= max; i++) {
-        void *p = llmi_malloc(1);
-        if (!p)
-            return i;
-        llmi_free(p);
-    }
-    llmi_alloc_fail_after(0);
-    return 0;
-}
-
-static bool fired(uint64_t n) { return disarm(n) == 0; }
+static bool fired(uint64_t n) { return alloc_disarm(n) == 0; }
 
 static void expect_oom(llm_status st, const char *what, uint64_t n) {
     if (st != LLM_ERR_OUT_OF_MEMORY)
