@@ -1,24 +1,152 @@
-/* The forward-pass dispatchers (forward.h) over the backend interface
- * (backend.h): argument and row checks shared by every backend, sequence
- * lengths advanced only after a successful pass, and the test hook that
- * injects backend failures. */
+/* The backend registry, the weights shared between sessions, and the test
+ * hook that injects backend failures. */
 #include "backend/backend.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
-struct llmi_forward {
+/* ---- registry ---- */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static const llmi_backend_ops *registry[LLMI_BACKEND_MAX] = {&llmi_backend_cpu};
+static size_t n_registered = 1;
+
+static llm_status check_ops(const llmi_backend_ops *ops) {
+    if (!ops || !ops->name || !*ops->name)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "backend table without a name");
+    if (ops->version < LLMI_BACKEND_VERSION_MIN || ops->version > LLMI_BACKEND_VERSION)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "backend '%s' has interface version %u; this library takes %u to %u",
+                          ops->name, ops->version, LLMI_BACKEND_VERSION_MIN,
+                          LLMI_BACKEND_VERSION);
+    if (!ops->open || !ops->close || !ops->weights_load || !ops->weights_free ||
+        !ops->kv_create || !ops->kv_free || !ops->kv_copy || !ops->kv_read || !ops->kv_write ||
+        !ops->step_create || !ops->step_free || !ops->step_run || !ops->sync)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "backend '%s' lacks a required operation",
+                          ops->name);
+    return LLM_OK;
+}
+
+static size_t find_locked(const char *name) {
+    for (size_t i = 0; i < n_registered; i++)
+        if (strcmp(registry[i]->name, name) == 0) return i;
+    return SIZE_MAX;
+}
+
+llm_status llmi_backend_register(const llmi_backend_ops *ops) {
+    LLMI_TRY(check_ops(ops));
+    llm_status st = LLM_OK;
+    pthread_mutex_lock(&registry_lock);
+    size_t i = find_locked(ops->name);
+    if (i != SIZE_MAX)
+        registry[i] = ops;
+    else if (n_registered == LLMI_BACKEND_MAX)
+        st = llmi_error(LLM_ERR_LIMIT, "at most %d backends can be registered", LLMI_BACKEND_MAX);
+    else
+        registry[n_registered++] = ops;
+    pthread_mutex_unlock(&registry_lock);
+    return st;
+}
+
+void llmi_backend_unregister(const char *name) {
+    if (!name || strcmp(name, llmi_backend_cpu.name) == 0) return;
+    pthread_mutex_lock(&registry_lock);
+    size_t i = find_locked(name);
+    if (i != SIZE_MAX) {
+        memmove(registry + i, registry + i + 1, (n_registered - i - 1) * sizeof *registry);
+        n_registered--;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+const llmi_backend_ops *llmi_backend_find(const char *name) {
+    if (!name) return NULL;
+    pthread_mutex_lock(&registry_lock);
+    size_t i = find_locked(name);
+    const llmi_backend_ops *ops = i == SIZE_MAX ? NULL : registry[i];
+    pthread_mutex_unlock(&registry_lock);
+    return ops;
+}
+
+size_t llmi_backend_list(const llmi_backend_ops **out, size_t cap) {
+    pthread_mutex_lock(&registry_lock);
+    size_t n = n_registered;
+    for (size_t i = 0; i < n && i < cap; i++) out[i] = registry[i];
+    pthread_mutex_unlock(&registry_lock);
+    return n;
+}
+
+/* ---- weights shared by sessions ---- */
+
+/* Loaded weights, a short list: a process holds a few models on a few
+ * backends. */
+typedef struct loaded_weights {
     const llmi_backend_ops *ops;
-    void *ctx; /* the backend's scratch */
-    const llm_model *m;
-    uint32_t max_rows, max_ctx;
-};
+    const llm_model *model;
+    int32_t device;
+    uint32_t refs;
+    void *weights;
+    struct loaded_weights *next;
+} loaded_weights;
+
+static pthread_mutex_t weights_lock = PTHREAD_MUTEX_INITIALIZER;
+static loaded_weights *weights_list;
+
+static loaded_weights **weights_find(const llmi_backend_ops *ops, const llm_model *m,
+                                     int32_t device) {
+    loaded_weights **p = &weights_list;
+    while (*p && !((*p)->ops == ops && (*p)->model == m && (*p)->device == device))
+        p = &(*p)->next;
+    return p;
+}
+
+llm_status llmi_backend_weights_acquire(const llmi_backend_ops *ops, const llm_model *m,
+                                        int32_t device, void **out) {
+    *out = NULL;
+    /* Loading under the lock keeps two sessions from uploading one model
+     * twice; loads are rare. */
+    pthread_mutex_lock(&weights_lock);
+    loaded_weights **p = weights_find(ops, m, device);
+    llm_status st = LLM_OK;
+    if (*p) {
+        (*p)->refs++;
+        *out = (*p)->weights;
+    } else {
+        loaded_weights *w = llmi_calloc(1, sizeof *w);
+        if (!w) {
+            st = llmi_oom("backend weights");
+        } else if ((st = ops->weights_load(m, device, &w->weights)) != LLM_OK) {
+            llmi_free(w);
+        } else {
+            *w = (loaded_weights){ops, m, device, 1, w->weights, NULL};
+            *p = w;
+            *out = w->weights;
+        }
+    }
+    pthread_mutex_unlock(&weights_lock);
+    return st;
+}
+
+void llmi_backend_weights_release(const llmi_backend_ops *ops, const llm_model *m,
+                                  int32_t device) {
+    pthread_mutex_lock(&weights_lock);
+    loaded_weights **p = weights_find(ops, m, device);
+    loaded_weights *w = *p;
+    if (w && --w->refs == 0) {
+        *p = w->next;
+        ops->weights_free(w->weights);
+        llmi_free(w);
+    }
+    pthread_mutex_unlock(&weights_lock);
+}
 
 /* ---- fault injection (tests) ---- */
 
+#ifdef LLMI_TEST_HOOKS
 static _Atomic uint64_t fault_calls; /* backend calls since the last inject */
 static _Atomic uint64_t fault_at;    /* the call that fails; 0 = none */
 static _Atomic int fault_status = LLM_ERR_BACKEND;
-static atomic_bool fault_late;       /* a failing run fails after the backend ran */
+static atomic_bool fault_late; /* a failing step fails after the backend ran */
 
 static void fault_arm(uint64_t fail_at, llm_status status, bool late) {
     atomic_store(&fault_at, 0);
@@ -38,13 +166,7 @@ void llmi_backend_fault_inject_late(uint64_t fail_at, llm_status status) {
 
 uint64_t llmi_backend_fault_calls(void) { return atomic_load(&fault_calls); }
 
-static llm_status fault_error(void) {
-    return llmi_error((llm_status)atomic_load(&fault_status), "injected backend fault");
-}
-
-/* Counts one backend call; the armed one fails (once): now, or, for a run
- * armed late, once the backend ran (*late set). */
-static llm_status fault_check(bool *late) {
+llm_status llmi_backend_fault_check(bool *late) {
     uint64_t n = atomic_fetch_add(&fault_calls, 1) + 1;
     uint64_t at = atomic_load(&fault_at);
     if (at == 0 || n != at) return LLM_OK;
@@ -54,83 +176,17 @@ static llm_status fault_check(bool *late) {
         *late = true;
         return LLM_OK;
     }
-    return fault_error();
+    return llmi_backend_fault_late();
 }
 
-/* ---- dispatchers ---- */
-
-llm_status llmi_forward_create_ops(const llmi_backend_ops *ops, const llm_model *m,
-                                   llmi_pool *pool, uint32_t max_rows, uint32_t max_ctx,
-                                   llmi_forward **out) {
-    *out = NULL;
-    LLMI_TRY(fault_check(NULL));
-    if (!ops || !ops->create || !ops->free || !ops->run)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "backend %s lacks a required operation",
-                          ops && ops->name ? ops->name : "(null)");
-    if (max_rows == 0 || max_ctx == 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "forward pass needs rows and context > 0");
-    llmi_forward *f = llmi_calloc(1, sizeof *f);
-    if (!f) return llmi_oom("forward pass");
-    llm_status st = ops->create(m, pool, max_rows, max_ctx, &f->ctx);
-    if (st != LLM_OK) {
-        llmi_free(f);
-        return st;
-    }
-    f->ops = ops;
-    f->m = m;
-    f->max_rows = max_rows;
-    f->max_ctx = max_ctx;
-    *out = f;
+llm_status llmi_backend_fault_late(void) {
+    return llmi_error((llm_status)atomic_load(&fault_status), "injected backend fault");
+}
+#else
+llm_status llmi_backend_fault_check(bool *late) {
+    (void)late;
     return LLM_OK;
 }
 
-llm_status llmi_forward_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
-                               uint32_t max_ctx, llmi_forward **out) {
-    return llmi_forward_create_ops(&llmi_backend_cpu, m, pool, max_rows, max_ctx, out);
-}
-
-void llmi_forward_free(llmi_forward *f) {
-    if (!f) return;
-    f->ops->free(f->ctx);
-    llmi_free(f);
-}
-
-const llmi_backend_ops *llmi_forward_ops(const llmi_forward *f) { return f->ops; }
-
-void llmi_forward_set_f32_activations(llmi_forward *f, bool on) {
-    if (f->ops->set_f32_activations) f->ops->set_f32_activations(f->ctx, on);
-}
-
-static llm_status check_rows(const llmi_forward *f, const llmi_kv *kv,
-                             const llmi_batch_row *rows, uint32_t n) {
-    if (n > f->max_rows)
-        return llmi_error(LLM_ERR_LIMIT, "batch of %u rows exceeds the limit of %u", n,
-                          f->max_rows);
-    for (uint32_t r = 0; r < n; r++) {
-        const llmi_batch_row *row = &rows[r];
-        if (row->token < 0 || (uint32_t)row->token >= f->m->hp.n_vocab)
-            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
-                              r, row->token, f->m->hp.n_vocab);
-        if (row->pos >= f->max_ctx)
-            return llmi_error(LLM_ERR_LIMIT, "row %u: position %u exceeds the context of %u", r,
-                              row->pos, f->max_ctx);
-        if (!row->seq || (uint64_t)row->seq->n_blocks * kv->block_size <= row->pos)
-            return llmi_error(LLM_ERR_INTERNAL, "row %u: no KV block reserved for position %u", r,
-                              row->pos);
-    }
-    return LLM_OK;
-}
-
-llm_status llmi_forward_run(llmi_forward *f, llmi_kv *kv, const llmi_batch_row *rows,
-                            uint32_t n, float *logits) {
-    bool late = false;
-    LLMI_TRY(fault_check(&late));
-    llm_status st = n ? check_rows(f, kv, rows, n) : LLM_OK;
-    if (st == LLM_OK && n) st = f->ops->run(f->ctx, kv, rows, n, logits);
-    if (st == LLM_OK && late) st = fault_error();
-    if (st != LLM_OK) return st;
-    /* Lengths move only now: a pass that fails anywhere leaves them. */
-    for (uint32_t r = 0; r < n; r++)
-        if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
-    return LLM_OK;
-}
+llm_status llmi_backend_fault_late(void) { return LLM_OK; }
+#endif

@@ -1,84 +1,202 @@
-/* The backend interface: how the forward pass reaches the hardware.
+/* The backend interface: a versioned table of operations, registered by
+ * name, through which the core reaches the hardware. It is also the ABI
+ * between the core and a backend built as a plug-in (the CUDA backend in
+ * cuda/, loaded with dlopen): docs/design.md describes it for plug-in
+ * authors.
  *
- * A backend is a struct of function pointers that implements the whole
- * forward pass of a model: create scratch for a model, run a batch of rows
- * (any mix of sequences and positions) writing K/V into the session's paged
- * KV pool and logits for the rows that want them, free.
+ * A backend owns device memory. Four kinds of object, each created and freed
+ * by the backend:
+ *   instance  one per session: the CPU's thread pool, a GPU's stream and
+ *             library handles. The draft model's engine shares its
+ *             session's instance.
+ *   weights   one per (model, backend, device), shared by every session and
+ *             draft engine that runs the model there (llmi_backend_weights
+ *             keeps the count): a GPU uploads a model once.
+ *   KV store  the bytes of a KV block pool: n_blocks blocks of block_size
+ *             token slots, every layer, K and V, elements of one type. The
+ *             bookkeeping (block ids, reference counts, prefix hashes, LRU)
+ *             is the core's (kv/kv.h) and never touches these bytes; it asks
+ *             the backend to copy a block for copy-on-write.
+ *   step ctx  scratch for running steps of up to max_rows rows with
+ *             attention over up to max_ctx positions, on given weights.
  *
- * Why the seam is the whole forward pass, not per-op dispatch (matmul,
- * rmsnorm, rope, attention, ... as DESIGN.md first sketched): a GPU backend
- * wants whole decode steps. The CUDA plug-in (loaded with dlopen) captures a
+ * Why the seam is a whole step, not per-op dispatch (matmul, rmsnorm, rope,
+ * attention, ...): a GPU backend wants whole decode steps. It captures a
  * step as a CUDA graph, fuses kernels, keeps activations on the device from
  * the embedding to the logits and overlaps its launches with the host; a
  * per-op interface would cost a host round trip per op and pin one kernel
- * boundary for every backend. A per-op seam also fixes activation layouts
- * and quantization (our 8-bit activations) across backends, which the whole
- * pass leaves to each backend. Everything around the pass (scheduling, KV
- * block tables, sampling, speculative decoding) stays in the core and is
- * shared by every backend.
+ * boundary and one activation layout for every backend. Everything around
+ * the step (scheduling, block tables, sampling, speculative decoding) stays
+ * in the core and is shared by every backend.
  *
- * Contract of each op:
- *   create  scratch for up to max_rows rows per run and attention over up
- *           to max_ctx positions; on failure *out is NULL and nothing is
- *           left to free.
- *   free    accepts NULL.
- *   run     rows are already checked by the dispatcher (at most max_rows,
- *           tokens in the vocabulary, positions inside max_ctx, a KV block
- *           reserved for each (seq, pos)). Writes the K/V of every row at
- *           (seq, pos) and the logits of rows with want_logits, in row order,
- *           n_vocab floats each. It must not change seq->n_tokens: the
- *           dispatcher advances the lengths only when run returns LLM_OK, so
- *           a failure at any point of a pass leaves every sequence as it was
- *           (K/V it wrote lies past the sequences' ends and is overwritten
- *           by the next pass). Every failure returns a status (never aborts):
- *           LLM_ERR_BACKEND for a device failure, LLM_ERR_OUT_OF_MEMORY.
- *   set_f32_activations  optional (NULL = ignored): see forward.h.
+ * Versions (as sqlite3_vfs carries iVersion): `version` says which entries
+ * of the table are valid: those of every version up to it. The core refuses
+ * a table older than LLMI_BACKEND_VERSION_MIN and never calls an entry newer
+ * than the table's version. Entries are only appended; a new version may
+ * also append fields to the structs below (never reorder them). The
+ * `const llm_model *` handed to weights_load is the core's own model struct
+ * (model/model.h), so a plug-in is built from the same source release as the
+ * core it loads into: the version check is what catches a mismatch.
  *
- * The dispatchers are llmi_forward_create/run/free/set_f32_activations in
- * forward.h; a forward object remembers the ops it was created with. */
+ * Contract of every entry: returns a status (LLM_ERR_BACKEND for a device
+ * failure, LLM_ERR_OUT_OF_MEMORY when memory runs out, never aborts);
+ * constructors leave *out NULL on failure with nothing to free; free entries
+ * accept NULL. Entries marked optional may be NULL. */
 #ifndef LLMI_BACKEND_H
 #define LLMI_BACKEND_H
 
-#include "backend/forward.h"
+#include "core/core.h"
+#include "model/model.h"
+
+#include <stdbool.h>
+
+#define LLMI_BACKEND_VERSION 1
+#define LLMI_BACKEND_VERSION_MIN 1
+#define LLMI_BACKEND_MAX 8 /* registered backends at once */
+
+/* What a session asks of its backend instance. */
+typedef struct llmi_backend_config {
+    uint32_t n_threads; /* CPU threads (>= 1) */
+    int32_t device;     /* device id; 0 for the CPU */
+} llmi_backend_config;
+
+/* Shape of a KV store. A slot is a token position of one block:
+ * slot = block * block_size + position % block_size. */
+typedef struct llmi_kv_layout {
+    uint32_t n_layer, kv_dim, block_size, n_blocks;
+    llm_kv_type type; /* element type: LLM_KV_F32, F16 or BF16 */
+} llmi_kv_layout;
+
+/* One step, everything a backend reads to run it, laid out so that a device
+ * backend uploads it in one copy: the arrays are consecutive uint32 words
+ * of one buffer (`words`, `n_words`).
+ *   rows:   token[r], pos[r], seq[r] (the row's sequence slot, < n_seqs).
+ *           Rows of one sequence come in increasing position order; the
+ *           sequence's K/V holds every position before its first row.
+ *   tables: the block table of sequence slot s is
+ *           blocks[block_start[s] .. block_start[s + 1]) (CSR); it covers
+ *           every position of its rows.
+ *   logits: logit_rows[0 .. n_logits) are the rows whose logits are
+ *           wanted, ascending; logits go out in that order, n_vocab floats
+ *           each. */
+typedef struct llmi_step {
+    uint32_t n_rows, n_seqs, n_logits, block_size;
+    const int32_t *token;       /* [n_rows] */
+    const uint32_t *pos;        /* [n_rows] */
+    const uint32_t *seq;        /* [n_rows] */
+    const uint32_t *block_start; /* [n_seqs + 1] */
+    const uint32_t *blocks;     /* [block_start[n_seqs]] */
+    const uint32_t *logit_rows; /* [n_logits] */
+    const uint32_t *words;      /* the buffer all of the above point into */
+    size_t n_words;
+} llmi_step;
+
+/* The KV slot of position `pos` of sequence slot `s`. */
+static inline uint32_t llmi_step_slot(const llmi_step *st, uint32_t s, uint32_t pos) {
+    return st->blocks[st->block_start[s] + pos / st->block_size] * st->block_size +
+           pos % st->block_size;
+}
 
 typedef struct llmi_backend_ops {
-    const char *name; /* "cpu", "cuda", ... */
-    llm_status (*create)(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
-                         uint32_t max_ctx, void **out);
-    void (*free)(void *ctx);
-    llm_status (*run)(void *ctx, llmi_kv *kv, const llmi_batch_row *rows, uint32_t n_rows,
-                      float *logits);
-    void (*set_f32_activations)(void *ctx, bool on);
+    uint32_t version; /* LLMI_BACKEND_VERSION the table was built for */
+    const char *name; /* "cpu", "cuda", "tp", ... */
+
+    /* ---- version 1 ---- */
+    /* Whether the backend can run here: LLM_OK, or LLM_ERR_UNSUPPORTED
+     * with a message saying why (no driver, no device). Optional (NULL:
+     * always available). */
+    llm_status (*probe)(void);
+    llm_status (*open)(const llmi_backend_config *cfg, void **out);
+    void (*close)(void *backend);
+
+    /* The model's weights on `device`, in the backend's layout. */
+    llm_status (*weights_load)(const llm_model *m, int32_t device, void **out);
+    void (*weights_free)(void *weights);
+
+    llm_status (*kv_create)(void *backend, const llmi_kv_layout *layout, void **out);
+    void (*kv_free)(void *kv);
+    /* Copies the first n_slots slots of block src to block dst, K and V of
+     * every layer (copy-on-write). Ordered with the steps that follow. */
+    llm_status (*kv_copy)(void *kv, uint32_t dst, uint32_t src, uint32_t n_slots);
+    /* n consecutive slots from `slot` (inside one block) of one layer's K
+     * (v false) or V, as raw elements of the store's type: read into `dst`
+     * or written from `src`, n * kv_dim elements. Ordered with the steps
+     * around them (a read waits for the steps before it). */
+    llm_status (*kv_read)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
+                          void *dst);
+    llm_status (*kv_write)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
+                           const void *src);
+
+    llm_status (*step_create)(void *backend, const llm_model *m, void *weights,
+                              uint32_t max_rows, uint32_t max_ctx, void **out);
+    void (*step_free)(void *step);
+    /* Runs a step (checked by the core: rows <= max_rows, tokens in the
+     * vocabulary, positions < max_ctx, block tables covering them): writes
+     * the K/V of every row at its slot and the wanted logits to `logits`
+     * (host memory). It may return before the device finished; `sync` waits.
+     * A failed step may have written K/V at its rows' slots and nothing
+     * else: the core keeps sequence lengths unchanged, so those slots lie
+     * past every sequence's end. */
+    llm_status (*step_run)(void *step, void *kv, const llmi_step *st, float *logits);
+    /* Waits until everything issued on the instance is done; reports an
+     * asynchronous device failure. */
+    llm_status (*sync)(void *backend);
+    /* Optional: keep activations in f32 (tests against llama.cpp). */
+    void (*step_set_f32_activations)(void *step, bool on);
 } llmi_backend_ops;
 
-/* The CPU forward pass (forward.c): threads of `pool`, SIMD kernels picked
- * at run time. */
+/* ---- registry ---- */
+
+/* Adds a backend; LLM_ERR_INVALID_ARGUMENT for a table without a name or a
+ * required entry, LLM_ERR_UNSUPPORTED for a version outside
+ * [LLMI_BACKEND_VERSION_MIN, LLMI_BACKEND_VERSION], LLM_ERR_LIMIT when the
+ * registry is full. Registering a name again replaces the table (tests).
+ * Thread-safe. The CPU backend is always registered. */
+llm_status llmi_backend_register(const llmi_backend_ops *ops);
+/* Removes a backend registered by name (not "cpu"); no-op when absent. */
+void llmi_backend_unregister(const char *name);
+/* The backend registered under `name`, or NULL. */
+const llmi_backend_ops *llmi_backend_find(const char *name);
+/* Registered backends, in registration order ("cpu" first); returns the
+ * count, writes at most `cap` tables. */
+size_t llmi_backend_list(const llmi_backend_ops **out, size_t cap);
+
+/* The CPU backend (backend/cpu/). */
 extern const llmi_backend_ops llmi_backend_cpu;
 
-/* llmi_forward_create with the given backend. */
-llm_status llmi_forward_create_ops(const llmi_backend_ops *ops, const llm_model *m,
-                                   llmi_pool *pool, uint32_t max_rows, uint32_t max_ctx,
-                                   llmi_forward **out);
-/* The backend a forward object runs on. */
-const llmi_backend_ops *llmi_forward_ops(const llmi_forward *f);
+/* ---- shared weights ---- */
 
-/* Test hooks, in the style of llmi_alloc_fail_after. Every call of
- * llmi_forward_create* and llmi_forward_run, of every forward object (a
- * session's target model and its draft model alike), counts as one backend
- * call. llmi_backend_fault_inject(n, status) restarts the count at 0 and
- * makes the n-th call from now (n >= 1) fail with `status` (LLM_ERR_BACKEND
- * or LLM_ERR_OUT_OF_MEMORY) and the message "injected backend fault" before
- * it does anything; the calls after it succeed again. n = 0 (or status
- * LLM_OK) disables. Atomic: safe while other threads run forward passes. */
+/* The weights of `m` on (ops, device): loaded on first use, then shared;
+ * each successful call takes a reference that llmi_backend_weights_release
+ * drops (the last one frees them). Thread-safe. */
+llm_status llmi_backend_weights_acquire(const llmi_backend_ops *ops, const llm_model *m,
+                                        int32_t device, void **out);
+void llmi_backend_weights_release(const llmi_backend_ops *ops, const llm_model *m,
+                                  int32_t device);
+
+#ifdef LLMI_TEST_HOOKS
+/* Test hooks, in the style of llmi_alloc_fail_after. Every step_create and
+ * step_run issued through an engine (a session's target model and its
+ * draft model alike) counts as one backend call.
+ * llmi_backend_fault_inject(n, status) restarts the count at 0 and makes the
+ * n-th call from now (n >= 1) fail with `status` (LLM_ERR_BACKEND or
+ * LLM_ERR_OUT_OF_MEMORY) and the message "injected backend fault" before it
+ * does anything; the calls after it succeed again. n = 0 (or status LLM_OK)
+ * disables. Atomic: safe while other threads run steps. */
 void llmi_backend_fault_inject(uint64_t fail_at, llm_status status);
-/* The same, except that a run call that is to fail fails after the backend
- * ran: K/V and logits are written, as when a device reports an error at the
- * end of a pass (an asynchronous fault seen at the final synchronisation).
- * Creates still fail before anything. */
+/* The same, except that a step that is to fail fails after the backend ran:
+ * K/V and logits are written, as when a device reports an error at the end
+ * of a step. Creates still fail before anything. */
 void llmi_backend_fault_inject_late(uint64_t fail_at, llm_status status);
 /* Backend calls since the last llmi_backend_fault_inject (or the process
- * start): a sweep armed at n is past the operation's last call when this
- * stays below n. */
+ * start). */
 uint64_t llmi_backend_fault_calls(void);
+#endif
+/* Counts one backend call: the armed one fails now (or, when `late` is not
+ * NULL and the fault was armed late, sets *late and returns LLM_OK).
+ * Always LLM_OK in a build without LLMI_TEST_HOOKS. */
+llm_status llmi_backend_fault_check(bool *late);
+/* The armed status and message, for a step whose check set *late. */
+llm_status llmi_backend_fault_late(void);
 
 #endif

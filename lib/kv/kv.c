@@ -175,18 +175,6 @@ static void block_unref(llmi_kv *kv, uint32_t b) {
     }
 }
 
-/* Copies the first n_slots slots of block src to block dst, K and V, every
- * layer. */
-static void block_copy(llmi_kv *kv, uint32_t dst, uint32_t src, uint32_t n_slots) {
-    size_t block = (size_t)kv->block_size * kv->row_bytes;
-    size_t bytes = (size_t)n_slots * kv->row_bytes;
-    if (bytes == 0) return;
-    for (uint32_t l = 0; l < kv->n_layer; l++) {
-        memcpy(kv->k[l] + dst * block, kv->k[l] + src * block, bytes);
-        memcpy(kv->v[l] + dst * block, kv->v[l] + src * block, bytes);
-    }
-}
-
 /* ---- pool ---- */
 
 size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
@@ -243,44 +231,24 @@ static void index_free(llmi_kv_index *x) {
     llmi_free(x);
 }
 
-llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
-                          uint32_t n_blocks, llmi_kv **out) {
-    return llmi_kv_create_ex(n_layer, kv_dim, block_size, n_blocks, LLM_KV_F32, out);
-}
-
-llm_status llmi_kv_create_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
-                             uint32_t n_blocks, llm_kv_type type, llmi_kv **out) {
+llm_status llmi_kv_create(uint32_t block_size, uint32_t n_blocks, llmi_kv **out) {
     *out = NULL;
-    const uint32_t elem_size = llmi_kv_type_size(type);
-    if (elem_size == 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache of unknown element type %d",
-                          (int)type);
-    if (n_layer == 0 || kv_dim == 0 || block_size == 0 || n_blocks == 0)
+    if (block_size == 0 || n_blocks == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache with a zero dimension");
-    size_t per_layer, slots, token_bytes;
+    size_t slots, token_bytes;
     if (!llmi_mul_ok(n_blocks, block_size, &slots) ||
-        !llmi_mul_ok(slots, (size_t)kv_dim * elem_size, &per_layer) ||
         !llmi_mul_ok(slots, sizeof(llm_token), &token_bytes) || slots > UINT32_MAX)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %u blocks overflows", n_blocks);
     llmi_kv *kv = llmi_calloc(1, sizeof *kv);
     if (!kv) return llmi_oom("KV cache");
-    kv->n_layer = n_layer;
-    kv->kv_dim = kv_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->type = type;
-    kv->elem_size = elem_size;
-    kv->row_bytes = (size_t)kv_dim * elem_size;
     llm_status st = LLM_OK;
-    kv->k = llmi_calloc(n_layer, sizeof *kv->k);
-    kv->v = llmi_calloc(n_layer, sizeof *kv->v);
     kv->ref = llmi_calloc(n_blocks, sizeof *kv->ref);
     kv->free_stack = llmi_calloc(n_blocks, sizeof *kv->free_stack);
-    if (!kv->k || !kv->v || !kv->ref || !kv->free_stack) goto oom;
-    for (uint32_t l = 0; l < n_layer; l++) {
-        kv->k[l] = llmi_malloc_aligned(per_layer);
-        kv->v[l] = llmi_malloc_aligned(per_layer);
-        if (!kv->k[l] || !kv->v[l]) goto oom;
+    if (!kv->ref || !kv->free_stack) {
+        st = llmi_oom("KV cache blocks");
+        goto fail;
     }
     if ((st = index_create(kv)) != LLM_OK) goto fail;
     /* Hand out low block ids first: stack top is the end of the array. */
@@ -288,19 +256,18 @@ llm_status llmi_kv_create_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_s
     kv->n_free = n_blocks;
     *out = kv;
     return LLM_OK;
-oom:
-    st = llmi_oom("KV cache blocks");
 fail:
     llmi_kv_free(kv);
     return st;
 }
 
+void llmi_kv_set_copier(llmi_kv *kv, llmi_kv_copy_fn copy, void *ctx) {
+    kv->copy = copy;
+    kv->copy_ctx = ctx;
+}
+
 void llmi_kv_free(llmi_kv *kv) {
     if (!kv) return;
-    for (uint32_t l = 0; kv->k && l < kv->n_layer; l++) llmi_free_aligned(kv->k[l]);
-    for (uint32_t l = 0; kv->v && l < kv->n_layer; l++) llmi_free_aligned(kv->v[l]);
-    llmi_free(kv->k);
-    llmi_free(kv->v);
     llmi_free(kv->ref);
     llmi_free(kv->free_stack);
     index_free(kv->index);
@@ -360,7 +327,13 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
             uint32_t nb = block_alloc(kv);
             uint64_t start = (uint64_t)i * bs;
             uint32_t valid = seq->n_tokens > start ? seq->n_tokens - (uint32_t)start : 0;
-            block_copy(kv, nb, b, valid < bs ? valid : bs);
+            llm_status st = valid && kv->copy
+                                ? kv->copy(kv->copy_ctx, nb, b, valid < bs ? valid : bs)
+                                : LLM_OK;
+            if (st != LLM_OK) {
+                block_unref(kv, nb);
+                return st;
+            }
             kv->ref[b]--; /* still >= 1: no state change */
             seq->blocks[i] = nb;
             kv->cow_copies++;

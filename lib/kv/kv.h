@@ -18,10 +18,10 @@
  * (ref > 1) first copies it (copy-on-write); a write into a registered block
  * held once unregisters it.
  *
- * Elements are stored as f32, f16 or bf16 (llm_kv_type): a position of a
- * layer is kv_dim elements of elem_size bytes (row_bytes). The pool only
- * moves bytes; converting on write and reading in attention is the forward
- * pass's job (backend/kernels.h, llmi_kv_row_ops).
+ * This is bookkeeping only: the K/V bytes live in the backend's KV store
+ * (backend/backend.h), addressed by slot = block * block_size + offset.
+ * The one time the pool needs bytes moved, a copy-on-write, it calls the
+ * copy function its owner installed (llmi_kv_set_copier).
  *
  * Not thread-safe: the session serialises all calls. */
 #ifndef LLMI_KV_H
@@ -33,13 +33,14 @@
 
 typedef struct llmi_kv_index llmi_kv_index; /* private: hash table + LRU */
 
+/* Copies the first n_slots slots of block src to block dst (all layers, K
+ * and V); the status of a failed device copy. */
+typedef llm_status (*llmi_kv_copy_fn)(void *ctx, uint32_t dst, uint32_t src, uint32_t n_slots);
+
 typedef struct llmi_kv {
-    uint32_t n_layer, kv_dim, block_size, n_blocks;
-    llm_kv_type type;   /* element type of K and V */
-    uint32_t elem_size; /* bytes per element: 4 (f32) or 2 (f16, bf16) */
-    size_t row_bytes;   /* kv_dim * elem_size: one position of one layer */
-    /* Per layer: n_blocks * block_size * row_bytes bytes, block-major. */
-    uint8_t **k, **v;
+    uint32_t block_size, n_blocks;
+    llmi_kv_copy_fn copy; /* NULL: blocks hold no bytes (tests of the bookkeeping) */
+    void *copy_ctx;
     uint32_t *ref;        /* per block */
     uint32_t *free_stack; /* ids of free blocks */
     uint32_t n_free;      /* on the free stack (cached blocks not counted) */
@@ -73,14 +74,11 @@ static inline uint32_t llmi_kv_type_size(llm_kv_type type) {
     }
 }
 
-/* A pool of n_blocks blocks of elements of `type` (LLM_ERR_INVALID_ARGUMENT
- * for an unknown type). llmi_kv_create is llmi_kv_create_ex with
- * LLM_KV_F32. */
-llm_status llmi_kv_create_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
-                             uint32_t n_blocks, llm_kv_type type, llmi_kv **out);
-llm_status llmi_kv_create(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
-                          uint32_t n_blocks, llmi_kv **out);
+/* A pool of n_blocks blocks of block_size slots. */
+llm_status llmi_kv_create(uint32_t block_size, uint32_t n_blocks, llmi_kv **out);
 void llmi_kv_free(llmi_kv *kv);
+/* Installs the function that copies block bytes for copy-on-write. */
+void llmi_kv_set_copier(llmi_kv *kv, llmi_kv_copy_fn copy, void *ctx);
 /* Bytes one block takes: K and V, all layers, elements of elem_size bytes
  * (llmi_kv_type_size). llmi_kv_block_bytes is the f32 size (elem_size 4). */
 size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
@@ -93,7 +91,9 @@ static inline uint32_t llmi_kv_available(const llmi_kv *kv) { return kv->n_free 
  * missing blocks (evicting cached ones if needed) and copies or unregisters
  * the block holding position seq->n_tokens if it is shared or registered.
  * Does not change seq->n_tokens. LLM_ERR_LIMIT (pool exhausted) or
- * LLM_ERR_OUT_OF_MEMORY leave the sequence and the pool unchanged. */
+ * LLM_ERR_OUT_OF_MEMORY leave the sequence and the pool unchanged; a failed
+ * block copy (the copier's status) may leave blocks before the failing one
+ * replaced by equal private copies. */
 llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens);
 /* Blocks llmi_kv_seq_reserve(kv, seq, n_tokens) would take from the pool. */
 uint32_t llmi_kv_seq_blocks_needed(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t n_tokens);
@@ -132,20 +132,9 @@ void llmi_kv_test_hash_bits(llmi_kv *kv, unsigned bits);
  * naming the first violation. For tests and debug builds. */
 llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size_t n_seqs);
 
-static inline size_t llmi_kv_slot(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos) {
-    return (size_t)seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
-}
-/* First byte of the K (V) row of `layer` at position `pos` of `seq`:
- * kv_dim elements of kv->type, row_bytes bytes. Element i of an f32 pool is
- * ((float *)row)[i]; of an f16 or bf16 pool ((uint16_t *)row)[i]. Rows are
- * aligned to their element size. */
-static inline uint8_t *llmi_kv_k(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
-                                 uint32_t pos) {
-    return kv->k[layer] + llmi_kv_slot(kv, seq, pos) * kv->row_bytes;
-}
-static inline uint8_t *llmi_kv_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
-                                 uint32_t pos) {
-    return kv->v[layer] + llmi_kv_slot(kv, seq, pos) * kv->row_bytes;
+/* The slot of position `pos` of `seq`: where its K/V lie in a KV store. */
+static inline uint32_t llmi_kv_slot(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos) {
+    return seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
 }
 
 #endif

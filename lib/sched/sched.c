@@ -704,7 +704,7 @@ static llm_status run_iteration(llm_session *session) {
     llm_status st = n_jobs ? run_drafts(session, n_jobs) : LLM_OK;
     double t0 = llmi_now();
     if (st == LLM_OK)
-        st = llmi_forward_run(session->fwd, session->kv, session->rows, pl.n_rows,
+        st = llmi_engine_run(session->eng, session->rows, pl.n_rows,
                               session->batch_logits);
     double seconds = llmi_now() - t0;
     pthread_mutex_lock(&s->lock);

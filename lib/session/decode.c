@@ -254,7 +254,7 @@ llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
             llmi_tseq_of(s->seqs[b->seq[r]])->tokens[b->pos[r]] = b->token[r];
             s->decode_rows[r] = b->want_logits[r] ? out_row++ : UINT32_MAX;
         }
-        st = llmi_forward_run(s->fwd, s->kv, s->rows, chunk,
+        st = llmi_engine_run(s->eng, s->rows, chunk,
                               s->batch_logits + (size_t)first_out * V);
         if (st != LLM_OK) {
             /* All or none: undo the chunks that ran. A sequence's first row

@@ -42,7 +42,8 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
     return LLM_OK;
 }
 
-static llm_status create_kv(llm_session *s) {
+/* Blocks of the KV pool the params ask for, resolving kv_cache_bytes. */
+static llm_status kv_blocks(llm_session *s, uint32_t *out) {
     const llmi_hparams *hp = &s->model->hp;
     uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
     size_t block_bytes = llmi_kv_block_bytes_ex(hp->n_layer, kv_dim, s->params.kv_block_size,
@@ -68,8 +69,24 @@ static llm_status create_kv(llm_session *s) {
     if (n_blocks > UINT32_MAX / s->params.kv_block_size)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %llu blocks is too large",
                           (unsigned long long)n_blocks);
-    return llmi_kv_create_ex(hp->n_layer, kv_dim, s->params.kv_block_size, (uint32_t)n_blocks,
-                             s->params.kv_type, &s->kv);
+    *out = (uint32_t)n_blocks;
+    return LLM_OK;
+}
+
+static llm_status create_engine(llm_session *s) {
+    uint32_t n_blocks = 0;
+    LLMI_TRY(kv_blocks(s, &n_blocks));
+    llmi_engine_config cfg = {.model = s->model,
+                              .ops = &llmi_backend_cpu,
+                              .backend_cfg = {s->params.n_threads, 0},
+                              .kv_block_size = s->params.kv_block_size,
+                              .kv_blocks = n_blocks,
+                              .kv_type = s->params.kv_type,
+                              .max_rows = s->params.max_batch_tokens,
+                              .max_ctx = s->params.n_ctx};
+    LLMI_TRY(llmi_engine_create(&cfg, &s->eng));
+    s->kv = s->eng->kv;
+    return LLM_OK;
 }
 
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
@@ -80,13 +97,10 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
     s->model = m;
     llm_status st = resolve_params(m, p, &s->params);
     if (st != LLM_OK) goto fail;
-    if ((st = llmi_pool_create((int)s->params.n_threads, &s->pool)) != LLM_OK) goto fail;
-    if ((st = create_kv(s)) != LLM_OK) goto fail;
-    st = llmi_forward_create(m, s->pool, s->params.max_batch_tokens, s->params.n_ctx, &s->fwd);
-    if (st != LLM_OK) goto fail;
+    if ((st = create_engine(s)) != LLM_OK) goto fail;
     if ((st = llmi_sampler_init(&s->sampler, m->hp.n_vocab)) != LLM_OK) goto fail;
     /* The draft model's KV holds as many tokens as the session's. */
-    st = llmi_spec_init(&s->spec, m, s->params.draft_model, s->pool, s->kv->n_blocks,
+    st = llmi_spec_init(&s->spec, m, s->params.draft_model, s->eng, s->kv->n_blocks,
                         s->params.kv_block_size, s->params.kv_type, s->params.max_batch_tokens,
                         s->params.n_ctx, s->params.prefix_cache);
     if (st != LLM_OK) goto fail;
@@ -133,9 +147,7 @@ void llmi_session_free(llm_session *s) {
     llmi_free_aligned(s->batch_logits);
     if (s->kv) llmi_kv_seq_destroy(s->kv, &s->seq);
     llmi_sampler_destroy(&s->sampler);
-    llmi_forward_free(s->fwd);
-    llmi_kv_free(s->kv);
-    llmi_pool_free(s->pool);
+    llmi_engine_free(s->eng);
     llmi_free(s->rows);
     llmi_free_aligned(s->logits);
     llmi_free(s->piece);
@@ -162,7 +174,7 @@ llm_status llmi_session_feed(llm_session *s, llmi_kv_seq *seq, const llm_token *
         }
         bool last = done + chunk == n;
         s->rows[chunk - 1].want_logits = last && want_last_logits;
-        st = llmi_forward_run(s->fwd, s->kv, s->rows, chunk, s->logits);
+        st = llmi_engine_run(s->eng, s->rows, chunk, s->logits);
         if (st != LLM_OK) { /* all or nothing: drop the chunks that did run */
             pthread_mutex_lock(&s->sched.lock);
             llmi_kv_seq_truncate(s->kv, seq, start);
@@ -312,7 +324,7 @@ static llm_status generate_spec(llm_session *s, const llm_generate_params *p,
         for (uint32_t j = 0; j < n_rows; j++)
             s->rows[j] = (llmi_batch_row){hist[L - 1 + j], L - 1 + j, &s->seq, true};
         double t0 = llmi_now();
-        if ((st = llmi_forward_run(s->fwd, s->kv, s->rows, n_rows, s->batch_logits)) != LLM_OK)
+        if ((st = llmi_engine_run(s->eng, s->rows, n_rows, s->batch_logits)) != LLM_OK)
             break;
         llmi_spec_cost_observe(&s->spec.target_cost, n_rows, llmi_now() - t0);
         bool stopped = false;

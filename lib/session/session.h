@@ -1,10 +1,10 @@
-/* A session: threads, KV block pool, forward-pass scratch and sampler for one
- * model. The request-level scheduler and token-level API build on this. */
+/* A session: the engine running its model (backend instance, KV pool), the
+ * sampler and the scheduler. The request-level and token-level APIs build
+ * on this. */
 #ifndef LLMI_SESSION_H
 #define LLMI_SESSION_H
 
-#include "backend/forward.h"
-#include "backend/threadpool.h"
+#include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -14,9 +14,8 @@
 struct llm_session {
     const llm_model *model;
     llm_session_params params; /* resolved: no zeros left */
-    llmi_pool *pool;
-    llmi_kv *kv;
-    llmi_forward *fwd;
+    llmi_engine *eng;
+    llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
     llmi_kv_seq seq;      /* the sequence llm_generate uses */
     llmi_batch_row *rows; /* [max_batch_tokens] */

@@ -113,7 +113,7 @@ static uint32_t best_k(const llmi_spec *sp, double alpha, uint32_t max_k, llmi_s
 /* ---- session state ---- */
 
 llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_model *draft,
-                          llmi_pool *pool, uint32_t n_blocks, uint32_t block_size,
+                          const llmi_engine *target_engine, uint32_t n_blocks, uint32_t block_size,
                           llm_kv_type kv_type, uint32_t max_rows, uint32_t n_ctx,
                           bool prefix_cache) {
     memset(sp, 0, sizeof *sp);
@@ -128,10 +128,17 @@ llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_mode
     sp->draft_ratio = target->weight_bytes
                           ? (double)draft->weight_bytes / (double)target->weight_bytes
                           : 1.0;
-    const llmi_hparams *hp = &draft->hp;
-    LLMI_TRY(llmi_kv_create_ex(hp->n_layer, hp->n_head_kv * hp->head_dim, block_size, n_blocks,
-                               kv_type, &sp->dkv));
-    LLMI_TRY(llmi_forward_create(draft, pool, max_rows, n_ctx, &sp->dfwd));
+    llmi_engine_config cfg = {.model = draft,
+                              .ops = target_engine->ops,
+                              .backend = target_engine->backend,
+                              .backend_cfg = {1, target_engine->device},
+                              .kv_block_size = block_size,
+                              .kv_blocks = n_blocks,
+                              .kv_type = kv_type,
+                              .max_rows = max_rows,
+                              .max_ctx = n_ctx};
+    LLMI_TRY(llmi_engine_create(&cfg, &sp->deng));
+    sp->dkv = sp->deng->kv;
     LLMI_TRY(llmi_sampler_init(&sp->dsampler, sp->n_vocab));
     sp->drows = llmi_calloc(max_rows, sizeof *sp->drows);
     if (!sp->drows) return llmi_oom("draft rows");
@@ -143,8 +150,7 @@ void llmi_spec_destroy(llmi_spec *sp) {
     llmi_free(sp->drows);
     llmi_free_aligned(sp->dlogits);
     if (sp->dsampler.cand) llmi_sampler_destroy(&sp->dsampler);
-    llmi_forward_free(sp->dfwd);
-    llmi_kv_free(sp->dkv);
+    llmi_engine_free(sp->deng);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -389,7 +395,7 @@ static llm_status feeder_flush(feeder *f) {
     llmi_spec *sp = f->sp;
     if (f->n == 0) return LLM_OK;
     double t0 = llmi_now();
-    LLMI_TRY(llmi_forward_run(sp->dfwd, sp->dkv, sp->drows, f->n,
+    LLMI_TRY(llmi_engine_run(sp->deng, sp->drows, f->n,
                               sp->dlogits + (size_t)f->out_base * sp->n_vocab));
     if (f->n_want == f->n && f->n <= LLMI_SPEC_COST_MAX_ROWS) /* rows with logits only */
         llmi_spec_cost_observe(&sp->draft_cost, f->n, llmi_now() - t0);

@@ -23,8 +23,7 @@
 #ifndef LLMI_SPEC_H
 #define LLMI_SPEC_H
 
-#include "backend/forward.h"
-#include "backend/threadpool.h"
+#include "engine/engine.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -64,8 +63,8 @@ typedef struct llmi_spec_rate {
  * the session lock where the scheduler's state is involved). */
 typedef struct llmi_spec {
     const llm_model *draft;  /* NULL: no draft model */
-    llmi_kv *dkv;            /* the draft's own KV pool */
-    llmi_forward *dfwd;      /* its forward scratch (threads are shared) */
+    llmi_engine *deng;       /* the draft's engine (the target's backend instance) */
+    llmi_kv *dkv;            /* its KV pool: deng->kv */
     llmi_batch_row *drows;   /* [max_rows] */
     float *dlogits;          /* [cap_dlogits][n_vocab] */
     uint32_t cap_dlogits;
@@ -80,7 +79,7 @@ typedef struct llmi_spec {
 /* `draft` may be NULL. The draft KV gets n_blocks blocks of block_size
  * tokens, stored as kv_type (the session's). */
 llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_model *draft,
-                          llmi_pool *pool, uint32_t n_blocks, uint32_t block_size,
+                          const llmi_engine *target_engine, uint32_t n_blocks, uint32_t block_size,
                           llm_kv_type kv_type, uint32_t max_rows, uint32_t n_ctx,
                           bool prefix_cache);
 void llmi_spec_destroy(llmi_spec *sp);

@@ -168,29 +168,22 @@ static void convert(const uint8_t *src, llm_kv_type st, uint8_t *dst, llm_kv_typ
     }
 }
 
-/* Rows [0, n) of one layer's K or V, written into the reserved blocks: in
- * place when the types agree, else through `scratch`. */
-static llm_status get_rows(source *r, const llmi_kv *kv, const llmi_kv_seq *q, uint32_t layer,
+/* Rows [0, n) of one layer's K or V, written into the reserved blocks of
+ * the backend's KV store through `scratch` (scratch_bytes(), two halves:
+ * the file's rows, then the converted rows when the types differ). */
+static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint32_t layer,
                            bool v, uint32_t n, llm_kv_type ft, uint8_t *scratch) {
-    size_t frow = (size_t)kv->kv_dim * llmi_kv_type_size(ft);
-    size_t per_round = SCRATCH / frow ? SCRATCH / frow : 1;
+    const llm_kv_type kt = e->layout.type;
+    size_t frow = (size_t)e->layout.kv_dim * llmi_kv_type_size(ft);
+    size_t row = frow > e->kv_row_bytes ? frow : e->kv_row_bytes;
+    uint32_t per_round = SCRATCH / row ? (uint32_t)(SCRATCH / row) : 1;
+    uint8_t *converted = scratch + (size_t)per_round * row;
     for (uint32_t pos = 0; pos < n;) {
-        uint32_t run = kv->block_size - pos % kv->block_size;
-        if (run > n - pos)
-            run = n - pos;
-        uint8_t *dst = v ? llmi_kv_v(kv, layer, q, pos) : llmi_kv_k(kv, layer, q, pos);
-        if (ft == kv->type) {
-            LLMI_TRY(source_read(r, dst, (size_t)run * kv->row_bytes));
-        } else {
-            for (uint32_t done = 0; done < run;) {
-                uint32_t k = run - done > per_round ? (uint32_t)per_round : run - done;
-                LLMI_TRY(source_read(r, scratch, k * frow));
-                convert(scratch, ft, dst + (size_t)done * kv->row_bytes, kv->type,
-                        (size_t)k * kv->kv_dim);
-                done += k;
-            }
-        }
-        pos += run;
+        uint32_t k = n - pos < per_round ? n - pos : per_round;
+        LLMI_TRY(source_read(r, scratch, k * frow));
+        if (ft != kt) convert(scratch, ft, converted, kt, (size_t)k * e->layout.kv_dim);
+        LLMI_TRY(llmi_engine_kv_write(e, q, layer, v, pos, k, ft == kt ? scratch : converted));
+        pos += k;
     }
     return LLM_OK;
 }
@@ -244,9 +237,9 @@ static llm_status get_record(llm_session *s, source *r, const llmi_state_header 
             return llmi_error(LLM_ERR_BAD_FORMAT,
                               "record %u: token %u is %d, outside the vocabulary of %u", index, i,
                               t->tokens[i], h->n_vocab);
-    for (uint32_t l = 0; l < s->kv->n_layer; l++) {
-        LLMI_TRY(get_rows(r, s->kv, &t->kv, l, false, n, (llm_kv_type)h->kv_type, scratch));
-        LLMI_TRY(get_rows(r, s->kv, &t->kv, l, true, n, (llm_kv_type)h->kv_type, scratch));
+    for (uint32_t l = 0; l < s->eng->layout.n_layer; l++) {
+        LLMI_TRY(get_rows(r, s->eng, &t->kv, l, false, n, (llm_kv_type)h->kv_type, scratch));
+        LLMI_TRY(get_rows(r, s->eng, &t->kv, l, true, n, (llm_kv_type)h->kv_type, scratch));
     }
     t->kv.n_tokens = n;
     return LLM_OK;
@@ -301,11 +294,12 @@ static llm_status load_payload(llm_session *s, const llmi_state_header *h, sourc
     if (zr != Z_OK)
         return llmi_error(LLM_ERR_INTERNAL, "inflateInit failed (%d)", zr);
     r->z_ready = true;
-    if (h->kv_type != (uint32_t)s->kv->type) {
+    {
         size_t frow = (size_t)h->kv_dim * llmi_kv_type_size((llm_kv_type)h->kv_type);
-        scratch = llmi_malloc(frow > SCRATCH ? frow : SCRATCH);
+        size_t row = frow > s->eng->kv_row_bytes ? frow : s->eng->kv_row_bytes;
+        scratch = llmi_malloc(2 * (row > SCRATCH ? row : SCRATCH));
         if (!scratch)
-            st = llmi_oom("KV conversion buffer");
+            st = llmi_oom("KV rows buffer");
     }
     uint64_t tokens_seen = 0;
     for (uint32_t i = 0; i < h->n_records && st == LLM_OK; i++)

@@ -116,31 +116,33 @@ static void sink_end(sink *k) {
     k->z_ready = false;
 }
 
-/* Rows [0, n) of one layer's K or V in position order: each block's rows
- * are contiguous, so one put per block. */
-static llm_status put_rows(sink *k, const llmi_kv *kv, const llmi_kv_seq *q, uint32_t layer, bool v,
-                           uint32_t n) {
+enum { SCRATCH = 1 << 16 };
+
+/* Rows [0, n) of one layer's K or V in position order, read from the
+ * backend's KV store through `scratch` (SCRATCH bytes, at least a row). */
+static llm_status put_rows(sink *k, llmi_engine *e, const llmi_kv_seq *q, uint32_t layer, bool v,
+                           uint32_t n, uint8_t *scratch) {
+    uint32_t per_round = SCRATCH / e->kv_row_bytes ? (uint32_t)(SCRATCH / e->kv_row_bytes) : 1;
     for (uint32_t pos = 0; pos < n;) {
-        uint32_t run = kv->block_size - pos % kv->block_size;
-        if (run > n - pos)
-            run = n - pos;
-        const uint8_t *row = v ? llmi_kv_v(kv, layer, q, pos) : llmi_kv_k(kv, layer, q, pos);
-        LLMI_TRY(sink_put(k, row, (size_t)run * kv->row_bytes, Z_NO_FLUSH));
+        uint32_t run = n - pos < per_round ? n - pos : per_round;
+        LLMI_TRY(llmi_engine_kv_read(e, q, layer, v, pos, run, scratch));
+        LLMI_TRY(sink_put(k, scratch, (size_t)run * e->kv_row_bytes, Z_NO_FLUSH));
         pos += run;
     }
     return LLM_OK;
 }
 
-static llm_status put_record(sink *k, const llmi_kv *kv, llm_seq_id id, const llmi_tseq *t) {
+static llm_status put_record(sink *k, llmi_engine *e, llm_seq_id id, const llmi_tseq *t,
+                             uint8_t *scratch) {
     uint8_t head[8];
     uint32_t n = t->kv.n_tokens;
     llmi_state_put_u32(head, (uint32_t)id);
     llmi_state_put_u32(head + 4, n);
     LLMI_TRY(sink_put(k, head, 8, Z_NO_FLUSH));
     LLMI_TRY(sink_put(k, t->tokens, (size_t)n * sizeof(llm_token), Z_NO_FLUSH));
-    for (uint32_t l = 0; l < kv->n_layer; l++) {
-        LLMI_TRY(put_rows(k, kv, &t->kv, l, false, n));
-        LLMI_TRY(put_rows(k, kv, &t->kv, l, true, n));
+    for (uint32_t l = 0; l < e->layout.n_layer; l++) {
+        LLMI_TRY(put_rows(k, e, &t->kv, l, false, n, scratch));
+        LLMI_TRY(put_rows(k, e, &t->kv, l, true, n, scratch));
     }
     return LLM_OK;
 }
@@ -161,10 +163,10 @@ static llm_status make_plan(llm_session *s, const llm_seq_id *seq, plan *p) {
     h->name_len = (uint32_t)strlen(m->name);
     h->header_len = LLMI_STATE_HEADER_FIXED + h->name_len;
     h->fingerprint = m->fingerprint;
-    h->n_layer = s->kv->n_layer;
-    h->kv_dim = s->kv->kv_dim;
+    h->n_layer = s->eng->layout.n_layer;
+    h->kv_dim = s->eng->layout.kv_dim;
     h->n_vocab = m->hp.n_vocab;
-    h->kv_type = (uint32_t)s->kv->type;
+    h->kv_type = (uint32_t)s->eng->layout.type;
     if (seq) {
         llmi_tseq *t = llmi_seq_find(s, *seq);
         if (!t)
@@ -193,15 +195,23 @@ static llm_status make_plan(llm_session *s, const llm_seq_id *seq, plan *p) {
 }
 
 /* Streams every record of the plan into k and finishes the stream. */
+static llm_status write_records(llm_session *s, const plan *p, sink *k, uint8_t *scratch) {
+    if (p->h.kind == LLMI_STATE_KIND_SEQUENCE)
+        return put_record(k, s->eng, p->one, llmi_seq_find(s, p->one), scratch);
+    for (size_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i])
+            LLMI_TRY(put_record(k, s->eng, (llm_seq_id)i, llmi_tseq_of(s->seqs[i]), scratch));
+    return LLM_OK;
+}
+
 static llm_status write_payload(llm_session *s, const plan *p, sink *k) {
     LLMI_TRY(sink_init(k));
-    if (p->h.kind == LLMI_STATE_KIND_SEQUENCE) {
-        LLMI_TRY(put_record(k, s->kv, p->one, llmi_seq_find(s, p->one)));
-    } else {
-        for (size_t i = 0; i < s->n_seqs; i++)
-            if (s->seqs[i])
-                LLMI_TRY(put_record(k, s->kv, (llm_seq_id)i, llmi_tseq_of(s->seqs[i])));
-    }
+    size_t bytes = s->eng->kv_row_bytes > SCRATCH ? s->eng->kv_row_bytes : SCRATCH;
+    uint8_t *scratch = llmi_malloc(bytes);
+    if (!scratch) return llmi_oom("state rows");
+    llm_status st = write_records(s, p, k, scratch);
+    llmi_free(scratch);
+    LLMI_TRY(st);
     LLMI_TRY(sink_put(k, NULL, 0, Z_FINISH));
     if (k->raw != p->h.raw_len) /* the plan and the records disagree: a bug */
         return llmi_error(LLM_ERR_INTERNAL, "state payload is %llu bytes, planned %llu",

@@ -643,48 +643,70 @@ static void test_decode_chunks(void **state) {
 
 /* ---- (e) the interface ---- */
 
-static unsigned g_runs;
+static unsigned g_runs, g_loads, g_unloads;
 static bool g_fail_after_run;
 
-static llm_status wrap_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
-                              uint32_t max_ctx, void **out) {
-    return llmi_backend_cpu.create(m, pool, max_rows, max_ctx, out);
-}
-
-/* The CPU pass, then (optionally) a failure as if the device reported an
+/* The CPU step, then (optionally) a failure as if the device reported an
  * error at the very end: K/V and logits are written, and still no length
  * may move. */
-static llm_status wrap_run(void *ctx, llmi_kv *kv, const llmi_batch_row *rows, uint32_t n,
-                           float *logits) {
+static llm_status wrap_run(void *step, void *kv, const llmi_step *st, float *logits) {
     g_runs++;
-    LLMI_TRY(llmi_backend_cpu.run(ctx, kv, rows, n, logits));
+    LLMI_TRY(llmi_backend_cpu.step_run(step, kv, st, logits));
     if (g_fail_after_run) return llmi_error(LLM_ERR_BACKEND, "device lost (test)");
     return LLM_OK;
 }
 
-static void wrap_free(void *ctx) { llmi_backend_cpu.free(ctx); }
+static llm_status wrap_weights_load(const llm_model *m, int32_t device, void **out) {
+    g_loads++;
+    return llmi_backend_cpu.weights_load(m, device, out);
+}
 
-static const llmi_backend_ops wrapped = {
-    .name = "wrapped-cpu",
-    .create = wrap_create,
-    .free = wrap_free,
-    .run = wrap_run,
-    .set_f32_activations = NULL, /* optional */
-};
+static void wrap_weights_free(void *w) {
+    g_unloads++;
+    llmi_backend_cpu.weights_free(w);
+}
+
+static llmi_backend_ops wrapped_ops(void) {
+    llmi_backend_ops ops = llmi_backend_cpu;
+    ops.name = "wrapped-cpu";
+    ops.step_run = wrap_run;
+    ops.weights_load = wrap_weights_load;
+    ops.weights_free = wrap_weights_free;
+    ops.step_set_f32_activations = NULL; /* optional */
+    return ops;
+}
+
+static llmi_engine *wrapped_engine(const llmi_backend_ops *ops, llm_session *s) {
+    llmi_engine_config cfg = {.model = g_target,
+                              .ops = ops,
+                              .backend = s->eng->backend,
+                              .kv_block_size = 16,
+                              .kv_blocks = 4,
+                              .kv_type = LLM_KV_F32,
+                              .max_rows = 16,
+                              .max_ctx = N_CTX};
+    llmi_engine *e = NULL;
+    assert_int_equal(llmi_engine_create(&cfg, &e), LLM_OK);
+    return e;
+}
 
 static void test_interface(void **state) {
     (void)state;
     uint32_t V = g_target->hp.n_vocab;
     llm_session *s = make_session(false, 16, 32);
-    assert_string_equal(llmi_forward_ops(s->fwd)->name, "cpu");
-    llmi_forward *f = NULL;
-    assert_int_equal(llmi_forward_create_ops(&wrapped, g_target, s->pool, 16, N_CTX, &f),
-                     LLM_OK);
-    assert_ptr_equal(llmi_forward_ops(f), &wrapped);
-    llmi_forward_set_f32_activations(f, false); /* NULL op: ignored */
+    assert_string_equal(s->eng->ops->name, "cpu");
+    const llmi_backend_ops wrapped = wrapped_ops();
+    g_loads = g_unloads = 0;
+    llmi_engine *f = wrapped_engine(&wrapped, s);
+    llmi_engine *f2 = wrapped_engine(&wrapped, s); /* the weights are shared */
+    assert_int_equal(g_loads, 1);
+    llmi_engine_free(f2);
+    assert_int_equal(g_unloads, 0);
+    assert_ptr_equal(f->ops, &wrapped);
+    llmi_engine_set_f32_activations(f, false); /* NULL op: ignored */
     llmi_kv_seq sa = {0}, sb = {0};
     assert_int_equal(llmi_kv_seq_reserve(s->kv, &sa, 12), LLM_OK);
-    assert_int_equal(llmi_kv_seq_reserve(s->kv, &sb, 12), LLM_OK);
+    assert_int_equal(llmi_kv_seq_reserve(f->kv, &sb, 12), LLM_OK);
     llmi_batch_row ra[12], rb[12];
     for (uint32_t i = 0; i < 12; i++) {
         ra[i] = (llmi_batch_row){(llm_token)(i * 5 + 1), i, &sa, i == 11};
@@ -693,36 +715,69 @@ static void test_interface(void **state) {
     float *la = calloc(V, sizeof(float)), *lb = calloc(V, sizeof(float));
     assert_non_null(la);
     assert_non_null(lb);
-    /* A pass that fails at its end changes no length; the retry is exact. */
+    /* A step that fails at its end changes no length; the retry is exact. */
     g_runs = 0;
     g_fail_after_run = true;
-    assert_int_equal(llmi_forward_run(f, s->kv, rb, 12, lb), LLM_ERR_BACKEND);
+    assert_int_equal(llmi_engine_run(f, rb, 12, lb), LLM_ERR_BACKEND);
     assert_int_equal(sb.n_tokens, 0);
     g_fail_after_run = false;
-    assert_int_equal(llmi_forward_run(f, s->kv, rb, 12, lb), LLM_OK);
+    assert_int_equal(llmi_engine_run(f, rb, 12, lb), LLM_OK);
     assert_int_equal(sb.n_tokens, 12);
     assert_int_equal(g_runs, 2);
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, ra, 12, la), LLM_OK);
+    assert_int_equal(llmi_engine_run(s->eng, ra, 12, la), LLM_OK);
     assert_int_equal(sa.n_tokens, 12);
     assert_memory_equal(la, lb, V * sizeof(float)); /* the same backend underneath */
     /* Rows are checked before any backend sees them. */
     ra[0].token = (llm_token)V;
-    assert_int_equal(llmi_forward_run(f, s->kv, ra, 1, la), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_engine_run(f, ra, 1, la), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(g_runs, 2);
-    /* A backend without a required op is refused. */
-    llmi_forward *bad = (llmi_forward *)0x1;
-    llmi_backend_ops ops = wrapped;
-    ops.run = NULL;
-    assert_int_equal(llmi_forward_create_ops(&ops, g_target, s->pool, 16, N_CTX, &bad),
-                     LLM_ERR_INVALID_ARGUMENT);
-    assert_null(bad);
     llmi_kv_seq_destroy(s->kv, &sa);
-    llmi_kv_seq_destroy(s->kv, &sb);
-    llmi_forward_free(f);
-    llmi_forward_free(NULL);
+    llmi_kv_seq_destroy(f->kv, &sb);
+    llmi_engine_free(f);
+    assert_int_equal(g_unloads, 1);
+    llmi_engine_free(NULL);
     free(la);
     free(lb);
     llmi_session_free(s);
+}
+
+/* The registry: by name, in order, versions and required entries checked. */
+static void test_registry(void **state) {
+    (void)state;
+    const llmi_backend_ops *list[LLMI_BACKEND_MAX];
+    assert_int_equal(llmi_backend_list(list, LLMI_BACKEND_MAX), 1);
+    assert_ptr_equal(list[0], &llmi_backend_cpu);
+    assert_ptr_equal(llmi_backend_find("cpu"), &llmi_backend_cpu);
+    assert_null(llmi_backend_find("wrapped-cpu"));
+    assert_null(llmi_backend_find(NULL));
+    static llmi_backend_ops ops;
+    ops = wrapped_ops();
+    assert_int_equal(llmi_backend_register(&ops), LLM_OK);
+    assert_ptr_equal(llmi_backend_find("wrapped-cpu"), &ops);
+    assert_int_equal(llmi_backend_list(list, 1), 2); /* the count, even past cap */
+    assert_ptr_equal(list[0], &llmi_backend_cpu);
+    llmi_backend_ops bad = ops;
+    bad.version = 0;
+    assert_int_equal(llmi_backend_register(&bad), LLM_ERR_UNSUPPORTED);
+    bad.version = LLMI_BACKEND_VERSION + 1;
+    assert_int_equal(llmi_backend_register(&bad), LLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(llm_last_error(), "interface version"));
+    bad = ops;
+    bad.step_run = NULL;
+    assert_int_equal(llmi_backend_register(&bad), LLM_ERR_INVALID_ARGUMENT);
+    bad = ops;
+    bad.name = NULL;
+    assert_int_equal(llmi_backend_register(&bad), LLM_ERR_INVALID_ARGUMENT);
+    bad = ops;
+    bad.step_set_f32_activations = NULL; /* optional */
+    bad.probe = NULL;
+    assert_int_equal(llmi_backend_register(&bad), LLM_OK); /* replaces by name */
+    assert_ptr_equal(llmi_backend_find("wrapped-cpu"), &bad);
+    llmi_backend_unregister("wrapped-cpu");
+    llmi_backend_unregister("cpu"); /* never */
+    llmi_backend_unregister("absent");
+    assert_int_equal(llmi_backend_list(list, LLMI_BACKEND_MAX), 1);
+    assert_ptr_equal(llmi_backend_find("cpu"), &llmi_backend_cpu);
 }
 
 /* ---- setup ---- */
@@ -747,6 +802,7 @@ int main(void) {
         cmocka_unit_test(test_session_create), cmocka_unit_test(test_generate),
         cmocka_unit_test(test_steps),          cmocka_unit_test(test_decode),
         cmocka_unit_test(test_decode_chunks),  cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_registry),
     };
     if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

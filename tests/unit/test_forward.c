@@ -2,7 +2,7 @@
  * here from the model definition, on random-weight models of several shapes
  * and weight types; plus invariants: batch splitting, thread count and KV
  * block layout do not change the result beyond float rounding. */
-#include "backend/forward.h"
+#include "engine/engine.h"
 #include "backend/kernels.h"
 #include "backend/quant.h"
 #include "model/testmodel.h"
@@ -169,7 +169,7 @@ static float *our_forward_kv(const llm_model *m, const llm_token *toks, int n, i
         int k = n - done < chunk ? n - done : chunk;
         for (int i = 0; i < k; i++)
             rows[i] = (llmi_batch_row){toks[done + i], (uint32_t)(done + i), &seq, true};
-        assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, (uint32_t)k,
+        assert_int_equal(llmi_engine_run(s->eng, rows, (uint32_t)k,
                                           logits + (size_t)done * V),
                          LLM_OK);
     }
@@ -329,7 +329,7 @@ static void test_mixed_sequences(void **state) {
         rows[2 * i] = (llmi_batch_row){a[i], (uint32_t)i, &sa, true};
         rows[2 * i + 1] = (llmi_batch_row){b[i], (uint32_t)i, &sb, true};
     }
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, 2 * N, out), LLM_OK);
+    assert_int_equal(llmi_engine_run(s->eng, rows, 2 * N, out), LLM_OK);
     for (int i = 0; i < N; i++) {
         for (uint32_t v = 0; v < V; v++) {
             assert_float_equal(out[(size_t)(2 * i) * V + v], la[(size_t)i * V + v], 1e-4);
@@ -362,13 +362,13 @@ static void test_bad_rows(void **state) {
     float *out = malloc((size_t)8 * m->hp.n_vocab * sizeof *out);
     llmi_batch_row rows[8];
     for (int i = 0; i < 8; i++) rows[i] = (llmi_batch_row){1, (uint32_t)i, &seq, false};
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, 8, out), LLM_ERR_LIMIT);
+    assert_int_equal(llmi_engine_run(s->eng, rows, 8, out), LLM_ERR_LIMIT);
     rows[0].token = (llm_token)m->hp.n_vocab;
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, 1, out), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_engine_run(s->eng, rows, 1, out), LLM_ERR_INVALID_ARGUMENT);
     rows[0] = (llmi_batch_row){1, 40, &seq, false};
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, 1, out), LLM_ERR_LIMIT);
+    assert_int_equal(llmi_engine_run(s->eng, rows, 1, out), LLM_ERR_LIMIT);
     rows[0] = (llmi_batch_row){1, 20, &seq, false}; /* no block reserved there */
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, 1, out), LLM_ERR_INTERNAL);
+    assert_int_equal(llmi_engine_run(s->eng, rows, 1, out), LLM_ERR_INTERNAL);
     /* The pool runs dry: reserve fails cleanly and leaves the sequence as it was. */
     llmi_kv_seq big = {0};
     assert_int_equal(llmi_kv_seq_reserve(s->kv, &big, 1000), LLM_ERR_LIMIT);

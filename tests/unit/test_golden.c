@@ -119,7 +119,7 @@ static float *all_logits(llm_session *s, const llm_token *toks, size_t n) {
     assert_int_equal(llmi_kv_seq_reserve(s->kv, &seq, (uint32_t)n), LLM_OK);
     llmi_batch_row *rows = calloc(n, sizeof *rows);
     for (size_t i = 0; i < n; i++) rows[i] = (llmi_batch_row){toks[i], (uint32_t)i, &seq, true};
-    assert_int_equal(llmi_forward_run(s->fwd, s->kv, rows, (uint32_t)n, logits), LLM_OK);
+    assert_int_equal(llmi_engine_run(s->eng, rows, (uint32_t)n, logits), LLM_OK);
     free(rows);
     llmi_kv_seq_destroy(s->kv, &seq);
     return logits;
@@ -132,7 +132,7 @@ static llm_session *make_session(uint32_t threads, bool f32_activations) {
     p.n_threads = threads;
     llm_session *s = NULL;
     assert_int_equal(llmi_session_create(g_model, &p, &s), LLM_OK);
-    llmi_forward_set_f32_activations(s->fwd, f32_activations);
+    llmi_engine_set_f32_activations(s->eng, f32_activations);
     return s;
 }
 

@@ -3,8 +3,10 @@
  * checks every invariant after every operation, and allocation failures;
  * all of it on pools of f32, f16 and bf16 elements.
  *
- * K/V contents are written as a function of what a real forward pass would
- * make them depend on (the token prefix up to the position, the layer and
+ * The pool is bookkeeping; its blocks' bytes live in a CPU backend KV store
+ * (the copy-on-write copies go through the store's kv_copy), and the tests
+ * check both together. K/V contents are written as a function of what a
+ * real forward pass would make them depend on (the token prefix up to the position, the layer and
  * the dimension), so a wrong block after a copy, a match or an eviction shows
  * up as wrong data. Seeds are fixed and printed. */
 #include <setjmp.h>
@@ -18,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "backend/cpu/cpu.h"
 #include "kv/kv.h"
 
 static uint64_t splitmix(uint64_t *s) {
@@ -32,15 +35,59 @@ static uint32_t rnd(uint64_t *s, uint32_t n) { return n ? (uint32_t)(splitmix(s)
  * once per type); pools are made by kv_new. */
 static llm_kv_type g_type = LLM_KV_F32;
 
+/* The CPU KV store holding each test pool's bytes (a few pools at once). */
+typedef struct store_entry {
+    const llmi_kv *kv;
+    llmi_cpu_kv *store;
+} store_entry;
+static store_entry g_stores[8];
+
+static llmi_cpu_kv *store_of(const llmi_kv *kv) {
+    for (size_t i = 0; i < 8; i++)
+        if (g_stores[i].kv == kv) return g_stores[i].store;
+    fail_msg("no store for pool %p", (const void *)kv);
+    return NULL;
+}
+
 static llm_status kv_new(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
                          uint32_t n_blocks, llmi_kv **out) {
-    llm_status st = llmi_kv_create_ex(n_layer, kv_dim, block_size, n_blocks, g_type, out);
-    if (st == LLM_OK) {
-        assert_int_equal((*out)->type, g_type);
-        assert_int_equal((*out)->elem_size, llmi_kv_type_size(g_type));
-        assert_int_equal((*out)->row_bytes, (size_t)kv_dim * llmi_kv_type_size(g_type));
+    *out = NULL;
+    llmi_kv_layout layout = {n_layer, kv_dim, block_size, n_blocks, g_type};
+    void *store = NULL;
+    if (n_layer == 0 || kv_dim == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache with a zero dimension");
+    llm_status st = llmi_kv_create(block_size, n_blocks, out);
+    if (st == LLM_OK) st = llmi_backend_cpu.kv_create(NULL, &layout, &store);
+    if (st != LLM_OK) {
+        llmi_kv_free(*out);
+        *out = NULL;
+        return st;
     }
-    return st;
+    size_t i = 0;
+    while (i < 8 && g_stores[i].kv) i++;
+    assert_true(i < 8);
+    g_stores[i] = (store_entry){*out, store};
+    llmi_kv_set_copier(*out, llmi_backend_cpu.kv_copy, store);
+    llmi_cpu_kv *cs = store;
+    assert_int_equal(cs->elem_size, llmi_kv_type_size(g_type));
+    assert_int_equal(cs->row_bytes, (size_t)kv_dim * llmi_kv_type_size(g_type));
+    return LLM_OK;
+}
+
+static void kv_del(llmi_kv *kv) {
+    for (size_t i = 0; kv && i < 8; i++)
+        if (g_stores[i].kv == kv) {
+            llmi_backend_cpu.kv_free(g_stores[i].store);
+            g_stores[i] = (store_entry){0};
+        }
+    llmi_kv_free(kv);
+}
+
+static uint8_t *row_k(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq, uint32_t pos) {
+    return llmi_cpu_kv_row(store_of(kv), layer, false, llmi_kv_slot(kv, seq, pos));
+}
+static uint8_t *row_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq, uint32_t pos) {
+    return llmi_cpu_kv_row(store_of(kv), layer, true, llmi_kv_slot(kv, seq, pos));
 }
 
 /* The bits of the element for (key, layer, dim, K or V): an exactly
@@ -49,7 +96,7 @@ static llm_status kv_new(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
 static uint32_t val(const llmi_kv *kv, uint64_t key, uint32_t layer, uint32_t d, int is_v) {
     uint64_t s = key ^ ((uint64_t)layer << 40) ^ ((uint64_t)d << 50) ^ ((uint64_t)is_v << 62);
     uint64_t h = splitmix(&s);
-    if (kv->elem_size == 2) return (uint32_t)(h & 0xffff);
+    if (store_of(kv)->elem_size == 2) return (uint32_t)(h & 0xffff);
     float f = (float)(h & 0xffffff);
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -57,7 +104,7 @@ static uint32_t val(const llmi_kv *kv, uint64_t key, uint32_t layer, uint32_t d,
 }
 
 static void put(const llmi_kv *kv, uint8_t *row, uint32_t d, uint32_t bits) {
-    if (kv->elem_size == 2) {
+    if (store_of(kv)->elem_size == 2) {
         uint16_t h = (uint16_t)bits;
         memcpy(row + 2 * (size_t)d, &h, 2);
     } else {
@@ -66,7 +113,7 @@ static void put(const llmi_kv *kv, uint8_t *row, uint32_t d, uint32_t bits) {
 }
 
 static uint32_t get(const llmi_kv *kv, const uint8_t *row, uint32_t d) {
-    if (kv->elem_size == 2) {
+    if (store_of(kv)->elem_size == 2) {
         uint16_t h;
         memcpy(&h, row + 2 * (size_t)d, 2);
         return h;
@@ -77,18 +124,18 @@ static uint32_t get(const llmi_kv *kv, const uint8_t *row, uint32_t d) {
 }
 
 static void write_pos(llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos, uint64_t key) {
-    for (uint32_t l = 0; l < kv->n_layer; l++)
-        for (uint32_t d = 0; d < kv->kv_dim; d++) {
-            put(kv, llmi_kv_k(kv, l, seq, pos), d, val(kv, key, l, d, 0));
-            put(kv, llmi_kv_v(kv, l, seq, pos), d, val(kv, key, l, d, 1));
+    for (uint32_t l = 0; l < store_of(kv)->layout.n_layer; l++)
+        for (uint32_t d = 0; d < store_of(kv)->layout.kv_dim; d++) {
+            put(kv, row_k(kv, l, seq, pos), d, val(kv, key, l, d, 0));
+            put(kv, row_v(kv, l, seq, pos), d, val(kv, key, l, d, 1));
         }
 }
 
 static bool pos_ok(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos, uint64_t key) {
-    for (uint32_t l = 0; l < kv->n_layer; l++)
-        for (uint32_t d = 0; d < kv->kv_dim; d++)
-            if (get(kv, llmi_kv_k(kv, l, seq, pos), d) != val(kv, key, l, d, 0) ||
-                get(kv, llmi_kv_v(kv, l, seq, pos), d) != val(kv, key, l, d, 1))
+    for (uint32_t l = 0; l < store_of(kv)->layout.n_layer; l++)
+        for (uint32_t d = 0; d < store_of(kv)->layout.kv_dim; d++)
+            if (get(kv, row_k(kv, l, seq, pos), d) != val(kv, key, l, d, 0) ||
+                get(kv, row_v(kv, l, seq, pos), d) != val(kv, key, l, d, 1))
                 return false;
     return true;
 }
@@ -160,9 +207,10 @@ static void test_create_args(void **state) {
     assert_int_equal(kv_new(1, 4, 4, 0, &kv), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(kv_new(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, &kv), LLM_ERR_LIMIT);
     kv = (llmi_kv *)1;
-    assert_int_equal(llmi_kv_create_ex(1, 4, 4, 4, (llm_kv_type)3, &kv),
-                     LLM_ERR_INVALID_ARGUMENT);
-    assert_null(kv);
+    void *store = (void *)1;
+    llmi_kv_layout bad = {1, 4, 4, 4, (llm_kv_type)3};
+    assert_int_equal(llmi_backend_cpu.kv_create(NULL, &bad, &store), LLM_ERR_INVALID_ARGUMENT);
+    assert_null(store);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F32), 4);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F16), 2);
     assert_int_equal(llmi_kv_type_size(LLM_KV_BF16), 2);
@@ -175,18 +223,15 @@ static void test_create_args(void **state) {
     /* Rows are row_bytes apart, blocks block_size rows. */
     llmi_kv_seq seq = {0};
     assert_int_equal(llmi_kv_seq_reserve(kv, &seq, 6), LLM_OK);
-    assert_ptr_equal(llmi_kv_k(kv, 1, &seq, 1), llmi_kv_k(kv, 1, &seq, 0) + 3 * kv->elem_size);
-    assert_ptr_equal(llmi_kv_v(kv, 0, &seq, 5),
-                     kv->v[0] + ((size_t)seq.blocks[1] * 4 + 1) * kv->row_bytes);
+    llmi_cpu_kv *cs = store_of(kv);
+    assert_ptr_equal(row_k(kv, 1, &seq, 1), row_k(kv, 1, &seq, 0) + 3 * cs->elem_size);
+    assert_ptr_equal(row_v(kv, 0, &seq, 5),
+                     cs->v[0] + ((size_t)seq.blocks[1] * 4 + 1) * cs->row_bytes);
+    assert_int_equal(llmi_kv_slot(kv, &seq, 5), seq.blocks[1] * 4 + 1);
     llmi_kv_seq_destroy(kv, &seq);
     check(kv, NULL, 0);
-    llmi_kv_free(kv);
+    kv_del(kv);
     llmi_kv_free(NULL);
-    /* The f32 constructor of the 1.0 code. */
-    assert_int_equal(llmi_kv_create(2, 3, 4, 5, &kv), LLM_OK);
-    assert_int_equal(kv->type, LLM_KV_F32);
-    assert_int_equal(kv->row_bytes, 3 * sizeof(float));
-    llmi_kv_free(kv);
 }
 
 static void test_reserve_release_truncate(void **state) {
@@ -262,7 +307,7 @@ static void test_reserve_release_truncate(void **state) {
     assert_int_equal(llmi_kv_seq_reserve(kv, &a, 32), LLM_OK);
     assert_int_equal(a.n_blocks, 8);
     llmi_kv_seq_destroy(kv, &a);
-    llmi_kv_free(kv);
+    kv_del(kv);
     llmi_kv *big;
     assert_int_equal(kv_new(1, 1, 2, 100, &big), LLM_OK);
     assert_int_equal(llmi_kv_seq_reserve(big, &a, 199), LLM_OK);
@@ -270,7 +315,7 @@ static void test_reserve_release_truncate(void **state) {
     assert_true(a.cap >= 100);
     check(big, all, 1);
     llmi_kv_seq_destroy(big, &a);
-    llmi_kv_free(big);
+    kv_del(big);
 }
 
 static void test_fork_cow(void **state) {
@@ -351,7 +396,7 @@ static void test_fork_cow(void **state) {
     llmi_kv_seq_destroy(kv, &g);
     assert_int_equal(kv->n_free, 16);
     check(kv, all, 3);
-    llmi_kv_free(kv);
+    kv_del(kv);
 }
 
 static void test_prefix_basic(void **state) {
@@ -472,7 +517,7 @@ static void test_prefix_basic(void **state) {
     llmi_kv_seq_destroy(kv, &a);
     llmi_kv_seq_destroy(kv, &b);
     llmi_kv_seq_destroy(kv, &c);
-    llmi_kv_free(kv);
+    kv_del(kv);
 }
 
 static void test_prefix_lru(void **state) {
@@ -539,7 +584,7 @@ static void test_prefix_lru(void **state) {
     llmi_kv_seq_destroy(kv, &big);
     assert_int_equal(kv->n_free + kv->n_cached, 8);
     check(kv, all, 5);
-    llmi_kv_free(kv);
+    kv_del(kv);
 }
 
 /* With every hash forced to 0, equal hashes must not attach wrong blocks. */
@@ -578,7 +623,7 @@ static void test_prefix_collision(void **state) {
     llmi_kv_prefix_clear(kv);
     assert_int_equal(kv->n_free, 8);
     check(kv, all, 2);
-    llmi_kv_free(kv);
+    kv_del(kv);
 
 }
 
@@ -719,7 +764,7 @@ static void test_soak(void **state) {
     llmi_kv_prefix_clear(kv);
     assert_int_equal(kv->n_free, n_blocks);
     check(kv, NULL, 0);
-    llmi_kv_free(kv);
+    kv_del(kv);
 }
 
 /* ---- allocation failures ---- */
@@ -790,7 +835,7 @@ static void test_alloc_failures(void **state) {
     check(kv, all, 2);
     llmi_kv_seq_destroy(kv, &a);
     llmi_kv_seq_destroy(kv, &b);
-    llmi_kv_free(kv);
+    kv_del(kv);
 }
 
 static int use_f32(void **state) {

@@ -123,7 +123,7 @@ static llm_session *new_session_kv(uint32_t threads, uint32_t max_batch, bool pr
     llm_session *s = NULL;
     if (llmi_session_create(g_model, &p, &s) != LLM_OK)
         fail_msg("session: %s", llmi_error_message());
-    assert_int_equal(s->kv->type, kv_type);
+    assert_int_equal(s->eng->layout.type, kv_type);
     return s;
 }
 

@@ -1,5 +1,5 @@
-/* The CPU backend (llmi_backend_cpu, backend/backend.h): the forward pass
- * for Llama-family decoders:
+/* The CPU backend's steps (backend/backend.h): the forward pass for
+ * Llama-family decoders:
  *   x = embed(token)
  *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
  *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
@@ -8,8 +8,7 @@
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
  * read it (Q, K, V; gate, up). */
-#include "backend/backend.h"
-
+#include "backend/cpu/cpu.h"
 #include "backend/kernels.h"
 #include "backend/quant.h"
 
@@ -83,11 +82,12 @@ static float *alloc_rows(uint32_t rows, uint32_t dim) {
     return llmi_malloc_aligned(n);
 }
 
-static void cpu_free(void *ctx);
-
-/* max_rows and max_ctx are > 0 (checked by the dispatcher). */
-static llm_status cpu_create(const llm_model *m, llmi_pool *pool, uint32_t max_rows,
-                             uint32_t max_ctx, void **out) {
+/* max_rows and max_ctx are > 0 (checked by the engine). The weights are
+ * the model itself (cpu.c). */
+llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights,
+                                uint32_t max_rows, uint32_t max_ctx, void **out) {
+    (void)weights;
+    llmi_pool *pool = backend;
     *out = NULL;
     cpu_forward *f = llmi_calloc(1, sizeof *f);
     if (!f) return llmi_oom("forward pass");
@@ -113,25 +113,25 @@ static llm_status cpu_create(const llm_model *m, llmi_pool *pool, uint32_t max_r
     f->out_rows = alloc_rows(max_rows, embd);
     size_t act_bytes = 0;
     if (!act_scratch_size(m, max_rows, &act_bytes)) {
-        cpu_free(f);
+        llmi_cpu_step_free(f);
         return llmi_error(LLM_ERR_LIMIT, "forward pass: %u rows per batch is too many", max_rows);
     }
     if (act_bytes)
         f->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
         !f->hout || !f->scores || !f->rope_cs || !f->out_rows || (act_bytes && !f->act_scratch)) {
-        cpu_free(f);
+        llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
     }
     *out = f;
     return LLM_OK;
 }
 
-static void cpu_set_f32_activations(void *ctx, bool on) {
+void llmi_cpu_step_set_f32_activations(void *ctx, bool on) {
     ((cpu_forward *)ctx)->f32_activations = on;
 }
 
-static void cpu_free(void *ctx) {
+void llmi_cpu_step_free(void *ctx) {
     cpu_forward *f = ctx;
     if (!f) return;
     free_buffers(f);
@@ -170,13 +170,13 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
 /* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
  * rotations round the way the reference implementation's do. */
-static void rope_tables(cpu_forward *f, const llmi_batch_row *rows, uint32_t n) {
+static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
-    for (uint32_t r = 0; r < n; r++) {
+    for (uint32_t r = 0; r < st->n_rows; r++) {
         float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
-        float theta = (float)rows[r].pos;
+        float theta = (float)st->pos[r];
         for (uint32_t i = 0; i < half; i++) {
             cs[2 * i] = cosf(theta);
             cs[2 * i + 1] = sinf(theta);
@@ -204,15 +204,15 @@ static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint
 
 typedef struct attn_job {
     cpu_forward *f;
-    const llmi_kv *kv;
+    const llmi_cpu_kv *kv;
     const llmi_row_ops *ops; /* the KV element type's dot and axpy */
-    const llmi_batch_row *rows;
-    uint32_t n_rows, layer;
+    const llmi_step *st;
+    uint32_t layer;
 } attn_job;
 
 /* The kernels of the KV cache's element type, looked up once per layer. */
-static const llmi_row_ops *kv_ops(const llmi_kv *kv) {
-    switch (kv->type) {
+static const llmi_row_ops *kv_ops(const llmi_cpu_kv *kv) {
+    switch (kv->layout.type) {
     case LLM_KV_F16:
         return llmi_row_ops_get(LLMI_T_F16);
     case LLM_KV_BF16:
@@ -231,22 +231,29 @@ static void attn_task(void *ctx, int ith, int nth) {
     float *scores = f->scores + (size_t)ith * f->max_ctx;
     float (*const dot)(const float *, const void *, int) = j->ops->dot;
     void (*const axpy)(float *, float, const void *, int) = j->ops->axpy;
-    uint64_t total = (uint64_t)j->n_rows * hp->n_head;
+    const llmi_step *st = j->st;
+    uint64_t total = (uint64_t)st->n_rows * hp->n_head;
     uint64_t begin = total * (uint64_t)ith / (uint64_t)nth;
     uint64_t end = total * (uint64_t)(ith + 1) / (uint64_t)nth;
     for (uint64_t t = begin; t < end; t++) {
         uint32_t r = (uint32_t)(t / hp->n_head), h = (uint32_t)(t % hp->n_head);
-        const llmi_batch_row *row = &j->rows[r];
+        const uint32_t s = st->seq[r];
         const float *q = f->q + (size_t)r * f->q_dim + (size_t)h * hd;
         size_t kv_off = (size_t)(h / group) * hd * j->kv->elem_size; /* bytes */
-        uint32_t n_pos = row->pos + 1;
+        uint32_t n_pos = st->pos[r] + 1;
         for (uint32_t p = 0; p < n_pos; p++)
-            scores[p] = dot(q, llmi_kv_k(j->kv, j->layer, row->seq, p) + kv_off, (int)hd) * scale;
+            scores[p] = dot(q,
+                            llmi_cpu_kv_row(j->kv, j->layer, false, llmi_step_slot(st, s, p)) +
+                                kv_off,
+                            (int)hd) *
+                        scale;
         llmi_softmax_inplace(scores, (int)n_pos);
         float *out = f->att + (size_t)r * f->q_dim + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
         for (uint32_t p = 0; p < n_pos; p++)
-            axpy(out, scores[p], llmi_kv_v(j->kv, j->layer, row->seq, p) + kv_off, (int)hd);
+            axpy(out, scores[p],
+                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, p)) + kv_off,
+                 (int)hd);
     }
 }
 
@@ -263,9 +270,10 @@ static void norm_rows(float *out, const float *x, const llmi_vec *w, uint32_t n,
         llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, w->data, (int)dim, eps);
 }
 
-static void attention_block(cpu_forward *f, llmi_kv *kv, const llmi_layer *L, uint32_t layer,
-                            const llmi_batch_row *rows, uint32_t n) {
+static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
+                            uint32_t layer, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
+    const uint32_t n = st->n_rows;
     norm_rows(f->xb, f->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
     act_begin(f, f->xb, n, hp->n_embd);
     act_matmul(f, &L->wq, f->q);
@@ -281,12 +289,13 @@ static void attention_block(cpu_forward *f, llmi_kv *kv, const llmi_layer *L, ui
         const float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
         rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
         rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
-        ops->store(llmi_kv_k(kv, layer, rows[r].seq, rows[r].pos), f->k + (size_t)r * f->kv_dim,
+        uint32_t slot = llmi_step_slot(st, st->seq[r], st->pos[r]);
+        ops->store(llmi_cpu_kv_row(kv, layer, false, slot), f->k + (size_t)r * f->kv_dim,
                    (int)f->kv_dim);
-        ops->store(llmi_kv_v(kv, layer, rows[r].seq, rows[r].pos), f->v + (size_t)r * f->kv_dim,
+        ops->store(llmi_cpu_kv_row(kv, layer, true, slot), f->v + (size_t)r * f->kv_dim,
                    (int)f->kv_dim);
     }
-    attn_job job = {f, kv, ops, rows, n, layer};
+    attn_job job = {f, kv, ops, st, layer};
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
     act_matmul(f, &L->wo, f->hout);
@@ -311,40 +320,31 @@ static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
                          (int)hp->n_embd);
 }
 
-/* Rows are checked by the dispatcher; sequence lengths are its to update. */
-static llm_status cpu_run(void *ctx, llmi_kv *kv, const llmi_batch_row *rows, uint32_t n,
-                          float *logits) {
+/* The step is checked by the engine; sequence lengths are its to update. */
+llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
     cpu_forward *f = ctx;
+    llmi_cpu_kv *kv = kv_store;
+    const uint32_t n = st->n_rows;
     const llm_model *m = f->m;
     const llmi_hparams *hp = &m->hp;
     for (uint32_t r = 0; r < n; r++)
         llmi_dequantize_row(m->tok_embd.type,
                             (const uint8_t *)m->tok_embd.data +
-                                (size_t)rows[r].token * m->tok_embd.row_bytes,
+                                (size_t)st->token[r] * m->tok_embd.row_bytes,
                             f->x + (size_t)r * hp->n_embd, hp->n_embd);
-    rope_tables(f, rows, n);
+    rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        attention_block(f, kv, &m->layers[l], l, rows, n);
+        attention_block(f, kv, &m->layers[l], l, st);
         mlp_block(f, &m->layers[l], n);
     }
-    uint32_t n_out = 0;
-    for (uint32_t r = 0; r < n; r++) {
-        if (!rows[r].want_logits) continue;
-        llmi_rmsnorm(f->out_rows + (size_t)n_out * hp->n_embd, f->x + (size_t)r * hp->n_embd,
-                     m->out_norm.data, (int)hp->n_embd, hp->rms_eps);
-        n_out++;
-    }
+    const uint32_t n_out = st->n_logits;
+    for (uint32_t i = 0; i < n_out; i++)
+        llmi_rmsnorm(f->out_rows + (size_t)i * hp->n_embd,
+                     f->x + (size_t)st->logit_rows[i] * hp->n_embd, m->out_norm.data,
+                     (int)hp->n_embd, hp->rms_eps);
     if (n_out) {
         act_begin(f, f->out_rows, n_out, hp->n_embd);
         act_matmul(f, &m->output, logits);
     }
     return LLM_OK;
 }
-
-const llmi_backend_ops llmi_backend_cpu = {
-    .name = "cpu",
-    .create = cpu_create,
-    .free = cpu_free,
-    .run = cpu_run,
-    .set_f32_activations = cpu_set_f32_activations,
-};

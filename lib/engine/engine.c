@@ -1,0 +1,206 @@
+/* Engine lifetime, step checks and the step descriptor. */
+#include "engine/engine.h"
+
+static llm_status kv_copy_hook(void *ctx, uint32_t dst, uint32_t src, uint32_t n_slots) {
+    llmi_engine *e = ctx;
+    return e->ops->kv_copy(e->kv_store, dst, src, n_slots);
+}
+
+llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) {
+    *out = NULL;
+    LLMI_TRY(llmi_backend_fault_check(NULL));
+    if (cfg->max_rows == 0 || cfg->max_ctx == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "engine needs rows and context > 0");
+    const uint32_t elem = llmi_kv_type_size(cfg->kv_type);
+    if (elem == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache of unknown element type %d",
+                          (int)cfg->kv_type);
+    llmi_engine *e = llmi_calloc(1, sizeof *e);
+    if (!e) return llmi_oom("engine");
+    const llmi_hparams *hp = &cfg->model->hp;
+    e->model = cfg->model;
+    e->ops = cfg->ops ? cfg->ops : &llmi_backend_cpu;
+    e->device = cfg->backend_cfg.device;
+    e->max_rows = cfg->max_rows;
+    e->max_ctx = cfg->max_ctx;
+    e->layout = (llmi_kv_layout){hp->n_layer, hp->n_head_kv * hp->head_dim, cfg->kv_block_size,
+                                 cfg->kv_blocks, cfg->kv_type};
+    e->kv_row_bytes = (size_t)e->layout.kv_dim * elem;
+    llm_status st;
+    if (cfg->backend) {
+        e->backend = cfg->backend;
+    } else {
+        if ((st = e->ops->open(&cfg->backend_cfg, &e->backend)) != LLM_OK) goto fail;
+        e->owns_backend = true;
+    }
+    if ((st = llmi_backend_weights_acquire(e->ops, e->model, e->device, &e->weights)) != LLM_OK)
+        goto fail;
+    e->slot_seqs = llmi_malloc((size_t)e->max_rows * sizeof *e->slot_seqs);
+    e->row_slot = llmi_malloc((size_t)e->max_rows * sizeof *e->row_slot);
+    if (!e->slot_seqs || !e->row_slot) {
+        st = llmi_oom("step descriptor");
+        goto fail;
+    }
+    if ((st = llmi_kv_create(cfg->kv_block_size, cfg->kv_blocks, &e->kv)) != LLM_OK) goto fail;
+    if ((st = e->ops->kv_create(e->backend, &e->layout, &e->kv_store)) != LLM_OK) goto fail;
+    llmi_kv_set_copier(e->kv, kv_copy_hook, e);
+    st = e->ops->step_create(e->backend, e->model, e->weights, e->max_rows, e->max_ctx, &e->step);
+    if (st != LLM_OK) goto fail;
+    *out = e;
+    return LLM_OK;
+fail:
+    llmi_engine_free(e);
+    return st;
+}
+
+void llmi_engine_free(llmi_engine *e) {
+    if (!e) return;
+    if (e->step) e->ops->step_free(e->step);
+    if (e->kv_store) e->ops->kv_free(e->kv_store);
+    llmi_kv_free(e->kv);
+    if (e->weights) llmi_backend_weights_release(e->ops, e->model, e->device);
+    if (e->owns_backend) e->ops->close(e->backend);
+    llmi_free(e->words);
+    llmi_free(e->slot_seqs);
+    llmi_free(e->row_slot);
+    llmi_free(e);
+}
+
+void llmi_engine_set_f32_activations(llmi_engine *e, bool on) {
+    if (e->ops->step_set_f32_activations) e->ops->step_set_f32_activations(e->step, on);
+}
+
+static llm_status check_rows(const llmi_engine *e, const llmi_batch_row *rows, uint32_t n) {
+    if (n > e->max_rows)
+        return llmi_error(LLM_ERR_LIMIT, "batch of %u rows exceeds the limit of %u", n,
+                          e->max_rows);
+    for (uint32_t r = 0; r < n; r++) {
+        const llmi_batch_row *row = &rows[r];
+        if (row->token < 0 || (uint32_t)row->token >= e->model->hp.n_vocab)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
+                              r, row->token, e->model->hp.n_vocab);
+        if (row->pos >= e->max_ctx)
+            return llmi_error(LLM_ERR_LIMIT, "row %u: position %u exceeds the context of %u", r,
+                              row->pos, e->max_ctx);
+        if (!row->seq || (uint64_t)row->seq->n_blocks * e->kv->block_size <= row->pos)
+            return llmi_error(LLM_ERR_INTERNAL, "row %u: no KV block reserved for position %u", r,
+                              row->pos);
+    }
+    return LLM_OK;
+}
+
+/* Makes the descriptor buffer hold `n` words. */
+static llm_status reserve_words(llmi_engine *e, size_t n) {
+    if (n <= e->cap_words) return LLM_OK;
+    size_t cap = e->cap_words ? e->cap_words : 1024;
+    while (cap < n) cap *= 2;
+    uint32_t *w = llmi_malloc(cap * sizeof *w);
+    if (!w) return llmi_oom("step descriptor");
+    llmi_free(e->words);
+    e->words = w;
+    e->cap_words = cap;
+    return LLM_OK;
+}
+
+/* Builds the step descriptor of the rows (checked) in e->words. */
+static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_t n,
+                             llmi_step *st) {
+    /* Sequence slots first, to size the buffer. Rows of a sequence usually
+     * come together, so the last slot is tried first. */
+    uint32_t n_seqs = 0, n_logits = 0;
+    size_t n_blocks = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        uint32_t s = n_seqs;
+        if (n_seqs && e->slot_seqs[n_seqs - 1] == rows[r].seq)
+            s = n_seqs - 1;
+        else
+            for (s = 0; s < n_seqs && e->slot_seqs[s] != rows[r].seq; s++) {}
+        if (s == n_seqs) {
+            e->slot_seqs[n_seqs++] = rows[r].seq;
+            n_blocks += rows[r].seq->n_blocks;
+        }
+        e->row_slot[r] = s;
+        n_logits += rows[r].want_logits;
+    }
+    size_t total = (size_t)3 * n + (n_seqs + 1) + n_blocks + n_logits;
+    LLMI_TRY(reserve_words(e, total));
+    uint32_t *w = e->words;
+    uint32_t *token = w, *pos = w + n, *seq = w + 2 * (size_t)n;
+    uint32_t *block_start = seq + n, *blocks = block_start + n_seqs + 1;
+    uint32_t *logit_rows = blocks + n_blocks;
+    uint32_t k = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        token[r] = (uint32_t)rows[r].token;
+        pos[r] = rows[r].pos;
+        seq[r] = e->row_slot[r];
+        if (rows[r].want_logits) logit_rows[k++] = r;
+    }
+    size_t b = 0;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        block_start[s] = (uint32_t)b;
+        const llmi_kv_seq *q = e->slot_seqs[s];
+        memcpy(blocks + b, q->blocks, (size_t)q->n_blocks * sizeof *blocks);
+        b += q->n_blocks;
+    }
+    block_start[n_seqs] = (uint32_t)b;
+    *st = (llmi_step){.n_rows = n,
+                      .n_seqs = n_seqs,
+                      .n_logits = n_logits,
+                      .block_size = e->kv->block_size,
+                      .token = (const int32_t *)token,
+                      .pos = pos,
+                      .seq = seq,
+                      .block_start = block_start,
+                      .blocks = blocks,
+                      .logit_rows = logit_rows,
+                      .words = w,
+                      .n_words = total};
+    return LLM_OK;
+}
+
+llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n,
+                           float *logits) {
+    bool late = false;
+    LLMI_TRY(llmi_backend_fault_check(&late));
+    if (n == 0) return LLM_OK;
+    LLMI_TRY(check_rows(e, rows, n));
+    llmi_step st;
+    LLMI_TRY(build_step(e, rows, n, &st));
+    LLMI_TRY(e->ops->step_run(e->step, e->kv_store, &st, logits));
+    LLMI_TRY(e->ops->sync(e->backend));
+    if (late) return llmi_backend_fault_late();
+    /* Lengths move only now: a step that fails anywhere leaves them. */
+    for (uint32_t r = 0; r < n; r++)
+        if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
+    return LLM_OK;
+}
+
+/* Runs f over the block-sized pieces of positions [pos, pos + n). */
+static llm_status kv_rows(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
+                          uint32_t pos, uint32_t n, uint8_t *buf, bool write) {
+    const uint32_t bs = e->kv->block_size;
+    if (layer >= e->layout.n_layer || (uint64_t)pos + n > (uint64_t)seq->n_blocks * bs)
+        return llmi_error(LLM_ERR_INTERNAL, "KV rows %u..%u of layer %u outside the sequence",
+                          pos, pos + n, layer);
+    while (n > 0) {
+        uint32_t run = bs - pos % bs;
+        if (run > n) run = n;
+        uint32_t slot = llmi_kv_slot(e->kv, seq, pos);
+        LLMI_TRY(write ? e->ops->kv_write(e->kv_store, layer, v, slot, run, buf)
+                       : e->ops->kv_read(e->kv_store, layer, v, slot, run, buf));
+        buf += (size_t)run * e->kv_row_bytes;
+        pos += run;
+        n -= run;
+    }
+    return LLM_OK;
+}
+
+llm_status llmi_engine_kv_read(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
+                               uint32_t pos, uint32_t n, void *dst) {
+    return kv_rows(e, seq, layer, v, pos, n, dst, false);
+}
+
+llm_status llmi_engine_kv_write(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
+                                uint32_t pos, uint32_t n, const void *src) {
+    return kv_rows(e, seq, layer, v, pos, n, (uint8_t *)src, true);
+}

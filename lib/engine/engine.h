@@ -1,0 +1,86 @@
+/* An engine: one model running on one backend, with its KV pool. It joins
+ * the backend's objects (instance, the model's shared weights, KV store,
+ * step scratch) to the core's KV bookkeeping (kv/kv.h), checks every step
+ * before the backend sees it, turns the core's rows into the backend's step
+ * descriptor (backend/backend.h) and advances sequence lengths only after a
+ * step succeeded, so a failed step changes no sequence.
+ *
+ * A session runs its model on one engine; a draft model for speculative
+ * decoding is a second engine sharing the session's backend instance.
+ * Not thread-safe: the session serialises calls (KV bookkeeping under its
+ * lock, steps on its stepping thread). */
+#ifndef LLMI_ENGINE_H
+#define LLMI_ENGINE_H
+
+#include "backend/backend.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+/* One token to compute: its sequence, position in it, and whether the caller
+ * wants its logits. Rows of one sequence must come in increasing position
+ * order, and the sequence's KV must hold every earlier position. */
+typedef struct llmi_batch_row {
+    llm_token token;
+    uint32_t pos;
+    llmi_kv_seq *seq;
+    bool want_logits;
+} llmi_batch_row;
+
+typedef struct llmi_engine_config {
+    const llm_model *model;
+    const llmi_backend_ops *ops; /* NULL: the CPU backend */
+    void *backend;               /* an instance to share (borrowed), or NULL to open one */
+    llmi_backend_config backend_cfg; /* for opening one */
+    uint32_t kv_block_size, kv_blocks;
+    llm_kv_type kv_type;
+    uint32_t max_rows, max_ctx; /* per step; attention span */
+} llmi_engine_config;
+
+typedef struct llmi_engine {
+    const llm_model *model;
+    const llmi_backend_ops *ops;
+    void *backend;
+    bool owns_backend;
+    int32_t device;
+    void *weights; /* the model's, shared: llmi_backend_weights_acquire */
+    llmi_kv *kv;   /* bookkeeping of kv_store's blocks */
+    void *kv_store;
+    llmi_kv_layout layout;
+    size_t kv_row_bytes; /* one slot of one layer's K (or V) */
+    void *step;
+    uint32_t max_rows, max_ctx;
+    /* The step descriptor's buffer; the sequence of each slot and the slot
+     * of each row while it is built ([max_rows] each). */
+    uint32_t *words;
+    size_t cap_words;
+    const llmi_kv_seq **slot_seqs;
+    uint32_t *row_slot;
+} llmi_engine;
+
+llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out);
+/* NULL is a no-op. The KV bookkeeping must hold no sequence's blocks any
+ * more (callers release them first). */
+void llmi_engine_free(llmi_engine *e);
+
+/* Computes the rows: K/V of every row into its sequence's blocks (reserved
+ * beforehand), logits of the rows with want_logits in row order into
+ * `logits` (n_vocab floats each). On success each row's sequence holds
+ * max(n_tokens, pos + 1) tokens; on failure (a bad row: LLM_ERR_LIMIT,
+ * LLM_ERR_INVALID_ARGUMENT, LLM_ERR_INTERNAL; or the backend's status)
+ * no sequence changes. */
+llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n_rows,
+                           float *logits);
+
+/* Keeps activations in f32 where the backend supports it (tests against
+ * llama.cpp); ignored otherwise. */
+void llmi_engine_set_f32_activations(llmi_engine *e, bool on);
+
+/* K (v false) or V of `layer` for positions [pos, pos + n) of seq, raw
+ * elements of the pool's type, kv_row_bytes per position: read into dst or
+ * written from src. The positions must lie in blocks seq holds. */
+llm_status llmi_engine_kv_read(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
+                               uint32_t pos, uint32_t n, void *dst);
+llm_status llmi_engine_kv_write(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
+                                uint32_t pos, uint32_t n, const void *src);
+
+#endif
