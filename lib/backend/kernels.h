@@ -21,14 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A 2-D weight: `rows` rows of `cols` elements; row r starts at
- * data + r * row_bytes. cols is a multiple of the type's block size. */
-typedef struct llmi_weight {
-    const void *data;
-    llmi_ttype type;
-    int64_t rows, cols;
-    size_t row_bytes;
-} llmi_weight;
+/* Weights are llmi_weight views (core/ttype.h). */
 
 /* Whether llmi_matmul supports weights of `type` (F32, F16, BF16, Q4_0,
  * Q4_1, Q8_0, Q4_K, Q6_K). */

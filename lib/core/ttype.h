@@ -1,4 +1,7 @@
-/* Tensor element types. Values are GGUF's (ggml_type) so files map directly. */
+/* Tensor element types and the 2-D weight view: the vocabulary every module
+ * shares (core is the leaf all may include). Values are GGUF's (ggml_type)
+ * so files map directly. Everything here is constant data and pure
+ * functions: thread-safe. */
 #ifndef LLMI_TTYPE_H
 #define LLMI_TTYPE_H
 
@@ -75,5 +78,16 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type);
 /* Bytes of `n` elements of `type`; returns 0 if n is not a multiple of the
  * block size, the type is unknown, or the size overflows. */
 size_t llmi_ttype_row_bytes(uint32_t type, uint64_t n);
+
+/* A 2-D weight view, borrowed from whoever maps the tensor (the model):
+ * `rows` rows of `cols` elements; row r starts at data + r * row_bytes.
+ * cols is a multiple of the type's block size. Here, not in the backend,
+ * because the model builds these and the backend reads them. */
+typedef struct llmi_weight {
+    const void *data;
+    llmi_ttype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+} llmi_weight;
 
 #endif

@@ -3,7 +3,6 @@
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
-#include "backend/kernels.h"
 #include "core/core.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
