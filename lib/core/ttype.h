@@ -5,6 +5,7 @@
 #ifndef LLMI_TTYPE_H
 #define LLMI_TTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,9 @@ typedef struct llmi_ttype_info {
     const char *name;   /* "Q4_1" */
     uint32_t block;     /* elements per block (1 for float types) */
     uint32_t block_bytes;
+    /* Weights may be stored in it: the model loader accepts it and every
+     * backend multiplies it (false for the activation-only Q8_1, Q8_K). */
+    bool weight;
 } llmi_ttype_info;
 
 /* NULL for a type this library does not know. */
