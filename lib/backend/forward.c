@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 
 #include "backend/kernels.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include <math.h>
 

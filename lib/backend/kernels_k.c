@@ -20,7 +20,7 @@
  * super-block with quant.c's reference (ggml's values, bit for bit) and
  * takes the level's f32 dot product with each token. */
 #include "backend/kernels_impl.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #define QK_K LLMI_QK_K
 #define C_TILE 4

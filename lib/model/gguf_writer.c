@@ -3,7 +3,7 @@
  * one pass either into one buffer or streamed to a file. */
 #include "model/gguf.h"
 
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include <errno.h>
 #include <fcntl.h>
