@@ -29,7 +29,7 @@
  * status: 0 ok, 1 usage error, 2 runtime error. */
 #include "core/quant.h"
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 
 #include <errno.h>

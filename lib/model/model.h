@@ -4,7 +4,7 @@
 #define LLMI_MODEL_H
 
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum llmi_rope_layout {

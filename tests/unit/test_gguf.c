@@ -3,7 +3,7 @@
  * writer-produced file, located through the reader on the intact copy. */
 #include "core/quant.h"
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* In-memory GGUF v3 writer. Metadata is serialised as it is added, tensors
  * are kept converted until the file is laid out, so the output is produced in
  * one pass either into one buffer or streamed to a file. */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include "core/quant.h"
 
