@@ -45,7 +45,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
-	install-test bench bench-cpu
+	install-test bench bench-cpu deps-check
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 $(BUILD)/obj/%.o: %.c
@@ -134,12 +134,19 @@ test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
-# The thread-sanitized concurrency test, the whole suite under ASan+UBSan in
-# its own build folder (its summary line is the suite's), then the ABI checks.
+# The module order (docs/design.md), the thread-sanitized concurrency test,
+# the whole suite under ASan+UBSan in its own build folder (its summary line
+# is the suite's), then the ABI checks.
 check:
+	$(MAKE) --no-print-directory deps-check
 	$(MAKE) --no-print-directory tsan
 	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
 	$(MAKE) --no-print-directory abi-check
+
+# Includes and calls between lib/ modules only run down the order in
+# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
+deps-check: $(LIB_OBJ)
+	@python3 tests/deps/check.py --objects $(BUILD)/obj
 
 # Submit/cancel from several threads while one steps, under ThreadSanitizer.
 tsan:
