@@ -33,20 +33,28 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 SONAME := libllminfer.so.$(VERSION_MAJOR)
 SHLIB := $(BUILD)/libllminfer.so.$(VERSION)
 STLIB := $(BUILD)/libllminfer.a
+# The same sources with the test hooks (core/core.h, "Test hooks") compiled
+# in, for white-box tests only; the shared library and STLIB carry none.
+TEST_HOOKS := -DLLMI_TEST_HOOKS
+TEST_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj-test/%.o)
+TESTLIB := $(BUILD)/libllminfer-test.a
 
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 API_SRC := $(sort $(wildcard tests/api/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
-TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
-	install-test bench bench-cpu
+	install-test bench bench-cpu deps-check
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj-test/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -MMD -MP -c $< -o $@
 
 $(SHLIB): $(LIB_OBJ) lib/llminfer.map
 	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) \
@@ -57,6 +65,10 @@ $(BUILD)/libllminfer.so: $(SHLIB)
 	ln -sf $(SONAME) $@
 
 $(STLIB): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(TESTLIB): $(TEST_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
@@ -104,10 +116,10 @@ PROMPT ?= What is the capital of France?
 run: all $(MODEL)
 	$(BUILD)/llm-run -m $(MODEL) --chat -p "$(PROMPT)" -n 64
 
-# Unit tests are white-box: they link the static archive.
-$(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TEST_SUPPORT) $(wildcard tests/unit/*.h)
+# Unit tests are white-box: they link the static archive with test hooks.
+$(BUILD)/tests/unit/%: tests/unit/%.c $(TESTLIB) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests $< $(TEST_SUPPORT) -o $@ $(STLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(TESTLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
 
 # API tests are black-box: only llm.h and the shared library.
 $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
@@ -122,12 +134,19 @@ test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
-# The thread-sanitized concurrency test, the whole suite under ASan+UBSan in
-# its own build folder (its summary line is the suite's), then the ABI checks.
+# The module order (docs/design.md), the thread-sanitized concurrency test,
+# the whole suite under ASan+UBSan in its own build folder (its summary line
+# is the suite's), then the ABI checks.
 check:
+	$(MAKE) --no-print-directory deps-check
 	$(MAKE) --no-print-directory tsan
 	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
 	$(MAKE) --no-print-directory abi-check
+
+# Includes and calls between lib/ modules only run down the order in
+# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
+deps-check: $(LIB_OBJ)
+	@python3 tests/deps/check.py --objects $(BUILD)/obj
 
 # Submit/cancel from several threads while one steps, under ThreadSanitizer.
 tsan:
@@ -176,9 +195,9 @@ clean:
 
 # ---- Fuzzing (docs/reliability.md) ----
 # libFuzzer targets built with clang; the library sources are compiled with
-# the fuzz flags into build/fuzz/obj (not the gcc-built archive). Each run
-# works on a copy of the committed seed corpus in build/fuzz/corpus-<target>
-# and saves crashes under build/fuzz/artifacts-<target>/.
+# the fuzz flags (test hooks included) into build/fuzz/obj (not the gcc-built
+# archive). Each run works on a copy of the committed seed corpus in
+# build/fuzz/corpus-<target> and saves crashes under build/fuzz/artifacts-<target>/.
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="gguf model"]
 #   make fuzz-smoke     (CI: regressions, then 10 s per target)
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
@@ -187,7 +206,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= gguf model tokenize chat state
 FUZZ_DIR := build/fuzz
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz
+	-fno-sanitize-recover=undefined -pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz \
+	$(TEST_HOOKS)
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_MAXLEN_gguf := 65536
@@ -251,12 +271,13 @@ fuzz-smoke: fuzz-regress
 	+@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
 # Regenerates the committed seed corpora (the one rule that writes there).
-fuzz-corpus: $(STLIB)
+fuzz-corpus: $(TESTLIB)
 	@mkdir -p $(FUZZ_DIR)
-	$(CC) $(ALL_CFLAGS) tests/fuzz/make_corpus.c -o $(FUZZ_DIR)/make_corpus $(STLIB) \
-		$(LDSAN) $(DEPS_LIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) tests/fuzz/make_corpus.c -o $(FUZZ_DIR)/make_corpus \
+		$(TESTLIB) $(LDSAN) $(DEPS_LIBS)
 	$(FUZZ_DIR)/make_corpus tests/fuzz/corpus
 
 -include $(FUZZ_LIB_OBJ:.o=.d)
 
 -include $(LIB_OBJ:.o=.d)
+-include $(TEST_OBJ:.o=.d)

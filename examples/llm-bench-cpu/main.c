@@ -20,7 +20,7 @@
  * bytes a generated token reads. Exit status: 0 ok, 1 usage, 2 runtime. */
 #include <llm.h>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <pthread.h>

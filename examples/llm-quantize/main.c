@@ -27,9 +27,9 @@
  *
  * This tool uses library internals and links the static archive. Exit
  * status: 0 ok, 1 usage error, 2 runtime error. */
-#include "backend/quant.h"
+#include "core/quant.h"
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 
 #include <errno.h>

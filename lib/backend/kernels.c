@@ -1,4 +1,4 @@
-/* Kernel dispatch, the portable C kernels and the row-wise helpers.
+/* The portable float-activation kernels and the row-wise helpers.
  *
  * The portable kernels are the reference for the SIMD ones (kernels_x86.c)
  * and the only implementation off x86-64. A weight row is walked in chunks
@@ -8,44 +8,11 @@
  * w[16c + l] * x[16c + l] for c = 0, 1, ... with fused multiply-adds (the
  * last step zero-padded), then the tree lane i + lane i+8, + 4, + 2, + 1. */
 #include "backend/kernels_impl.h"
-#include "backend/kernels_k.h"
 
 #include <math.h>
-#include <stdatomic.h>
-
-#if defined(LLMI_KERNELS_X86)
-#include <cpuid.h>
-#endif
 
 #define CHUNK 32
 #define C_TILE 4
-
-/* Rows per cache block when n_tok spans several tiles: the first tile reads
- * the block from memory, the others find it in L2. */
-#define ROW_BLOCK_BYTES (128 * 1024)
-
-static int kt_index(uint32_t type) {
-    switch (type) {
-    case LLMI_T_F32:
-        return LLMI_KT_F32;
-    case LLMI_T_F16:
-        return LLMI_KT_F16;
-    case LLMI_T_BF16:
-        return LLMI_KT_BF16;
-    case LLMI_T_Q4_0:
-        return LLMI_KT_Q4_0;
-    case LLMI_T_Q4_1:
-        return LLMI_KT_Q4_1;
-    case LLMI_T_Q8_0:
-        return LLMI_KT_Q8_0;
-    default:
-        return -1;
-    }
-}
-
-int llmi_kernels_type_supported(uint32_t type) {
-    return kt_index(type) >= 0 || llmi_kq_is_k(type);
-}
 
 /* ---- portable C ------------------------------------------------------- */
 
@@ -146,16 +113,17 @@ static void c_rows(int kt, const llmi_weight *W, int64_t r0, int64_t r1, const f
 }
 
 #define C_ROWS(name, KT)                                                                           \
-    static void name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,         \
-                     float *y, int64_t ldy) {                                                      \
+    static void c_##name(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,     \
+                         float *y, int64_t ldy) {                                                  \
         c_rows(KT, w, r0, r1, x, nt, y, ldy);                                                      \
-    }
-C_ROWS(c_rows_f32, LLMI_KT_F32)
-C_ROWS(c_rows_f16, LLMI_KT_F16)
-C_ROWS(c_rows_bf16, LLMI_KT_BF16)
-C_ROWS(c_rows_q4_0, LLMI_KT_Q4_0)
-C_ROWS(c_rows_q4_1, LLMI_KT_Q4_1)
-C_ROWS(c_rows_q8_0, LLMI_KT_Q8_0)
+    }                                                                                              \
+    const llmi_rows_impl llmi_##name##_c = {C_TILE, c_##name};
+C_ROWS(rows_f32, LLMI_KT_F32)
+C_ROWS(rows_f16, LLMI_KT_F16)
+C_ROWS(rows_bf16, LLMI_KT_BF16)
+C_ROWS(rows_q4_0, LLMI_KT_Q4_0)
+C_ROWS(rows_q4_1, LLMI_KT_Q4_1)
+C_ROWS(rows_q8_0, LLMI_KT_Q8_0)
 
 static float c_dot(const float *a, const float *b, int n) {
     float s[8] = {0};
@@ -269,13 +237,6 @@ static float c_dot_f32v(const float *a, const void *b, int n) { return c_dot(a, 
 static void c_axpy_f32v(float *y, float a, const void *x, int n) { c_axpy(y, a, x, n); }
 
 static const llmi_kernel_set c_kernels = {
-    .tile = C_TILE,
-    .rows = {[LLMI_KT_F32] = c_rows_f32,
-             [LLMI_KT_F16] = c_rows_f16,
-             [LLMI_KT_BF16] = c_rows_bf16,
-             [LLMI_KT_Q4_0] = c_rows_q4_0,
-             [LLMI_KT_Q4_1] = c_rows_q4_1,
-             [LLMI_KT_Q8_0] = c_rows_q8_0},
     .dot = c_dot,
     .axpy = c_axpy,
     .sumsq = c_sumsq,
@@ -284,50 +245,7 @@ static const llmi_kernel_set c_kernels = {
                 [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16}},
 };
 
-/* ---- dispatch ----------------------------------------------------------- */
-
-/* -1 until first use. Relaxed atomics: the value is an index into constant
- * tables, so any thread seeing any valid value is fine. */
-static atomic_int g_best = -1;
-static atomic_int g_level = -1;
-
-int llmi_kernels_best_level(void) {
-    int best = atomic_load_explicit(&g_best, memory_order_relaxed);
-    if (best >= 0)
-        return best;
-    best = LLMI_KLEVEL_C;
-#if defined(LLMI_KERNELS_X86)
-    /* __builtin_cpu_supports also checks that the OS saves the AVX and
-     * AVX-512 register state (XCR0). Clang's does not know "f16c", so that
-     * bit comes from CPUID leaf 1 (OS support is the same as AVX's). */
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    __builtin_cpu_init();
-    if (f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        best = LLMI_KLEVEL_AVX2;
-        if (__builtin_cpu_supports("avx512f"))
-            best = LLMI_KLEVEL_AVX512;
-    }
-#endif
-    atomic_store_explicit(&g_best, best, memory_order_relaxed);
-    return best;
-}
-
-void llmi_kernels_set_level(int level) {
-    int best = llmi_kernels_best_level();
-    if (level < 0 || level > best)
-        level = best;
-    atomic_store_explicit(&g_level, level, memory_order_relaxed);
-}
-
-int llmi_kernels_level(void) {
-    int level = atomic_load_explicit(&g_level, memory_order_relaxed);
-    if (level < 0) {
-        level = llmi_kernels_best_level();
-        atomic_store_explicit(&g_level, level, memory_order_relaxed);
-    }
-    return level;
-}
+/* ---- the current level's row helpers ------------------------------------ */
 
 const llmi_kernel_set *llmi_kernels_current(void) {
     switch (llmi_kernels_level()) {
@@ -340,74 +258,6 @@ const llmi_kernel_set *llmi_kernels_current(void) {
     default:
         return &c_kernels;
     }
-}
-
-/* ---- matmul ------------------------------------------------------------- */
-
-void llmi_matmul_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith, int nth) {
-    if (llmi_kq_is_k(w->type)) { /* K-quants: kernels_k.c */
-        llmi_kq_matmul_f32_part(w, x, n_tok, y, ith, nth);
-        return;
-    }
-    const int kt = kt_index(w->type);
-    if (kt < 0 || n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth)
-        return;
-    const llmi_kernel_set *ks = llmi_kernels_current();
-    const llmi_rows_fn rows_fn = ks->rows[kt];
-    const int64_t rows = w->rows, cols = w->cols;
-
-    /* Contiguous chunks of rows, so each thread streams its own part of the
-     * weight and no two threads write the same cache line of y (16 floats). */
-    const int64_t nchunks = (rows + LLMI_MATMUL_ROW_CHUNK - 1) / LLMI_MATMUL_ROW_CHUNK;
-    const int64_t c0 = nchunks * ith / nth, c1 = nchunks * (ith + 1) / nth;
-    const int64_t r0 = c0 * LLMI_MATMUL_ROW_CHUNK;
-    int64_t r1 = c1 * LLMI_MATMUL_ROW_CHUNK;
-    if (r1 > rows)
-        r1 = rows;
-    if (r0 >= r1)
-        return;
-
-    if (cols % llmi_ttype_get(w->type)->block != 0) {
-        /* A broken contract: poison the share instead of reading past rows. */
-        for (int t = 0; t < n_tok; t++)
-            for (int64_t r = r0; r < r1; r++)
-                y[t * rows + r] = NAN;
-        return;
-    }
-    if (n_tok <= ks->tile) {
-        rows_fn(w, r0, r1, x, n_tok, y, rows);
-        return;
-    }
-    /* Several token tiles: walk the rows in blocks that stay in cache while
-     * every tile passes over them, so the weights come from memory once. */
-    int64_t rb = w->row_bytes ? (int64_t)(ROW_BLOCK_BYTES / w->row_bytes) : 0;
-    rb -= rb % LLMI_MATMUL_ROW_CHUNK;
-    if (rb < LLMI_MATMUL_ROW_CHUNK)
-        rb = LLMI_MATMUL_ROW_CHUNK;
-    for (int64_t rs = r0; rs < r1; rs += rb) {
-        int64_t re = rs + rb < r1 ? rs + rb : r1;
-        for (int t0 = 0; t0 < n_tok; t0 += ks->tile) {
-            int nt = n_tok - t0 < ks->tile ? n_tok - t0 : ks->tile;
-            rows_fn(w, rs, re, x + (int64_t)t0 * cols, nt, y + (int64_t)t0 * rows, rows);
-        }
-    }
-}
-
-struct matmul_ctx {
-    const llmi_weight *w;
-    const float *x;
-    float *y;
-    int n_tok;
-};
-
-static void matmul_task(void *p, int ith, int nth) {
-    const struct matmul_ctx *c = p;
-    llmi_matmul_part(c->w, c->x, c->n_tok, c->y, ith, nth);
-}
-
-void llmi_matmul(llmi_pool *pool, const llmi_weight *w, const float *x, int n_tok, float *y) {
-    struct matmul_ctx c = {w, x, y, n_tok};
-    llmi_pool_run(pool, matmul_task, &c);
 }
 
 /* ---- row-wise helpers --------------------------------------------------- */

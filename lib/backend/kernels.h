@@ -7,7 +7,7 @@
  * activations to 8 bits and takes integer dot products, as llama.cpp does.
  * Every kernel has a portable C version (the reference, and the only one off
  * x86-64) and, on x86-64, AVX2+FMA+F16C and AVX-512F versions chosen at run
- * time from CPUID.
+ * time (cpu_features.h: the level, which this header's users may set).
  *
  * Determinism: at a given level, y[t][r] depends only on weight row r and
  * token t's activations: not on the thread count, nor on n_tok, nor on the
@@ -15,23 +15,18 @@
 #ifndef LLMI_KERNELS_H
 #define LLMI_KERNELS_H
 
+#include "backend/cpu_features.h"
 #include "backend/threadpool.h"
 #include "core/ttype.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* A 2-D weight: `rows` rows of `cols` elements; row r starts at
- * data + r * row_bytes. cols is a multiple of the type's block size. */
-typedef struct llmi_weight {
-    const void *data;
-    llmi_ttype type;
-    int64_t rows, cols;
-    size_t row_bytes;
-} llmi_weight;
+/* Weights are llmi_weight views (core/ttype.h). */
 
 /* Whether llmi_matmul supports weights of `type` (F32, F16, BF16, Q4_0,
- * Q4_1, Q8_0, Q4_K, Q6_K). */
+ * Q4_1, Q8_0, Q4_K, Q6_K): exactly core's weight types (llmi_ttype_info
+ * .weight), which the model loader accepts. */
 int llmi_kernels_type_supported(uint32_t type);
 
 /* y[t*rows + r] = sum_c W[r][c] * x[t*cols + c] for t < n_tok, for the rows
@@ -139,19 +134,6 @@ void llmi_act_prepare(llmi_pool *pool, llmi_ttype weight_type, const float *x, i
  * and determinism as llmi_matmul_part. */
 void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth);
 void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, float *y);
-
-/* Kernel levels: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F (whose integer
- * kernels use AVX-512 VNNI when the CPU has it with AVX-512BW/VL, and level
- * 1's otherwise). set_level clamps to what the CPU supports; a negative level
- * selects the best. The level is process-wide (tests use it to compare
- * paths): change it only while no kernel runs. */
-#define LLMI_KLEVEL_C 0
-#define LLMI_KLEVEL_AVX2 1
-#define LLMI_KLEVEL_AVX512 2
-void llmi_kernels_set_level(int level);
-int llmi_kernels_level(void);
-/* The best level this CPU supports. */
-int llmi_kernels_best_level(void);
 
 /* out = x / sqrt(mean(x^2) + eps) * weight; out may alias x. The mean is
  * accumulated in double. */

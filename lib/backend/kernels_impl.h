@@ -1,11 +1,29 @@
-/* Private interface between kernels.c (dispatch, portable C) and the SIMD
- * kernel sets of kernels_x86.c. */
+/* Private interface of the CPU kernels: what the kernel files export to the
+ * dispatch (kernels_dispatch.c) and nothing else.
+ *
+ * Dependencies run one way, so each file can be read and changed alone:
+ *   cpu_features.c        the level (a leaf: includes no kernel header)
+ *   kernels.c             portable float rows kernels and the row helpers
+ *   kernels_q8.c          Q8_0/Q8_1 activations, portable integer kernels
+ *   kernels_k.c           Q8_K activations, portable K-quant kernels
+ *   kernels_*x86.c        the SIMD versions of the three above
+ *   kernels_dispatch.c    the weight-type traits table, the row split and
+ *                         the matmul and activation entry points of kernels.h
+ * Kernel files ask cpu_features.h for the level and call only the row
+ * helpers of kernels.h (llmi_dot_f32); only the dispatch calls across
+ * families.
+ *
+ * Contract of every rows function: y[t*ldy + r] for r in [r0, r1) and
+ * t < nt, where 1 <= nt <= the implementation's tile; nothing else is
+ * written, and the result for (r, t) depends only on row r and token t. */
 #ifndef LLMI_KERNELS_IMPL_H
 #define LLMI_KERNELS_IMPL_H
 
+#include "backend/cpu_features.h"
 #include "backend/kernels.h"
 
-/* Dense index of the supported weight types. */
+/* Dense index of the float-activation kernel templates of kernels.c and
+ * kernels_x86.c (compile-time parameters there, not a dispatch key). */
 enum {
     LLMI_KT_F32,
     LLMI_KT_F16,
@@ -16,20 +34,62 @@ enum {
     LLMI_KT_COUNT
 };
 
-/* y[t*ldy + r] for r in [r0, r1) and t < nt, where 1 <= nt <= the set's tile
- * and token t's activations are x + t*w->cols. */
+/* Dense index of the integer kernel templates of kernels_q8.c and
+ * kernels_q8_x86.c. */
+enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
+
+/* Token t's f32 activations at x + t*w->cols. */
 typedef void (*llmi_rows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,
                              float *y, int64_t ldy);
 
-/* Element types of llmi_row_ops (kernels.h), dense. */
+/* Token t's quantized row (kernels.h gives the layouts) at xq + t*xstride. */
+typedef void (*llmi_qrows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,
+                              size_t xstride, int nt, float *y, int64_t ldy);
+
+/* Quantizes one row of nb activation blocks (block size of the activation
+ * type) into the layout of kernels.h, writing all row_bytes bytes (zero
+ * padding). q81 selects Q8_1's s over Q8_0's c; Q8_K ignores it. */
+typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
+
+/* A rows kernel and the most tokens it takes per call: the dispatch walks
+ * more tokens in row blocks and token tiles. INT_MAX for GEMM kernels,
+ * which block for the caches themselves. */
+typedef struct llmi_rows_impl {
+    int tile;
+    llmi_rows_fn fn;
+} llmi_rows_impl;
+
+typedef struct llmi_qrows_impl {
+    int tile;
+    llmi_qrows_fn fn;
+} llmi_qrows_impl;
+
+/* What the dispatch needs to know about one element type; one entry per
+ * llmi_ttype (kernels_dispatch.c). Block sizes and bytes are core's
+ * (llmi_ttype_get); the table adds what only the kernels know. */
+typedef struct llmi_ktraits {
+    /* As a weight. act_type: the activations it multiplies (LLMI_T_F32 for
+     * float weights). f32: rows kernels on f32 activations, by
+     * llmi_kernels_level(); NULL where the type is no weight type. q: rows
+     * kernels on act_type activations, by llmi_kernels_int_level(); NULL
+     * for float weights. */
+    llmi_ttype act_type;
+    const llmi_rows_impl *f32[LLMI_KLEVEL_COUNT];
+    const llmi_qrows_impl *q[LLMI_KLEVEL_COUNT];
+    /* As an activation type (Q8_0, Q8_1, Q8_K): bytes an activation row
+     * spends per block (values, scale, and c, s or bsums), and its
+     * quantizer by llmi_kernels_int_level(). 0 and NULL otherwise. */
+    uint32_t act_block_bytes;
+    llmi_aquant_fn quant[LLMI_KLEVEL_COUNT];
+} llmi_ktraits;
+
+/* The entry of `type`; NULL for a type the table does not have. */
+const llmi_ktraits *llmi_ktraits_get(uint32_t type);
+
+/* The row helpers of one level (kernels.c picks the current one). */
 enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_COUNT };
 
 typedef struct llmi_kernel_set {
-    /* Most tokens per rows call: the caller walks more in row blocks and
-     * token tiles. INT_MAX for GEMM kernels, which block for the caches
-     * themselves. */
-    int tile;
-    llmi_rows_fn rows[LLMI_KT_COUNT];
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     double (*sumsq)(const float *x, int n);
@@ -39,36 +99,41 @@ typedef struct llmi_kernel_set {
 /* The set of the current level (kernels.c). */
 const llmi_kernel_set *llmi_kernels_current(void);
 
-/* ---- integer kernels (kernels_q8.c, kernels_q8_x86.c) ---- */
+/* ---- what each kernel file exports --------------------------------------
+ * Names: llmi_rows_<weight>_<level> on f32 activations, llmi_qrows_... on
+ * quantized ones, llmi_aquant_... activation quantizers. */
 
-/* Quantized weight types, dense. */
-enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
+/* kernels.c */
+extern const llmi_rows_impl llmi_rows_f32_c, llmi_rows_f16_c, llmi_rows_bf16_c, llmi_rows_q4_0_c,
+    llmi_rows_q4_1_c, llmi_rows_q8_0_c;
 
-/* Quantizes one row of 32*nb floats into the activation row layout of
- * kernels.h (s when q81, else c), writing all row_bytes bytes (zero
- * padding). */
-typedef void (*llmi_aquant_fn)(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
+/* kernels_q8.c */
+void llmi_aquant_q8_c(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
+extern const llmi_qrows_impl llmi_qrows_q4_0_c, llmi_qrows_q4_1_c, llmi_qrows_q8_0_c;
 
-/* y[t*ldy + r] for r in [r0, r1) and t < nt (1 <= nt <= the set's tile);
- * token t's quantized row at xq + t*xstride. */
-typedef void (*llmi_qrows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,
-                              size_t xstride, int nt, float *y, int64_t ldy);
+/* kernels_k.c. The f32 path of K-quants dequantizes with quant.c's
+ * reference and takes llmi_dot_f32 at the current level, so one
+ * implementation serves every level. */
+void llmi_aquant_q8_k(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
+extern const llmi_qrows_impl llmi_qrows_q4_k_c, llmi_qrows_q6_k_c;
+extern const llmi_rows_impl llmi_rows_kquant_f32;
 
-typedef struct llmi_qkernel_set {
-    int tile; /* as in llmi_kernel_set */
-    llmi_qrows_fn rows[LLMI_QT_COUNT];
-    llmi_aquant_fn quant;
-} llmi_qkernel_set;
+#if defined(LLMI_KERNELS_X86)
+/* kernels_x86.c */
+extern const llmi_kernel_set llmi_kernels_avx2, llmi_kernels_avx512;
+extern const llmi_rows_impl llmi_rows_f32_avx2, llmi_rows_f16_avx2, llmi_rows_bf16_avx2,
+    llmi_rows_q4_0_avx2, llmi_rows_q4_1_avx2, llmi_rows_q8_0_avx2;
+extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_rows_bf16_avx512,
+    llmi_rows_q4_0_avx512, llmi_rows_q4_1_avx512, llmi_rows_q8_0_avx512;
 
-/* Whether the integer kernels of level 2 use AVX-512 VNNI on this CPU. */
-int llmi_kernels_have_vnni(void);
+/* kernels_q8_x86.c (its quantizer serves both SIMD levels) */
+void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
+extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2;
+extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni;
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define LLMI_KERNELS_X86 1
-extern const llmi_kernel_set llmi_kernels_avx2;
-extern const llmi_kernel_set llmi_kernels_avx512;
-extern const llmi_qkernel_set llmi_qkernels_avx2;
-extern const llmi_qkernel_set llmi_qkernels_avx512vnni;
+/* kernels_k_x86.c */
+extern const llmi_qrows_impl llmi_qrows_q4_k_avx2, llmi_qrows_q6_k_avx2;
+extern const llmi_qrows_impl llmi_qrows_q4_k_vnni, llmi_qrows_q6_k_vnni;
 #endif
 
 #endif

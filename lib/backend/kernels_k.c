@@ -1,6 +1,6 @@
-/* K-quant matmuls: Q8_K activations, the portable integer kernels (the
- * reference for kernels_k_x86.c and the only ones off x86-64), dispatch, the
- * row split, and the f32-activation path.
+/* K-quant kernels: Q8_K activations, the portable integer kernels (the
+ * reference for kernels_k_x86.c and the only ones off x86-64) and the
+ * f32-activation path. kernels_dispatch.c picks them by type and level.
  *
  * The dot product of a weight row with a token follows llama.cpp's
  * ggml_vec_dot_q4_K_q8_K / _q6_K_q8_K. Per super-block i of 256, with the
@@ -19,32 +19,17 @@
  * The f32 path (llmi_matmul with f32_activations) dequantizes each
  * super-block with quant.c's reference (ggml's values, bit for bit) and
  * takes the level's f32 dot product with each token. */
-#include "backend/kernels_k.h"
-
-#include "backend/quant.h"
-
-#include <assert.h>
-#include <math.h>
+#include "backend/kernels_impl.h"
+#include "core/quant.h"
 
 #define QK_K LLMI_QK_K
 #define C_TILE 4
 #define F32_TILE 8
-#define ROW_BLOCK_BYTES (128 * 1024)
-#define PREP_THREADED_MIN 4
-
-int llmi_kq_is_k(uint32_t type) { return type == LLMI_T_Q4_K || type == LLMI_T_Q6_K; }
 
 /* ---- activations ---------------------------------------------------------- */
 
-/* Bytes of one Q8_K activation row of nb super-blocks, 0 on overflow. */
-static size_t act_row_bytes(int64_t nb) {
-    const uint64_t per = QK_K + 4 + 2 * (QK_K / 16);
-    if (nb <= 0 || (uint64_t)nb > (SIZE_MAX - 63) / per)
-        return 0;
-    return ((size_t)nb * per + 63) & ~(size_t)63;
-}
-
-void llmi_kq_act_quant_row(const float *x, int64_t nb, uint8_t *row, size_t row_bytes) {
+/* quant.c's reference Q8_K values. */
+void llmi_aquant_q8_k(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes) {
     int8_t *qs = (int8_t *)row;
     float *d = (float *)(void *)(row + QK_K * nb);
     int16_t *bs = (int16_t *)(void *)(d + nb);
@@ -57,49 +42,6 @@ void llmi_kq_act_quant_row(const float *x, int64_t nb, uint8_t *row, size_t row_
     }
     const size_t used = (size_t)nb * (QK_K + 4 + 2 * (QK_K / 16));
     memset(row + used, 0, row_bytes - used);
-}
-
-size_t llmi_kq_act_scratch_bytes(int64_t cols, int n_tok) {
-    if (cols <= 0 || cols % QK_K != 0 || n_tok <= 0)
-        return 0;
-    const size_t rb = act_row_bytes(cols / QK_K);
-    size_t total;
-    if (!rb || !llmi_mul_ok(rb, (size_t)n_tok, &total) || total > SIZE_MAX - 64)
-        return 0;
-    return total + 64;
-}
-
-struct prep_ctx {
-    const float *x;
-    uint8_t *q;
-    int64_t cols;
-    size_t row_bytes;
-    int n_tok;
-};
-
-static void prep_task(void *p, int ith, int nth) {
-    const struct prep_ctx *c = p;
-    const int t0 = (int)((int64_t)c->n_tok * ith / nth);
-    const int t1 = (int)((int64_t)c->n_tok * (ith + 1) / nth);
-    for (int t = t0; t < t1; t++)
-        llmi_kq_act_quant_row(c->x + (int64_t)t * c->cols, c->cols / QK_K,
-                              c->q + (size_t)t * c->row_bytes, c->row_bytes);
-}
-
-void llmi_kq_act_prepare(llmi_pool *pool, const float *x, int n_tok, int64_t cols, void *scratch,
-                         llmi_act *out) {
-    *out = (llmi_act){.f32 = x, .q = NULL, .q_type = LLMI_T_F32, .n_tok = n_tok, .cols = cols};
-    if (!scratch || llmi_kq_act_scratch_bytes(cols, n_tok) == 0)
-        return;
-    uint8_t *q = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    struct prep_ctx c = {x, q, cols, act_row_bytes(cols / QK_K), n_tok};
-    if (n_tok >= PREP_THREADED_MIN && llmi_pool_size(pool) > 1)
-        llmi_pool_run(pool, prep_task, &c);
-    else
-        prep_task(&c, 0, 1);
-    out->q = q;
-    out->q_type = LLMI_T_Q8_K;
-    out->q_row_bytes = c.row_bytes;
 }
 
 /* ---- portable C ------------------------------------------------------------ */
@@ -203,24 +145,8 @@ static void c_rows_q6_k(const llmi_weight *W, int64_t r0, int64_t r1, const uint
     }
 }
 
-static const llmi_kqkernel_set c_kqkernels = {
-    .tile = C_TILE,
-    .rows = {[LLMI_KQ_Q4_K] = c_rows_q4_k, [LLMI_KQ_Q6_K] = c_rows_q6_k},
-};
-
-/* The set of the current level, chosen as kernels_q8.c chooses its own. */
-static const llmi_kqkernel_set *kq_set(void) {
-    switch (llmi_kernels_level()) {
-#if defined(LLMI_KERNELS_X86)
-    case LLMI_KLEVEL_AVX2:
-        return &llmi_kqkernels_avx2;
-    case LLMI_KLEVEL_AVX512:
-        return llmi_kernels_have_vnni() ? &llmi_kqkernels_avx512vnni : &llmi_kqkernels_avx2;
-#endif
-    default:
-        return &c_kqkernels;
-    }
-}
+const llmi_qrows_impl llmi_qrows_q4_k_c = {C_TILE, c_rows_q4_k};
+const llmi_qrows_impl llmi_qrows_q6_k_c = {C_TILE, c_rows_q6_k};
 
 /* ---- the f32-activation path ---------------------------------------------- */
 
@@ -250,87 +176,4 @@ static void f32_rows(const llmi_weight *W, int64_t r0, int64_t r1, const float *
     }
 }
 
-/* ---- the row split ----------------------------------------------------------
- *
- * As llmi_matmul_part: contiguous chunks of LLMI_MATMUL_ROW_CHUNK rows per
- * thread; with several token tiles, rows in blocks that stay in cache while
- * every tile passes over them. */
-
-typedef void (*tile_fn)(const void *ctx, int64_t r0, int64_t r1, int t0, int nt);
-
-static void split_rows(const llmi_weight *w, int n_tok, int tile, int ith, int nth, float *y,
-                       int poison, tile_fn fn, const void *ctx) {
-    if (n_tok <= 0 || w->rows <= 0 || nth <= 0 || ith < 0 || ith >= nth)
-        return;
-    const int64_t rows = w->rows;
-    const int64_t nchunks = (rows + LLMI_MATMUL_ROW_CHUNK - 1) / LLMI_MATMUL_ROW_CHUNK;
-    const int64_t c0 = nchunks * ith / nth, c1 = nchunks * (ith + 1) / nth;
-    const int64_t r0 = c0 * LLMI_MATMUL_ROW_CHUNK;
-    int64_t r1 = c1 * LLMI_MATMUL_ROW_CHUNK;
-    if (r1 > rows)
-        r1 = rows;
-    if (r0 >= r1)
-        return;
-    if (poison) { /* a broken contract: NaN rows rather than a wild read */
-        for (int t = 0; t < n_tok; t++)
-            for (int64_t r = r0; r < r1; r++)
-                y[t * rows + r] = NAN;
-        return;
-    }
-    if (n_tok <= tile) {
-        fn(ctx, r0, r1, 0, n_tok);
-        return;
-    }
-    int64_t rb = w->row_bytes ? (int64_t)(ROW_BLOCK_BYTES / w->row_bytes) : 0;
-    rb -= rb % LLMI_MATMUL_ROW_CHUNK;
-    if (rb < LLMI_MATMUL_ROW_CHUNK)
-        rb = LLMI_MATMUL_ROW_CHUNK;
-    for (int64_t rs = r0; rs < r1; rs += rb) {
-        const int64_t re = rs + rb < r1 ? rs + rb : r1;
-        for (int t0 = 0; t0 < n_tok; t0 += tile)
-            fn(ctx, rs, re, t0, n_tok - t0 < tile ? n_tok - t0 : tile);
-    }
-}
-
-struct act_tile_ctx {
-    const llmi_weight *w;
-    const llmi_act *x;
-    float *y;
-    llmi_qrows_fn rows_fn;
-};
-
-static void act_tile(const void *p, int64_t r0, int64_t r1, int t0, int nt) {
-    const struct act_tile_ctx *c = p;
-    const size_t xs = c->x->q_row_bytes;
-    c->rows_fn(c->w, r0, r1, (const uint8_t *)c->x->q + (size_t)t0 * xs, xs, nt,
-               c->y + (int64_t)t0 * c->w->rows, c->w->rows);
-}
-
-void llmi_kq_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth) {
-    const int bad_cols = w->cols % QK_K != 0;
-    const int prepared = x->q && x->q_type == LLMI_T_Q8_K && x->cols == w->cols;
-    assert((bad_cols || prepared) &&
-           "llmi_matmul_act: activations not prepared for this weight type");
-    const llmi_kqkernel_set *ks = kq_set();
-    struct act_tile_ctx c = {w, x, y,
-                             ks->rows[w->type == LLMI_T_Q4_K ? LLMI_KQ_Q4_K : LLMI_KQ_Q6_K]};
-    split_rows(w, x->n_tok, ks->tile, ith, nth, y, bad_cols || !prepared, act_tile, &c);
-}
-
-struct f32_tile_ctx {
-    const llmi_weight *w;
-    const float *x;
-    float *y;
-};
-
-static void f32_tile(const void *p, int64_t r0, int64_t r1, int t0, int nt) {
-    const struct f32_tile_ctx *c = p;
-    f32_rows(c->w, r0, r1, c->x + (int64_t)t0 * c->w->cols, nt, c->y + (int64_t)t0 * c->w->rows,
-             c->w->rows);
-}
-
-void llmi_kq_matmul_f32_part(const llmi_weight *w, const float *x, int n_tok, float *y, int ith,
-                             int nth) {
-    struct f32_tile_ctx c = {w, x, y};
-    split_rows(w, n_tok, F32_TILE, ith, nth, y, w->cols % QK_K != 0, f32_tile, &c);
-}
+const llmi_rows_impl llmi_rows_kquant_f32 = {F32_TILE, f32_rows};

@@ -15,7 +15,7 @@
  * A weight super-block is unpacked once and multiplied with every token of
  * the tile (4 at AVX2, 8 at AVX-512); every token's arithmetic is the same
  * whatever the tile size, so results do not depend on n_tok. */
-#include "backend/kernels_k.h"
+#include "backend/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
 
@@ -231,10 +231,8 @@ static A2I void a2_q6k(int nt, const llmi_weight *W, int64_t r0, int64_t r1, con
 A2_ROWS(a2_rows_q4_k, a2_q4k)
 A2_ROWS(a2_rows_q6_k, a2_q6k)
 
-const llmi_kqkernel_set llmi_kqkernels_avx2 = {
-    .tile = A2_TILE,
-    .rows = {[LLMI_KQ_Q4_K] = a2_rows_q4_k, [LLMI_KQ_Q6_K] = a2_rows_q6_k},
-};
+const llmi_qrows_impl llmi_qrows_q4_k_avx2 = {A2_TILE, a2_rows_q4_k};
+const llmi_qrows_impl llmi_qrows_q6_k_avx2 = {A2_TILE, a2_rows_q6_k};
 
 /* ---- AVX-512 VNNI ------------------------------------------------------------
  *
@@ -397,10 +395,8 @@ static V5I void v5_q6k(int nt, const llmi_weight *W, int64_t r0, int64_t r1, con
 V5_ROWS(v5_rows_q4_k, v5_q4k)
 V5_ROWS(v5_rows_q6_k, v5_q6k)
 
-const llmi_kqkernel_set llmi_kqkernels_avx512vnni = {
-    .tile = V5_TILE,
-    .rows = {[LLMI_KQ_Q4_K] = v5_rows_q4_k, [LLMI_KQ_Q6_K] = v5_rows_q6_k},
-};
+const llmi_qrows_impl llmi_qrows_q4_k_vnni = {V5_TILE, v5_rows_q4_k};
+const llmi_qrows_impl llmi_qrows_q6_k_vnni = {V5_TILE, v5_rows_q6_k};
 
 #else
 /* ISO C forbids an empty translation unit. */

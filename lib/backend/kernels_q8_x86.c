@@ -78,7 +78,7 @@ static A2I float a2_f16_round(float f) {
         _mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
 
-static A2 void a2_quant(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes) {
+A2 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes) {
     int8_t *qs = (int8_t *)row;
     float *d = (float *)(void *)(row + QK * nb);
     float *s = d + nb;
@@ -250,13 +250,9 @@ A2_QROWS(a2_qrows_q4_0, LLMI_QT_Q4_0)
 A2_QROWS(a2_qrows_q4_1, LLMI_QT_Q4_1)
 A2_QROWS(a2_qrows_q8_0, LLMI_QT_Q8_0)
 
-const llmi_qkernel_set llmi_qkernels_avx2 = {
-    .tile = A2_TILE,
-    .rows = {[LLMI_QT_Q4_0] = a2_qrows_q4_0,
-             [LLMI_QT_Q4_1] = a2_qrows_q4_1,
-             [LLMI_QT_Q8_0] = a2_qrows_q8_0},
-    .quant = a2_quant,
-};
+const llmi_qrows_impl llmi_qrows_q4_0_avx2 = {A2_TILE, a2_qrows_q4_0};
+const llmi_qrows_impl llmi_qrows_q4_1_avx2 = {A2_TILE, a2_qrows_q4_1};
+const llmi_qrows_impl llmi_qrows_q8_0_avx2 = {A2_TILE, a2_qrows_q8_0};
 
 /* ---- AVX-512 VNNI: a register-blocked GEMM ------------------------------------
  *
@@ -531,7 +527,7 @@ static inline void v5_prefetch(const llmi_weight *W, int64_t rg, int64_t re, int
     }
 }
 
-/* Rows [r0, r1) for all nt tokens (any number: the set's tile is INT_MAX).
+/* Rows [r0, r1) for all nt tokens (any number: its tile is INT_MAX).
  * The rows go in super-blocks whose outputs (nt x sb floats) stay in L2;
  * within one, the K panels go outside the row panels, so that the tokens'
  * activations of one K panel stay in L2 while every row panel uses them. A
@@ -597,13 +593,9 @@ V5_GEMM(v5_gemm_q4_0, LLMI_QT_Q4_0)
 V5_GEMM(v5_gemm_q4_1, LLMI_QT_Q4_1)
 V5_GEMM(v5_gemm_q8_0, LLMI_QT_Q8_0)
 
-const llmi_qkernel_set llmi_qkernels_avx512vnni = {
-    .tile = INT_MAX,
-    .rows = {[LLMI_QT_Q4_0] = v5_gemm_q4_0,
-             [LLMI_QT_Q4_1] = v5_gemm_q4_1,
-             [LLMI_QT_Q8_0] = v5_gemm_q8_0},
-    .quant = a2_quant,
-};
+const llmi_qrows_impl llmi_qrows_q4_0_vnni = {INT_MAX, v5_gemm_q4_0};
+const llmi_qrows_impl llmi_qrows_q4_1_vnni = {INT_MAX, v5_gemm_q4_1};
+const llmi_qrows_impl llmi_qrows_q8_0_vnni = {INT_MAX, v5_gemm_q8_0};
 
 #else
 /* ISO C forbids an empty translation unit. */

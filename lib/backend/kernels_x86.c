@@ -1,7 +1,7 @@
 /* AVX2+FMA+F16C and AVX-512F kernels.
  *
  * The library is built without -march flags, so each function carries its
- * own target attribute and kernels.c picks a set at run time. Helpers are
+ * own target attribute and kernels_dispatch.c picks them at run time. Helpers are
  * always_inline with the same (or a smaller) target, which GCC and Clang
  * require for inlining intrinsics across target boundaries.
  *
@@ -386,14 +386,14 @@ static A2 void a2_store_f32(void *dst, const float *x, int n) {
 static A2 float a2_dot_f32v(const float *a, const void *b, int n) { return a2_dot(a, b, n); }
 static A2 void a2_axpy_f32v(float *y, float a, const void *x, int n) { a2_axpy(y, a, x, n); }
 
+const llmi_rows_impl llmi_rows_f32_avx2 = {A2_TILE, a2_rows_f32};
+const llmi_rows_impl llmi_rows_f16_avx2 = {A2_TILE, a2_rows_f16};
+const llmi_rows_impl llmi_rows_bf16_avx2 = {A2_TILE, a2_rows_bf16};
+const llmi_rows_impl llmi_rows_q4_0_avx2 = {A2_TILE, a2_rows_q4_0};
+const llmi_rows_impl llmi_rows_q4_1_avx2 = {A2_TILE, a2_rows_q4_1};
+const llmi_rows_impl llmi_rows_q8_0_avx2 = {A2_TILE, a2_rows_q8_0};
+
 const llmi_kernel_set llmi_kernels_avx2 = {
-    .tile = A2_TILE,
-    .rows = {[LLMI_KT_F32] = a2_rows_f32,
-             [LLMI_KT_F16] = a2_rows_f16,
-             [LLMI_KT_BF16] = a2_rows_bf16,
-             [LLMI_KT_Q4_0] = a2_rows_q4_0,
-             [LLMI_KT_Q4_1] = a2_rows_q4_1,
-             [LLMI_KT_Q8_0] = a2_rows_q8_0},
     .dot = a2_dot,
     .axpy = a2_axpy,
     .sumsq = a2_sumsq,
@@ -588,7 +588,7 @@ static const a5_tile_fn a5_tiles[LLMI_KT_COUNT][A5_N] = {
     A5_TILE_ROW(Q4_0), A5_TILE_ROW(Q4_1), A5_TILE_ROW(Q8_0),
 };
 
-/* Rows [r0, r1) for all nt tokens (any number: the set's tile is INT_MAX). */
+/* Rows [r0, r1) for all nt tokens (any number: its tile is INT_MAX). */
 static A5I void a5_gemm(int kt, const llmi_weight *W, int64_t r0, int64_t r1, const float *x,
                         int nt, float *y, int64_t ldy) {
     const int64_t cols = W->cols;
@@ -755,14 +755,14 @@ static A5 void a5_store_f32(void *dst, const float *x, int n) {
 static A5 float a5_dot_f32v(const float *a, const void *b, int n) { return a5_dot(a, b, n); }
 static A5 void a5_axpy_f32v(float *y, float a, const void *x, int n) { a5_axpy(y, a, x, n); }
 
+const llmi_rows_impl llmi_rows_f32_avx512 = {INT_MAX, a5_rows_f32};
+const llmi_rows_impl llmi_rows_f16_avx512 = {INT_MAX, a5_rows_f16};
+const llmi_rows_impl llmi_rows_bf16_avx512 = {INT_MAX, a5_rows_bf16};
+const llmi_rows_impl llmi_rows_q4_0_avx512 = {INT_MAX, a5_rows_q4_0};
+const llmi_rows_impl llmi_rows_q4_1_avx512 = {INT_MAX, a5_rows_q4_1};
+const llmi_rows_impl llmi_rows_q8_0_avx512 = {INT_MAX, a5_rows_q8_0};
+
 const llmi_kernel_set llmi_kernels_avx512 = {
-    .tile = INT_MAX,
-    .rows = {[LLMI_KT_F32] = a5_rows_f32,
-             [LLMI_KT_F16] = a5_rows_f16,
-             [LLMI_KT_BF16] = a5_rows_bf16,
-             [LLMI_KT_Q4_0] = a5_rows_q4_0,
-             [LLMI_KT_Q4_1] = a5_rows_q4_1,
-             [LLMI_KT_Q8_0] = a5_rows_q8_0},
     .dot = a5_dot,
     .axpy = a5_axpy,
     .sumsq = a5_sumsq,

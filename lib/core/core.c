@@ -74,8 +74,9 @@ void llmi_log(llm_log_level level, const char *fmt, ...) {
     fn(level, buf, atomic_load(&log_user));
 }
 
-/* ---- allocation with failure injection ---- */
+/* ---- allocation, with failure injection in test builds ---- */
 
+#ifdef LLMI_TEST_HOOKS
 static _Atomic uint64_t alloc_fail_countdown;
 
 void llmi_alloc_fail_after(uint64_t n) { atomic_store(&alloc_fail_countdown, n); }
@@ -87,6 +88,10 @@ static int alloc_should_fail(void) {
     }
     return 0;
 }
+#else
+/* Release builds: no hook, and no atomic load on every allocation. */
+static inline int alloc_should_fail(void) { return 0; }
+#endif
 
 void *llmi_malloc(size_t size) {
     if (alloc_should_fail()) return NULL;

@@ -36,7 +36,7 @@ void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user);
 void llmi_log(llm_log_level level, const char *fmt, ...) LLMI_PRINTF(2, 3);
 
 /* Allocation. Every allocation of the library goes through these so tests can
- * inject failures (llmi_alloc_fail_after). They never abort; the caller checks
+ * inject failures (llmi_alloc_fail_after, in test builds). They never abort; the caller checks
  * NULL and reports LLM_ERR_OUT_OF_MEMORY. Sizes are overflow-checked. */
 void *llmi_malloc(size_t size);
 void *llmi_calloc(size_t count, size_t size);
@@ -47,8 +47,16 @@ void llmi_free(void *ptr);
 void llmi_free_aligned(void *ptr);
 char *llmi_strdup(const char *s);
 char *llmi_strndup(const char *s, size_t n);
-/* Test hook: the n-th allocation from now fails (n >= 1); 0 disables. */
+
+/* Test hooks. Code that exists only for white-box tests is compiled only
+ * with LLMI_TEST_HOOKS defined: the Makefile builds the library a second
+ * time that way into libllminfer-test.a, which tests/unit and the fuzz
+ * targets link; the shared library and the installed libllminfer.a carry
+ * no hooks. A module's hooks sit under the same macro in its header. */
+#ifdef LLMI_TEST_HOOKS
+/* The n-th allocation from now fails (n >= 1); 0 disables. */
 void llmi_alloc_fail_after(uint64_t n);
+#endif
 /* Shorthand for the common "allocate or fail" error. */
 llm_status llmi_oom(const char *what);
 

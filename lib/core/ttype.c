@@ -2,16 +2,16 @@
  * size computed here matches what a GGUF writer laid out in the file. */
 #include "core/ttype.h"
 
-static const llmi_ttype_info info_f32 = {"F32", 1, 4};
-static const llmi_ttype_info info_f16 = {"F16", 1, 2};
-static const llmi_ttype_info info_bf16 = {"BF16", 1, 2};
-static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_0)};
-static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1)};
-static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0)};
-static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_1)};
-static const llmi_ttype_info info_q4_k = {"Q4_K", LLMI_QK_K, sizeof(llmi_block_q4_k)};
-static const llmi_ttype_info info_q6_k = {"Q6_K", LLMI_QK_K, sizeof(llmi_block_q6_k)};
-static const llmi_ttype_info info_q8_k = {"Q8_K", LLMI_QK_K, sizeof(llmi_block_q8_k)};
+static const llmi_ttype_info info_f32 = {"F32", 1, 4, true};
+static const llmi_ttype_info info_f16 = {"F16", 1, 2, true};
+static const llmi_ttype_info info_bf16 = {"BF16", 1, 2, true};
+static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_0), true};
+static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1), true};
+static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0), true};
+static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_1), false};
+static const llmi_ttype_info info_q4_k = {"Q4_K", LLMI_QK_K, sizeof(llmi_block_q4_k), true};
+static const llmi_ttype_info info_q6_k = {"Q6_K", LLMI_QK_K, sizeof(llmi_block_q6_k), true};
+static const llmi_ttype_info info_q8_k = {"Q8_K", LLMI_QK_K, sizeof(llmi_block_q8_k), false};
 
 /* The block structs must have no padding, or files would not map onto them. */
 _Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");

@@ -1,7 +1,11 @@
-/* Tensor element types. Values are GGUF's (ggml_type) so files map directly. */
+/* Tensor element types and the 2-D weight view: the vocabulary every module
+ * shares (core is the leaf all may include). Values are GGUF's (ggml_type)
+ * so files map directly. Everything here is constant data and pure
+ * functions: thread-safe. */
 #ifndef LLMI_TTYPE_H
 #define LLMI_TTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +71,9 @@ typedef struct llmi_ttype_info {
     const char *name;   /* "Q4_1" */
     uint32_t block;     /* elements per block (1 for float types) */
     uint32_t block_bytes;
+    /* Weights may be stored in it: the model loader accepts it and every
+     * backend multiplies it (false for the activation-only Q8_1, Q8_K). */
+    bool weight;
 } llmi_ttype_info;
 
 /* NULL for a type this library does not know. */
@@ -75,5 +82,16 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type);
 /* Bytes of `n` elements of `type`; returns 0 if n is not a multiple of the
  * block size, the type is unknown, or the size overflows. */
 size_t llmi_ttype_row_bytes(uint32_t type, uint64_t n);
+
+/* A 2-D weight view, borrowed from whoever maps the tensor (the model):
+ * `rows` rows of `cols` elements; row r starts at data + r * row_bytes.
+ * cols is a multiple of the type's block size. Here, not in the backend,
+ * because the model builds these and the backend reads them. */
+typedef struct llmi_weight {
+    const void *data;
+    llmi_ttype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+} llmi_weight;
 
 #endif

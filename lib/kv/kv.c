@@ -39,7 +39,9 @@ struct llmi_kv_index {
     uint32_t *buckets;
     size_t bucket_mask;
     uint32_t n_registered;
-    uint64_t hash_mask; /* test hook: ~0 normally */
+#ifdef LLMI_TEST_HOOKS
+    uint64_t hash_mask; /* llmi_kv_test_hash_bits; ~0 normally */
+#endif
 };
 
 /* ---- hashing ---- */
@@ -67,7 +69,10 @@ static uint64_t block_hash(const llmi_kv *kv, uint64_t parent, uint32_t pos,
     }
     if (i < bs) h = mix64(h + ((uint64_t)(uint32_t)tokens[i] + 1) * g);
     h = mix64(h ^ bs);
-    return h & kv->index->hash_mask;
+#ifdef LLMI_TEST_HOOKS
+    h &= kv->index->hash_mask;
+#endif
+    return h;
 }
 
 static inline llm_token *block_tokens(const llmi_kv *kv, uint32_t b) {
@@ -213,7 +218,9 @@ static llm_status index_create(llmi_kv *kv) {
     }
     for (size_t i = 0; i < n_buckets; i++) x->buckets[i] = NONE;
     x->lru_head = x->lru_tail = NONE;
+#ifdef LLMI_TEST_HOOKS
     x->hash_mask = ~(uint64_t)0;
+#endif
     return LLM_OK;
 }
 
@@ -274,9 +281,11 @@ void llmi_kv_free(llmi_kv *kv) {
     llmi_free(kv);
 }
 
+#ifdef LLMI_TEST_HOOKS
 void llmi_kv_test_hash_bits(llmi_kv *kv, unsigned bits) {
     kv->index->hash_mask = bits >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << bits) - 1);
 }
+#endif
 
 /* ---- sequences ---- */
 

@@ -122,9 +122,12 @@ void llmi_kv_seq_commit(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens);
 /* Forgets every cached block (they become free). Blocks in use are
  * unregistered too, so nothing registered before the call matches after it. */
 void llmi_kv_prefix_clear(llmi_kv *kv);
-/* Test hook: keeps only the low `bits` bits of every block hash (64 = all),
- * to force hash collisions. Call right after llmi_kv_create. */
+#ifdef LLMI_TEST_HOOKS
+/* Test hook (core.h, "Test hooks"): keeps only the low `bits` bits of every
+ * block hash (64 = all), to force hash collisions. Call right after
+ * llmi_kv_create. */
 void llmi_kv_test_hash_bits(llmi_kv *kv, unsigned bits);
+#endif
 
 /* Checks the invariants against the complete list of live sequences:
  * ref[b] equals the number of table entries naming b; every block is exactly

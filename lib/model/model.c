@@ -94,16 +94,11 @@ static llm_status load_hparams(llm_model *m) {
     return LLM_OK;
 }
 
-/* Weight types the CPU kernels implement. */
+/* Weight types every backend multiplies (core's list, which the kernels
+ * table agrees with: test_ktraits). */
 static bool has_kernel(llmi_ttype t) {
-    switch (t) {
-    case LLMI_T_F32: case LLMI_T_F16: case LLMI_T_BF16:
-    case LLMI_T_Q4_0: case LLMI_T_Q4_1: case LLMI_T_Q8_0:
-    case LLMI_T_Q4_K: case LLMI_T_Q6_K:
-        return true;
-    default: /* activation-only formats (Q8_1, Q8_K) and anything newer */
-        return false;
-    }
+    const llmi_ttype_info *ti = llmi_ttype_get(t);
+    return ti && ti->weight;
 }
 
 static llm_status find_tensor(const llm_model *m, const char *name, bool required,

@@ -3,9 +3,8 @@
 #ifndef LLMI_MODEL_H
 #define LLMI_MODEL_H
 
-#include "backend/kernels.h"
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum llmi_rope_layout {

@@ -5,7 +5,7 @@
  * EOS=PAD=<|im_end|>, UNK=<|endoftext|>). */
 #include "model/testmodel.h"
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <math.h>
 #include <stdio.h>

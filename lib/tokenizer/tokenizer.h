@@ -5,7 +5,7 @@
 #define LLMI_TOKENIZER_H
 
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdbool.h>
 

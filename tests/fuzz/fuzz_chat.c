@@ -13,7 +13,7 @@
  * Llama 3 contents trimmed as Jinja's trim filter does), the size query
  * must report its length, and a buffer one byte short must be refused. */
 #define LLMI_TOKENIZER_INTERNAL
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 #include "tokenizer/tokenizer.h"
 

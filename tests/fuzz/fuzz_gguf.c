@@ -5,7 +5,7 @@
  * walked completely: every key, string, array and tensor must lie inside
  * the input, every key and tensor name must be found again by the lookups,
  * and every typed getter must agree with the stored type and value. */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include "fuzz_util.h"
 

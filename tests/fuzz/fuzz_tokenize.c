@@ -19,7 +19,7 @@
  *    valid UTF-8, a rejected id changes nothing, and the pieces plus the
  *    flush equal llmi_detokenize of the accepted ids. */
 #define LLMI_TOKENIZER_INTERNAL
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 #include "tokenizer/tokenizer.h"
 

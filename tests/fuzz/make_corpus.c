@@ -6,7 +6,7 @@
  *   make fuzz-corpus      (builds and runs it: make_corpus tests/fuzz/corpus)
  *
  * Budget: under 50 KB per target. */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 #include "state/state.h"
 

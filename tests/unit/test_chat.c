@@ -5,7 +5,7 @@
  * Tokenizers are built in memory with the GGUF writer; the real model's
  * template is checked too when LLM_TEST_MODEL names a readable file. */
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <setjmp.h>

@@ -4,7 +4,7 @@
  * block layout do not change the result beyond float rounding. */
 #include "engine/engine.h"
 #include "backend/kernels.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 #include "model/testmodel.h"
 #include "session/session.h"
 

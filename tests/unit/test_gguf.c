@@ -1,9 +1,9 @@
 /* GGUF reader/writer, tensor types, reference quantization and the test
  * model generator. Malformed files are made by patching single fields of a
  * writer-produced file, located through the reader on the intact copy. */
-#include "backend/quant.h"
+#include "core/quant.h"
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/testmodel.h"
 
 #include <math.h>

@@ -27,7 +27,7 @@
 #include <cmocka.h>
 
 #include "backend/kernels.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 #include "backend/threadpool.h"
 #include "core/core.h"
 #include "core/ttype.h"

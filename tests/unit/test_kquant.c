@@ -35,7 +35,7 @@
 
 #include "backend/kernels.h"
 #include "backend/kernels_impl.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 #include "backend/threadpool.h"
 #include "core/core.h"
 #include "core/ttype.h"

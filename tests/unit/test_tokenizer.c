@@ -6,7 +6,7 @@
  * writer. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "core/core.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <setjmp.h>

@@ -10,7 +10,7 @@
  * read it (Q, K, V; gate, up). */
 #include "backend/cpu/cpu.h"
 #include "backend/kernels.h"
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include <math.h>
 

@@ -1,5 +1,9 @@
 /* GGUF v2/v3 reader (mmap or read, every field bounds-checked) and an
- * in-memory GGUF writer used by tests and benchmarks to make models. */
+ * in-memory GGUF writer used by tests and benchmarks to make models.
+ *
+ * Its own module, just above core: it knows the file format and nothing of
+ * architectures or tokenizers, which read their keys from it (model/,
+ * tokenizer/). Includes core only. */
 #ifndef LLMI_GGUF_H
 #define LLMI_GGUF_H
 

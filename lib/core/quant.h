@@ -1,6 +1,8 @@
 /* Reference row conversion between f32 and every tensor type. Portable C that
  * reproduces GGUF's (ggml's reference) rounding bit for bit; the SIMD kernels
- * are tested against these. */
+ * are tested against these. In core because it is a property of the types,
+ * not of a backend: the GGUF writer quantizes with it, the CPU kernels
+ * check against it. Pure functions: thread-safe. */
 #ifndef LLMI_QUANT_H
 #define LLMI_QUANT_H
 

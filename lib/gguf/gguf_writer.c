@@ -1,9 +1,9 @@
 /* In-memory GGUF v3 writer. Metadata is serialised as it is added, tensors
  * are kept converted until the file is laid out, so the output is produced in
  * one pass either into one buffer or streamed to a file. */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * checked against the smallest possible encoding of their items before any
  * allocation is sized from them, so a hostile header cannot make us allocate
  * more than a small multiple of the file size. */
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

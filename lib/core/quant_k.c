@@ -23,7 +23,7 @@
  * integers relative to the super-block's largest (Q4_K: 6 bits against
  * d = max/63; Q6_K: int8 against d = max/-128, as ggml does), and the values
  * are rounded again against the stored scales. */
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include "core/core.h"
 

@@ -2,7 +2,7 @@
  * reference quantizers (scales from the unrounded d, nibbles from truncating
  * x/d + 8.5 resp. + 0.5) so files we write quantize exactly like files made
  * by llama.cpp, and kernels can compare bit for bit. */
-#include "backend/quant.h"
+#include "core/quant.h"
 
 #include "core/core.h"
 
