@@ -17,7 +17,7 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
-	-D_GNU_SOURCE -DLLMI_TEST_HOOKS -Iinclude -Ilib
+	-D_GNU_SOURCE -Iinclude -Ilib
 DEPS_LIBS := -lpcre2-8 -lz -lm -pthread
 ifeq ($(TSAN),1)
 ALL_CFLAGS += -fsanitize=thread
