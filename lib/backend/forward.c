@@ -4,6 +4,9 @@
  *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
  *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
  *   logits = Woutput * norm(x)
+ * with the steps the model's architecture row switches on (model/arch.h:
+ * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap),
+ * tested by feature, never by architecture name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
