@@ -313,6 +313,14 @@ void llmi_silu_mul(float *gate_out, const float *up, int n) {
     }
 }
 
+void llmi_gelu_tanh_mul(float *gate_out, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate_out[i];
+        float t = tanhf(0.7978845608f * g * (1.0f + 0.044715f * g * g));
+        gate_out[i] = 0.5f * g * (1.0f + t) * up[i];
+    }
+}
+
 void llmi_add_inplace(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++)
         y[i] += x[i];

@@ -146,6 +146,9 @@ void llmi_axpy_f32(float *y, float a, const float *x, int n);
 void llmi_softmax_inplace(float *x, int n);
 /* gate = silu(gate) * up, silu(g) = g / (1 + exp(-g)). */
 void llmi_silu_mul(float *gate_out, const float *up, int n);
+/* gate = gelu(gate) * up with the tanh approximation (GeGLU):
+ * gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3))). */
+void llmi_gelu_tanh_mul(float *gate_out, const float *up, int n);
 /* y += x */
 void llmi_add_inplace(float *y, const float *x, int n);
 

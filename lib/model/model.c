@@ -2,6 +2,7 @@
  * every shape checked against them, and the tokenizer. */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static llm_status arch_key(const llm_model *m, const char *suffix, char *buf, size_t cap) {
@@ -30,7 +31,34 @@ static llm_status check_dim(const char *what, uint32_t v, uint32_t max) {
     return LLM_OK;
 }
 
-static llm_status load_hparams(llm_model *m) {
+/* The row's choices with the values of the keys it names. */
+static llm_status load_features(llm_model *m) {
+    const llmi_arch *a = m->arch;
+    llmi_features *f = &m->hp.features;
+    f->norm = a->norm;
+    f->ffn_act = a->ffn_act;
+    f->embd_scale = a->embd_scale == LLMI_EMBD_SCALE_SQRT_EMBD ? sqrtf((float)m->hp.n_embd) : 1.0f;
+    f->attn_softcap = a->attn_softcap;
+    if (a->attn_softcap_key)
+        LLMI_TRY(get_arch_f32(m, a->attn_softcap_key, false, &f->attn_softcap));
+    f->logit_softcap = a->logit_softcap;
+    if (a->logit_softcap_key)
+        LLMI_TRY(get_arch_f32(m, a->logit_softcap_key, false, &f->logit_softcap));
+    if (!(f->attn_softcap >= 0.0f && f->attn_softcap < 1e6f) ||
+        !(f->logit_softcap >= 0.0f && f->logit_softcap < 1e6f))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "soft-cap %g / %g is out of range",
+                          (double)f->attn_softcap, (double)f->logit_softcap);
+    f->swa = a->swa;
+    f->swa_period = a->swa_period;
+    if (a->swa != LLMI_SWA_NONE) {
+        LLMI_TRY(get_arch_u32(m, "attention.sliding_window", true, &f->swa_window));
+        LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
+    }
+    return llmi_arch_check(f);
+}
+
+/* Finds the row (unless given) for the file's general.architecture. */
+static llm_status load_arch(llm_model *m, const llmi_arch *given) {
     llmi_hparams *hp = &m->hp;
     llmi_str arch;
     LLMI_TRY(llmi_gguf_get_str(m->file, "general.architecture", true, &arch));
@@ -39,15 +67,22 @@ static llm_status load_hparams(llm_model *m) {
                           (unsigned long long)arch.len);
     memcpy(hp->arch, arch.ptr, arch.len);
     hp->arch[arch.len] = '\0';
-    if (strcmp(hp->arch, "llama") == 0) {
-        hp->rope_layout = LLMI_ROPE_ADJACENT;
-    } else if (strcmp(hp->arch, "qwen2") == 0) {
-        hp->rope_layout = LLMI_ROPE_HALVES;
-    } else {
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "architecture '%s' is not supported (supported: llama, qwen2)",
-                          hp->arch);
+    m->arch = given ? given : llmi_arch_find(hp->arch);
+    if (!m->arch) {
+        char list[256];
+        llmi_arch_supported_list(list, sizeof list);
+        return llmi_error(LLM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                          hp->arch, list);
     }
+    if (strcmp(m->arch->name, hp->arch) != 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "architecture '%s' loaded with row '%s'",
+                          hp->arch, m->arch->name);
+    hp->rope_layout = m->arch->rope;
+    return LLM_OK;
+}
+
+static llm_status load_hparams(llm_model *m) {
+    llmi_hparams *hp = &m->hp;
     llmi_str name = {0};
     LLMI_TRY(llmi_gguf_get_str(m->file, "general.name", false, &name));
     size_t nl = name.len < sizeof m->name - 1 ? (size_t)name.len : sizeof m->name - 1;
@@ -91,7 +126,7 @@ static llm_status load_hparams(llm_model *m) {
     if (!(hp->rope_base > 0.0f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "rope.freq_base %g is out of range",
                           (double)hp->rope_base);
-    return LLM_OK;
+    return load_features(m);
 }
 
 /* Weight types every backend multiplies (core's list, which the kernels
@@ -121,12 +156,20 @@ static llm_status check_aligned(const char *name, const llmi_gguf_tensor *t) {
     return LLM_OK;
 }
 
-static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint64_t rows,
-                             bool required, llmi_weight *w) {
-    const llmi_gguf_tensor *t;
-    memset(w, 0, sizeof *w);
-    LLMI_TRY(find_tensor(m, name, required, &t));
-    if (!t) return LLM_OK;
+static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
+    switch (d) {
+    case LLMI_DIM_EMBD: return hp->n_embd;
+    case LLMI_DIM_Q: return (uint64_t)hp->n_head * hp->head_dim;
+    case LLMI_DIM_KV: return (uint64_t)hp->n_head_kv * hp->head_dim;
+    case LLMI_DIM_FF: return hp->n_ff;
+    case LLMI_DIM_HEAD: return hp->head_dim;
+    case LLMI_DIM_VOCAB: return hp->n_vocab;
+    default: return 1;
+    }
+}
+
+static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_tensor *t,
+                             uint64_t cols, uint64_t rows, llmi_weight *w) {
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
@@ -148,13 +191,9 @@ static llm_status map_matrix(llm_model *m, const char *name, uint64_t cols, uint
     return LLM_OK;
 }
 
-static llm_status map_vector(llm_model *m, const char *name, uint64_t n, bool required,
-                             llmi_vec *v) {
-    const llmi_gguf_tensor *t;
-    v->data = NULL;
-    v->n = 0;
-    LLMI_TRY(find_tensor(m, name, required, &t));
-    if (!t) return LLM_OK;
+/* A vector is one F32 row. */
+static llm_status map_vector(llm_model *m, const char *name, const llmi_gguf_tensor *t,
+                             uint64_t n, llmi_weight *w) {
     if (t->n_dims != 1 || t->ne[0] != n)
         return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' has %llu elements, expected %llu",
                           name, (unsigned long long)t->ne[0], (unsigned long long)n);
@@ -162,51 +201,52 @@ static llm_status map_vector(llm_model *m, const char *name, uint64_t n, bool re
         return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' must be F32 (type %u)", name,
                           (unsigned)t->type);
     LLMI_TRY(check_aligned(name, t));
-    v->data = (const float *)t->data;
-    v->n = (uint32_t)n;
+    w->data = t->data;
+    w->type = LLMI_T_F32;
+    w->rows = 1;
+    w->cols = (int64_t)n;
+    w->row_bytes = n * sizeof(float);
     m->n_params += n;
     m->weight_bytes += t->nbytes;
     return LLM_OK;
 }
 
-static llm_status map_layer(llm_model *m, uint32_t i) {
-    const llmi_hparams *hp = &m->hp;
-    llmi_layer *L = &m->layers[i];
-    uint64_t q_dim = (uint64_t)hp->n_head * hp->head_dim;
-    uint64_t kv_dim = (uint64_t)hp->n_head_kv * hp->head_dim;
+/* Maps one role's tensor (layer `layer` for layer roles) with its shape
+ * checked; an absent role, or an optional one the file lacks, leaves w
+ * zeroed. */
+static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need need,
+                           uint32_t layer, llmi_weight *w) {
+    memset(w, 0, sizeof *w);
+    if (need == LLMI_ABSENT) return LLM_OK;
     char name[96];
-#define LAYER_NAME(suffix) (snprintf(name, sizeof name, "blk.%u.%s", i, suffix), name)
-    LLMI_TRY(map_vector(m, LAYER_NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv));
-    LLMI_TRY(map_vector(m, LAYER_NAME("attn_q.bias"), q_dim, false, &L->bq));
-    LLMI_TRY(map_vector(m, LAYER_NAME("attn_k.bias"), kv_dim, false, &L->bk));
-    LLMI_TRY(map_vector(m, LAYER_NAME("attn_v.bias"), kv_dim, false, &L->bv));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo));
-    LLMI_TRY(map_vector(m, LAYER_NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up));
-    LLMI_TRY(map_matrix(m, LAYER_NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down));
-#undef LAYER_NAME
-    return LLM_OK;
+    int n = snprintf(name, sizeof name, role->name, layer);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return llmi_error(LLM_ERR_INTERNAL, "tensor name too long");
+    const llmi_gguf_tensor *t;
+    LLMI_TRY(find_tensor(m, name, need == LLMI_REQUIRED, &t));
+    if (!t) return LLM_OK;
+    uint64_t in = role_dim(&m->hp, role->in);
+    if (role->out == LLMI_DIM_ONE) return map_vector(m, name, t, in, w);
+    return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), w);
 }
 
 static llm_status map_weights(llm_model *m) {
     llmi_hparams *hp = &m->hp;
     const llmi_gguf_tensor *emb;
-    LLMI_TRY(find_tensor(m, "token_embd.weight", true, &emb));
+    LLMI_TRY(find_tensor(m, llmi_model_roles[LLMI_ROLE_TOKEN_EMBD].name, true, &emb));
     if (emb->n_dims != 2 || emb->ne[1] == 0 || emb->ne[1] > (1u << 22))
         return llmi_error(LLM_ERR_BAD_FORMAT, "tensor 'token_embd.weight' has a bad shape");
     hp->n_vocab = (uint32_t)emb->ne[1];
-    LLMI_TRY(map_matrix(m, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd));
-    LLMI_TRY(map_vector(m, "output_norm.weight", hp->n_embd, true, &m->out_norm));
-    LLMI_TRY(map_matrix(m, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output));
-    hp->tied_embeddings = m->output.data == NULL;
-    if (hp->tied_embeddings) m->output = m->tok_embd;
+    for (int r = 0; r < LLMI_MODEL_ROLES; r++)
+        LLMI_TRY(map_role(m, &llmi_model_roles[r], (llmi_need)m->arch->model[r], 0, &m->w[r]));
+    hp->tied_embeddings = m->w[LLMI_ROLE_OUTPUT].data == NULL;
+    if (hp->tied_embeddings) m->w[LLMI_ROLE_OUTPUT] = m->w[LLMI_ROLE_TOKEN_EMBD];
     m->layers = llmi_calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return llmi_oom("layer table");
-    for (uint32_t i = 0; i < hp->n_layer; i++) LLMI_TRY(map_layer(m, i));
+    for (uint32_t i = 0; i < hp->n_layer; i++)
+        for (int r = 0; r < LLMI_LAYER_ROLES; r++)
+            LLMI_TRY(map_role(m, &llmi_layer_roles[r], (llmi_need)m->arch->layer[r], i,
+                              &m->layers[i].w[r]));
     return LLM_OK;
 }
 
@@ -260,6 +300,21 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                              fp_f32(hp->rope_base), fp_f32(hp->rms_eps), hp->rope_layout,
                              hp->tied_embeddings};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) fp_u64(&f, dims[i]);
+    /* Only what differs from the plain decoder, so fingerprints of models
+     * from before the features existed stay the same. */
+    const llmi_features *ft = &hp->features;
+    if (ft->norm || ft->ffn_act || ft->embd_scale != 1.0f || ft->attn_softcap ||
+        ft->logit_softcap || ft->swa) {
+        const uint64_t feat[] = {ft->norm,
+                                 ft->ffn_act,
+                                 fp_f32(ft->embd_scale),
+                                 fp_f32(ft->attn_softcap),
+                                 fp_f32(ft->logit_softcap),
+                                 ft->swa,
+                                 ft->swa_period,
+                                 ft->swa_window};
+        for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
+    }
     const llmi_gguf *g = m->file;
     fp_u64(&f, g->n_tensors);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -279,11 +334,17 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
 }
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
+    return llmi_model_load_arch(path, use_mmap, NULL, out);
+}
+
+llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch *arch,
+                                llm_model **out) {
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
     if (!m) return llmi_oom("model");
     llm_status st = llmi_gguf_open(path, use_mmap, &m->file);
     if (st != LLM_OK) goto fail;
+    if ((st = load_arch(m, arch)) != LLM_OK) goto fail;
     if ((st = load_hparams(m)) != LLM_OK) goto fail;
     if ((st = map_weights(m)) != LLM_OK) goto fail;
     if ((st = llmi_tokenizer_load(m->file, &m->tok)) != LLM_OK) goto fail;

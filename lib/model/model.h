@@ -5,12 +5,8 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "tokenizer/tokenizer.h"
-
-typedef enum llmi_rope_layout {
-    LLMI_ROPE_ADJACENT = 0, /* pairs (2i, 2i+1): llama.cpp's "norm" rope, Llama GGUFs */
-    LLMI_ROPE_HALVES = 1,   /* pairs (i, i + d/2): "neox" rope, Qwen2 and others */
-} llmi_rope_layout;
 
 typedef struct llmi_hparams {
     char arch[32];
@@ -20,24 +16,21 @@ typedef struct llmi_hparams {
     float rope_base, rms_eps;
     llmi_rope_layout rope_layout;
     bool tied_embeddings; /* output projection shares token_embd */
+    llmi_features features; /* the row's choices with the file's values */
 } llmi_hparams;
 
-/* 1-D f32 vector weight (norm scales, biases). */
-typedef struct llmi_vec { const float *data; uint32_t n; } llmi_vec;
-
+/* Weights by role (model/arch.h). Matrices have rows = output features;
+ * vectors (norm scales, biases) are F32 with rows = 1, cols = length. An
+ * optional role the file lacks has data NULL. */
 typedef struct llmi_layer {
-    llmi_vec attn_norm, ffn_norm;
-    llmi_weight wq, wk, wv, wo;   /* rows = output features */
-    llmi_vec bq, bk, bv;          /* optional (Qwen2); data NULL when absent */
-    llmi_weight w_gate, w_up, w_down;
+    llmi_weight w[LLMI_LAYER_ROLES];
 } llmi_layer;
 
 struct llm_model {
     llmi_gguf *file;
+    const llmi_arch *arch; /* its row of the architecture table */
     llmi_hparams hp;
-    llmi_weight tok_embd; /* rows = vocabulary, cols = n_embd */
-    llmi_vec out_norm;
-    llmi_weight output;   /* == tok_embd when tied */
+    llmi_weight w[LLMI_MODEL_ROLES]; /* w[LLMI_ROLE_OUTPUT] == token_embd's when tied */
     llmi_layer *layers;
     llmi_tokenizer *tok;
     char name[128];
@@ -46,6 +39,11 @@ struct llm_model {
 };
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out);
+/* As llmi_model_load with `arch` as the row instead of the table's row for
+ * the file's general.architecture (which must still equal arch->name):
+ * tests load rows that are not in the table. `arch` must outlive the model. */
+llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch *arch,
+                                llm_model **out);
 /* A 64-bit hash of what makes K/V values of one model usable by another:
  * the hyper-parameters, the vocabulary size, every tensor's name, type and
  * dimensions, and the first and last 4 KiB of every tensor's data. Reading

@@ -60,6 +60,11 @@ void llmi_testmodel_params_init(llmi_testmodel_params *p) {
     p->seed = 1;
     p->weight_scale = 0.1f;
     p->name = "llminfer-testmodel";
+    p->arch = "llama";
+}
+
+static uint32_t head_dim(const llmi_testmodel_params *p) {
+    return p->head_dim ? p->head_dim : p->n_embd / p->n_head;
 }
 
 /* splitmix64: tiny, seedable with any value, identical everywhere. */
@@ -167,15 +172,19 @@ static llm_status check_params(const llmi_testmodel_params *p) {
                           (int)p->type);
     if (!p->n_layer || !p->n_embd || !p->n_head || !p->n_head_kv || !p->n_ff || !p->n_ctx)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: a size parameter is 0");
-    if (p->n_embd % p->n_head || p->n_head % p->n_head_kv || (p->n_embd / p->n_head) % 2)
+    if ((!p->head_dim && p->n_embd % p->n_head) || p->n_head % p->n_head_kv ||
+        head_dim(p) % 2 || head_dim(p) > 1024)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u, n_head %u, n_head_kv %u do not divide evenly"
                           " into even-sized heads",
                           p->n_embd, p->n_head, p->n_head_kv);
-    if (p->n_embd % ti->block || p->n_ff % ti->block)
+    if (p->n_embd % ti->block || p->n_ff % ti->block || (p->n_head * head_dim(p)) % ti->block)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "testmodel: n_embd %u and n_ff %u must be multiples of %s's block %u",
+                          "testmodel: n_embd %u, n_ff %u and n_head * head_dim must be multiples"
+                          " of %s's block %u",
                           p->n_embd, p->n_ff, ti->name, ti->block);
+    if (!p->arch || !*p->arch || strlen(p->arch) > 24)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad architecture name");
     if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024 || p->n_vocab_pad > 1u << 20)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: sizes too large");
     if (!(p->rope_base > 0) || !(p->rms_eps > 0) || !isfinite(p->weight_scale))
@@ -220,20 +229,33 @@ done:
 static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p, const vocab *v) {
     uint32_t n_vocab = llmi_testmodel_n_vocab() + p->n_vocab_pad;
     uint32_t tok_eot = N_BYTE_TOKENS + (uint32_t)N_MERGES;
-    LLMI_TRY(llmi_gguf_w_str(w, "general.architecture", "llama"));
+    char k[64];
+#define AK(suffix) (snprintf(k, sizeof k, "%s." suffix, p->arch), k)
+    LLMI_TRY(llmi_gguf_w_str(w, "general.architecture", p->arch));
     LLMI_TRY(llmi_gguf_w_str(w, "general.type", "model"));
     LLMI_TRY(llmi_gguf_w_str(w, "general.name", p->name ? p->name : ""));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.block_count", p->n_layer));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.context_length", p->n_ctx));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.embedding_length", p->n_embd));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.feed_forward_length", p->n_ff));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.attention.head_count", p->n_head));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.attention.head_count_kv", p->n_head_kv));
-    LLMI_TRY(llmi_gguf_w_f32(w, "llama.rope.freq_base", p->rope_base));
-    LLMI_TRY(llmi_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("block_count"), p->n_layer));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("context_length"), p->n_ctx));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("embedding_length"), p->n_embd));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("feed_forward_length"), p->n_ff));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.head_count"), p->n_head));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.head_count_kv"), p->n_head_kv));
+    LLMI_TRY(llmi_gguf_w_f32(w, AK("rope.freq_base"), p->rope_base));
+    LLMI_TRY(llmi_gguf_w_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps));
     LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type(p->type)));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.vocab_size", n_vocab));
-    LLMI_TRY(llmi_gguf_w_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("vocab_size"), n_vocab));
+    LLMI_TRY(llmi_gguf_w_u32(w, AK("rope.dimension_count"), head_dim(p)));
+    if (p->head_dim) {
+        LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.key_length"), p->head_dim));
+        LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.value_length"), p->head_dim));
+    }
+    if (p->attn_softcap > 0)
+        LLMI_TRY(llmi_gguf_w_f32(w, AK("attn_logit_softcapping"), p->attn_softcap));
+    if (p->logit_softcap > 0)
+        LLMI_TRY(llmi_gguf_w_f32(w, AK("final_logit_softcapping"), p->logit_softcap));
+    if (p->sliding_window)
+        LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.sliding_window"), p->sliding_window));
+#undef AK
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false));
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));
     LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model", "gpt2"));
@@ -260,9 +282,36 @@ static llm_status w_random(llmi_gguf_writer *w, uint64_t *rng, float *buf, const
     return llmi_gguf_w_tensor(w, name, norm ? LLMI_T_F32 : type, ne1 > 1 ? 2 : 1, ne, buf);
 }
 
+/* The optional per-layer tensors the params ask for (after the others, so
+ * a file without them keeps its bytes). Biases are F32 like norms but
+ * spread around 0. */
+static llm_status w_features(llmi_gguf_writer *w, const llmi_testmodel_params *p, uint64_t *rng,
+                             float *buf, uint32_t l) {
+    uint32_t hd = head_dim(p), q = p->n_head * hd, kv = p->n_head_kv * hd;
+    char nm[64];
+#define NM(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
+    if (p->qkv_bias) {
+        LLMI_TRY(w_random(w, rng, buf, NM("attn_q.bias"), LLMI_T_F32, q, 1, false, 0.5f));
+        LLMI_TRY(w_random(w, rng, buf, NM("attn_k.bias"), LLMI_T_F32, kv, 1, false, 0.5f));
+        LLMI_TRY(w_random(w, rng, buf, NM("attn_v.bias"), LLMI_T_F32, kv, 1, false, 0.5f));
+    }
+    if (p->qk_norm) {
+        LLMI_TRY(w_random(w, rng, buf, NM("attn_q_norm.weight"), LLMI_T_F32, hd, 1, true, 0));
+        LLMI_TRY(w_random(w, rng, buf, NM("attn_k_norm.weight"), LLMI_T_F32, hd, 1, true, 0));
+    }
+    if (p->post_norms) {
+        LLMI_TRY(w_random(w, rng, buf, NM("post_attention_norm.weight"), LLMI_T_F32, p->n_embd, 1,
+                          true, 0));
+        LLMI_TRY(w_random(w, rng, buf, NM("post_ffw_norm.weight"), LLMI_T_F32, p->n_embd, 1, true,
+                          0));
+    }
+#undef NM
+    return LLM_OK;
+}
+
 static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p, float *buf) {
     uint64_t rng = p->seed;
-    uint32_t e = p->n_embd, kv = p->n_head_kv * (p->n_embd / p->n_head),
+    uint32_t e = p->n_embd, hd = head_dim(p), kv = p->n_head_kv * hd, q = p->n_head * hd,
              nv = llmi_testmodel_n_vocab() + p->n_vocab_pad;
     float s = p->weight_scale;
     llmi_ttype t = p->type;
@@ -274,17 +323,18 @@ static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p,
             int in, out;
             bool norm;
         } parts[] = {
-            /* sizes: 0 = n_embd, 1 = n_kv * head_dim, 2 = n_ff */
-            {"attn_norm", 0, 0, true}, {"attn_q", 0, 0, false},      {"attn_k", 0, 1, false},
-            {"attn_v", 0, 1, false},   {"attn_output", 0, 0, false}, {"ffn_norm", 0, 0, true},
+            /* sizes: 0 = n_embd, 1 = n_kv * head_dim, 2 = n_ff, 3 = n_head * head_dim */
+            {"attn_norm", 0, 0, true}, {"attn_q", 0, 3, false},      {"attn_k", 0, 1, false},
+            {"attn_v", 0, 1, false},   {"attn_output", 3, 0, false}, {"ffn_norm", 0, 0, true},
             {"ffn_gate", 0, 2, false}, {"ffn_up", 0, 2, false},      {"ffn_down", 2, 0, false},
         };
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            uint32_t dims[3] = {e, kv, p->n_ff};
+            uint32_t dims[4] = {e, kv, p->n_ff, q};
             snprintf(nm, sizeof nm, "blk.%u.%s.weight", l, parts[i].suffix);
             uint64_t ne1 = parts[i].norm ? 1 : dims[parts[i].out];
             LLMI_TRY(w_random(w, &rng, buf, nm, t, dims[parts[i].in], ne1, parts[i].norm, s));
         }
+        LLMI_TRY(w_features(w, p, &rng, buf, l));
     }
     LLMI_TRY(w_random(w, &rng, buf, "output_norm.weight", t, e, 1, true, s));
     if (!p->tied_embeddings)
@@ -302,7 +352,7 @@ static llm_status build(const llmi_testmodel_params *p, llmi_gguf_writer **out) 
     vocab *v = llmi_calloc(1, sizeof *v);
     if (!v)
         return llmi_oom("testmodel vocabulary");
-    size_t kv = (size_t)p->n_head_kv * (p->n_embd / p->n_head);
+    size_t kv = (size_t)p->n_head * head_dim(p); /* >= n_kv * head_dim */
     size_t big = (size_t)llmi_testmodel_n_vocab() + p->n_vocab_pad;
     if (p->n_ff > big)
         big = p->n_ff;

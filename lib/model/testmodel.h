@@ -28,13 +28,26 @@ typedef struct llmi_testmodel_params {
      * tokenizer never produces them; they give the embedding and output
      * matrices a real model's vocabulary size (benchmarks). At most 1 << 20. */
     uint32_t n_vocab_pad;
+    /* Architecture features (model/arch.h); the defaults write a plain
+     * Llama file, and a file with none of them set is byte-identical to
+     * one written before they existed. */
+    const char *arch;         /* general.architecture and key prefix: "llama" */
+    uint32_t head_dim;        /* 0: n_embd / n_head; else also written as
+                                 <arch>.attention.key_length/value_length */
+    bool qkv_bias;            /* blk.N.attn_{q,k,v}.bias */
+    bool qk_norm;             /* blk.N.attn_{q,k}_norm.weight, [head_dim] */
+    bool post_norms;          /* blk.N.post_attention_norm / post_ffw_norm.weight */
+    float attn_softcap;       /* > 0: <arch>.attn_logit_softcapping */
+    float logit_softcap;      /* > 0: <arch>.final_logit_softcapping */
+    uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window */
 } llmi_testmodel_params;
 
 void llmi_testmodel_params_init(llmi_testmodel_params *p);
 
 /* Writes the model; the same params always give the same bytes. Invalid
- * shapes (n_embd not divisible by n_head, n_head by n_head_kv, or a matrix
- * row length not a multiple of type's block): LLM_ERR_INVALID_ARGUMENT. */
+ * shapes (n_embd not divisible by n_head when head_dim is 0, n_head by
+ * n_head_kv, an odd head dimension, or a matrix row length not a multiple of
+ * type's block): LLM_ERR_INVALID_ARGUMENT. */
 llm_status llmi_testmodel_write(const llmi_testmodel_params *p, const char *path);
 /* Same file as a buffer the caller frees with llmi_free. */
 llm_status llmi_testmodel_to_memory(const llmi_testmodel_params *p, void **data, size_t *size);

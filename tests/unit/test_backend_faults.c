@@ -22,7 +22,7 @@
  *      unchanged and its retry gives logits identical (memcmp) to the
  *      fault-free run's;
  *  (e) the interface itself: a backend plugged in through
- *      llmi_forward_create_ops is used, and a backend that fails after
+ *      an engine on another backend table is used, and a backend that fails after
  *      computing (a device error at the end of a pass) changes no length.
  *
  * Sweeps (c) and (d) alternate LLM_ERR_BACKEND (odd N) and

@@ -74,17 +74,17 @@ static double *ref_forward(const llm_model *m, const llm_token *toks, int n_tok)
     double *g = calloc(F, sizeof *g), *u = calloc(F, sizeof *u), *att = calloc(n_tok, sizeof *att);
     float *row = calloc(E, sizeof *row);
     for (int t = 0; t < n_tok; t++) {
-        llmi_dequantize_row(m->tok_embd.type,
-                            (const uint8_t *)m->tok_embd.data + toks[t] * m->tok_embd.row_bytes,
+        const llmi_weight *emb = &m->w[LLMI_ROLE_TOKEN_EMBD];
+        llmi_dequantize_row(emb->type, (const uint8_t *)emb->data + toks[t] * emb->row_bytes,
                             row, E);
         for (int i = 0; i < E; i++) x[i] = row[i];
         for (int l = 0; l < L; l++) {
             const llmi_layer *ly = &m->layers[l];
             double *kt = kc + ((size_t)l * n_tok + t) * kvd, *vt = vc + ((size_t)l * n_tok + t) * kvd;
-            ref_rmsnorm(x, ly->attn_norm.data, E, hp->rms_eps, xn);
-            ref_matvec(&ly->wq, xn, q);
-            ref_matvec(&ly->wk, xn, kt);
-            ref_matvec(&ly->wv, xn, vt);
+            ref_rmsnorm(x, ly->w[LLMI_ROLE_ATTN_NORM].data, E, hp->rms_eps, xn);
+            ref_matvec(&ly->w[LLMI_ROLE_Q], xn, q);
+            ref_matvec(&ly->w[LLMI_ROLE_K], xn, kt);
+            ref_matvec(&ly->w[LLMI_ROLE_V], xn, vt);
             ref_rope(hp, q, (int)hp->n_head, t);
             ref_rope(hp, kt, (int)hp->n_head_kv, t);
             for (int h = 0; h < (int)hp->n_head; h++) {
@@ -105,17 +105,17 @@ static double *ref_forward(const llm_model *m, const llm_token *toks, int n_tok)
                     o[h * hd + i] = acc;
                 }
             }
-            ref_matvec(&ly->wo, o, tmp);
+            ref_matvec(&ly->w[LLMI_ROLE_O], o, tmp);
             for (int i = 0; i < E; i++) x[i] += tmp[i];
-            ref_rmsnorm(x, ly->ffn_norm.data, E, hp->rms_eps, xn);
-            ref_matvec(&ly->w_gate, xn, g);
-            ref_matvec(&ly->w_up, xn, u);
+            ref_rmsnorm(x, ly->w[LLMI_ROLE_FFN_NORM].data, E, hp->rms_eps, xn);
+            ref_matvec(&ly->w[LLMI_ROLE_GATE], xn, g);
+            ref_matvec(&ly->w[LLMI_ROLE_UP], xn, u);
             for (int i = 0; i < F; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            ref_matvec(&ly->w_down, g, tmp);
+            ref_matvec(&ly->w[LLMI_ROLE_DOWN], g, tmp);
             for (int i = 0; i < E; i++) x[i] += tmp[i];
         }
-        ref_rmsnorm(x, m->out_norm.data, E, hp->rms_eps, xn);
-        ref_matvec(&m->output, xn, logits + (size_t)t * V);
+        ref_rmsnorm(x, m->w[LLMI_ROLE_OUTPUT_NORM].data, E, hp->rms_eps, xn);
+        ref_matvec(&m->w[LLMI_ROLE_OUTPUT], xn, logits + (size_t)t * V);
     }
     free(kc); free(vc); free(x); free(xn); free(q); free(o); free(tmp);
     free(g); free(u); free(att); free(row);

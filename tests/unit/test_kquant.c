@@ -827,9 +827,9 @@ static float *model_logits(llmi_ttype type, uint32_t *n_vocab) {
     llm_model *m = NULL;
     assert_int_equal(llmi_model_load(path, true, &m), LLM_OK);
     remove(path);
-    assert_int_equal(m->tok_embd.type, type);
-    assert_int_equal(m->layers[0].w_down.type, type);
-    assert_int_equal(m->layers[0].w_down.row_bytes, llmi_ttype_row_bytes(type, 512));
+    assert_int_equal(m->w[LLMI_ROLE_TOKEN_EMBD].type, type);
+    assert_int_equal(m->layers[0].w[LLMI_ROLE_DOWN].type, type);
+    assert_int_equal(m->layers[0].w[LLMI_ROLE_DOWN].row_bytes, llmi_ttype_row_bytes(type, 512));
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.n_threads = 2;

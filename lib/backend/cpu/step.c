@@ -4,6 +4,9 @@
  *   per layer: x += Wo * attn(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
  *              x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
  *   logits = Woutput * norm(x)
+ * with the steps the model's architecture row switches on (model/arch.h:
+ * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap),
+ * tested by feature, never by architecture name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
@@ -60,17 +63,11 @@ static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out)
             ok = false;                                                                            \
         need = b_ > need ? b_ : need;                                                              \
     } while (0)
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const llmi_layer *L = &m->layers[l];
-        ACT_NEED(L->wq);
-        ACT_NEED(L->wk);
-        ACT_NEED(L->wv);
-        ACT_NEED(L->wo);
-        ACT_NEED(L->w_gate);
-        ACT_NEED(L->w_up);
-        ACT_NEED(L->w_down);
-    }
-    ACT_NEED(m->output);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        for (int r = 0; r < LLMI_LAYER_ROLES; r++)
+            if (m->layers[l].w[r].data && llmi_layer_roles[r].out != LLMI_DIM_ONE)
+                ACT_NEED(m->layers[l].w[r]);
+    ACT_NEED(m->w[LLMI_ROLE_OUTPUT]);
 #undef ACT_NEED
     *out = need;
     return ok;
@@ -259,29 +256,39 @@ static void attn_task(void *ctx, int ith, int nth) {
 
 /* ---- the layer stack ---- */
 
-static void add_bias(float *y, const llmi_vec *b, uint32_t n_rows, uint32_t dim) {
+static void add_bias(float *y, const llmi_weight *b, uint32_t n_rows, uint32_t dim) {
     if (!b->data) return;
-    for (uint32_t r = 0; r < n_rows; r++) llmi_add_inplace(y + (size_t)r * dim, b->data, (int)dim);
+    for (uint32_t r = 0; r < n_rows; r++)
+        llmi_add_inplace(y + (size_t)r * dim, (const float *)b->data, (int)dim);
 }
 
-static void norm_rows(float *out, const float *x, const llmi_vec *w, uint32_t n, uint32_t dim,
+/* n rows of dim, each normed with the vector w; out may alias x. Also per
+ * head (QK-norm): n_rows * n_heads rows of head_dim. */
+static void norm_rows(float *out, const float *x, const llmi_weight *w, uint32_t n, uint32_t dim,
                       float eps) {
     for (uint32_t r = 0; r < n; r++)
-        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, w->data, (int)dim, eps);
+        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, (const float *)w->data,
+                     (int)dim, eps);
 }
 
 static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
                             uint32_t layer, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     const uint32_t n = st->n_rows;
-    norm_rows(f->xb, f->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    const llmi_weight *W = L->w;
+    norm_rows(f->xb, f->x, &W[LLMI_ROLE_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     act_begin(f, f->xb, n, hp->n_embd);
-    act_matmul(f, &L->wq, f->q);
-    act_matmul(f, &L->wk, f->k);
-    act_matmul(f, &L->wv, f->v);
-    add_bias(f->q, &L->bq, n, f->q_dim);
-    add_bias(f->k, &L->bk, n, f->kv_dim);
-    add_bias(f->v, &L->bv, n, f->kv_dim);
+    act_matmul(f, &W[LLMI_ROLE_Q], f->q);
+    act_matmul(f, &W[LLMI_ROLE_K], f->k);
+    act_matmul(f, &W[LLMI_ROLE_V], f->v);
+    add_bias(f->q, &W[LLMI_ROLE_Q_BIAS], n, f->q_dim);
+    add_bias(f->k, &W[LLMI_ROLE_K_BIAS], n, f->kv_dim);
+    add_bias(f->v, &W[LLMI_ROLE_V_BIAS], n, f->kv_dim);
+    /* QK-norm: each head of q and k normed on its own, before RoPE. */
+    if (W[LLMI_ROLE_Q_NORM].data)
+        norm_rows(f->q, f->q, &W[LLMI_ROLE_Q_NORM], n * hp->n_head, hp->head_dim, hp->rms_eps);
+    if (W[LLMI_ROLE_K_NORM].data)
+        norm_rows(f->k, f->k, &W[LLMI_ROLE_K_NORM], n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
     /* K and V rows go into the cache in its element type (a copy for f32,
      * rounding to nearest even for f16 and bf16). */
     const llmi_row_ops *ops = kv_ops(kv);
@@ -298,7 +305,9 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
     attn_job job = {f, kv, ops, st, layer};
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
-    act_matmul(f, &L->wo, f->hout);
+    act_matmul(f, &W[LLMI_ROLE_O], f->hout);
+    if (W[LLMI_ROLE_POST_ATTN_NORM].data)
+        norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
@@ -306,15 +315,19 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
 
 static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
-    norm_rows(f->xb, f->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    const llmi_weight *W = L->w;
+    norm_rows(f->xb, f->x, &W[LLMI_ROLE_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     act_begin(f, f->xb, n, hp->n_embd);
-    act_matmul(f, &L->w_gate, f->gate);
-    act_matmul(f, &L->w_up, f->up);
+    act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
+    act_matmul(f, &W[LLMI_ROLE_UP], f->up);
+    bool geglu = hp->features.ffn_act == LLMI_FFN_GEGLU;
     for (uint32_t r = 0; r < n; r++)
-        llmi_silu_mul(f->gate + (size_t)r * hp->n_ff, f->up + (size_t)r * hp->n_ff,
-                      (int)hp->n_ff);
+        (geglu ? llmi_gelu_tanh_mul : llmi_silu_mul)(f->gate + (size_t)r * hp->n_ff,
+                                                       f->up + (size_t)r * hp->n_ff, (int)hp->n_ff);
     act_begin(f, f->gate, n, hp->n_ff);
-    act_matmul(f, &L->w_down, f->hout);
+    act_matmul(f, &W[LLMI_ROLE_DOWN], f->hout);
+    if (W[LLMI_ROLE_POST_FFN_NORM].data)
+        norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
@@ -327,11 +340,15 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     const uint32_t n = st->n_rows;
     const llm_model *m = f->m;
     const llmi_hparams *hp = &m->hp;
-    for (uint32_t r = 0; r < n; r++)
-        llmi_dequantize_row(m->tok_embd.type,
-                            (const uint8_t *)m->tok_embd.data +
-                                (size_t)st->token[r] * m->tok_embd.row_bytes,
-                            f->x + (size_t)r * hp->n_embd, hp->n_embd);
+    const llmi_weight *emb = &m->w[LLMI_ROLE_TOKEN_EMBD];
+    for (uint32_t r = 0; r < n; r++) {
+        float *x = f->x + (size_t)r * hp->n_embd;
+        llmi_dequantize_row(emb->type,
+                            (const uint8_t *)emb->data + (size_t)st->token[r] * emb->row_bytes, x,
+                            hp->n_embd);
+        if (hp->features.embd_scale != 1.0f)
+            for (uint32_t i = 0; i < hp->n_embd; i++) x[i] *= hp->features.embd_scale;
+    }
     rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         attention_block(f, kv, &m->layers[l], l, st);
@@ -340,11 +357,16 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     const uint32_t n_out = st->n_logits;
     for (uint32_t i = 0; i < n_out; i++)
         llmi_rmsnorm(f->out_rows + (size_t)i * hp->n_embd,
-                     f->x + (size_t)st->logit_rows[i] * hp->n_embd, m->out_norm.data,
-                     (int)hp->n_embd, hp->rms_eps);
+                     f->x + (size_t)st->logit_rows[i] * hp->n_embd,
+                     (const float *)m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,
+                     hp->rms_eps);
     if (n_out) {
         act_begin(f, f->out_rows, n_out, hp->n_embd);
-        act_matmul(f, &m->output, logits);
+        act_matmul(f, &m->w[LLMI_ROLE_OUTPUT], logits);
+        float cap = hp->features.logit_softcap;
+        if (cap > 0.0f)
+            for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++)
+                logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
     }
     return LLM_OK;
 }

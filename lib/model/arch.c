@@ -1,0 +1,94 @@
+/* The architecture table and the role table (model/arch.h). */
+#include "model/arch.h"
+
+#include <stdio.h>
+
+const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES] = {
+    [LLMI_ROLE_ATTN_NORM] = {"blk.%u.attn_norm.weight", "attn_norm", LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_Q] = {"blk.%u.attn_q.weight", "q", LLMI_DIM_EMBD, LLMI_DIM_Q},
+    [LLMI_ROLE_K] = {"blk.%u.attn_k.weight", "k", LLMI_DIM_EMBD, LLMI_DIM_KV},
+    [LLMI_ROLE_V] = {"blk.%u.attn_v.weight", "v", LLMI_DIM_EMBD, LLMI_DIM_KV},
+    [LLMI_ROLE_Q_BIAS] = {"blk.%u.attn_q.bias", "q_bias", LLMI_DIM_Q, LLMI_DIM_ONE},
+    [LLMI_ROLE_K_BIAS] = {"blk.%u.attn_k.bias", "k_bias", LLMI_DIM_KV, LLMI_DIM_ONE},
+    [LLMI_ROLE_V_BIAS] = {"blk.%u.attn_v.bias", "v_bias", LLMI_DIM_KV, LLMI_DIM_ONE},
+    [LLMI_ROLE_Q_NORM] = {"blk.%u.attn_q_norm.weight", "q_norm", LLMI_DIM_HEAD, LLMI_DIM_ONE},
+    [LLMI_ROLE_K_NORM] = {"blk.%u.attn_k_norm.weight", "k_norm", LLMI_DIM_HEAD, LLMI_DIM_ONE},
+    [LLMI_ROLE_O] = {"blk.%u.attn_output.weight", "o", LLMI_DIM_Q, LLMI_DIM_EMBD},
+    [LLMI_ROLE_POST_ATTN_NORM] = {"blk.%u.post_attention_norm.weight", "post_attn_norm",
+                                  LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_FFN_NORM] = {"blk.%u.ffn_norm.weight", "ffn_norm", LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_GATE] = {"blk.%u.ffn_gate.weight", "gate", LLMI_DIM_EMBD, LLMI_DIM_FF},
+    [LLMI_ROLE_UP] = {"blk.%u.ffn_up.weight", "up", LLMI_DIM_EMBD, LLMI_DIM_FF},
+    [LLMI_ROLE_DOWN] = {"blk.%u.ffn_down.weight", "down", LLMI_DIM_FF, LLMI_DIM_EMBD},
+    [LLMI_ROLE_POST_FFN_NORM] = {"blk.%u.post_ffw_norm.weight", "post_ffn_norm", LLMI_DIM_EMBD,
+                                 LLMI_DIM_ONE},
+};
+
+const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
+    [LLMI_ROLE_TOKEN_EMBD] = {"token_embd.weight", "token_embd", LLMI_DIM_EMBD, LLMI_DIM_VOCAB},
+    [LLMI_ROLE_OUTPUT_NORM] = {"output_norm.weight", "output_norm", LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_OUTPUT] = {"output.weight", "output", LLMI_DIM_EMBD, LLMI_DIM_VOCAB},
+};
+
+/* The pre-norm decoder every row starts from: attention and SwiGLU FFN,
+ * output tied to token_embd when the file has no output.weight. */
+#define DECODER_LAYER                                                                              \
+    [LLMI_ROLE_ATTN_NORM] = LLMI_REQUIRED, [LLMI_ROLE_Q] = LLMI_REQUIRED,                          \
+    [LLMI_ROLE_K] = LLMI_REQUIRED, [LLMI_ROLE_V] = LLMI_REQUIRED, [LLMI_ROLE_O] = LLMI_REQUIRED,   \
+    [LLMI_ROLE_FFN_NORM] = LLMI_REQUIRED, [LLMI_ROLE_GATE] = LLMI_REQUIRED,                        \
+    [LLMI_ROLE_UP] = LLMI_REQUIRED, [LLMI_ROLE_DOWN] = LLMI_REQUIRED
+#define DECODER_MODEL                                                                              \
+    [LLMI_ROLE_TOKEN_EMBD] = LLMI_REQUIRED, [LLMI_ROLE_OUTPUT_NORM] = LLMI_REQUIRED,               \
+    [LLMI_ROLE_OUTPUT] = LLMI_OPTIONAL
+
+static const llmi_arch arch_table[] = {
+    {
+        /* Llama 1-3, SmolLM, Mistral 7B as converted by llama.cpp. Q/K/V
+         * biases are optional, as in llama.cpp's loader. */
+        .name = "llama",
+        .layer = {DECODER_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_OPTIONAL,
+                  [LLMI_ROLE_K_BIAS] = LLMI_OPTIONAL, [LLMI_ROLE_V_BIAS] = LLMI_OPTIONAL},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_ADJACENT,
+    },
+    {
+        /* Qwen2 and Qwen2.5: Llama with Q/K/V biases and neox rope. */
+        .name = "qwen2",
+        .layer = {DECODER_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED, [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+    },
+};
+
+#define N_ARCH (sizeof arch_table / sizeof arch_table[0])
+
+const llmi_arch *llmi_arch_find(const char *name) {
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (strcmp(arch_table[i].name, name) == 0) return &arch_table[i];
+    return NULL;
+}
+
+void llmi_arch_supported_list(char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_ARCH && n < cap; i++) {
+        int k = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", arch_table[i].name);
+        if (k < 0) break;
+        n += (size_t)k;
+    }
+}
+
+llm_status llmi_arch_check(const llmi_features *f) {
+    if (f->norm != LLMI_NORM_RMS)
+        return llmi_error(LLM_ERR_UNSUPPORTED, "LayerNorm is not implemented yet");
+    if (f->swa != LLMI_SWA_NONE)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "sliding-window attention is not implemented yet (window %u)",
+                          f->swa_window);
+    if (f->attn_softcap != 0.0f)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "attention logit soft-capping is not implemented yet (cap %g)",
+                          (double)f->attn_softcap);
+    return LLM_OK;
+}

@@ -1,0 +1,160 @@
+/* Architectures as data: one row per GGUF `general.architecture`, naming the
+ * tensors the architecture has and the choices its forward pass makes.
+ *
+ * Why a table: the loader and the forward pass used to branch on the
+ * architecture's name, so a new model meant edits in four files and every
+ * branch had to be found again. Now the loader reads what a row names and
+ * checks every shape from the role table below, and the forward pass tests
+ * features (a weight present, a flag, a value), never names. A new
+ * architecture is a row; a row that needs a feature the forward pass does
+ * not do yet is refused at load with LLM_ERR_UNSUPPORTED naming the feature
+ * (llmi_arch_check), so no model ever runs with a silently skipped step.
+ * docs/architectures.md lists the steps to add one.
+ *
+ * Weights are addressed by ROLE (what the weight does), not by file name:
+ * GGUF names follow llama.cpp's converter and are the same for a role in
+ * every architecture, so the name pattern lives with the role. A role whose
+ * layout differs between architectures (Phi-3 stores gate and up fused in
+ * "ffn_up") becomes a new role with its own shape, not a per-row name. */
+#ifndef LLMI_ARCH_H
+#define LLMI_ARCH_H
+
+#include "core/core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Per-layer weights. Append only before LLMI_LAYER_ROLES; rows index by it. */
+typedef enum llmi_layer_role {
+    LLMI_ROLE_ATTN_NORM,      /* norm before attention, [n_embd] */
+    LLMI_ROLE_Q,              /* [n_embd -> n_head * head_dim] */
+    LLMI_ROLE_K,              /* [n_embd -> n_head_kv * head_dim] */
+    LLMI_ROLE_V,              /* [n_embd -> n_head_kv * head_dim] */
+    LLMI_ROLE_Q_BIAS,         /* added after Q, [n_head * head_dim] */
+    LLMI_ROLE_K_BIAS,         /* [n_head_kv * head_dim] */
+    LLMI_ROLE_V_BIAS,         /* [n_head_kv * head_dim] */
+    LLMI_ROLE_Q_NORM,         /* RMSNorm of each q head before RoPE, [head_dim] */
+    LLMI_ROLE_K_NORM,         /* the same for k heads, [head_dim] */
+    LLMI_ROLE_O,              /* [n_head * head_dim -> n_embd] */
+    LLMI_ROLE_POST_ATTN_NORM, /* norm of the attention output before the residual add */
+    LLMI_ROLE_FFN_NORM,       /* norm before the FFN, [n_embd] */
+    LLMI_ROLE_GATE,           /* [n_embd -> n_ff] */
+    LLMI_ROLE_UP,             /* [n_embd -> n_ff] */
+    LLMI_ROLE_DOWN,           /* [n_ff -> n_embd] */
+    LLMI_ROLE_POST_FFN_NORM,  /* norm of the FFN output before the residual add */
+    LLMI_LAYER_ROLES
+} llmi_layer_role;
+
+/* Weights outside the layers. */
+typedef enum llmi_model_role {
+    LLMI_ROLE_TOKEN_EMBD,  /* [n_embd -> n_vocab]: row t is token t's embedding */
+    LLMI_ROLE_OUTPUT_NORM, /* final norm, [n_embd] */
+    LLMI_ROLE_OUTPUT,      /* [n_embd -> n_vocab]; OPTIONAL = tied to token_embd when absent */
+    LLMI_MODEL_ROLES
+} llmi_model_role;
+
+/* How a row needs a role. ABSENT roles are not looked up, so a tensor the
+ * row does not name is ignored, as llama.cpp's loader does with its tables. */
+typedef enum llmi_need {
+    LLMI_ABSENT = 0,
+    LLMI_OPTIONAL = 1, /* loaded when in the file; the weight's data stays NULL otherwise */
+    LLMI_REQUIRED = 2, /* missing: LLM_ERR_BAD_FORMAT naming the tensor */
+} llmi_need;
+
+/* The sizes a role's shape is made of, resolved from the hyper-parameters. */
+typedef enum llmi_dim {
+    LLMI_DIM_ONE = 0, /* a vector's second dimension */
+    LLMI_DIM_EMBD,    /* n_embd */
+    LLMI_DIM_Q,       /* n_head * head_dim */
+    LLMI_DIM_KV,      /* n_head_kv * head_dim */
+    LLMI_DIM_FF,      /* n_ff */
+    LLMI_DIM_HEAD,    /* head_dim */
+    LLMI_DIM_VOCAB,   /* n_vocab (from token_embd's rows) */
+} llmi_dim;
+
+typedef struct llmi_role_info {
+    const char *name;   /* GGUF tensor name; layer roles have one %u, the layer index */
+    const char *label;  /* short name for messages: "q_norm" */
+    llmi_dim in, out;   /* matrix: in = columns (GGUF ne[0]), out = rows;
+                           vector (out == LLMI_DIM_ONE): in elements, always F32 */
+} llmi_role_info;
+
+extern const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES];
+extern const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES];
+
+typedef enum llmi_norm_kind {
+    LLMI_NORM_RMS = 0,   /* x / sqrt(mean(x^2) + eps) * w */
+    LLMI_NORM_LAYER = 1, /* (x - mean) / sqrt(var + eps) * w + b: not implemented yet */
+} llmi_norm_kind;
+
+typedef enum llmi_ffn_act {
+    LLMI_FFN_SWIGLU = 0, /* down(silu(gate x) * up x) */
+    LLMI_FFN_GEGLU = 1,  /* down(gelu_tanh(gate x) * up x) */
+} llmi_ffn_act;
+
+typedef enum llmi_rope_layout {
+    LLMI_ROPE_ADJACENT = 0, /* pairs (2i, 2i+1): llama.cpp's "norm" rope, Llama GGUFs */
+    LLMI_ROPE_HALVES = 1,   /* pairs (i, i + d/2): "neox" rope, Qwen2 and others */
+} llmi_rope_layout;
+
+typedef enum llmi_embd_scale {
+    LLMI_EMBD_SCALE_NONE = 0,
+    LLMI_EMBD_SCALE_SQRT_EMBD = 1, /* embeddings times sqrt(n_embd) (Gemma) */
+} llmi_embd_scale;
+
+/* Which layers attend to a window of recent positions only. */
+typedef enum llmi_swa_kind {
+    LLMI_SWA_NONE = 0,
+    LLMI_SWA_ALL = 1,      /* every layer windowed (Mistral v0.1) */
+    LLMI_SWA_PERIODIC = 2, /* layer i global when i % swa_period == swa_period - 1, others
+                              windowed (Gemma 2: 2, Gemma 3: 6) */
+} llmi_swa_kind;
+
+/* One architecture. Everything the loader and the forward pass need to know
+ * about it that the GGUF file does not say; the sizes (layers, heads, dims,
+ * eps, rope base) come from the generic "<name>.*" keys for every row. */
+typedef struct llmi_arch {
+    const char *name;                      /* general.architecture; prefix of its keys */
+    uint8_t layer[LLMI_LAYER_ROLES];       /* llmi_need of each layer role */
+    uint8_t model[LLMI_MODEL_ROLES];       /* llmi_need of each model role */
+    llmi_norm_kind norm;
+    llmi_ffn_act ffn_act;
+    llmi_rope_layout rope;
+    llmi_embd_scale embd_scale;
+    /* Soft-caps c * tanh(x / c): the value is the default, the key (after
+     * "<name>.") overrides it when the file has it; 0 with no key = none. */
+    float attn_softcap;        /* attention scores (Gemma 2) */
+    const char *attn_softcap_key;
+    float logit_softcap;       /* final logits (Gemma 2) */
+    const char *logit_softcap_key;
+    /* Sliding-window attention; the window size is the required key
+     * "<name>.attention.sliding_window". */
+    llmi_swa_kind swa;
+    uint32_t swa_period; /* LLMI_SWA_PERIODIC only */
+} llmi_arch;
+
+/* What one loaded model's forward pass does beyond the weights' presence:
+ * the row's choices with the file's values filled in. The forward pass
+ * reads only this and which weights are present. */
+typedef struct llmi_features {
+    llmi_norm_kind norm;
+    llmi_ffn_act ffn_act;
+    float embd_scale;    /* 1, or sqrt(n_embd) */
+    float attn_softcap;  /* 0 = none */
+    float logit_softcap; /* 0 = none */
+    llmi_swa_kind swa;
+    uint32_t swa_period, swa_window; /* swa_window: positions a windowed layer sees */
+} llmi_features;
+
+/* The row for `name` (general.architecture), or NULL. */
+const llmi_arch *llmi_arch_find(const char *name);
+/* Writes "llama, qwen2" (every row's name, in table order) to buf for
+ * messages; truncated to fit cap (> 0). */
+void llmi_arch_supported_list(char *buf, size_t cap);
+/* LLM_OK, or LLM_ERR_UNSUPPORTED naming the first feature in `f` that the
+ * CPU forward pass (backend/forward.c) does not implement, e.g. "sliding-
+ * window attention is not implemented yet". Keep it in step with forward.c:
+ * a feature listed as implemented here must be done there. */
+llm_status llmi_arch_check(const llmi_features *f);
+
+#endif
