@@ -479,7 +479,9 @@ typedef struct llm_generate_result {
  * streams it through `params->on_token`, one call per token (also when
  * speculative decoding accepts several in one step). Each call starts from
  * an empty context. A prompt longer than the session's n_ctx gives
- * ::LLM_ERR_LIMIT. `result` may be NULL.
+ * ::LLM_ERR_LIMIT. `result` may be NULL. Random numbers are keyed by
+ * (seed, stream 0, position), as for requests: two calls with the same
+ * prompt and sampling params give the same tokens.
  */
 LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result);
@@ -548,8 +550,14 @@ LLM_API void llm_request_params_init(llm_request_params *params);
 
 /**
  * Queues a request for `prompt` (copied). `params` may be NULL for defaults.
- * A prompt longer than the session's context, or prompt + max_new_tokens
- * beyond it, gives ::LLM_ERR_LIMIT with the numbers. Thread-safe.
+ * A prompt that leaves no room in the session's context (`n_prompt >=
+ * n_ctx`) gives ::LLM_ERR_LIMIT with the numbers, and so does a request
+ * whose longest sequence, min(n_prompt + max_new_tokens, n_ctx) tokens,
+ * needs more KV blocks than the whole pool holds. Prompt + max_new_tokens
+ * beyond the context is accepted: the request ends with
+ * ::LLM_FINISH_LENGTH when its sequence fills the context. Invalid params
+ * give ::LLM_ERR_INVALID_ARGUMENT naming the field (a NULL or empty stop
+ * string by its index). Thread-safe.
  */
 LLM_API llm_status llm_session_submit(llm_session *session, const llm_token *prompt,
                                       size_t n_prompt, const llm_request_params *params,

@@ -132,7 +132,8 @@ static llm_status check_limits(const llm_session *session, const llm_token *prom
                           n, p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
     for (size_t i = 0; i < p->n_stop_strings; i++) {
         const char *ss = p->stop_strings[i];
-        if (!ss || !*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
+        if (!ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
+        if (!*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
         size_t len = strlen(ss);
         if (llmi_utf8_valid_prefix(ss, len) != len)
             return llmi_error(LLM_ERR_INVALID_UTF8, "stop string %zu is not valid UTF-8", i);

@@ -1,0 +1,190 @@
+/* Black-box tests of what llm.h promises for the engine (the contract a
+ * downstream test suite checks), through llm.h and the shared library on
+ * the real SmolLM2 model: one test per promise. */
+#include <llm.h>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static llm_model *g_model;
+static uint32_t g_vocab;
+
+static llm_session *session(uint32_t n_ctx) {
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 2;
+    p.n_ctx = n_ctx;
+    p.kv_cache_bytes = 64u << 20;
+    llm_session *s = NULL;
+    assert_int_equal(llm_session_create(g_model, &p, &s), LLM_OK);
+    return s;
+}
+
+static size_t tokenize(const char *text, llm_token *out, size_t cap) {
+    size_t n = 0;
+    assert_int_equal(llm_tokenize(g_model, text, strlen(text), 0, out, cap, &n), LLM_OK);
+    return n;
+}
+
+static void expect_error(llm_status got, llm_status want, const char *substr) {
+    if (got != want || !strstr(llm_last_error(), substr))
+        fail_msg("got %s \"%s\", want %s with \"%s\"", llm_status_name(got), llm_last_error(),
+                 llm_status_name(want), substr);
+}
+
+/* Steps until the session is idle; returns the number of events. */
+static size_t drain(llm_session *s) {
+    llm_event ev[16];
+    size_t total = 0, got = 0;
+    for (int guard = 0; guard < 10000; guard++) {
+        assert_int_equal(llm_session_step(s, ev, 16, sizeof ev[0], &got), LLM_OK);
+        total += got;
+        llm_session_stats st = {sizeof st};
+        assert_int_equal(llm_session_get_stats(s, &st), LLM_OK);
+        if (got == 0 && st.n_running + st.n_waiting == 0) return total;
+    }
+    fail_msg("the session never became idle");
+    return total;
+}
+
+/* ---- llm_generate: a seed gives the same tokens every call ---- */
+
+typedef struct collect {
+    llm_token tok[64];
+    size_t n;
+} collect;
+
+static bool on_token(llm_token t, const char *piece, size_t len, void *user) {
+    (void)piece;
+    (void)len;
+    collect *c = user;
+    if (t != LLM_TOKEN_NONE && c->n < 64) c->tok[c->n++] = t;
+    return true;
+}
+
+static void test_generate_seed_repeats(void **state) {
+    (void)state;
+    llm_session *s = session(256);
+    llm_token p[64];
+    size_t n = tokenize("Write a short poem about the sea:", p, 64);
+    llm_sampling_params sp;
+    llm_sampling_params_init(&sp);
+    sp.temperature = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp.seed = 1234;
+    collect c[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        llm_generate_params gp;
+        llm_generate_params_init(&gp);
+        gp.max_new_tokens = 32;
+        gp.ignore_eos = true;
+        gp.sampling = &sp;
+        gp.on_token = on_token;
+        gp.user = &c[i];
+        assert_int_equal(llm_generate(s, p, n, &gp, NULL), LLM_OK);
+    }
+    assert_int_equal(c[0].n, 32);
+    assert_int_equal(c[1].n, 32);
+    assert_memory_equal(c[0].tok, c[1].tok, sizeof c[0].tok);
+    /* A request with the same seed draws the same tokens too. */
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.sampling = &sp;
+    rp.max_new_tokens = 32;
+    rp.ignore_eos = true;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, p, n, &rp, &id), LLM_OK);
+    llm_event ev[4];
+    size_t got, k = 0;
+    for (int guard = 0; k < 32 && guard < 1000; guard++) {
+        assert_int_equal(llm_session_step(s, ev, 4, sizeof ev[0], &got), LLM_OK);
+        for (size_t e = 0; e < got; e++)
+            if (ev[e].token != LLM_TOKEN_NONE) assert_int_equal(ev[e].token, c[0].tok[k++]);
+    }
+    assert_int_equal(k, 32);
+    drain(s);
+    llm_session_free(s);
+}
+
+/* ---- submit: what is refused and what ends with LENGTH ---- */
+
+static void test_submit_limits(void **state) {
+    (void)state;
+    llm_session *s = session(64);
+    llm_token p[80];
+    size_t n = tokenize("A prompt of a few tokens", p, 80);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 500; /* prompt + max_new_tokens beyond n_ctx: accepted */
+    rp.ignore_eos = true;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, p, n, &rp, &id), LLM_OK);
+    llm_event ev[4];
+    size_t got, generated = 0;
+    llm_finish_reason why = LLM_FINISH_NONE;
+    for (int guard = 0; why == LLM_FINISH_NONE && guard < 1000; guard++) {
+        assert_int_equal(llm_session_step(s, ev, 4, sizeof ev[0], &got), LLM_OK);
+        for (size_t e = 0; e < got; e++) {
+            generated += ev[e].token != LLM_TOKEN_NONE;
+            if (ev[e].finish_reason) why = ev[e].finish_reason;
+        }
+    }
+    assert_int_equal(why, LLM_FINISH_LENGTH);
+    assert_true(n + generated <= 64);
+    /* A prompt that leaves no room in the context is refused. */
+    for (size_t i = n; i < 64; i++) p[i] = p[0];
+    expect_error(llm_session_submit(s, p, 64, &rp, &id), LLM_ERR_LIMIT, "context");
+    /* A NULL stop string is named as such. */
+    const char *stops[] = {"end", NULL};
+    rp.max_new_tokens = 4;
+    rp.stop_strings = stops;
+    rp.n_stop_strings = 2;
+    expect_error(llm_session_submit(s, p, n, &rp, &id), LLM_ERR_INVALID_ARGUMENT,
+                 "stop string 1 is NULL");
+    stops[1] = "";
+    expect_error(llm_session_submit(s, p, n, &rp, &id), LLM_ERR_INVALID_ARGUMENT,
+                 "stop string 1 is empty");
+    llm_session_free(s);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *path = getenv("LLM_TEST_MODEL");
+    if (!path) {
+        fprintf(stderr, "LLM_TEST_MODEL is not set (make test sets it)\n");
+        return -1;
+    }
+    if (llm_model_load(path, NULL, &g_model) != LLM_OK) return -1;
+    llm_model_info info = {sizeof info};
+    llm_model_get_info(g_model, &info);
+    g_vocab = info.n_vocab;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    llm_model_free(g_model);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_generate_seed_repeats),
+        cmocka_unit_test(test_submit_limits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
