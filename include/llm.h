@@ -689,7 +689,11 @@ LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *bat
 
 /**
  * Logits (n_vocab floats) of row `row` of the last decoded batch, which must
- * have asked for them. Borrowed until the next decode or step.
+ * have asked for them. They belong to that decode alone: llm_session_step()
+ * and llm_generate() compute into other memory and leave them as they are.
+ * Borrowed until the next llm_session_decode() (also a failed one) or
+ * llm_session_free(). After a failed decode, or for a row that did not ask
+ * for logits, ::LLM_ERR_INVALID_ARGUMENT and `*logits` = NULL.
  */
 LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
 

@@ -131,6 +131,7 @@ void llmi_session_free(llm_session *s) {
     llmi_free(s->decode_rows);
     llmi_free(s->stats_fill);
     llmi_free_aligned(s->batch_logits);
+    llmi_free_aligned(s->decode_logits);
     if (s->kv) llmi_kv_seq_destroy(s->kv, &s->seq);
     llmi_sampler_destroy(&s->sampler);
     llmi_forward_free(s->fwd);

@@ -58,6 +58,83 @@ static size_t drain(llm_session *s) {
     return total;
 }
 
+/* ---- llm_session_logits: a decode's logits outlive steps and generate ---- */
+
+static void expect_same_logits(llm_session *s, const float *want, const char *after) {
+    const float *lg = NULL;
+    llm_status st = llm_session_logits(s, 0, &lg);
+    if (st != LLM_OK)
+        fail_msg("after %s: llm_session_logits gives %s (%s)", after, llm_status_name(st),
+                 llm_last_error());
+    uint32_t diff = 0;
+    for (uint32_t i = 0; i < g_vocab; i++) diff += memcmp(&lg[i], &want[i], sizeof *lg) != 0;
+    if (diff)
+        fail_msg("after %s: row 0 gives other logits (%u of %u floats differ, [0] %.8g vs %.8g)",
+                 after, diff, g_vocab, lg[0], want[0]);
+}
+
+static void test_logits_outlive_step_and_generate(void **state) {
+    (void)state;
+    llm_session *s = session(512);
+    llm_token prompt[64];
+    size_t n = tokenize("The capital of France is", prompt, 64);
+    llm_seq_id seq;
+    assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(64, &b), LLM_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(llm_batch_add(b, seq, (uint32_t)i, prompt[i], i == 0), LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    const float *lg = NULL;
+    assert_int_equal(llm_session_logits(s, 0, &lg), LLM_OK);
+    float *want = malloc(g_vocab * sizeof *want);
+    assert_non_null(want);
+    memcpy(want, lg, g_vocab * sizeof *want);
+
+    /* A request computed by llm_session_step. */
+    llm_token other[64];
+    size_t n_other = tokenize("Once upon a time there was a dragon who", other, 64);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 3;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, other, n_other, &rp, &id), LLM_OK);
+    llm_event ev[4];
+    size_t got = 0;
+    assert_int_equal(llm_session_step(s, ev, 4, sizeof ev[0], &got), LLM_OK);
+    expect_same_logits(s, want, "llm_session_step");
+    assert_true(drain(s) > 0);
+    expect_same_logits(s, want, "draining the request");
+
+    /* llm_generate with n-gram speculation (logits on several rows). */
+    llm_token rep[128];
+    size_t n_rep = tokenize("one two three four one two three four one two three four one two",
+                            rep, 128);
+    llm_generate_params gp;
+    llm_generate_params_init(&gp);
+    gp.max_new_tokens = 16;
+    gp.spec_mode = LLM_SPEC_NGRAM;
+    gp.spec_k = 4;
+    llm_generate_result res = {sizeof res};
+    assert_int_equal(llm_generate(s, rep, n_rep, &gp, &res), LLM_OK);
+    assert_true(res.n_spec_steps > 0);
+    expect_same_logits(s, want, "llm_generate with LLM_SPEC_NGRAM");
+
+    /* The next decode replaces them; a failed one leaves none. */
+    llm_batch_clear(b);
+    assert_int_equal(llm_batch_add(b, seq, (uint32_t)n, prompt[0], false), LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    expect_error(llm_session_logits(s, 0, &lg), LLM_ERR_INVALID_ARGUMENT, "did not ask");
+    assert_null(lg);
+    llm_batch_clear(b);
+    assert_int_equal(llm_batch_add(b, seq, 0, prompt[0], true), LLM_OK); /* wrong position */
+    assert_int_equal(llm_session_decode(s, b), LLM_ERR_INVALID_ARGUMENT);
+    expect_error(llm_session_logits(s, 0, &lg), LLM_ERR_INVALID_ARGUMENT, "not in the last");
+    free(want);
+    llm_batch_free(b);
+    llm_session_free(s);
+}
+
 /* ---- llm_generate: a seed gives the same tokens every call ---- */
 
 typedef struct collect {
@@ -183,6 +260,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_outlive_step_and_generate),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
     };
