@@ -586,8 +586,9 @@ typedef struct llm_event {
     /** With llm_request_params::top_logprobs: the `n_top` most likely tokens
      *  of the model's distribution for this position, most likely first, and
      *  their log-probabilities (log-softmax of the raw logits, like
-     *  `logprob`). Borrowed until the next llm_session_step(); NULL and 0
-     *  otherwise. */
+     *  `logprob`, and computed with it: where the event's token is among
+     *  them, its entry equals `logprob` bit for bit). Borrowed until the
+     *  next llm_session_step(); NULL and 0 otherwise. */
     const llm_token *top_tokens;
     const float *top_logprobs;
     uint32_t n_top;

@@ -135,6 +135,61 @@ static void test_logits_outlive_step_and_generate(void **state) {
     llm_session_free(s);
 }
 
+/* ---- logprob and top_logprobs come from one log-softmax ---- */
+
+static void test_logprob_equals_top_entry(void **state) {
+    (void)state;
+    llm_session *s = session(1024);
+    static const char *prompts[] = {
+        "The history of the Roman Empire begins",
+        "def fibonacci(n):",
+        "My favourite recipe for bread is",
+        "In quantum mechanics, the wave function",
+    };
+    enum { N_REQ = 4, N_NEW = 128, N_TOP = 5 };
+    llm_request_id ids[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        llm_token p[64];
+        size_t n = tokenize(prompts[i], p, 64);
+        llm_request_params rp;
+        llm_request_params_init(&rp);
+        rp.max_new_tokens = N_NEW;
+        rp.ignore_eos = true;
+        rp.logprobs = true;
+        rp.top_logprobs = N_TOP;
+        assert_int_equal(llm_session_submit(s, p, n, &rp, &ids[i]), LLM_OK);
+    }
+    unsigned tokens = 0, first = 0, in_top = 0, bad = 0, finished = 0;
+    llm_event ev[8];
+    for (int guard = 0; finished < N_REQ && guard < 10000; guard++) {
+        size_t got = 0;
+        assert_int_equal(llm_session_step(s, ev, 8, sizeof ev[0], &got), LLM_OK);
+        for (size_t e = 0; e < got; e++) {
+            finished += ev[e].finish_reason != LLM_FINISH_NONE;
+            if (ev[e].token == LLM_TOKEN_NONE) continue;
+            tokens++;
+            assert_int_equal(ev[e].n_top, N_TOP);
+            first += ev[e].top_tokens[0] == ev[e].token; /* greedy: the top token */
+            for (uint32_t j = 0; j < ev[e].n_top; j++) {
+                if (ev[e].top_tokens[j] != ev[e].token) continue;
+                in_top++;
+                if (memcmp(&ev[e].logprob, &ev[e].top_logprobs[j], sizeof(float)) != 0) {
+                    if (bad++ < 3)
+                        printf("# token %u (%d): logprob %.9g, top_logprobs[%u] %.9g\n", tokens,
+                               ev[e].token, ev[e].logprob, j, ev[e].top_logprobs[j]);
+                }
+            }
+        }
+    }
+    printf("# %u tokens, %u the top one, %u in the top list, %u differ\n", tokens, first, in_top,
+           bad);
+    assert_int_equal(finished, N_REQ);
+    assert_int_equal(tokens, N_REQ * N_NEW);
+    assert_int_equal(first, tokens);
+    assert_int_equal(bad, 0);
+    llm_session_free(s);
+}
+
 /* ---- llm_generate: a seed gives the same tokens every call ---- */
 
 typedef struct collect {
@@ -261,6 +316,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_outlive_step_and_generate),
+        cmocka_unit_test(test_logprob_equals_top_entry),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
     };
