@@ -567,9 +567,12 @@ LLM_API llm_status llm_session_submit(llm_session *session, const llm_token *pro
  * Cancels a request: its KV blocks are freed at once (or, if a step is
  * computing it on another thread, as soon as that step's forward pass ends),
  * and the next llm_session_step() reports it finished with
- * ::LLM_FINISH_CANCELLED. Cancelling again before that is harmless; an
- * unknown id, or one whose finish was already reported, gives
- * ::LLM_ERR_NOT_FOUND. Thread-safe.
+ * ::LLM_FINISH_CANCELLED. Cancelling again before that is harmless. A
+ * request that already finished but whose finish event is still to be
+ * delivered (the events array of a step was too small) gives ::LLM_OK and
+ * changes nothing: its finish event comes as it was. An unknown id, or one
+ * whose finish was already delivered, gives ::LLM_ERR_NOT_FOUND.
+ * Thread-safe.
  */
 LLM_API llm_status llm_session_cancel(llm_session *session, llm_request_id id);
 

@@ -250,7 +250,8 @@ llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
             if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
         }
     }
-    if (!found)
+    /* Finished, but the finish is still to be delivered: nothing to do. */
+    if (!found && !llmi_sched_finish_pending(s, id))
         st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
                         (unsigned long long)id);
     pthread_mutex_unlock(&s->lock);

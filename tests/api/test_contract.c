@@ -190,6 +190,44 @@ static void test_logprob_equals_top_entry(void **state) {
     llm_session_free(s);
 }
 
+/* ---- cancel while the finish event waits to be delivered ---- */
+
+static void test_cancel_with_finish_pending(void **state) {
+    (void)state;
+    llm_session *s = session(256);
+    llm_token p[64];
+    size_t n = tokenize("Hello there", p, 64);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 1;
+    llm_request_id a, b;
+    assert_int_equal(llm_session_submit(s, p, n, &rp, &a), LLM_OK);
+    assert_int_equal(llm_session_submit(s, p, n, &rp, &b), LLM_OK);
+    /* One step finishes both; room for one event leaves the other pending. */
+    llm_event ev;
+    size_t got = 0;
+    for (int guard = 0; got == 0 && guard < 100; guard++)
+        assert_int_equal(llm_session_step(s, &ev, 1, sizeof ev, &got), LLM_OK);
+    assert_int_equal(got, 1);
+    assert_int_equal(ev.finish_reason, LLM_FINISH_LENGTH);
+    llm_request_id pending = ev.request == a ? b : a;
+    llm_status st = llm_session_cancel(s, pending);
+    if (st != LLM_OK)
+        fail_msg("cancel of a request whose finish is pending: %s (%s)", llm_status_name(st),
+                 llm_last_error());
+    assert_int_equal(llm_session_cancel(s, pending), LLM_OK); /* idempotent */
+    /* Its one finish event still comes, as it was. */
+    assert_int_equal(llm_session_step(s, &ev, 1, sizeof ev, &got), LLM_OK);
+    assert_int_equal(got, 1);
+    assert_true(ev.request == pending);
+    assert_int_equal(ev.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(drain(s), 0);
+    /* Reported: now it is unknown. */
+    expect_error(llm_session_cancel(s, pending), LLM_ERR_NOT_FOUND, "request");
+    expect_error(llm_session_cancel(s, ev.request == a ? b : a), LLM_ERR_NOT_FOUND, "request");
+    llm_session_free(s);
+}
+
 /* ---- llm_generate: a seed gives the same tokens every call ---- */
 
 typedef struct collect {
@@ -317,6 +355,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_outlive_step_and_generate),
         cmocka_unit_test(test_logprob_equals_top_entry),
+        cmocka_unit_test(test_cancel_with_finish_pending),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
     };
