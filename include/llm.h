@@ -145,7 +145,10 @@ LLM_API void llm_model_params_init(llm_model_params *params);
 /**
  * Loads a GGUF model. `params` may be NULL for defaults.
  * Every offset, size and count of the file is checked before use; a malformed
- * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED.
+ * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED,
+ * a file that cannot be read ::LLM_ERR_IO, and one that cannot be mapped or
+ * read into memory for lack of memory or address space
+ * ::LLM_ERR_OUT_OF_MEMORY.
  * On success the caller owns `*out` and frees it with llm_model_free().
  */
 LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,
@@ -272,8 +275,14 @@ typedef struct llm_session_params {
     uint32_t n_threads;      /**< 0 = one per online CPU */
     uint32_t n_ctx;          /**< max tokens per sequence; 0 = model's n_ctx_train */
     uint32_t max_batch_tokens; /**< tokens computed per forward pass (default 512) */
-    uint64_t kv_cache_bytes; /**< KV memory; 0 = a quarter of available memory, at most
-                                  2 GiB, at least one full context */
+    /** KV memory; 0 = a quarter of available memory, at most 2 GiB, at
+     *  least one full context. Pages are reserved, and only touched as
+     *  blocks fill. A pool larger than the memory this process can ever
+     *  have, the machine's physical memory or its container's lower cgroup
+     *  limit (memory.max), could never be backed: llm_session_create()
+     *  refuses it with ::LLM_ERR_OUT_OF_MEMORY. A pool within that limit
+     *  still competes with everything else for memory. */
+    uint64_t kv_cache_bytes;
     /** Element type of the cached K and V (default ::LLM_KV_F32).
      *  ::LLM_KV_F16 and ::LLM_KV_BF16 take half the bytes per token, so
      *  the same kv_cache_bytes holds twice the tokens. Both work on every

@@ -68,6 +68,7 @@ static llm_status create_kv(llm_session *s) {
     if (n_blocks > UINT32_MAX / s->params.kv_block_size)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %llu blocks is too large",
                           (unsigned long long)n_blocks);
+    LLMI_TRY(llmi_mem_check(n_blocks * block_bytes, "the KV cache (kv_cache_bytes)"));
     return llmi_kv_create_ex(hp->n_layer, kv_dim, s->params.kv_block_size, (uint32_t)n_blocks,
                              s->params.kv_type, &s->kv);
 }

@@ -228,6 +228,71 @@ static void test_cancel_with_finish_pending(void **state) {
     llm_session_free(s);
 }
 
+/* ---- memory that cannot be backed ---- */
+
+static void test_kv_cache_beyond_memory(void **state) {
+    (void)state;
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t ask = 4 * phys > (1ull << 40) ? 4 * phys : (1ull << 40);
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 1;
+    p.n_ctx = 256;
+    p.kv_cache_bytes = ask;
+    llm_session *s = (llm_session *)0x1;
+    llm_status st = llm_session_create(g_model, &p, &s);
+    if (st == LLM_OK) llm_session_free(s);
+    if (st != LLM_ERR_OUT_OF_MEMORY || !strstr(llm_last_error(), "kv_cache_bytes"))
+        fail_msg("kv_cache_bytes %llu on %llu bytes of memory: %s \"%s\"",
+                 (unsigned long long)ask, (unsigned long long)phys, llm_status_name(st),
+                 llm_last_error());
+    assert_null(s);
+    /* What fits is still taken. */
+    p.kv_cache_bytes = 16u << 20;
+    assert_int_equal(llm_session_create(g_model, &p, &s), LLM_OK);
+    llm_session_free(s);
+}
+
+/* The process's virtual size now, from /proc/self/status (0 if unknown). */
+static uint64_t vm_size(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+static void test_mmap_enomem_is_out_of_memory(void **state) {
+    (void)state;
+    const char *path = getenv("LLM_TEST_MODEL");
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    uint64_t vm = vm_size();
+    if (vm == 0 || sb.st_size < (64 << 20)) skip();
+    /* Room for small allocations, not for a mapping of the whole file. */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)(vm + (uint64_t)sb.st_size / 4);
+    if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < lim.rlim_cur) skip();
+    assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+    llm_model_params mp;
+    llm_model_params_init(&mp);
+    mp.use_mmap = true;
+    llm_model *m = (llm_model *)0x1;
+    llm_status st = llm_model_load(path, &mp, &m);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", llm_last_error());
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+    if (st == LLM_OK) llm_model_free(m);
+    if (st != LLM_ERR_OUT_OF_MEMORY || !strstr(msg, "map"))
+        fail_msg("mmap without address space: %s \"%s\"", llm_status_name(st), msg);
+    assert_null(m);
+}
+
 /* ---- llm_generate: a seed gives the same tokens every call ---- */
 
 typedef struct collect {
@@ -356,6 +421,8 @@ int main(void) {
         cmocka_unit_test(test_logits_outlive_step_and_generate),
         cmocka_unit_test(test_logprob_equals_top_entry),
         cmocka_unit_test(test_cancel_with_finish_pending),
+        cmocka_unit_test(test_kv_cache_beyond_memory),
+        cmocka_unit_test(test_mmap_enomem_is_out_of_memory),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
     };
