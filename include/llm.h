@@ -40,9 +40,9 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define LLM_VERSION_MAJOR 1
-#define LLM_VERSION_MINOR 0
+#define LLM_VERSION_MINOR 1
 #define LLM_VERSION_PATCH 0
-/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10000 for 1.0.0. */
+/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10100 for 1.1.0. */
 #define LLM_VERSION_NUMBER \
     (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -193,12 +193,24 @@ enum {
     LLM_TOKENIZE_ADD_SPECIAL = 1u << 0,
     /** Turn special-token text such as "<|im_start|>" into its token. */
     LLM_TOKENIZE_PARSE_SPECIAL = 1u << 1,
+    /** Refuse text with a byte the vocabulary has no token for, instead of
+     *  dropping it (since 1.1; a 1.0 library refuses the flag itself as
+     *  unknown, with ::LLM_ERR_INVALID_ARGUMENT). */
+    LLM_TOKENIZE_STRICT = 1u << 2,
 };
 
 /**
  * Turns UTF-8 text (`text_len` bytes, need not be NUL-terminated) into tokens.
  * Invalid UTF-8 gives ::LLM_ERR_INVALID_UTF8 naming the byte offset. When
  * `capacity` is too small: ::LLM_ERR_BUFFER_TOO_SMALL, `*n_tokens` = needed.
+ *
+ * A byte for which the vocabulary has no token (for a byte-level BPE
+ * vocabulary: no token for the byte's character, e.g. 0x04 or the lead
+ * byte 0xf1 in SmolLM2's) is dropped by default, as llama.cpp does; a
+ * SentencePiece vocabulary without byte tokens turns it into its unknown
+ * token where it has one. With ::LLM_TOKENIZE_STRICT such text gives
+ * ::LLM_ERR_INVALID_ARGUMENT naming the byte and its offset, and
+ * `*n_tokens` = 0. Other flag bits give ::LLM_ERR_INVALID_ARGUMENT.
  */
 LLM_API llm_status llm_tokenize(const llm_model *model, const char *text, size_t text_len,
                                 uint32_t flags, llm_token *tokens, size_t capacity,

@@ -293,6 +293,64 @@ static void test_mmap_enomem_is_out_of_memory(void **state) {
     assert_null(m);
 }
 
+/* ---- strict tokenization ---- */
+
+static void test_tokenize_strict(void **state) {
+    (void)state;
+    llm_token a[64], b[64];
+    size_t na = 0, nb = 0;
+    /* Text every byte of which has a token: the same tokens either way. */
+    const char *clean = "Hello, world! <|im_start|> 42";
+    size_t len = strlen(clean);
+    uint32_t flags[] = {0, LLM_TOKENIZE_ADD_SPECIAL, LLM_TOKENIZE_PARSE_SPECIAL,
+                        LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL};
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        assert_int_equal(llm_tokenize(g_model, clean, len, flags[f], a, 64, &na), LLM_OK);
+        llm_status st = llm_tokenize(g_model, clean, len, flags[f] | LLM_TOKENIZE_STRICT, b, 64,
+                                     &nb);
+        if (st != LLM_OK)
+            fail_msg("strict on clean text (flags 0x%x): %s %s", flags[f], llm_status_name(st),
+                     llm_last_error());
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof a[0]);
+    }
+    /* SmolLM2's vocabulary has no token for 0x04, 0x06, 0x13, 0x14, 0x16,
+     * 0x1d, 0xf1 and 0xf2: dropped by default, refused with the offset
+     * when strict. */
+    static const struct {
+        const char *text;
+        size_t len, at;
+    } cases[] = {
+        {"ab\x04" "cd", 5, 2},
+        {"\x06", 1, 0},
+        {"x\x13\x14", 3, 1},
+        {"hello \x16", 7, 6},
+        {"\x1d" "a", 2, 0},
+        {"caf\xc3\xa9 \xf1\x80\x80\x80", 10, 6},
+        {"<|im_start|>\xf2\x80\x80\x80", 16, 12},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        assert_int_equal(llm_tokenize(g_model, cases[c].text, cases[c].len,
+                                      LLM_TOKENIZE_PARSE_SPECIAL, a, 64, &na),
+                         LLM_OK);
+        char want[64];
+        snprintf(want, sizeof want, "byte offset %zu", cases[c].at);
+        nb = 99;
+        expect_error(llm_tokenize(g_model, cases[c].text, cases[c].len,
+                                  LLM_TOKENIZE_PARSE_SPECIAL | LLM_TOKENIZE_STRICT, b, 64, &nb),
+                     LLM_ERR_INVALID_ARGUMENT, want);
+        assert_int_equal(nb, 0);
+    }
+    /* Default: 0x04 vanishes, "ab\x04cd" gives the tokens of "abcd"'s pieces. */
+    assert_int_equal(llm_tokenize(g_model, "ab\x04", 3, 0, a, 64, &na), LLM_OK);
+    assert_int_equal(llm_tokenize(g_model, "ab", 2, 0, b, 64, &nb), LLM_OK);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na * sizeof a[0]);
+    /* Other unknown flags are still refused. */
+    expect_error(llm_tokenize(g_model, "a", 1, 1u << 7, a, 64, &na), LLM_ERR_INVALID_ARGUMENT,
+                 "unknown flags");
+}
+
 /* ---- llm_generate: a seed gives the same tokens every call ---- */
 
 typedef struct collect {
@@ -423,6 +481,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_with_finish_pending),
         cmocka_unit_test(test_kv_cache_beyond_memory),
         cmocka_unit_test(test_mmap_enomem_is_out_of_memory),
+        cmocka_unit_test(test_tokenize_strict),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
     };
