@@ -40,9 +40,9 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define LLM_VERSION_MAJOR 1
-#define LLM_VERSION_MINOR 0
+#define LLM_VERSION_MINOR 1
 #define LLM_VERSION_PATCH 0
-/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10000 for 1.0.0. */
+/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10100 for 1.1.0. */
 #define LLM_VERSION_NUMBER \
     (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -145,7 +145,10 @@ LLM_API void llm_model_params_init(llm_model_params *params);
 /**
  * Loads a GGUF model. `params` may be NULL for defaults.
  * Every offset, size and count of the file is checked before use; a malformed
- * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED.
+ * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED,
+ * a file that cannot be read ::LLM_ERR_IO, and one that cannot be mapped or
+ * read into memory for lack of memory or address space
+ * ::LLM_ERR_OUT_OF_MEMORY.
  * On success the caller owns `*out` and frees it with llm_model_free().
  */
 LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,
@@ -190,12 +193,24 @@ enum {
     LLM_TOKENIZE_ADD_SPECIAL = 1u << 0,
     /** Turn special-token text such as "<|im_start|>" into its token. */
     LLM_TOKENIZE_PARSE_SPECIAL = 1u << 1,
+    /** Refuse text with a byte the vocabulary has no token for, instead of
+     *  dropping it (since 1.1; a 1.0 library refuses the flag itself as
+     *  unknown, with ::LLM_ERR_INVALID_ARGUMENT). */
+    LLM_TOKENIZE_STRICT = 1u << 2,
 };
 
 /**
  * Turns UTF-8 text (`text_len` bytes, need not be NUL-terminated) into tokens.
  * Invalid UTF-8 gives ::LLM_ERR_INVALID_UTF8 naming the byte offset. When
  * `capacity` is too small: ::LLM_ERR_BUFFER_TOO_SMALL, `*n_tokens` = needed.
+ *
+ * A byte for which the vocabulary has no token (for a byte-level BPE
+ * vocabulary: no token for the byte's character, e.g. 0x04 or the lead
+ * byte 0xf1 in SmolLM2's) is dropped by default, as llama.cpp does; a
+ * SentencePiece vocabulary without byte tokens turns it into its unknown
+ * token where it has one. With ::LLM_TOKENIZE_STRICT such text gives
+ * ::LLM_ERR_INVALID_ARGUMENT naming the byte and its offset, and
+ * `*n_tokens` = 0. Other flag bits give ::LLM_ERR_INVALID_ARGUMENT.
  */
 LLM_API llm_status llm_tokenize(const llm_model *model, const char *text, size_t text_len,
                                 uint32_t flags, llm_token *tokens, size_t capacity,
@@ -272,8 +287,14 @@ typedef struct llm_session_params {
     uint32_t n_threads;      /**< 0 = one per online CPU */
     uint32_t n_ctx;          /**< max tokens per sequence; 0 = model's n_ctx_train */
     uint32_t max_batch_tokens; /**< tokens computed per forward pass (default 512) */
-    uint64_t kv_cache_bytes; /**< KV memory; 0 = a quarter of available memory, at most
-                                  2 GiB, at least one full context */
+    /** KV memory; 0 = a quarter of available memory, at most 2 GiB, at
+     *  least one full context. Pages are reserved, and only touched as
+     *  blocks fill. A pool larger than the memory this process can ever
+     *  have, the machine's physical memory or its container's lower cgroup
+     *  limit (memory.max), could never be backed: llm_session_create()
+     *  refuses it with ::LLM_ERR_OUT_OF_MEMORY. A pool within that limit
+     *  still competes with everything else for memory. */
+    uint64_t kv_cache_bytes;
     /** Element type of the cached K and V (default ::LLM_KV_F32).
      *  ::LLM_KV_F16 and ::LLM_KV_BF16 take half the bytes per token, so
      *  the same kv_cache_bytes holds twice the tokens. Both work on every
@@ -479,7 +500,9 @@ typedef struct llm_generate_result {
  * streams it through `params->on_token`, one call per token (also when
  * speculative decoding accepts several in one step). Each call starts from
  * an empty context. A prompt longer than the session's n_ctx gives
- * ::LLM_ERR_LIMIT. `result` may be NULL.
+ * ::LLM_ERR_LIMIT. `result` may be NULL. Random numbers are keyed by
+ * (seed, stream 0, position), as for requests: two calls with the same
+ * prompt and sampling params give the same tokens.
  */
 LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result);
@@ -548,8 +571,14 @@ LLM_API void llm_request_params_init(llm_request_params *params);
 
 /**
  * Queues a request for `prompt` (copied). `params` may be NULL for defaults.
- * A prompt longer than the session's context, or prompt + max_new_tokens
- * beyond it, gives ::LLM_ERR_LIMIT with the numbers. Thread-safe.
+ * A prompt that leaves no room in the session's context (`n_prompt >=
+ * n_ctx`) gives ::LLM_ERR_LIMIT with the numbers, and so does a request
+ * whose longest sequence, min(n_prompt + max_new_tokens, n_ctx) tokens,
+ * needs more KV blocks than the whole pool holds. Prompt + max_new_tokens
+ * beyond the context is accepted: the request ends with
+ * ::LLM_FINISH_LENGTH when its sequence fills the context. Invalid params
+ * give ::LLM_ERR_INVALID_ARGUMENT naming the field (a NULL or empty stop
+ * string by its index). Thread-safe.
  */
 LLM_API llm_status llm_session_submit(llm_session *session, const llm_token *prompt,
                                       size_t n_prompt, const llm_request_params *params,
@@ -559,9 +588,12 @@ LLM_API llm_status llm_session_submit(llm_session *session, const llm_token *pro
  * Cancels a request: its KV blocks are freed at once (or, if a step is
  * computing it on another thread, as soon as that step's forward pass ends),
  * and the next llm_session_step() reports it finished with
- * ::LLM_FINISH_CANCELLED. Cancelling again before that is harmless; an
- * unknown id, or one whose finish was already reported, gives
- * ::LLM_ERR_NOT_FOUND. Thread-safe.
+ * ::LLM_FINISH_CANCELLED. Cancelling again before that is harmless. A
+ * request that already finished but whose finish event is still to be
+ * delivered (the events array of a step was too small) gives ::LLM_OK and
+ * changes nothing: its finish event comes as it was. An unknown id, or one
+ * whose finish was already delivered, gives ::LLM_ERR_NOT_FOUND.
+ * Thread-safe.
  */
 LLM_API llm_status llm_session_cancel(llm_session *session, llm_request_id id);
 
@@ -578,8 +610,9 @@ typedef struct llm_event {
     /** With llm_request_params::top_logprobs: the `n_top` most likely tokens
      *  of the model's distribution for this position, most likely first, and
      *  their log-probabilities (log-softmax of the raw logits, like
-     *  `logprob`). Borrowed until the next llm_session_step(); NULL and 0
-     *  otherwise. */
+     *  `logprob`, and computed with it: where the event's token is among
+     *  them, its entry equals `logprob` bit for bit). Borrowed until the
+     *  next llm_session_step(); NULL and 0 otherwise. */
     const llm_token *top_tokens;
     const float *top_logprobs;
     uint32_t n_top;
@@ -681,7 +714,11 @@ LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *bat
 
 /**
  * Logits (n_vocab floats) of row `row` of the last decoded batch, which must
- * have asked for them. Borrowed until the next decode or step.
+ * have asked for them. They belong to that decode alone: llm_session_step()
+ * and llm_generate() compute into other memory and leave them as they are.
+ * Borrowed until the next llm_session_decode() (also a failed one) or
+ * llm_session_free(). After a failed decode, or for a row that did not ask
+ * for logits, ::LLM_ERR_INVALID_ARGUMENT and `*logits` = NULL.
  */
 LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
 

@@ -116,7 +116,9 @@ LLM_API llm_status llm_tokenize(const llm_model *m, const char *text, size_t tex
     CHECK_ARG(text || text_len == 0, "llm_tokenize: text is NULL with length %zu", text_len);
     CHECK_ARG(tokens || capacity == 0, "llm_tokenize: tokens is NULL with capacity %zu",
               capacity);
-    CHECK_ARG((flags & ~3u) == 0, "llm_tokenize: unknown flags 0x%x", flags);
+    CHECK_ARG((flags & ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL |
+                                   LLM_TOKENIZE_STRICT)) == 0,
+              "llm_tokenize: unknown flags 0x%x", flags);
     return llmi_tokenize(m->tok, text ? text : "", text_len, flags, tokens, capacity, n_tokens);
 }
 

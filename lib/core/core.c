@@ -194,6 +194,35 @@ int llmi_cpu_count(void) {
     return n < 1 ? 1 : (int)n;
 }
 
+/* A cgroup limit file: its number, or UINT64_MAX if absent or "max". */
+static uint64_t cgroup_limit(const char *path) {
+    FILE *f = fopen(path, "re");
+    if (!f) return UINT64_MAX;
+    unsigned long long v = 0;
+    int ok = fscanf(f, "%llu", &v);
+    fclose(f);
+    return ok == 1 && v > 0 ? (uint64_t)v : UINT64_MAX;
+}
+
+uint64_t llmi_mem_limit(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t lim = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    uint64_t v2 = cgroup_limit("/sys/fs/cgroup/memory.max");
+    uint64_t v1 = cgroup_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    if (v2 < lim) lim = v2;
+    if (v1 < lim) lim = v1;
+    return lim;
+}
+
+llm_status llmi_mem_check(uint64_t bytes, const char *what) {
+    uint64_t lim = llmi_mem_limit();
+    if (bytes <= lim) return LLM_OK;
+    return llmi_error(LLM_ERR_OUT_OF_MEMORY,
+                      "%s of %llu bytes exceeds the %llu bytes of memory this process can have "
+                      "(physical memory, or its container's limit)",
+                      what, (unsigned long long)bytes, (unsigned long long)lim);
+}
+
 int llmi_utf8_seq_len(unsigned char c) {
     if (c < 0x80) return 1;
     if (c >= 0xc2 && c <= 0xdf) return 2;

@@ -84,6 +84,15 @@ double llmi_now(void);
 /* Number of online CPUs (at least 1). */
 int llmi_cpu_count(void);
 
+/* The most memory this process can ever be given: the machine's physical
+ * memory, or its container's cgroup limit where that is lower (v2
+ * memory.max, v1 memory.limit_in_bytes, as mounted at /sys/fs/cgroup). */
+uint64_t llmi_mem_limit(void);
+/* LLM_ERR_OUT_OF_MEMORY naming `what` when `bytes` exceed llmi_mem_limit():
+ * memory reserved lazily that could never be backed fails here, with a
+ * status, instead of later under the OOM killer. */
+llm_status llmi_mem_check(uint64_t bytes, const char *what);
+
 /* UTF-8: length of the longest valid prefix of s (== len when all valid), so
  * the return value is the offset of the first bad byte. Rejects overlongs,
  * surrogates and code points above U+10FFFF. */

@@ -575,7 +575,9 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
     if (g->size > 0 && use_mmap) {
         void *p = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            st = llmi_error(LLM_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+            int e = errno; /* no address space or memory left is not an I/O error */
+            st = llmi_error(e == ENOMEM ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_IO,
+                            "cannot map '%s': %s", path, strerror(e));
             goto fail;
         }
         g->base = p;

@@ -446,11 +446,13 @@ llm_token llmi_sample(llmi_sampler *s, const float *logits, const llm_sampling_p
 
 /* ---- log-probabilities ---- */
 
-uint32_t llmi_logprobs_top(llmi_sampler *s, const float *logits, uint32_t top_n,
-                           llm_token *tokens, float *logprobs) {
+/* The one log-softmax of every log-probability we report: the largest
+ * logit, log(sum exp(l - max)) in index order, then (l - max) - lse per
+ * token, so a token's logprob is bitwise its top-N entry. */
+float llmi_logprobs(llmi_sampler *s, const float *logits, llm_token tok, uint32_t top_n,
+                    llm_token *tokens, float *logprobs, uint32_t *n_top) {
     uint32_t V = s->n_vocab;
     if (top_n > V) top_n = V;
-    if (top_n == 0) return 0;
     llmi_candidate *c = s->cand;
     float max = -INFINITY;
     for (uint32_t i = 0; i < V; i++)
@@ -460,13 +462,23 @@ uint32_t llmi_logprobs_top(llmi_sampler *s, const float *logits, uint32_t top_n,
     for (uint32_t i = 0; i < V; i++) {
         float l = isnan(logits[i]) ? -INFINITY : logits[i];
         sum += exp(centered(l, max));
-        h = heap_offer(c, h, top_n, (llmi_candidate){(llm_token)i, l, 0.0f});
+        if (top_n) h = heap_offer(c, h, top_n, (llmi_candidate){(llm_token)i, l, 0.0f});
     }
     double lse = log(sum);
-    qsort(c, top_n, sizeof *c, by_logit_desc);
+    if (top_n) qsort(c, top_n, sizeof *c, by_logit_desc);
     for (uint32_t j = 0; j < top_n; j++) {
         tokens[j] = c[j].id;
         logprobs[j] = (float)(centered(c[j].logit, max) - lse);
     }
-    return top_n;
+    if (n_top) *n_top = top_n;
+    if (tok < 0 || (uint32_t)tok >= V) return 0.0f;
+    float l = isnan(logits[tok]) ? -INFINITY : logits[tok];
+    return (float)(centered(l, max) - lse);
+}
+
+uint32_t llmi_logprobs_top(llmi_sampler *s, const float *logits, uint32_t top_n,
+                           llm_token *tokens, float *logprobs) {
+    uint32_t n = 0;
+    llmi_logprobs(s, logits, LLM_TOKEN_NONE, top_n, tokens, logprobs, &n);
+    return n;
 }

@@ -88,6 +88,12 @@ llm_token llmi_sample(llmi_sampler *s, const float *logits, const llm_sampling_p
  * as -infinity. Uses the sampler's candidate scratch. Returns the count. */
 uint32_t llmi_logprobs_top(llmi_sampler *s, const float *logits, uint32_t top_n,
                            llm_token *tokens, float *logprobs);
+/* The same in one pass, plus token `tok`'s log-probability as the return
+ * value (0 for a token outside the vocabulary, e.g. LLM_TOKEN_NONE):
+ * bitwise equal to its entry wherever it is among the top ones. top_n may
+ * be 0 (tokens and logprobs unused); *n_top (may be NULL) = the count. */
+float llmi_logprobs(llmi_sampler *s, const float *logits, llm_token tok, uint32_t top_n,
+                    llm_token *tokens, float *logprobs, uint32_t *n_top);
 
 /* Index of the largest logit (lowest index on ties; NaN never wins). */
 llm_token llmi_argmax(const float *logits, uint32_t n);

@@ -189,3 +189,10 @@ llm_status llmi_sched_emit_finish(llm_session *session, llmi_request *r,
         LLMI_TRY(push_event(s, r->forks[i], LLM_TOKEN_NONE, "", 0, 0.0f, reason, status));
     return LLM_OK;
 }
+
+bool llmi_sched_finish_pending(const llmi_sched *s, llm_request_id id) {
+    for (size_t i = s->events_delivered; i < s->n_events; i++)
+        if (s->events[i].ev.request == id && s->events[i].ev.finish_reason != LLM_FINISH_NONE)
+            return true;
+    return false;
+}

@@ -132,7 +132,8 @@ static llm_status check_limits(const llm_session *session, const llm_token *prom
                           n, p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
     for (size_t i = 0; i < p->n_stop_strings; i++) {
         const char *ss = p->stop_strings[i];
-        if (!ss || !*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
+        if (!ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
+        if (!*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
         size_t len = strlen(ss);
         if (llmi_utf8_valid_prefix(ss, len) != len)
             return llmi_error(LLM_ERR_INVALID_UTF8, "stop string %zu is not valid UTF-8", i);
@@ -249,7 +250,8 @@ llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
             if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
         }
     }
-    if (!found)
+    /* Finished, but the finish is still to be delivered: nothing to do. */
+    if (!found && !llmi_sched_finish_pending(s, id))
         st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
                         (unsigned long long)id);
     pthread_mutex_unlock(&s->lock);
@@ -489,14 +491,6 @@ static llm_status finish_cancelled(llm_session *session) {
 
 /* ---- after the forward pass ---- */
 
-static float logprob_of(const float *logits, uint32_t n, llm_token tok) {
-    float mx = logits[0];
-    for (uint32_t i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
-    return (float)((double)(logits[tok] - mx) - log(sum));
-}
-
 /* The verifier's sink for a request: the token (already at
  * r->tokens[r->n_tokens]) joins the request and becomes an event. */
 typedef struct push_ctx {
@@ -510,18 +504,18 @@ static bool push_token(void *ctx, llm_token tok, const float *lg) {
     push_ctx *c = ctx;
     llm_session *session = c->session;
     llmi_request *r = c->r;
-    uint32_t V = session->model->hp.n_vocab;
     r->n_tokens++;
     r->n_generated++;
     session->sched.generated_tokens++;
-    float lp = r->logprobs ? logprob_of(lg, V, tok) : 0.0f;
-    llm_status st = llmi_sched_emit_token(session, r, tok, lp, &c->finish);
-    if (st == LLM_OK && r->top_logprobs) {
-        llm_token top[20];
-        float top_lp[20];
-        uint32_t n_top = llmi_logprobs_top(&session->sampler, lg, r->top_logprobs, top, top_lp);
+    /* One log-softmax for the token and its top list: equal bit for bit. */
+    llm_token top[20];
+    float top_lp[20], lp = 0.0f;
+    uint32_t n_top = 0;
+    if (r->logprobs || r->top_logprobs)
+        lp = llmi_logprobs(&session->sampler, lg, tok, r->top_logprobs, top, top_lp, &n_top);
+    llm_status st = llmi_sched_emit_token(session, r, tok, r->logprobs ? lp : 0.0f, &c->finish);
+    if (st == LLM_OK && r->top_logprobs)
         st = llmi_sched_attach_top(&session->sched, top, top_lp, n_top);
-    }
     if (st != LLM_OK) {
         c->err = st;
         return false;

@@ -115,5 +115,8 @@ llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const f
 llm_status llmi_sched_emit_finish(struct llm_session *session, llmi_request *r,
                                   llm_finish_reason reason, llm_status status);
 void llmi_request_free(struct llm_session *session, llmi_request *r);
+/* Whether a finish event of request `id` is queued but not delivered yet
+ * (the request itself is gone). Under the lock. */
+bool llmi_sched_finish_pending(const llmi_sched *s, llm_request_id id);
 
 #endif

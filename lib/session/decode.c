@@ -223,12 +223,28 @@ static llm_status prepare_decode(llm_session *s, const llm_batch *b) {
     return st;
 }
 
+/* Makes decode_logits hold at least n rows (grows rarely, never shrinks).
+ * Decodes have their own rows: the logits a caller reads stay those of its
+ * last decode whatever steps and llm_generate compute in between. */
+static llm_status reserve_decode_logits(llm_session *s, uint32_t n) {
+    if (n <= s->cap_decode_logits) return LLM_OK;
+    size_t bytes;
+    if (!llmi_mul_ok((size_t)n * s->model->hp.n_vocab, sizeof(float), &bytes))
+        return llmi_error(LLM_ERR_LIMIT, "logits for %u rows overflow", n);
+    float *l = llmi_malloc_aligned(bytes);
+    if (!l) return llmi_oom("decode logits");
+    llmi_free_aligned(s->decode_logits);
+    s->decode_logits = l;
+    s->cap_decode_logits = n;
+    return LLM_OK;
+}
+
 llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
     pthread_mutex_lock(&s->sched.lock);
     llm_status st = prepare_decode(s, b);
     uint32_t n_logits = 0;
     for (uint32_t r = 0; r < b->n; r++) n_logits += b->want_logits[r];
-    if (st == LLM_OK) st = llmi_session_reserve_logits(s, n_logits ? n_logits : 1);
+    if (st == LLM_OK) st = reserve_decode_logits(s, n_logits ? n_logits : 1);
     if (st == LLM_OK && b->n > s->cap_decode_rows) {
         uint32_t *m = llmi_realloc(s->decode_rows, b->n * sizeof *m);
         if (m) {
@@ -255,7 +271,7 @@ llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
             s->decode_rows[r] = b->want_logits[r] ? out_row++ : UINT32_MAX;
         }
         st = llmi_engine_run(s->eng, s->rows, chunk,
-                              s->batch_logits + (size_t)first_out * V);
+                             s->decode_logits + (size_t)first_out * V);
         if (st != LLM_OK) {
             /* All or none: undo the chunks that ran. A sequence's first row
              * in the batch sits at its old length. */
@@ -280,6 +296,6 @@ llm_status llmi_session_logits(llm_session *s, uint32_t row, const float **out) 
                           row, s->n_decode_rows);
     if (s->decode_rows[row] == UINT32_MAX)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u did not ask for logits", row);
-    *out = s->batch_logits + (size_t)s->decode_rows[row] * s->model->hp.n_vocab;
+    *out = s->decode_logits + (size_t)s->decode_rows[row] * s->model->hp.n_vocab;
     return LLM_OK;
 }

@@ -69,6 +69,7 @@ static llm_status kv_blocks(llm_session *s, uint32_t *out) {
     if (n_blocks > UINT32_MAX / s->params.kv_block_size)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %llu blocks is too large",
                           (unsigned long long)n_blocks);
+    LLMI_TRY(llmi_mem_check(n_blocks * block_bytes, "the KV cache (kv_cache_bytes)"));
     *out = (uint32_t)n_blocks;
     return LLM_OK;
 }
@@ -145,6 +146,7 @@ void llmi_session_free(llm_session *s) {
     llmi_free(s->decode_rows);
     llmi_free(s->stats_fill);
     llmi_free_aligned(s->batch_logits);
+    llmi_free_aligned(s->decode_logits);
     if (s->kv) llmi_kv_seq_destroy(s->kv, &s->seq);
     llmi_sampler_destroy(&s->sampler);
     llmi_engine_free(s->eng);

@@ -31,6 +31,9 @@ struct llm_session {
     size_t n_seqs;
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
     uint32_t n_decode_rows, cap_decode_rows;
+    float *decode_logits;  /* [cap_decode_logits][n_vocab]: llm_session_decode's own, so
+                              steps and llm_generate leave them alone */
+    uint32_t cap_decode_logits;
     uint32_t *stats_fill;  /* [kv blocks]: scratch for llm_session_get_stats */
     llmi_spec spec;        /* speculative decoding: draft model, cost model */
     llmi_spec_job *spec_jobs; /* scratch: a step's draft-model jobs */

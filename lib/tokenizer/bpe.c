@@ -370,6 +370,8 @@ typedef struct scratch {
     size_t sym_cap;
     bigram *heap;
     size_t heap_n, heap_cap;
+    size_t word_off; /* offset of the word being tokenized in the text */
+    size_t dropped;  /* offset of the first byte left without a token, or SIZE_MAX */
 } scratch;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -439,6 +441,18 @@ static llm_status add_bigram(const llmi_tokenizer *t, scratch *s, int32_t l, int
     return heap_push(s, (bigram){rank, l, r, s->syms[l].n + s->syms[r].n, result});
 }
 
+/* Index in word w of the byte whose mapped character holds byte `e` of the
+ * encoding of the symbol that starts at byte `first`. */
+static size_t byte_of_enc(const char *w, size_t first, uint32_t e) {
+    char tmp[4];
+    size_t k = first;
+    for (size_t end = 0;; k++) {
+        end += llmi_tok_utf8_encode(llmi_bpe_byte_cp((uint8_t)w[k]), tmp);
+        if (e < end)
+            return k;
+    }
+}
+
 static llm_status bpe_word(const llmi_tokenizer *t, scratch *s, const char *w, size_t n,
                            llmi_tokvec *out) {
     if (n == 0)
@@ -487,6 +501,8 @@ static llm_status bpe_word(const llmi_tokenizer *t, scratch *s, const char *w, s
             llm_token id = llmi_tok_find(t, s->enc + y->off + j, 1);
             if (id >= 0)
                 LLMI_TRY(llmi_tokvec_push(out, id));
+            else if (s->dropped == SIZE_MAX)
+                s->dropped = s->word_off + byte_of_enc(w, (size_t)i, j);
         }
     }
     return LLM_OK;
@@ -501,13 +517,16 @@ static llm_status tokenize(const llmi_tokenizer *t, scratch *s, pcre2_match_data
         s->a = s->b;
         s->b = tmp;
     }
-    for (size_t k = 0; k < s->a.n; k++)
+    for (size_t k = 0; k < s->a.n; k++) {
+        s->word_off = s->a.v[k].off;
         LLMI_TRY(bpe_word(t, s, text + s->a.v[k].off, s->a.v[k].len, out));
+    }
     return LLM_OK;
 }
 
 llm_status llmi_bpe_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
-                             llmi_tokvec *out) {
+                             llmi_tokvec *out, size_t *dropped) {
+    *dropped = SIZE_MAX;
     if (len == 0)
         return LLM_OK;
     pcre2_match_data *md = pcre2_match_data_create(1, (pcre2_general_context *)t->gctx);
@@ -515,7 +534,9 @@ llm_status llmi_bpe_tokenize(const llmi_tokenizer *t, const char *text, size_t l
         return llmi_oom("regex match data");
     scratch s;
     memset(&s, 0, sizeof s);
+    s.dropped = SIZE_MAX;
     llm_status st = tokenize(t, &s, md, text, len, out);
+    *dropped = s.dropped;
     pcre2_match_data_free(md);
     llmi_free(s.a.v);
     llmi_free(s.b.v);

@@ -23,6 +23,7 @@ typedef struct work {
     sym *syms;
     bigram *heap;
     size_t heap_n, heap_cap;
+    size_t dropped; /* offset of the first byte without a token of its own, or SIZE_MAX */
 } work;
 
 static bool before(const bigram *a, const bigram *b) {
@@ -82,12 +83,16 @@ static llm_status try_add(const llmi_tokenizer *t, work *w, const char *text, in
     return push(w, (bigram){t->score[id], l, r, size});
 }
 
-static llm_status emit(const llmi_tokenizer *t, const char *s, size_t n, llmi_tokvec *out) {
+static llm_status emit(const llmi_tokenizer *t, work *w, const char *text, size_t off, size_t n,
+                       llmi_tokvec *out) {
+    const char *s = text + off;
     llm_token id = llmi_tok_find(t, s, n);
     if (id >= 0)
         return llmi_tokvec_push(out, id);
     for (size_t j = 0; j < n; j++) {
         id = t->byte_tok[(unsigned char)s[j]];
+        if (id < 0 && w->dropped == SIZE_MAX)
+            w->dropped = off + j;
         if (id < 0)
             id = t->unk; /* no byte fallback in this vocabulary */
         if (id >= 0)
@@ -125,18 +130,20 @@ static llm_status run(const llmi_tokenizer *t, work *w, const char *text, size_t
         LLMI_TRY(try_add(t, w, text, b.left, w->syms[b.left].next));
     }
     for (int32_t i = 0; i != -1 && n > 0; i = w->syms[i].next)
-        LLMI_TRY(emit(t, text + w->syms[i].off, w->syms[i].n, out));
+        LLMI_TRY(emit(t, w, text, w->syms[i].off, w->syms[i].n, out));
     return LLM_OK;
 }
 
 llm_status llmi_spm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
-                             llmi_tokvec *out) {
+                             llmi_tokvec *out, size_t *dropped) {
+    *dropped = SIZE_MAX;
     if (len == 0)
         return LLM_OK;
     if (len > INT32_MAX)
         return llmi_error(LLM_ERR_LIMIT, "text too long to tokenize");
     work w;
     memset(&w, 0, sizeof w);
+    w.dropped = SIZE_MAX;
     size_t bytes;
     if (!llmi_mul_ok(len, sizeof(sym), &bytes))
         return llmi_oom("SentencePiece symbols");
@@ -144,6 +151,7 @@ llm_status llmi_spm_tokenize(const llmi_tokenizer *t, const char *text, size_t l
     if (!w.syms)
         return llmi_oom("SentencePiece symbols");
     llm_status st = run(t, &w, text, len, out);
+    *dropped = w.dropped;
     llmi_free(w.syms);
     llmi_free(w.heap);
     return st;

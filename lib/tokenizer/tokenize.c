@@ -140,9 +140,10 @@ static llm_status partition(const llmi_tokenizer *t, const char *text, size_t le
     return LLM_OK;
 }
 
-/* SentencePiece fragment: optional leading space, spaces -> U+2581. */
+/* SentencePiece fragment: optional leading space, spaces -> U+2581.
+ * *dropped = offset in s of the first byte without a token, or SIZE_MAX. */
 static llm_status spm_fragment(const llmi_tokenizer *t, const char *s, size_t n, bool prefix,
-                               char **buf, size_t *cap, llmi_tokvec *out) {
+                               char **buf, size_t *cap, llmi_tokvec *out, size_t *dropped) {
     size_t need = 3 * (n + 1), o = 0;
     if (need < n)
         return llmi_oom("escaped text");
@@ -166,7 +167,26 @@ static llm_status spm_fragment(const llmi_tokenizer *t, const char *s, size_t n,
             d[o++] = s[i];
         }
     }
-    return llmi_spm_tokenize(t, d, o, out);
+    size_t e;
+    LLMI_TRY(llmi_spm_tokenize(t, d, o, out, &e));
+    /* Back from the escaped text: the byte the escaped byte e stands for
+     * (the prefix's U+2581 for the fragment's first byte). */
+    *dropped = SIZE_MAX;
+    o = prefix ? 3 : 0;
+    for (size_t i = 0; e != SIZE_MAX && i < n && *dropped == SIZE_MAX; i++) {
+        o += s[i] == ' ' ? 3 : 1;
+        if (e < o)
+            *dropped = i;
+    }
+    return LLM_OK;
+}
+
+/* LLM_TOKENIZE_STRICT: the first byte of the text that got no token. */
+static llm_status refuse_dropped(const char *text, size_t at) {
+    return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                      "tokenize: byte 0x%02x at byte offset %zu has no token in this vocabulary "
+                      "(LLM_TOKENIZE_STRICT)",
+                      (unsigned char)text[at], at);
 }
 
 static llm_status tokenize_all(const llmi_tokenizer *t, const char *text, size_t len,
@@ -187,12 +207,15 @@ static llm_status tokenize_all(const llmi_tokenizer *t, const char *text, size_t
             prev_special = true;
             continue;
         }
+        size_t dropped;
         if (t->model == LLMI_TOKMODEL_SPM) {
             LLMI_TRY(spm_fragment(t, text + f.off, f.len, t->add_space_prefix && prev_special, esc,
-                                  esc_cap, tv));
+                                  esc_cap, tv, &dropped));
         } else {
-            LLMI_TRY(llmi_bpe_tokenize(t, text + f.off, f.len, tv));
+            LLMI_TRY(llmi_bpe_tokenize(t, text + f.off, f.len, tv, &dropped));
         }
+        if ((flags & LLM_TOKENIZE_STRICT) && dropped != SIZE_MAX)
+            return refuse_dropped(text, f.off + dropped);
         prev_special = false;
     }
     if (add_special && t->add_eos) {
@@ -212,7 +235,8 @@ llm_status llmi_tokenize(const llmi_tokenizer *t, const char *text, size_t len, 
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: text is NULL");
     if (!out && capacity > 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: tokens is NULL");
-    if (flags & ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL))
+    if (flags & ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL |
+                            LLM_TOKENIZE_STRICT))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: unknown flags 0x%x", flags);
     size_t good = len ? llmi_utf8_valid_prefix(text, len) : 0;
     if (good != len)

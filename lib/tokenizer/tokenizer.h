@@ -164,19 +164,22 @@ typedef struct llmi_tokvec {
 llm_status llmi_tokvec_push(llmi_tokvec *tv, llm_token id);
 
 /* bpe.c: regexes and merges for a "gpt2" model; tokenizes one fragment
- * (text without special tokens) and appends to out. */
+ * (text without special tokens) and appends to out. *dropped = offset of
+ * the first byte that got no token (llama.cpp drops it), else SIZE_MAX. */
 llm_status llmi_bpe_init(llmi_tokenizer *t, const llmi_gguf *g, const char *pre_name);
 void llmi_bpe_free(llmi_tokenizer *t);
 llm_status llmi_bpe_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
-                             llmi_tokvec *out);
+                             llmi_tokvec *out, size_t *dropped);
 /* GPT-2 bytes_to_unicode: the code point standing for byte b. */
 uint32_t llmi_bpe_byte_cp(uint8_t b);
 /* Inverse: byte of a mapped code point, or -1. */
 int llmi_bpe_cp_byte(uint32_t cp);
 
-/* spm.c: SentencePiece-style BPE on one fragment (spaces already U+2581). */
+/* spm.c: SentencePiece-style BPE on one fragment (spaces already U+2581).
+ * *dropped = offset of the first byte without a token of its own (dropped,
+ * or the unknown token where the vocabulary has one), else SIZE_MAX. */
 llm_status llmi_spm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
-                             llmi_tokvec *out);
+                             llmi_tokvec *out, size_t *dropped);
 
 /* UTF-8 helpers shared by the module. */
 size_t llmi_tok_utf8_encode(uint32_t cp, char *out); /* 1-4 bytes */

@@ -339,6 +339,7 @@ static void test_enum_values(void **state) {
 
     check_num("LLM_TOKENIZE_ADD_SPECIAL", LLM_TOKENIZE_ADD_SPECIAL, 1);
     check_num("LLM_TOKENIZE_PARSE_SPECIAL", LLM_TOKENIZE_PARSE_SPECIAL, 2);
+    check_num("LLM_TOKENIZE_STRICT", LLM_TOKENIZE_STRICT, 4);
     check_num("LLM_DETOKENIZE_SPECIAL", LLM_DETOKENIZE_SPECIAL, 1);
     END_CHECKS();
 }

@@ -149,6 +149,15 @@ static llm_token *tokenize(const llmi_tokenizer *t, const char *text, size_t len
     for (size_t i = 0; i < n; i++)
         FUZZ_CHECK(toks[i] >= 0 && (uint32_t)toks[i] < t->n_vocab, "token %d of %u", toks[i],
                    t->n_vocab);
+    /* Strict gives the same tokens, or refuses naming a byte offset. */
+    llm_token *strict = malloc((need + 1) * sizeof *strict);
+    size_t ns = 0;
+    st = llmi_tokenize(t, text, len, flags | LLM_TOKENIZE_STRICT, strict, need, &ns);
+    FUZZ_CHECK((st == LLM_OK && ns == n && (n == 0 || !memcmp(strict, toks, n * sizeof *toks))) ||
+                   (st == LLM_ERR_INVALID_ARGUMENT && ns == 0 &&
+                    strstr(llmi_error_message(), "byte offset")),
+               "strict gave %d (%s), %zu of %zu tokens", st, llmi_error_message(), ns, n);
+    free(strict);
     *n_out = n;
     return toks;
 }

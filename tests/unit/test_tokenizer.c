@@ -718,6 +718,35 @@ static void test_spm(void **state) {
     llmi_tokenizer_free(t);
 }
 
+/* LLM_TOKENIZE_STRICT on a SentencePiece vocabulary: a byte without a
+ * <0xNN> token becomes <unk> by default and is refused when strict, at its
+ * offset in the caller's text (not in the space-escaped text). */
+static void test_spm_strict(void **state) {
+    (void)state;
+    llmi_tokenizer *t;
+    OK(spm_make(true, false, &t));
+    static const llm_token fallback[] = {P(12), B(0xc3), B(0xa9), P(11)};
+    llm_token ids[16];
+    size_t n = 99;
+    OK(llmi_tokenize(t, "h\xc3\xa9llo", 6, LLM_TOKENIZE_STRICT, ids, 16, &n));
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, fallback, sizeof fallback);
+    t->byte_tok[0x07] = -1; /* as if the vocabulary had no <0x07> */
+    static const llm_token unk[] = {P(12), 0, P(11)}; /* ▁h <unk> llo */
+    expect_ids(t, "h\x07llo", 5, 0, unk, 3);
+    EXPECT_ERR(llmi_tokenize(t, "h\x07llo", 5, LLM_TOKENIZE_STRICT, ids, 16, &n),
+               LLM_ERR_INVALID_ARGUMENT, "byte 0x07 at byte offset 1 ");
+    assert_int_equal(n, 0);
+    /* Escaped as "\u2581\u2581x\x07" (prefix, then the space): offset 2. */
+    EXPECT_ERR(llmi_tokenize(t, " x\x07", 3, LLM_TOKENIZE_STRICT, ids, 16, &n),
+               LLM_ERR_INVALID_ARGUMENT, "byte offset 2 ");
+    /* After a special token, in the second fragment. */
+    EXPECT_ERR(llmi_tokenize(t, "<|im_start|>a b\x07", 16,
+                             LLM_TOKENIZE_PARSE_SPECIAL | LLM_TOKENIZE_STRICT, ids, 16, &n),
+               LLM_ERR_INVALID_ARGUMENT, "byte offset 15 ");
+    llmi_tokenizer_free(t);
+}
+
 /* Runs on the SentencePiece vocabulary, and on the real one when present. */
 static void test_invalid_utf8(void **state) {
     (void)state;
@@ -874,6 +903,7 @@ int main(void) {
         cmocka_unit_test(test_buffers_and_arguments),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_spm),
+        cmocka_unit_test(test_spm_strict),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_alloc_failures),
     };
