@@ -498,11 +498,19 @@ typedef struct llm_generate_result {
 /**
  * Generates a continuation of `prompt` (tokens, e.g. from llm_tokenize) and
  * streams it through `params->on_token`, one call per token (also when
- * speculative decoding accepts several in one step). Each call starts from
- * an empty context. A prompt longer than the session's n_ctx gives
- * ::LLM_ERR_LIMIT. `result` may be NULL. Random numbers are keyed by
- * (seed, stream 0, position), as for requests: two calls with the same
- * prompt and sampling params give the same tokens.
+ * speculative decoding accepts several in one step). It is one request
+ * through the session's scheduler (as llm_session_submit, with the same
+ * limits), stepped until it finishes: a prompt that leaves no room in the
+ * context (`n_prompt >= n_ctx`) gives ::LLM_ERR_LIMIT, and prompt plus
+ * generated tokens never exceed n_ctx. Each call starts from an empty
+ * context, and its KV blocks are released when it returns (the prefix cache
+ * may keep them for reuse). Random numbers are keyed by (seed, stream 0,
+ * position), as for requests: two calls with the same prompt and sampling
+ * params give the same tokens, and so does a request. Requests submitted to
+ * the session advance in the same steps; their events stay queued for
+ * llm_session_step(). Call it from the thread that steps the session (not
+ * concurrently with llm_session_step()); on_token runs on the calling
+ * thread with no lock held. `result` may be NULL.
  */
 LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result);
@@ -517,7 +525,7 @@ LLM_API llm_status llm_generate(llm_session *session, const llm_token *prompt, s
  * with decode tokens. Requests sharing a prompt prefix share its KV blocks.
  * When KV memory runs out the most recently admitted request is preempted
  * (its blocks freed, recomputed later); a request that fits the limits is
- * never dropped.
+ * never dropped, and never waits forever (see llm_session_step()).
  *
  * Threads: llm_session_submit() and llm_session_cancel() may be called from
  * any thread at any time, also while another thread is inside
@@ -634,7 +642,13 @@ typedef struct llm_event {
  * gives exactly the tokens of a run without the failure. Events the failed
  * iteration did produce (finishes of cancelled requests) come with the next
  * call. A request that cannot go on ends with ::LLM_FINISH_ERROR and its
- * status in llm_event::status (docs/reliability.md).
+ * status in llm_event::status (docs/reliability.md). In particular, a
+ * waiting request that needs more KV blocks than are free or cached while
+ * no request runs (the rest are held by open token-level sequences, which
+ * only the host can release) ends at once with ::LLM_FINISH_ERROR and
+ * ::LLM_ERR_LIMIT rather than waiting for as long as they stay open.
+ * Event text and top log-probabilities are borrowed until the next
+ * llm_session_step() or llm_generate() on the session.
  */
 LLM_API llm_status llm_session_step(llm_session *session, llm_event *events, size_t capacity,
                                     size_t event_size, size_t *n_events);

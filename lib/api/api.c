@@ -70,10 +70,7 @@ LLM_API llm_status llm_model_load(const char *path, const llm_model_params *para
     CHECK_ARG(path, "llm_model_load: path is NULL");
     llm_model_params p;
     llm_model_params_init(&p);
-    if (params) {
-        LLMI_TRY(check_struct_size("llm_model_params", params->struct_size));
-        memcpy(&p, params, params->struct_size < sizeof p ? params->struct_size : sizeof p);
-    }
+    LLMI_TRY(llmi_params_copy("llm_model_params", params, &p, sizeof p));
     return llmi_model_load(path, p.use_mmap, out);
 }
 
@@ -220,17 +217,6 @@ LLM_API llm_status llm_chat_template_apply(const llm_model *m, const llm_chat_me
 
 /* ---- sessions and generation ---- */
 
-LLM_API void llm_session_params_init(llm_session_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_batch_tokens = 512;
-    p->kv_type = LLM_KV_F32;
-    p->kv_block_size = 16;
-    p->prefix_cache = true;
-    p->draft_model = NULL;
-}
-
 LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_params *params,
                                       llm_session **out) {
     CHECK_ARG(out, "llm_session_create: out is NULL");
@@ -241,45 +227,14 @@ LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_para
 
 LLM_API void llm_session_free(llm_session *s) { llmi_session_free(s); }
 
-LLM_API void llm_sampling_params_init(llm_sampling_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->temperature = 0.8f;
-    p->top_k = 40;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.0f;
-    p->repeat_last_n = 64;
-}
-
-LLM_API void llm_generate_params_init(llm_generate_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_new_tokens = 128;
-    p->spec_mode = LLM_SPEC_NONE;
-    p->spec_k = 0; /* adaptive */
-}
-
 LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result) {
     CHECK_ARG(s, "llm_generate: session is NULL");
     CHECK_ARG(prompt || n_prompt == 0, "llm_generate: prompt is NULL");
-    return llmi_generate(s, prompt, n_prompt, params, result);
+    return llmi_sched_generate(s, prompt, n_prompt, params, result);
 }
 
 /* ---- request level ---- */
-
-LLM_API void llm_request_params_init(llm_request_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_new_tokens = 256;
-    p->spec_mode = LLM_SPEC_NONE;
-    p->spec_k = 0; /* adaptive */
-    p->n_samples = 1;
-}
 
 LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, size_t n_prompt,
                                       const llm_request_params *params, llm_request_id *out_id) {

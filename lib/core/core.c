@@ -257,3 +257,16 @@ size_t llmi_utf8_valid_prefix(const char *s, size_t len) {
     }
     return len;
 }
+
+llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t size) {
+    if (!in) return LLM_OK;
+    uint32_t in_size;
+    memcpy(&in_size, in, sizeof in_size);
+    if (in_size < sizeof(uint32_t) || in_size > (1u << 16))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "%s.struct_size %u is invalid (call %s_init)", name, in_size, name);
+    memcpy(out, in, in_size < size ? in_size : size);
+    uint32_t full = (uint32_t)size;
+    memcpy(out, &full, sizeof full);
+    return LLM_OK;
+}

@@ -24,6 +24,15 @@ void llmi_error_prefix(const char *fmt, ...) LLMI_PRINTF(1, 2);
 void llmi_error_clear(void);
 const char *llmi_error_message(void);
 
+/* Copies a caller's versioned params struct (`name`, e.g.
+ * "llm_session_params") into `out`, which holds the library's defaults and
+ * is `size` bytes: only the bytes the caller's struct_size covers are
+ * read, then out's struct_size is set to `size`. A struct_size smaller than
+ * the field itself or implausibly large (over 64 KiB) gives
+ * LLM_ERR_INVALID_ARGUMENT. `in` NULL keeps the defaults. Both structs
+ * start with uint32_t struct_size. */
+llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t size);
+
 /* Return early on failure, keeping the callee's message. */
 #define LLMI_TRY(expr)                                                          \
     do {                                                                       \

@@ -117,6 +117,18 @@ static llm_status validate(const llm_sampling_params *p, uint32_t n_vocab) {
     return LLM_OK;
 }
 
+LLM_API void llm_sampling_params_init(llm_sampling_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+}
+
 llm_status llmi_sampling_params_read(const llm_sampling_params *in, uint32_t n_vocab,
                                      llm_sampling_params *out) {
     llm_sampling_params_init(out);
@@ -124,14 +136,7 @@ llm_status llmi_sampling_params_read(const llm_sampling_params *in, uint32_t n_v
         out->temperature = 0.0f;
         return LLM_OK;
     }
-    if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "llm_sampling_params.struct_size %u is invalid (call "
-                          "llm_sampling_params_init)",
-                          in->struct_size);
-    size_t n = in->struct_size < sizeof *out ? in->struct_size : sizeof *out;
-    memcpy(out, in, n);
-    out->struct_size = sizeof *out;
+    LLMI_TRY(llmi_params_copy("llm_sampling_params", in, out, sizeof *out));
     if (out->n_logit_bias == 0) out->logit_bias = NULL;
     llm_status st = validate(out, n_vocab);
     if (st != LLM_OK) {

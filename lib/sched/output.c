@@ -43,6 +43,8 @@ static llm_status push_event(llmi_sched *s, const llmi_request *r, llm_token tok
     LLMI_TRY(reserve_events(s, 1));
     llmi_event_rec *rec = &s->events[s->n_events];
     LLMI_TRY(arena_put(s, text, n, &rec->text_off));
+    rec->taken = false;
+    rec->top_off = 0;
     rec->ev = (llm_event){.request = r->id,
                           .token = tok,
                           .text = NULL,

@@ -53,8 +53,7 @@ static bool reserve_ptrs(llmi_request ***arr, size_t n, size_t *cap) {
     return true;
 }
 
-/* Appends to a pointer array, growing it; false on OOM. */
-static bool push_ptr(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r) {
+bool llmi_sched_push(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r) {
     if (!reserve_ptrs(arr, *n + 1, cap)) return false;
     (*arr)[(*n)++] = r;
     return true;
@@ -63,199 +62,6 @@ static bool push_ptr(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *
 static void remove_at(llmi_request **arr, size_t *n, size_t i) {
     memmove(arr + i, arr + i + 1, (*n - i - 1) * sizeof *arr);
     (*n)--;
-}
-
-/* ---- submit ---- */
-
-static llm_status read_request_params(const llm_request_params *in, llm_request_params *p) {
-    llm_request_params_init(p);
-    if (!in) return LLM_OK;
-    if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "llm_request_params.struct_size %u is invalid (call "
-                          "llm_request_params_init)",
-                          in->struct_size);
-    memcpy(p, in, in->struct_size < sizeof *p ? in->struct_size : sizeof *p);
-    /* spec_mode sits in what was padding of the 1.0 struct: read it only
-     * from callers whose struct has both spec fields. */
-    if (in->struct_size < offsetof(llm_request_params, spec_k) + sizeof p->spec_k) {
-        p->spec_mode = LLM_SPEC_NONE;
-        p->spec_k = 0;
-    }
-    /* n_samples took what was padding after spec_k, which zeroing callers
-     * (llm_request_params_init) leave 0: 0 means one sample. */
-    if (in->struct_size < offsetof(llm_request_params, n_samples) + sizeof p->n_samples ||
-        p->n_samples == 0)
-        p->n_samples = 1;
-    p->struct_size = sizeof *p;
-    if (p->n_samples > LLM_MAX_SAMPLES)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "n_samples %u exceeds the maximum of %u",
-                          p->n_samples, LLM_MAX_SAMPLES);
-    if (p->n_stop_tokens && !p->stop_tokens)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL with n_stop_tokens %zu",
-                          p->n_stop_tokens);
-    if (p->n_stop_strings && !p->stop_strings)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "stop_strings is NULL with n_stop_strings %zu", p->n_stop_strings);
-    if (p->max_new_tokens == 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "max_new_tokens must be at least 1");
-    if (p->n_stop_tokens > 1024 || p->n_stop_strings > 64)
-        return llmi_error(LLM_ERR_LIMIT, "at most 1024 stop tokens and 64 stop strings");
-    if (p->top_logprobs > 20)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "top_logprobs %u exceeds the maximum of 20",
-                          p->top_logprobs);
-    return LLM_OK;
-}
-
-static llm_status check_limits(const llm_session *session, const llm_token *prompt, size_t n,
-                               const llm_request_params *p) {
-    uint32_t n_ctx = session->params.n_ctx;
-    if (n == 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the prompt has no tokens");
-    if (n >= n_ctx)
-        return llmi_error(LLM_ERR_LIMIT,
-                          "prompt of %zu tokens leaves no room in the context of %u tokens", n,
-                          n_ctx);
-    for (size_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || (uint32_t)prompt[i] >= session->model->hp.n_vocab)
-            return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                              "prompt token %zu is %d, outside the vocabulary of %u", i, prompt[i],
-                              session->model->hp.n_vocab);
-    /* The longest this request can get must fit the pool on its own, or it
-     * could never finish however many others are preempted. */
-    uint64_t longest = n + (uint64_t)p->max_new_tokens;
-    if (longest > n_ctx) longest = n_ctx;
-    const llmi_kv *kv = session->kv;
-    uint64_t blocks = (longest + kv->block_size - 1) / kv->block_size;
-    if (blocks > kv->n_blocks)
-        return llmi_error(LLM_ERR_LIMIT,
-                          "prompt %zu + max_new_tokens %u needs %llu KV blocks; the pool has %u",
-                          n, p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
-    for (size_t i = 0; i < p->n_stop_strings; i++) {
-        const char *ss = p->stop_strings[i];
-        if (!ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
-        if (!*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
-        size_t len = strlen(ss);
-        if (llmi_utf8_valid_prefix(ss, len) != len)
-            return llmi_error(LLM_ERR_INVALID_UTF8, "stop string %zu is not valid UTF-8", i);
-    }
-    return LLM_OK;
-}
-
-static llm_status build_request(llm_session *session, const llm_token *prompt, size_t n,
-                                const llm_request_params *p, llmi_request **out) {
-    llmi_request *r = llmi_calloc(1, sizeof *r);
-    if (!r) return llmi_oom("request");
-    llm_status st =
-        llmi_sampling_params_copy(p->sampling, session->model->hp.n_vocab, &r->sampling);
-    if (st != LLM_OK) {
-        llmi_free(r);
-        return st;
-    }
-    uint32_t n_ctx = session->params.n_ctx;
-    r->cap_tokens = (uint32_t)(n + p->max_new_tokens > n_ctx ? n_ctx : n + p->max_new_tokens) + 1;
-    /* Drafts are written past the tokens during a step. */
-    uint32_t room = p->spec_mode != LLM_SPEC_NONE ? LLMI_SPEC_MAX_K + 2 : 0;
-    llmi_spec_req_init(&r->spec, p->spec_mode, p->spec_k);
-    r->tokens = llmi_malloc((size_t)(r->cap_tokens + room) * sizeof *r->tokens);
-    r->stop_tokens = llmi_malloc((p->n_stop_tokens ? p->n_stop_tokens : 1) * sizeof(llm_token));
-    r->stop_strings = llmi_calloc(p->n_stop_strings ? p->n_stop_strings : 1, sizeof(char *));
-    if (!r->tokens || !r->stop_tokens || !r->stop_strings) goto oom;
-    memcpy(r->tokens, prompt, n * sizeof *prompt);
-    r->n_prompt = r->n_tokens = (uint32_t)n;
-    if (p->n_stop_tokens)
-        memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof(llm_token));
-    r->n_stop_tokens = p->n_stop_tokens;
-    for (size_t i = 0; i < p->n_stop_strings; i++) {
-        if (!(r->stop_strings[i] = llmi_strdup(p->stop_strings[i]))) goto oom;
-        r->n_stop_strings = i + 1;
-    }
-    r->max_new = p->max_new_tokens;
-    r->priority = p->priority;
-    r->ignore_eos = p->ignore_eos;
-    r->logprobs = p->logprobs;
-    r->top_logprobs = p->top_logprobs;
-    llmi_detok_init(&r->detok, session->model->tok, 0);
-    *out = r;
-    return LLM_OK;
-oom:
-    llmi_request_free(session, r);
-    return llmi_oom("request");
-}
-
-llm_status llmi_sched_submit(llm_session *session, const llm_token *prompt, size_t n,
-                             const llm_request_params *params, llm_request_id *out) {
-    llm_request_params p;
-    LLMI_TRY(read_request_params(params, &p));
-    LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k,
-                                    session->spec.draft));
-    LLMI_TRY(check_limits(session, prompt, n, &p));
-    llmi_request *r = NULL;
-    LLMI_TRY(build_request(session, prompt, n, &p, &r));
-    if (p.n_samples > 1) { /* the other samples, ready to start from the prompt */
-        r->forks = llmi_calloc(p.n_samples - 1, sizeof *r->forks);
-        if (!r->forks) {
-            llmi_request_free(session, r);
-            return llmi_oom("request samples");
-        }
-        for (uint32_t i = 1; i < p.n_samples; i++) {
-            llmi_request *c = NULL;
-            llm_status st = build_request(session, prompt, n, &p, &c);
-            if (st != LLM_OK) {
-                llmi_request_free(session, r);
-                return st;
-            }
-            c->sample_index = i;
-            c->sampling.seed = llmi_sample_seed(r->sampling.seed, i);
-            r->forks[r->n_forks++] = c;
-        }
-    }
-    llmi_sched *s = &session->sched;
-    pthread_mutex_lock(&s->lock);
-    bool ok = push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, r);
-    if (ok) {
-        r->id = s->next_id++;
-        r->arrival = s->next_arrival++;
-        for (uint32_t i = 0; i < r->n_forks; i++) {
-            r->forks[i]->id = r->id;
-            r->forks[i]->arrival = r->arrival;
-        }
-        *out = r->id;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!ok) {
-        llmi_request_free(session, r);
-        return llmi_oom("request queue");
-    }
-    return LLM_OK;
-}
-
-/* ---- cancel ---- */
-
-llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
-    llmi_sched *s = &session->sched;
-    llm_status st = LLM_OK;
-    pthread_mutex_lock(&s->lock);
-    /* Every sample of the request: each is its own entry once started. */
-    bool found = false;
-    llmi_request **lists[2] = {s->waiting, s->running};
-    size_t counts[2] = {s->n_waiting, s->n_running};
-    for (int l = 0; l < 2; l++) {
-        for (size_t i = 0; i < counts[l]; i++) {
-            llmi_request *r = lists[l][i];
-            if (r->id != id) continue;
-            found = true;
-            /* Cancelling twice is harmless until the finish is reported. */
-            r->cancelled = true;
-            /* Free the blocks now unless a forward pass is writing them. */
-            if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
-        }
-    }
-    /* Finished, but the finish is still to be delivered: nothing to do. */
-    if (!found && !llmi_sched_finish_pending(s, id))
-        st = llmi_error(LLM_ERR_NOT_FOUND, "request %llu is not queued or running",
-                        (unsigned long long)id);
-    pthread_mutex_unlock(&s->lock);
-    return st;
 }
 
 /* ---- planning ---- */
@@ -278,7 +84,7 @@ static bool preempt_newest(llm_session *session, size_t first_unplanned) {
     llmi_sched *s = &session->sched;
     if (s->n_running == 0 || s->n_running - 1 < first_unplanned) return false;
     llmi_request *victim = s->running[s->n_running - 1];
-    if (!push_ptr(&s->waiting, &s->n_waiting, &s->cap_waiting, victim)) return false;
+    if (!llmi_sched_push(&s->waiting, &s->n_waiting, &s->cap_waiting, victim)) return false;
     s->n_running--;
     llmi_kv_seq_release(session->kv, &victim->seq);
     llmi_spec_req_drop_draft_kv(&session->spec, &victim->spec);
@@ -347,7 +153,18 @@ static llm_status plan_admissions(llm_session *session, plan *pl) {
         uint32_t all_blocks = llmi_kv_seq_blocks_needed(kv, &r->seq, r->n_tokens + 1);
         if (all_blocks > llmi_kv_available(kv)) {
             llmi_kv_seq_release(kv, &r->seq); /* give the matched blocks back */
-            break;
+            if (s->n_running > 0) break;      /* running requests free blocks */
+            /* Nothing runs that will free blocks: token-level sequences
+             * hold them, and the request would wait for as long as they
+             * stay open. It ends now, with the reason, rather than never. */
+            llmi_error(LLM_ERR_LIMIT,
+                       "request %llu needs %u KV blocks; %u are free or cached, the rest held "
+                       "by token-level sequences",
+                       (unsigned long long)r->id, all_blocks, llmi_kv_available(kv));
+            LLMI_TRY(llmi_sched_emit_finish(session, r, LLM_FINISH_ERROR, LLM_ERR_LIMIT));
+            remove_at(s->waiting, &s->n_waiting, wi);
+            llmi_request_free(session, r);
+            continue;
         }
         uint32_t n = r->n_tokens - r->seq.n_tokens;
         if (n > pl->budget) n = pl->budget;
@@ -356,7 +173,7 @@ static llm_status plan_admissions(llm_session *session, plan *pl) {
             llmi_kv_seq_release(kv, &r->seq);
             return st == LLM_ERR_LIMIT ? LLM_OK : st;
         }
-        if (!push_ptr(&s->running, &s->n_running, &s->cap_running, r)) {
+        if (!llmi_sched_push(&s->running, &s->n_running, &s->cap_running, r)) {
             llmi_kv_seq_release(kv, &r->seq);
             return llmi_oom("running list");
         }
@@ -539,8 +356,14 @@ static bool settle(llm_session *session, llmi_request *r, const float *lg, llm_s
     uint32_t n = llmi_spec_verify(&session->spec, &r->spec, &session->sampler, lg, &r->sampling,
                                   r->tokens, r->n_tokens, r->n_generated, session->model->tok,
                                   (llmi_spec_sink){push_token, &pc}, &stopped);
+    uint64_t steps = s->spec_steps, drafted = s->spec_drafted, accepted = s->spec_accepted;
     llmi_spec_finish(&session->spec, &r->spec, r->tokens, r->n_tokens, n, stopped, &s->spec_steps,
                      &s->spec_drafted, &s->spec_accepted);
+    if (r->report) {
+        r->report->n_spec_steps += (uint32_t)(s->spec_steps - steps);
+        r->report->n_draft_tokens += (uint32_t)(s->spec_drafted - drafted);
+        r->report->n_accepted_tokens += (uint32_t)(s->spec_accepted - accepted);
+    }
     if (pc.err != LLM_OK) {
         if (*first_err == LLM_OK) *first_err = pc.err;
         r->error = pc.err;
@@ -658,7 +481,7 @@ static llm_status after_forward(llm_session *session, const float *logits) {
 
 static size_t deliver(llmi_sched *s, llm_event *events, size_t capacity, size_t event_size) {
     size_t n = 0;
-    while (s->events_delivered < s->n_events && n < capacity) {
+    while (llmi_sched_events_pending(s) && n < capacity) {
         llmi_event_rec *rec = &s->events[s->events_delivered++];
         rec->ev.text = s->arena + rec->text_off;
         if (rec->ev.n_top) {
@@ -672,10 +495,18 @@ static size_t deliver(llmi_sched *s, llm_event *events, size_t capacity, size_t 
     return n;
 }
 
+bool llmi_sched_events_pending(llmi_sched *s) {
+    while (s->events_delivered < s->n_events && s->events[s->events_delivered].taken)
+        s->events_delivered++;
+    return s->events_delivered < s->n_events;
+}
+
 static llm_status run_iteration(llm_session *session) {
     llmi_sched *s = &session->sched;
-    s->n_events = s->events_delivered = 0;
-    s->n_arena = 0;
+    if (!llmi_sched_events_pending(s)) { /* a fresh queue */
+        s->n_events = s->events_delivered = 0;
+        s->n_arena = 0;
+    }
     LLMI_TRY(finish_cancelled(session));
     plan pl = {0, session->params.max_batch_tokens, 0};
     llm_status ps = plan_running(session, &pl);
@@ -714,12 +545,29 @@ static llm_status run_iteration(llm_session *session) {
     return after_forward(session, session->batch_logits);
 }
 
+llm_status llmi_sched_iterate(llm_session *session) { return run_iteration(session); }
+
+void llmi_sched_drop(llm_session *session, llm_request_id id) {
+    llmi_sched *s = &session->sched;
+    llmi_request **lists[2] = {s->waiting, s->running};
+    size_t *counts[2] = {&s->n_waiting, &s->n_running};
+    for (int l = 0; l < 2; l++)
+        for (size_t i = *counts[l]; i-- > 0;)
+            if (lists[l][i]->id == id) {
+                llmi_request *r = lists[l][i];
+                remove_at(lists[l], counts[l], i);
+                llmi_request_free(session, r);
+            }
+    for (size_t i = s->events_delivered; i < s->n_events; i++)
+        if (s->events[i].ev.request == id) s->events[i].taken = true;
+}
+
 llm_status llmi_sched_step(llm_session *session, llm_event *events, size_t capacity,
                            size_t event_size, size_t *n_events) {
     llmi_sched *s = &session->sched;
     pthread_mutex_lock(&s->lock);
     llm_status st = LLM_OK;
-    if (s->events_delivered == s->n_events) st = run_iteration(session);
+    if (!llmi_sched_events_pending(s)) st = run_iteration(session);
     /* A failed iteration delivers nothing now: what it did produce (events of
      * other requests) is delivered by the next call, before a new iteration. */
     *n_events = st == LLM_OK ? deliver(s, events, capacity, event_size) : 0;
@@ -760,7 +608,6 @@ void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
     for (size_t i = 0; i < s->n_running; i++) count_fill(kv, &s->running[i]->seq, fill);
     for (size_t i = 0; i < session->n_seqs; i++)
         if (session->seqs[i]) count_fill(kv, session->seqs[i], fill);
-    count_fill(kv, &session->seq, fill);
     uint64_t used_tokens = 0;
     for (uint32_t b = 0; b < kv->n_blocks; b++) used_tokens += fill[b];
     st->kv_tokens_used = used_tokens;
@@ -778,7 +625,7 @@ void llmi_sched_stats(llm_session *session, llm_session_stats *st) {
 llm_status llmi_sched_check(llm_session *session) {
     llmi_sched *s = &session->sched;
     pthread_mutex_lock(&s->lock);
-    size_t n = s->n_running + s->n_waiting + session->n_seqs + 1, k = 0;
+    size_t n = s->n_running + s->n_waiting + session->n_seqs + 1, k = 0; /* + 1: never 0 */
     const llmi_kv_seq **seqs = llmi_calloc(n, sizeof *seqs);
     llm_status st = LLM_OK;
     if (!seqs) {
@@ -788,7 +635,6 @@ llm_status llmi_sched_check(llm_session *session) {
         for (size_t i = 0; i < s->n_waiting; i++) seqs[k++] = &s->waiting[i]->seq;
         for (size_t i = 0; i < session->n_seqs; i++)
             if (session->seqs[i]) seqs[k++] = session->seqs[i];
-        seqs[k++] = &session->seq;
         st = llmi_kv_check(session->kv, seqs, k);
         if (st == LLM_OK && session->spec.dkv) { /* the draft model's pool */
             k = 0;

@@ -63,6 +63,9 @@ typedef struct llmi_request {
      * with this request if it ends before that. */
     struct llmi_request **forks;
     uint32_t n_forks;
+    /* llm_generate's request: its speculative-decoding counters (owned by
+     * the llm_generate call, which outlives the request). NULL otherwise. */
+    llm_generate_result *report;
 } llmi_request;
 
 /* A finished or progressed request's event, text kept as an arena offset. */
@@ -70,6 +73,7 @@ typedef struct llmi_event_rec {
     llm_event ev;
     size_t text_off;
     size_t top_off; /* arena offset of ev.n_top tokens, then their floats */
+    bool taken;     /* consumed by llm_generate: never delivered by a step */
 } llmi_event_rec;
 
 typedef struct llmi_sched {
@@ -96,12 +100,33 @@ void llmi_sched_destroy(struct llm_session *session, llmi_sched *s);
 
 llm_status llmi_sched_submit(struct llm_session *session, const llm_token *prompt, size_t n,
                              const llm_request_params *params, llm_request_id *out);
+/* llmi_sched_submit for llm_generate: the request reports its speculative
+ * counters into *report (which must outlive it). */
+llm_status llmi_sched_submit_report(struct llm_session *session, const llm_token *prompt,
+                                    size_t n, const llm_request_params *params,
+                                    llm_generate_result *report, llm_request_id *out);
 llm_status llmi_sched_cancel(struct llm_session *session, llm_request_id id);
 llm_status llmi_sched_step(struct llm_session *session, llm_event *events, size_t capacity,
                            size_t event_size, size_t *n_events);
 void llmi_sched_stats(struct llm_session *session, llm_session_stats *st);
+
+/* For llm_generate (generate.c), under the lock. Whether events are queued
+ * that are neither delivered nor taken (a new iteration then appends after
+ * them instead of starting a fresh queue). */
+bool llmi_sched_events_pending(llmi_sched *s);
+/* One scheduler iteration, appending its events to the queue. */
+llm_status llmi_sched_iterate(struct llm_session *session);
+/* Removes request `id` (every sample, none in flight) without a finish
+ * event, freeing its blocks, and takes its queued events. */
+void llmi_sched_drop(struct llm_session *session, llm_request_id id);
+/* generate.c: llm_generate as one request through the scheduler. */
+llm_status llmi_sched_generate(struct llm_session *session, const llm_token *prompt, size_t n,
+                               const llm_generate_params *params, llm_generate_result *result);
 /* Invariant check over every live sequence of the session (tests). */
 llm_status llmi_sched_check(struct llm_session *session);
+
+/* Appends r to a pointer array, growing it; false when out of memory. */
+bool llmi_sched_push(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r);
 
 /* output.c: turns a sampled token into text and events; returns the finish
  * reason (NONE to keep going). */

@@ -17,12 +17,9 @@ struct llm_session {
     llmi_engine *eng;
     llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
-    llmi_kv_seq seq;      /* the sequence llm_generate uses */
     llmi_batch_row *rows; /* [max_batch_tokens] */
-    float *logits;        /* [n_vocab] */
     char *piece;          /* streaming text buffer */
     size_t piece_cap;
-    uint64_t n_generate_calls;
     llmi_sched sched;      /* requests; its lock guards everything KV */
     bool sched_ready;
     float *batch_logits;   /* [cap_logit_rows][n_vocab] for steps and decodes */
@@ -66,12 +63,6 @@ llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
                                llm_session **out);
 void llmi_session_free(llm_session *s);
 
-/* Computes `n` tokens of `seq` starting at seq->n_tokens, in chunks of at most
- * max_batch_tokens; writes the last token's logits to s->logits when
- * want_last_logits. */
-llm_status llmi_session_feed(llm_session *s, llmi_kv_seq *seq, const llm_token *tokens,
-                             size_t n, bool want_last_logits);
-
 /* Token-level API (decode.c). */
 llm_status llmi_batch_create(uint32_t capacity, llm_batch **out);
 void llmi_batch_free(llm_batch *b);
@@ -92,7 +83,5 @@ llm_status llmi_seq_new_slot(llm_session *s, llm_seq_id *out);
 llm_status llmi_session_decode(llm_session *s, const llm_batch *b);
 llm_status llmi_session_logits(llm_session *s, uint32_t row, const float **out);
 
-llm_status llmi_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
-                         const llm_generate_params *params, llm_generate_result *result);
 
 #endif

@@ -413,6 +413,159 @@ static void test_generate_seed_repeats(void **state) {
     llm_session_free(s);
 }
 
+/* ---- llm_generate is a request: one context rule, no blocks kept ---- */
+
+/* A session whose KV pool has exactly n_blocks blocks of 16 tokens. */
+static llm_session *session_blocks(uint32_t n_ctx, uint32_t n_blocks) {
+    llm_session *probe = session(n_ctx);
+    llm_session_stats st = {sizeof st};
+    assert_int_equal(llm_session_get_stats(probe, &st), LLM_OK);
+    llm_session_free(probe);
+    uint64_t block_bytes = (64ull << 20) / st.blocks_total; /* at most one block short */
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 2;
+    p.n_ctx = n_ctx;
+    p.kv_cache_bytes = n_blocks * block_bytes + block_bytes / 2;
+    llm_session *s = NULL;
+    assert_int_equal(llm_session_create(g_model, &p, &s), LLM_OK);
+    assert_int_equal(llm_session_get_stats(s, &st), LLM_OK);
+    assert_int_equal(st.blocks_total, n_blocks);
+    return s;
+}
+
+static void fill_prompt(llm_token *t, size_t n) {
+    for (size_t i = 0; i < n; i++) t[i] = (llm_token)(100 + (i * 37) % 1000);
+}
+
+/* Steps until request `id` finishes; returns its finish event. */
+static llm_event run_request(llm_session *s, llm_request_id id, llm_token *toks, size_t *n_toks) {
+    llm_event ev[16];
+    size_t got;
+    *n_toks = 0;
+    for (int guard = 0; guard < 1000; guard++) {
+        assert_int_equal(llm_session_step(s, ev, 16, sizeof ev[0], &got), LLM_OK);
+        for (size_t e = 0; e < got; e++) {
+            assert_true(ev[e].request == id);
+            if (ev[e].token != LLM_TOKEN_NONE && ev[e].finish_reason != LLM_FINISH_EOS)
+                toks[(*n_toks)++] = ev[e].token;
+            if (ev[e].finish_reason != LLM_FINISH_NONE) return ev[e];
+        }
+    }
+    fail_msg("request %llu got no finish in 1000 steps", (unsigned long long)id);
+    return ev[0];
+}
+
+/* Defect: after llm_generate, 7 of 8 blocks stayed used and an accepted
+ * 100 + 20-token request then waited forever. */
+static void test_generate_keeps_no_blocks(void **state) {
+    (void)state;
+    llm_session *s = session_blocks(512, 8);
+    llm_token prompt[100];
+    fill_prompt(prompt, 100);
+    llm_generate_params gp;
+    llm_generate_params_init(&gp);
+    gp.max_new_tokens = 4;
+    assert_int_equal(llm_generate(s, prompt, 100, &gp, NULL), LLM_OK);
+    llm_session_stats st = {sizeof st};
+    assert_int_equal(llm_session_get_stats(s, &st), LLM_OK);
+    if (st.blocks_used != 0)
+        fail_msg("after llm_generate %u of %u blocks stay used", st.blocks_used, st.blocks_total);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 20;
+    rp.ignore_eos = true;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, prompt, 100, &rp, &id), LLM_OK);
+    llm_token toks[32];
+    size_t n = 0;
+    llm_event fin = run_request(s, id, toks, &n);
+    assert_int_equal(fin.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(n, 20);
+    llm_session_free(s);
+}
+
+/* Defect: a request that can never get its blocks, because a token-level
+ * sequence holds them and nothing runs, waited forever. It now ends with
+ * LLM_FINISH_ERROR and LLM_ERR_LIMIT; after the sequence closes, the same
+ * request runs. */
+static void test_blocks_held_by_sequences(void **state) {
+    (void)state;
+    llm_session *s = session_blocks(512, 8);
+    llm_token prompt[100];
+    fill_prompt(prompt, 100);
+    llm_seq_id seq;
+    assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(100, &b), LLM_OK);
+    for (uint32_t i = 0; i < 100; i++)
+        assert_int_equal(llm_batch_add(b, seq, i, prompt[i], false), LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 20;
+    rp.ignore_eos = true;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, prompt, 100, &rp, &id), LLM_OK);
+    llm_token toks[32];
+    size_t n = 0;
+    llm_event fin = run_request(s, id, toks, &n);
+    assert_int_equal(fin.finish_reason, LLM_FINISH_ERROR);
+    assert_int_equal(fin.status, LLM_ERR_LIMIT);
+    assert_int_equal(n, 0);
+    /* llm_generate reports the same instead of hanging. */
+    llm_generate_params gp;
+    llm_generate_params_init(&gp);
+    gp.max_new_tokens = 20;
+    llm_generate_result res = {sizeof res};
+    expect_error(llm_generate(s, prompt, 100, &gp, &res), LLM_ERR_LIMIT, "token-level");
+    assert_int_equal(res.finish_reason, LLM_FINISH_ERROR);
+    assert_int_equal(llm_seq_close(s, seq), LLM_OK);
+    assert_int_equal(llm_session_submit(s, prompt, 100, &rp, &id), LLM_OK);
+    fin = run_request(s, id, toks, &n);
+    assert_int_equal(fin.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(n, 20);
+    llm_batch_free(b);
+    llm_session_free(s);
+}
+
+/* Defect: with n_ctx 64 and a 60-token prompt a request gave 4 tokens and
+ * llm_generate 5; a prompt of n_ctx tokens was refused by submit only. One
+ * rule now: prompt + generated <= n_ctx, and the prompt leaves room. */
+static void test_one_context_rule(void **state) {
+    (void)state;
+    llm_session *s = session(64);
+    llm_token prompt[64];
+    fill_prompt(prompt, 64);
+    collect c = {0};
+    llm_generate_params gp;
+    llm_generate_params_init(&gp);
+    gp.max_new_tokens = 20;
+    gp.ignore_eos = true;
+    gp.on_token = on_token;
+    gp.user = &c;
+    llm_generate_result res = {sizeof res};
+    assert_int_equal(llm_generate(s, prompt, 60, &gp, &res), LLM_OK);
+    assert_int_equal(res.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(res.n_generated_tokens, 4);
+    assert_int_equal(c.n, 4);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 20;
+    rp.ignore_eos = true;
+    llm_request_id id;
+    assert_int_equal(llm_session_submit(s, prompt, 60, &rp, &id), LLM_OK);
+    llm_token toks[32];
+    size_t n = 0;
+    llm_event fin = run_request(s, id, toks, &n);
+    assert_int_equal(fin.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(n, 4);
+    assert_memory_equal(toks, c.tok, 4 * sizeof *toks);
+    expect_error(llm_generate(s, prompt, 64, &gp, NULL), LLM_ERR_LIMIT, "64");
+    expect_error(llm_session_submit(s, prompt, 64, &rp, &id), LLM_ERR_LIMIT, "64");
+    llm_session_free(s);
+}
+
 /* ---- submit: what is refused and what ends with LENGTH ---- */
 
 static void test_submit_limits(void **state) {
@@ -484,6 +637,9 @@ int main(void) {
         cmocka_unit_test(test_tokenize_strict),
         cmocka_unit_test(test_generate_seed_repeats),
         cmocka_unit_test(test_submit_limits),
+        cmocka_unit_test(test_generate_keeps_no_blocks),
+        cmocka_unit_test(test_blocks_held_by_sequences),
+        cmocka_unit_test(test_one_context_rule),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -196,7 +196,7 @@ static llm_status generate(llm_session *s, const gen_case *c, const llm_token *p
     gp.spec_mode = c->mode;
     gp.spec_k = c->k;
     out->res.struct_size = sizeof out->res;
-    return llmi_generate(s, prompt, n_prompt, &gp, &out->res);
+    return llmi_sched_generate(s, prompt, n_prompt, &gp, &out->res);
 }
 
 static void expect_same_gen(const gen_out *a, const gen_out *ref, const char *what, uint64_t n) {

@@ -26,6 +26,7 @@
  *
  * A real bug (wrong RoPE pairing, off-by-one position, bad dequantization)
  * moves logits by several units and fails all of these. */
+#include "feed_util.h"
 #include "session/session.h"
 
 #include <math.h>
@@ -199,6 +200,9 @@ static void greedy(bool f32_activations) {
     FILE *f = open_golden("smollm2-greedy.txt");
     char *line = malloc(LINE);
     llm_session *s = make_session(2, f32_activations);
+    llmi_kv_seq seq = {0};
+    float *logits = malloc(g_model->hp.n_vocab * sizeof(float));
+    assert_non_null(logits);
     int prompts = 0, identical = 0, near_tie_only = 0;
     while (fgets(line, LINE, f)) {
         if (strncmp(line, "greedy ", 7) != 0) continue;
@@ -208,16 +212,16 @@ static void greedy(bool f32_activations) {
         assert_true(*p == '|');
         p++;
         size_t n_want = parse_ids(&p, want, MAX_TOK);
-        llmi_kv_seq_release(s->kv, &s->seq);
-        assert_int_equal(llmi_session_feed(s, &s->seq, prompt, n_prompt, true), LLM_OK);
+        llmi_kv_seq_release(s->kv, &seq);
+        assert_int_equal(test_feed(s, &seq, prompt, n_prompt, logits), LLM_OK);
         size_t n_got = 0;
         for (; n_got < n_want; n_got++) {
-            got[n_got] = llmi_argmax(s->logits, g_model->hp.n_vocab);
+            got[n_got] = llmi_argmax(logits, g_model->hp.n_vocab);
             if (llmi_tokenizer_is_eog(g_model->tok, got[n_got])) {
                 n_got++;
                 break;
             }
-            assert_int_equal(llmi_session_feed(s, &s->seq, &got[n_got], 1, true), LLM_OK);
+            assert_int_equal(test_feed(s, &seq, &got[n_got], 1, logits), LLM_OK);
         }
         size_t first_diff = 0;
         while (first_diff < n_want && first_diff < n_got && got[first_diff] == want[first_diff])
@@ -226,13 +230,13 @@ static void greedy(bool f32_activations) {
         double margin = 0;
         if (!same && first_diff < n_want && first_diff < n_got) {
             /* Our logits at the divergence, for our token and llama.cpp's. */
-            llmi_kv_seq_release(s->kv, &s->seq);
+            llmi_kv_seq_release(s->kv, &seq);
             llm_token ctx[2 * MAX_TOK];
             memcpy(ctx, prompt, n_prompt * sizeof *ctx);
             memcpy(ctx + n_prompt, want, first_diff * sizeof *ctx);
-            assert_int_equal(llmi_session_feed(s, &s->seq, ctx, n_prompt + first_diff, true),
+            assert_int_equal(test_feed(s, &seq, ctx, n_prompt + first_diff, logits),
                              LLM_OK);
-            margin = s->logits[got[first_diff]] - s->logits[want[first_diff]];
+            margin = logits[got[first_diff]] - logits[want[first_diff]];
         }
         printf("# %s greedy prompt %d: %s (first difference at %zu of %zu, our margin %.3f)\n",
                f32_activations ? "f32" : "8-bit", prompts, same ? "identical" : "differs",
@@ -243,6 +247,8 @@ static void greedy(bool f32_activations) {
     }
     fclose(f);
     free(line);
+    llmi_kv_seq_destroy(s->kv, &seq);
+    free(logits);
     llmi_session_free(s);
     printf("# %s greedy: %d/%d continuations identical\n", f32_activations ? "f32" : "8-bit",
            identical, prompts);

@@ -17,6 +17,7 @@
  *    threads while the draft model runs; allocation failures at session
  *    create and in steps fail cleanly and change no output.
  * Seeds are fixed and printed. */
+#include "feed_util.h"
 #include "sched_util.h"
 
 #include <math.h>
@@ -449,10 +450,15 @@ static void model_dist(const llm_model *m, const llm_token *hist, uint32_t n, ui
     llm_session *s = spec_session(m, NULL, 256, 64, 16, 16, false);
     llm_sampling_params sp;
     assert_int_equal(llmi_sampling_params_read(user, m->hp.n_vocab, &sp), LLM_OK);
-    assert_int_equal(llmi_session_feed(s, &s->seq, hist, n, true), LLM_OK);
+    llmi_kv_seq seq = {0};
+    float *logits = malloc(m->hp.n_vocab * sizeof(float));
+    assert_non_null(logits);
+    assert_int_equal(test_feed(s, &seq, hist, n, logits), LLM_OK);
     llmi_candidate *c = NULL;
-    uint32_t nc = llmi_sample_dist(&s->sampler, s->logits, &sp, hist, n, n_gen, m->tok, &c);
+    uint32_t nc = llmi_sample_dist(&s->sampler, logits, &sp, hist, n, n_gen, m->tok, &c);
     for (int i = 0; i < N_SUPPORT; i++) out[i] = llmi_sample_prob(c, nc, support[i]);
+    llmi_kv_seq_destroy(s->kv, &seq);
+    free(logits);
     llm_session_free(s);
 }
 

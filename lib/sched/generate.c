@@ -1,0 +1,201 @@
+/* llm_generate: one request through the scheduler, its events turned into
+ * the callback's calls. Other requests of the session advance in the same
+ * steps, and their events stay queued for llm_session_step. */
+#include "sched/sched.h"
+
+#include "session/session.h"
+
+#include <stddef.h>
+
+LLM_API void llm_generate_params_init(llm_generate_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->max_new_tokens = 128;
+    p->spec_mode = LLM_SPEC_NONE;
+    p->spec_k = 0; /* adaptive */
+}
+
+static llm_status read_generate_params(const llm_generate_params *in, llm_generate_params *p) {
+    llm_generate_params_init(p);
+    if (!in) return LLM_OK;
+    LLMI_TRY(llmi_params_copy("llm_generate_params", in, p, sizeof *p));
+    /* spec_mode sits in what was padding of the 1.0 struct: read it only
+     * from callers whose struct has both spec fields. */
+    if (in->struct_size < offsetof(llm_generate_params, spec_k) + sizeof p->spec_k) {
+        p->spec_mode = LLM_SPEC_NONE;
+        p->spec_k = 0;
+    }
+    return LLM_OK;
+}
+
+/* Streams the text `tok` completes to the callback; *keep_going false =
+ * the caller said stop. */
+static llm_status emit(llm_session *s, llmi_detok *d, llm_token tok, const llm_generate_params *p,
+                       bool *keep_going) {
+    size_t n = 0;
+    llm_status st = llmi_detok_push(d, tok, s->piece, s->piece_cap, &n);
+    if (st == LLM_ERR_BUFFER_TOO_SMALL) {
+        char *bigger = llmi_realloc(s->piece, n + 1);
+        if (!bigger) return llmi_oom("text piece");
+        s->piece = bigger;
+        s->piece_cap = n + 1;
+        st = llmi_detok_push(d, tok, s->piece, s->piece_cap, &n);
+    }
+    if (st != LLM_OK) return st;
+    *keep_going = p->on_token ? p->on_token(tok, s->piece, n, p->user) : true;
+    return LLM_OK;
+}
+
+/* What the loop needs of one of its request's events. */
+typedef struct gen_event {
+    llm_token token;
+    llm_finish_reason finish;
+    llm_status status;
+} gen_event;
+
+typedef struct gen_events {
+    gen_event *v;
+    size_t n, cap;
+} gen_events;
+
+/* Takes the request's queued events (under the lock). */
+static llm_status take_events(llmi_sched *s, llm_request_id id, gen_events *out) {
+    out->n = 0;
+    for (size_t i = s->events_delivered; i < s->n_events; i++) {
+        llmi_event_rec *rec = &s->events[i];
+        if (rec->taken || rec->ev.request != id) continue;
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? out->cap * 2 : 16;
+            gen_event *v = llmi_realloc(out->v, cap * sizeof *v);
+            if (!v) return llmi_oom("generation events");
+            out->v = v;
+            out->cap = cap;
+        }
+        out->v[out->n++] = (gen_event){rec->ev.token, rec->ev.finish_reason, rec->ev.status};
+        rec->taken = true;
+    }
+    return LLM_OK;
+}
+
+/* The request's params from llm_generate's. */
+static void request_params(const llm_generate_params *p, llm_request_params *rp) {
+    llm_request_params_init(rp);
+    rp->max_new_tokens = p->max_new_tokens;
+    rp->sampling = p->sampling;
+    rp->ignore_eos = p->ignore_eos;
+    rp->spec_mode = p->spec_mode;
+    rp->spec_k = p->spec_k;
+}
+
+typedef struct gen_loop {
+    llm_session *s;
+    const llm_generate_params *p;
+    llm_request_id id;
+    llmi_detok d;
+    llm_generate_result *r;
+    double t_first;
+    bool have_first, done;
+} gen_loop;
+
+/* Turns the request's events into callback calls; sets g->done at its
+ * finish or when the callback said stop (then the request is dropped). */
+static llm_status handle(gen_loop *g, const gen_events *evs) {
+    for (size_t i = 0; i < evs->n && !g->done; i++) {
+        const gen_event *e = &evs->v[i];
+        if (e->token != LLM_TOKEN_NONE && !g->have_first) {
+            g->t_first = llmi_now();
+            g->have_first = true;
+        }
+        /* End-of-generation and stop tokens end without being counted. */
+        bool counted = e->token != LLM_TOKEN_NONE && e->finish != LLM_FINISH_EOS &&
+                       e->finish != LLM_FINISH_STOP;
+        if (counted) {
+            g->r->n_generated_tokens++;
+            bool keep_going = true;
+            LLMI_TRY(emit(g->s, &g->d, e->token, g->p, &keep_going));
+            if (!keep_going) {
+                g->r->finish_reason = LLM_FINISH_CANCELLED;
+                g->done = true;
+                pthread_mutex_lock(&g->s->sched.lock);
+                llmi_sched_drop(g->s, g->id);
+                pthread_mutex_unlock(&g->s->sched.lock);
+                return LLM_OK;
+            }
+        }
+        if (e->finish != LLM_FINISH_NONE) {
+            g->r->finish_reason = e->finish;
+            g->done = true;
+            if (e->finish == LLM_FINISH_ERROR)
+                return e->status; /* its message was recorded when it failed */
+        }
+    }
+    return LLM_OK;
+}
+
+/* Steps the session until the request finishes. */
+static llm_status run(gen_loop *g) {
+    llmi_sched *sched = &g->s->sched;
+    gen_events evs = {0};
+    llm_status st = LLM_OK;
+    while (st == LLM_OK && !g->done) {
+        pthread_mutex_lock(&sched->lock);
+        /* Other requests' undelivered events stay: the iteration appends. */
+        st = llmi_sched_iterate(g->s);
+        if (st == LLM_OK) st = take_events(sched, g->id, &evs);
+        if (st != LLM_OK) llmi_sched_drop(g->s, g->id); /* a failed step changed nothing */
+        pthread_mutex_unlock(&sched->lock);
+        if (st == LLM_OK) st = handle(g, &evs);
+    }
+    if (st != LLM_OK && !g->done) { /* handle() failed before the finish */
+        pthread_mutex_lock(&sched->lock);
+        llmi_sched_drop(g->s, g->id);
+        pthread_mutex_unlock(&sched->lock);
+    }
+    llmi_free(evs.v);
+    return st;
+}
+
+llm_status llmi_sched_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
+                               const llm_generate_params *params, llm_generate_result *result) {
+    llm_generate_params p;
+    LLMI_TRY(read_generate_params(params, &p));
+    if (result && (result->struct_size < sizeof(uint32_t) || result->struct_size > (1u << 16)))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_generate_result.struct_size %u is invalid", result->struct_size);
+    llm_generate_result r = {.struct_size = sizeof r, .n_prompt_tokens = (uint32_t)n_prompt};
+    llm_request_params rp;
+    request_params(&p, &rp);
+    /* Zero new tokens: the request's checks, then nothing to compute. */
+    if (p.max_new_tokens == 0) rp.max_new_tokens = 1;
+    gen_loop g = {.s = s, .p = &p, .r = &r};
+    double t0 = llmi_now();
+    g.t_first = t0;
+    LLMI_TRY(llmi_sched_submit_report(s, prompt, n_prompt, &rp, &r, &g.id));
+    llm_status st = LLM_OK;
+    if (p.max_new_tokens == 0) {
+        pthread_mutex_lock(&s->sched.lock);
+        llmi_sched_drop(s, g.id);
+        pthread_mutex_unlock(&s->sched.lock);
+        r.finish_reason = LLM_FINISH_LENGTH;
+    } else {
+        llmi_detok_init(&g.d, s->model->tok, 0);
+        st = run(&g);
+        if (st == LLM_OK && p.on_token) { /* held-back bytes of a split character */
+            size_t n = 0;
+            if (llmi_detok_flush(&g.d, s->piece, s->piece_cap, &n) == LLM_OK && n > 0)
+                p.on_token(LLM_TOKEN_NONE, s->piece, n, p.user);
+        }
+    }
+    double t_end = llmi_now();
+    r.prompt_seconds = g.t_first - t0;
+    r.generate_seconds = t_end - g.t_first;
+    if (st != LLM_OK) r.finish_reason = LLM_FINISH_ERROR;
+    if (result) {
+        size_t n = result->struct_size < sizeof r ? result->struct_size : sizeof r;
+        uint32_t caller_size = result->struct_size;
+        memcpy(result, &r, n);
+        result->struct_size = caller_size;
+    }
+    return st;
+}
