@@ -3,7 +3,7 @@
  * and weight types; plus invariants: batch splitting, thread count and KV
  * block layout do not change the result beyond float rounding. */
 #include "engine/engine.h"
-#include "backend/kernels.h"
+#include "backend/cpu/kernels.h"
 #include "core/quant.h"
 #include "model/testmodel.h"
 #include "session/session.h"

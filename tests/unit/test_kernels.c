@@ -26,9 +26,9 @@
 
 #include <cmocka.h>
 
-#include "backend/kernels.h"
+#include "backend/cpu/kernels.h"
 #include "core/quant.h"
-#include "backend/threadpool.h"
+#include "backend/cpu/threadpool.h"
 #include "core/core.h"
 #include "core/ttype.h"
 

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 #include "core/ttype.h"
 
 /* Past the largest llmi_ttype, with room for new GGUF types. */

@@ -31,10 +31,10 @@
 
 #include <cmocka.h>
 
-#include "backend/kernels.h"
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_impl.h"
 #include "core/quant.h"
-#include "backend/threadpool.h"
+#include "backend/cpu/threadpool.h"
 #include "core/core.h"
 #include "core/ttype.h"
 

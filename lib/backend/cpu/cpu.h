@@ -5,7 +5,7 @@
 #define LLMI_BACKEND_CPU_H
 
 #include "backend/backend.h"
-#include "backend/threadpool.h"
+#include "backend/cpu/threadpool.h"
 
 typedef struct llmi_cpu_kv {
     llmi_kv_layout layout;

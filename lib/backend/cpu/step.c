@@ -12,7 +12,7 @@
  * does); a matmul input is quantized once and shared by the matmuls that
  * read it (Q, K, V; gate, up). */
 #include "backend/cpu/cpu.h"
-#include "backend/kernels.h"
+#include "backend/cpu/kernels.h"
 #include "core/quant.h"
 
 #include <math.h>

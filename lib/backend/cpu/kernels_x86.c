@@ -20,7 +20,7 @@
  *
  * AVX-512 is a register-blocked GEMM with the portable kernels' arithmetic
  * (its section below). */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
 

@@ -3,7 +3,7 @@
  *
  * Every weight type runs through the same row split (below), so adding a
  * type is a row of the table plus its rows kernels, not a branch here. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #include <assert.h>
 #include <math.h>

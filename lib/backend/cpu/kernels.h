@@ -15,8 +15,8 @@
 #ifndef LLMI_KERNELS_H
 #define LLMI_KERNELS_H
 
-#include "backend/cpu_features.h"
-#include "backend/threadpool.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/threadpool.h"
 #include "core/ttype.h"
 
 #include <stddef.h>

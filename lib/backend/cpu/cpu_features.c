@@ -1,5 +1,5 @@
 /* CPU feature detection and the kernel level (cpu_features.h). */
-#include "backend/cpu_features.h"
+#include "backend/cpu/cpu_features.h"
 
 #include <stdatomic.h>
 

@@ -10,7 +10,7 @@
  * which is llama.cpp's generic formula with the sums in block order. The
  * AVX-512 VNNI kernels (a GEMM with one row per lane) do exactly this, so
  * they give the same bits; the AVX2 ones split the sums over lanes. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #include <math.h>
 

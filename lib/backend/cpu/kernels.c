@@ -7,7 +7,7 @@
  * the AVX-512 GEMM's, bit for bit: 16 lane sums, lane l accumulating
  * w[16c + l] * x[16c + l] for c = 0, 1, ... with fused multiply-adds (the
  * last step zero-padded), then the tree lane i + lane i+8, + 4, + 2, + 1. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #include <math.h>
 

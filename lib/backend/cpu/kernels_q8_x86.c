@@ -21,7 +21,7 @@
  *
  * Activation quantization (used at both levels) follows llama.cpp's AVX2
  * quantize_row_q8_0/_q8_1 and gives the same bytes as the portable code. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
 

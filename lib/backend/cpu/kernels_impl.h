@@ -19,8 +19,8 @@
 #ifndef LLMI_KERNELS_IMPL_H
 #define LLMI_KERNELS_IMPL_H
 
-#include "backend/cpu_features.h"
-#include "backend/kernels.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels.h"
 
 /* Dense index of the float-activation kernel templates of kernels.c and
  * kernels_x86.c (compile-time parameters there, not a dispatch key). */

@@ -15,7 +15,7 @@
  * A weight super-block is unpacked once and multiplied with every token of
  * the tile (4 at AVX2, 8 at AVX-512); every token's arithmetic is the same
  * whatever the tile size, so results do not depend on n_tok. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 
 #if defined(LLMI_KERNELS_X86)
 

@@ -19,7 +19,7 @@
  * The f32 path (llmi_matmul with f32_activations) dequantizes each
  * super-block with quant.c's reference (ggml's values, bit for bit) and
  * takes the level's f32 dot product with each token. */
-#include "backend/kernels_impl.h"
+#include "backend/cpu/kernels_impl.h"
 #include "core/quant.h"
 
 #define QK_K LLMI_QK_K

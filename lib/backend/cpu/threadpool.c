@@ -22,7 +22,7 @@
  * new generation or the caller sees the sleeper and broadcasts (under the
  * mutex, so the wake-up cannot fall between the worker's check and its
  * wait). */
-#include "backend/threadpool.h"
+#include "backend/cpu/threadpool.h"
 
 #include <errno.h>
 #include <pthread.h>
