@@ -103,6 +103,16 @@ bool conf_is_poison(const float *x, size_t n) {
 
 /* ---- pairs ---- */
 
+double conf_tolerance(const llm_model *m, llm_kv_type kv_type) {
+    if (g_dut.tol_override > 0)
+        return g_dut.tol_override;
+    if (g_dut.f32_act)
+        return kv_type == LLM_KV_BF16 ? 4e-3 : 1e-3;
+    bool quantized = llmi_ttype_get(m->layers[0].w[LLMI_ROLE_Q].type)->block > 1 ||
+                     llmi_ttype_get(m->w[LLMI_ROLE_OUTPUT].type)->block > 1;
+    return quantized ? 1.5e-1 : 1e-2;
+}
+
 static void side_open(conf_pair *p, conf_side *sd, const llmi_backend_ops *ops, llm_kv_type kv_type,
                       uint32_t block_size, uint32_t n_blocks, uint64_t shuffle_seed) {
     memset(sd, 0, sizeof *sd);
@@ -125,7 +135,7 @@ void conf_pair_open(conf_pair *p, const llm_model *m, llm_kv_type kv_type, uint3
     p->m = m;
     p->n_vocab = m->hp.n_vocab;
     p->what = what;
-    p->tol = g_dut.tol * (kv_type == LLM_KV_BF16 ? 4 : 1);
+    p->tol = conf_tolerance(m, kv_type);
     /* The reference's blocks in order, the backend under test's scattered. */
     side_open(p, &p->ref, &llmi_backend_cpu, kv_type, block_size, n_blocks, 0);
     side_open(p, &p->dut, g_dut.ops, kv_type, block_size, n_blocks, shuffle_seed);

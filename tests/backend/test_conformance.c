@@ -15,11 +15,14 @@
  * a backend without the entry computes as it does). Logits compare:
  *   - bit-identical when the backend runs the CPU's code (the default run);
  *   - otherwise max |dut - ref| <= tol * max |ref| per logits row, with
- *     tol = 1e-3 for a backend that has step_set_f32_activations and 2e-2
- *     for one without (it may quantize or round activations), 4x that with
- *     a bf16 KV cache; LLM_TEST_TOL=<x> overrides. Where the reference's
- *     top-2 gap exceeds max(1e-2, 2 tol) of max |ref|, the argmax must
- *     agree.
+ *     tol (conf_tolerance) 1e-3 for a backend that has
+ *     step_set_f32_activations (4e-3 with a bf16 KV cache), and for one
+ *     without it (it may round or quantize activations) 1e-2 with float
+ *     weights and 1.5e-1 with quantized weights (the CPU's own 8-bit
+ *     activations are up to 1e-1 off its f32 path on these models, so
+ *     that check is coarse: a backend should implement the entry);
+ *     LLM_TEST_TOL=<x> overrides. Where the reference's top-2 gap exceeds
+ *     max(1e-2, 2 tol) of max |ref|, the argmax must agree.
  * K/V elements read back (kv_read) compare the same way.
  * Every logits buffer is poisoned (a NaN payload) before a step; a step
  * must write exactly its wanted rows, all finite, and nothing past them.
@@ -136,19 +139,25 @@ static int setup(void **state) {
         return 0;
     }
     g_dut.exact = g_wrapped || ops->step_run == llmi_backend_cpu.step_run;
-    g_dut.tol = ops->step_set_f32_activations ? 1e-3 : 2e-2;
+    g_dut.f32_act = ops->step_set_f32_activations != NULL;
     const char *tol = getenv("LLM_TEST_TOL");
     if (tol && *tol) {
-        g_dut.tol = strtod(tol, NULL);
+        g_dut.tol_override = strtod(tol, NULL);
         g_dut.exact = false;
     }
     if (g_dut.exact)
         printf("# backend under test '%s' against the reference 'cpu': logits bit-identical\n",
                ops->name);
-    else
+    else if (g_dut.tol_override > 0)
         printf("# backend under test '%s' against the reference 'cpu': logits within %.3g of "
-               "max |logit| (x4 for a bf16 KV cache)\n",
-               ops->name, g_dut.tol);
+               "max |logit| (LLM_TEST_TOL)\n",
+               ops->name, g_dut.tol_override);
+    else
+        printf("# backend under test '%s' against the reference 'cpu': logits within %s of "
+               "max |logit|\n",
+               ops->name,
+               g_dut.f32_act ? "1e-3 (4e-3 with a bf16 KV cache)"
+                             : "1e-2 (float weights) or 1.5e-1 (quantized weights)");
     return 0;
 }
 
