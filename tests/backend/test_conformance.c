@@ -237,8 +237,8 @@ static void run_mixed(conf_pair *p, uint64_t seed, uint32_t n_seqs, uint32_t n_s
             n += k;
             conf_pair_reserve(p, s, len + k);
         }
-        if (n == 0)
-            break;
+        if (n == 0) /* every sequence sat out */
+            continue;
         conf_row rows[CONF_MAX_ROWS];
         uint32_t left[CONF_MAX_SEQS], got = 0, n_want = 0;
         memcpy(left, take, sizeof left);
@@ -269,8 +269,8 @@ static void mixed_case(const llmi_testmodel_params *mp, llm_kv_type kv_type, uin
                        uint64_t seed, const char *what) {
     llm_model *m = conf_model(mp);
     conf_pair p;
-    conf_pair_open(&p, m, kv_type, block_size, 4 * 96 / block_size + 8, seed ^ 0x5eed, what);
-    run_mixed(&p, seed, 4, 7, 96);
+    conf_pair_open(&p, m, kv_type, block_size, 4 * 160 / block_size + 8, seed ^ 0x5eed, what);
+    run_mixed(&p, seed, 4, 12, 160);
     conf_pair_close(&p);
     llmi_model_free(m);
 }
