@@ -41,8 +41,10 @@ TESTLIB := $(BUILD)/libllminfer-test.a
 
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 API_SRC := $(sort $(wildcard tests/api/test_*.c))
+BACKEND_SRC := $(sort $(wildcard tests/backend/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
+BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
 	install-test bench bench-cpu deps-check
@@ -121,6 +123,14 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(TESTLIB) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(TESTLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
 
+# The backend conformance suite (docs/design.md) is white-box too: it drives
+# engines on the backend named by LLM_TEST_BACKEND and on the CPU.
+$(BUILD)/tests/backend/%: tests/backend/%.c tests/backend/conformance.c \
+		tests/backend/conformance.h $(TESTLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -Itests/backend $< tests/backend/conformance.c -o $@ \
+		$(TESTLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
+
 # API tests are black-box: only llm.h and the shared library.
 $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
@@ -129,9 +139,9 @@ $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
 
 TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp
-test: all $(UNIT_BIN) $(API_BIN) $(MODEL)
+test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL)
 	@mkdir -p $(BUILD)/tmp
-	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(API_BIN)
+	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
@@ -183,7 +193,7 @@ $(MODEL): scripts/fetch-model.sh
 
 format:
 	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \
-		$(UNIT_SRC) $(API_SRC)
+		$(UNIT_SRC) $(API_SRC) $(wildcard tests/backend/*.[ch])
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
