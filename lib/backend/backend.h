@@ -116,12 +116,15 @@ typedef struct llmi_backend_ops {
     llm_status (*kv_create)(void *backend, const llmi_kv_layout *layout, void **out);
     void (*kv_free)(void *kv);
     /* Copies the first n_slots slots of block src to block dst, K and V of
-     * every layer (copy-on-write). Ordered with the steps that follow. */
+     * every layer (copy-on-write). Operations on one KV store (copies, row
+     * reads and writes, steps) take effect in the order they are issued: a
+     * kv_read sees every earlier kv_copy, kv_write and step, with no sync
+     * between (a device backend keeps them on one stream). */
     llm_status (*kv_copy)(void *kv, uint32_t dst, uint32_t src, uint32_t n_slots);
     /* n consecutive slots from `slot` (inside one block) of one layer's K
      * (v false) or V, as raw elements of the store's type: read into `dst`
-     * or written from `src`, n * kv_dim elements. Ordered with the steps
-     * around them (a read waits for the steps before it). */
+     * or written from `src`, n * kv_dim elements, in issue order (above):
+     * a read returns once its rows are in `dst`. */
     llm_status (*kv_read)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
                           void *dst);
     llm_status (*kv_write)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
