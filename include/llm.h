@@ -46,9 +46,20 @@ extern "C" {
 #define LLM_VERSION_NUMBER \
     (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
-#if defined(_WIN32)
+/* LLM_API marks the exported functions. Only the library's own build
+ * defines LLM_BUILDING_LIBRARY (the Makefile does); it exports them. A
+ * program never exports them: on Windows it defines LLM_SHARED to import
+ * them from the DLL (__declspec(dllimport)), and defines nothing to link
+ * the static library. On ELF platforms a program needs no attribute. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#if defined(LLM_BUILDING_LIBRARY)
 #define LLM_API __declspec(dllexport)
-#elif defined(__GNUC__)
+#elif defined(LLM_SHARED)
+#define LLM_API __declspec(dllimport)
+#else
+#define LLM_API
+#endif
+#elif defined(LLM_BUILDING_LIBRARY) && defined(__GNUC__)
 #define LLM_API __attribute__((visibility("default")))
 #else
 #define LLM_API
