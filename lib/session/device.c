@@ -4,7 +4,8 @@
 
 static llm_status read_device_params(const llm_device_params *in, llm_device_params *p) {
     llm_device_params_init(p);
-    if (!in) return LLM_OK;
+    if (!in)
+        return LLM_OK;
     if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "llm_device_params.struct_size %u is invalid (call "
@@ -19,7 +20,8 @@ llm_status llmi_session_device_resolve(const llm_device_params *in, llmi_session
     *out = (llmi_session_device){NULL, 0};
     llm_device_params p;
     LLMI_TRY(read_device_params(in, &p));
-    if (p.tensor_parallel == 0) p.tensor_parallel = 1;
+    if (p.tensor_parallel == 0)
+        p.tensor_parallel = 1;
     if (p.tensor_parallel > 1)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "tensor parallelism is not implemented yet (tensor_parallel %u)",

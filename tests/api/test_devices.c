@@ -43,9 +43,9 @@ static void greedy(llm_session *s, llm_token *out) {
     static const char prompt[] = "The capital of France is";
     llm_token toks[64];
     size_t n = 0;
-    assert_int_equal(llm_tokenize(g_model, prompt, strlen(prompt), LLM_TOKENIZE_ADD_SPECIAL, toks,
-                                  64, &n),
-                     LLM_OK);
+    assert_int_equal(
+        llm_tokenize(g_model, prompt, strlen(prompt), LLM_TOKENIZE_ADD_SPECIAL, toks, 64, &n),
+        LLM_OK);
     llm_seq_id seq;
     assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
     llm_batch *b = NULL;
@@ -58,7 +58,8 @@ static void greedy(llm_session *s, llm_token *out) {
         assert_int_equal(llm_session_logits(s, k == 0 ? (uint32_t)n - 1 : 0, &logits), LLM_OK);
         llm_token best = 0;
         for (uint32_t t = 1; t < g_vocab; t++)
-            if (logits[t] > logits[best]) best = (llm_token)t;
+            if (logits[t] > logits[best])
+                best = (llm_token)t;
         out[k] = best;
         llm_batch_clear(b);
         assert_int_equal(llm_batch_add(b, seq, (uint32_t)(n + k), best, true), LLM_OK);
@@ -123,7 +124,8 @@ static void test_list_struct_size(void **state) {
     assert_int_equal(llm_backend_get_info(0, &buf.info), LLM_OK);
     assert_int_equal(buf.info.struct_size, small);
     assert_string_equal(buf.info.name, "cpu");
-    for (size_t i = small; i < sizeof buf.bytes; i++) assert_int_equal(buf.bytes[i], 0xA5);
+    for (size_t i = small; i < sizeof buf.bytes; i++)
+        assert_int_equal(buf.bytes[i], 0xA5);
 
     /* A larger struct (a newer header): its own bytes past ours stay. */
     memset(&buf, 0xA5, sizeof buf);
@@ -314,14 +316,16 @@ static void test_old_callers(void **state) {
 static int setup(void **state) {
     (void)state;
     const char *path = getenv("LLM_TEST_MODEL");
-    if (!path || llm_model_load(path, NULL, &g_model) != LLM_OK) return -1;
+    if (!path || llm_model_load(path, NULL, &g_model) != LLM_OK)
+        return -1;
     llm_model_info info = {sizeof info};
     llm_model_get_info(g_model, &info);
     g_vocab = info.n_vocab;
     llm_session_params p;
     session_params(&p);
     llm_session *s = NULL;
-    if (llm_session_create(g_model, &p, &s) != LLM_OK) return -1;
+    if (llm_session_create(g_model, &p, &s) != LLM_OK)
+        return -1;
     greedy(s, g_want);
     llm_session_free(s);
     return 0;
