@@ -260,12 +260,7 @@ LLM_API llm_status llm_backend_get_info(size_t index, llm_backend_info *info) {
 }
 
 LLM_API void llm_device_params_init(llm_device_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->backend = NULL;
-    p->devices = NULL;
-    p->tensor_parallel = 1;
+    if (p) llmi_device_params_defaults(p);
 }
 
 LLM_API llm_status llm_session_create_ex(const llm_model *m, const llm_session_params *params,

@@ -113,13 +113,14 @@ static const char *plugin_reason(const char *name) {
 static void probe(const llmi_backend_ops *ops, llmi_backend_state *out) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", llmi_error_message());
+    llmi_error_clear();
     *out = (llmi_backend_state){.name = ops->name, .ops = ops};
     uint32_t n = 1;
     llm_status st = ops->probe ? ops->probe() : LLM_OK;
     if (st == LLM_OK && ops->version >= 2 && ops->device_count) st = ops->device_count(&n);
     if (st != LLM_OK)
         snprintf(out->reason, sizeof out->reason, "%s",
-                 *llmi_error_message() ? llmi_error_message() : llm_status_str(st));
+                 *llmi_error_message() ? llmi_error_message() : "its probe failed");
     else if (n == 0)
         snprintf(out->reason, sizeof out->reason, "no device found");
     else {

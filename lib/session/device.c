@@ -2,8 +2,12 @@
  * backend and a device. */
 #include "session/session.h"
 
+void llmi_device_params_defaults(llm_device_params *p) {
+    *p = (llm_device_params){.struct_size = sizeof *p, .tensor_parallel = 1};
+}
+
 static llm_status read_device_params(const llm_device_params *in, llm_device_params *p) {
-    llm_device_params_init(p);
+    llmi_device_params_defaults(p);
     if (!in)
         return LLM_OK;
     if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))

@@ -81,6 +81,8 @@ llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *
  * available and for tensor parallelism; LLM_ERR_INVALID_ARGUMENT for bad
  * fields and device ids the backend does not have. */
 llm_status llmi_session_device_resolve(const llm_device_params *in, llmi_session_device *out);
+/* The defaults of llm_device_params: the CPU, device 0, no tensor parallelism. */
+void llmi_device_params_defaults(llm_device_params *p);
 void llmi_session_free(llm_session *s);
 
 /* Computes `n` tokens of `seq` starting at seq->n_tokens, in chunks of at most
