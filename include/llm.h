@@ -4,7 +4,9 @@
  *
  * This is the only public header. Everything declared here is ABI: symbols
  * are versioned (LLMINFER_1), enum values are pinned, params structs only grow
- * at the end, and handles are opaque.
+ * at the end, and handles are opaque. The exception is the experimental
+ * section at the end, declared only with LLM_EXPERIMENTAL, which may change
+ * in a minor release (its symbols are in the node LLMINFER_1.1).
  *
  * Conventions used by every function below:
  *  - Fallible calls return ::llm_status; results go through out-params. On
