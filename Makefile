@@ -50,13 +50,17 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 	install-test bench bench-cpu deps-check
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
+# The library's own objects export the LLM_API functions (include/llm.h);
+# programs and tests compile without LLM_BUILDING_LIBRARY.
+LIB_DEFS := -DLLM_BUILDING_LIBRARY
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(LIB_DEFS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj-test/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -MMD -MP -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(LIB_DEFS) $(TEST_HOOKS) -MMD -MP -c $< -o $@
 
 $(SHLIB): $(LIB_OBJ) lib/llminfer.map
 	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname,$(SONAME) \
@@ -235,7 +239,7 @@ FUZZ_OPTS := -timeout=20 -rss_limit_mb=4096 -print_final_stats=1
 .PHONY: fuzz fuzz-build fuzz-smoke fuzz-regress fuzz-corpus
 $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIB_DEFS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(DEPS_LIBS)

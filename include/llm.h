@@ -4,7 +4,9 @@
  *
  * This is the only public header. Everything declared here is ABI: symbols
  * are versioned (LLMINFER_1), enum values are pinned, params structs only grow
- * at the end, and handles are opaque.
+ * at the end, and handles are opaque. The exception is the experimental
+ * section at the end, declared only with LLM_EXPERIMENTAL, which may change
+ * in a minor release (its symbols are in the node LLMINFER_1.1).
  *
  * Conventions used by every function below:
  *  - Fallible calls return ::llm_status; results go through out-params. On
@@ -46,9 +48,20 @@ extern "C" {
 #define LLM_VERSION_NUMBER \
     (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
-#if defined(_WIN32)
+/* LLM_API marks the exported functions. Only the library's own build
+ * defines LLM_BUILDING_LIBRARY (the Makefile does); it exports them. A
+ * program never exports them: on Windows it defines LLM_SHARED to import
+ * them from the DLL (__declspec(dllimport)), and defines nothing to link
+ * the static library. On ELF platforms a program needs no attribute. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#if defined(LLM_BUILDING_LIBRARY)
 #define LLM_API __declspec(dllexport)
-#elif defined(__GNUC__)
+#elif defined(LLM_SHARED)
+#define LLM_API __declspec(dllimport)
+#else
+#define LLM_API
+#endif
+#elif defined(LLM_BUILDING_LIBRARY) && defined(__GNUC__)
 #define LLM_API __attribute__((visibility("default")))
 #else
 #define LLM_API
@@ -871,6 +884,99 @@ LLM_API llm_status llm_sampler_sample(llm_sampler *sampler, const float *logits,
 LLM_API llm_status llm_sampler_logprobs(llm_sampler *sampler, const float *logits,
                                         uint32_t top_n, llm_token *tokens, float *logprobs,
                                         uint32_t *n_out);
+
+/* ======================================================================== */
+/** @name Experimental: devices
+ *
+ * Declared only for a program that opts in before including this header:
+ *
+ *     #define LLM_EXPERIMENTAL
+ *     #include <llm.h>
+ *
+ * Unlike everything above, this section may change, or go, in a minor
+ * release (1.x), as zstd's ZSTD_STATIC_LINKING_ONLY section may: use it
+ * from programs built together with the library they run with. Its
+ * functions sit in their own linker version node, LLMINFER_1.1, so a
+ * binary shows whether it depends on them (docs/abi.md).
+ *
+ * The stable structs above gain no experimental fields: where a session
+ * runs is a struct of its own, ::llm_device_params, passed to
+ * llm_session_create_ex(). */
+/* ======================================================================== */
+#ifdef LLM_EXPERIMENTAL
+
+/** A backend: the code that runs a session's model on some hardware. */
+typedef struct llm_backend_info {
+    uint32_t struct_size; /**< set by the caller to sizeof(llm_backend_info) */
+    /** "cpu", "cuda", ...: the name llm_device_params::backend takes.
+     *  Static storage. */
+    const char *name;
+    /** Whether a session can run on it in this process now. */
+    bool available;
+    /** Its devices, ids 0 .. n_devices - 1; 0 when unavailable. */
+    uint32_t n_devices;
+    /** Why it is unavailable ("the CUDA plug-in is not installed"); ""
+     *  when available. NUL-terminated, cut at 255 bytes. */
+    char reason[256];
+} llm_backend_info;
+
+/**
+ * The number of backends llm_backend_get_info() describes: first those
+ * this process has ("cpu", always available, is index 0), then known
+ * plug-ins that are not installed ("cuda"), listed as unavailable so that
+ * users see them. The number grows when a plug-in is loaded. Thread-safe.
+ */
+LLM_API size_t llm_backend_count(void);
+
+/**
+ * Describes backend `index`, checking (probing) whether it can run here:
+ * fills `info` up to `info->struct_size` bytes, which the caller sets
+ * first: `llm_backend_info info = {sizeof info};`. An unavailable backend
+ * is not an error: ::LLM_OK with `available` false and the reason. An
+ * index at or past llm_backend_count() gives ::LLM_ERR_NOT_FOUND, so a
+ * loop may also run until then. Thread-safe.
+ */
+LLM_API llm_status llm_backend_get_info(size_t index, llm_backend_info *info);
+
+/** Where a session runs. Fill with llm_device_params_init() first. */
+typedef struct llm_device_params {
+    uint32_t struct_size; /**< sizeof(llm_device_params), set by init */
+    /** Backend name (borrowed for the call): "cpu", "cuda", or "auto" for
+     *  the first available backend other than "cpu", else "cpu" (the
+     *  choice and the reasons others were skipped are logged at
+     *  ::LLM_LOG_INFO). NULL or "" is "cpu" (the default). */
+    const char *backend;
+    /** Ids of the devices to run on, `n_devices` of them (borrowed for the
+     *  call). NULL and 0 (the default): device 0, or devices 0 ..
+     *  tensor_parallel - 1. Otherwise n_devices must equal
+     *  tensor_parallel. */
+    const int32_t *devices;
+    uint32_t n_devices;
+    /** Devices one model is split across (default 1; 0 means 1). Not
+     *  implemented yet: more than 1 gives ::LLM_ERR_UNSUPPORTED. */
+    uint32_t tensor_parallel;
+} llm_device_params;
+
+/** Fills defaults: the CPU. */
+LLM_API void llm_device_params_init(llm_device_params *params);
+
+/**
+ * llm_session_create() on the backend and devices `device` names; NULL
+ * `device` gives defaults, the CPU, as llm_session_create() does. Reads
+ * only what `device->struct_size` covers. Errors besides those of
+ * llm_session_create(): a backend that is not registered, or not available
+ * here, gives ::LLM_ERR_UNSUPPORTED with a message saying why ("backend
+ * 'cuda' is not available: the CUDA plug-in is not installed") or, for an
+ * unknown name, which backends there are; tensor_parallel > 1 gives
+ * ::LLM_ERR_UNSUPPORTED; a device id the backend does not have (anything
+ * but 0 on "cpu"), or `devices` that do not match tensor_parallel, give
+ * ::LLM_ERR_INVALID_ARGUMENT. Caller frees `*out` with llm_session_free().
+ */
+LLM_API llm_status llm_session_create_ex(const llm_model *model,
+                                         const llm_session_params *params,
+                                         const llm_device_params *device, llm_session **out);
+
+#endif /* LLM_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

@@ -227,6 +227,34 @@ LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_para
 
 LLM_API void llm_session_free(llm_session *s) { llmi_session_free(s); }
 
+/* ---- devices (experimental) ---- */
+
+LLM_API size_t llm_backend_count(void) { return llmi_backend_state_count(); }
+
+LLM_API llm_status llm_backend_get_info(size_t index, llm_backend_info *info) {
+    CHECK_ARG(info, "llm_backend_get_info: info is NULL");
+    LLMI_TRY(check_struct_size("llm_backend_info", info->struct_size));
+    llmi_backend_state st;
+    LLMI_TRY(llmi_backend_state_get(index, &st));
+    llm_backend_info full = {.struct_size = info->struct_size,
+                             .name = st.name,
+                             .available = st.available,
+                             .n_devices = st.n_devices};
+    snprintf(full.reason, sizeof full.reason, "%s", st.reason);
+    memcpy(info, &full, info->struct_size < sizeof full ? info->struct_size : sizeof full);
+    return LLM_OK;
+}
+
+LLM_API llm_status llm_session_create_ex(const llm_model *m, const llm_session_params *params,
+                                         const llm_device_params *device, llm_session **out) {
+    CHECK_ARG(out, "llm_session_create_ex: out is NULL");
+    *out = NULL;
+    CHECK_ARG(m, "llm_session_create_ex: model is NULL");
+    llmi_session_device dev;
+    LLMI_TRY(llmi_session_device_resolve(device, &dev));
+    return llmi_session_create_on(m, params, &dev, out);
+}
+
 LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result) {
     CHECK_ARG(s, "llm_generate: session is NULL");

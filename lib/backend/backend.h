@@ -50,7 +50,7 @@
 
 #include <stdbool.h>
 
-#define LLMI_BACKEND_VERSION 1
+#define LLMI_BACKEND_VERSION 2
 #define LLMI_BACKEND_VERSION_MIN 1
 #define LLMI_BACKEND_MAX 8 /* registered backends at once */
 
@@ -146,6 +146,12 @@ typedef struct llmi_backend_ops {
     llm_status (*sync)(void *backend);
     /* Optional: keep activations in f32 (tests against llama.cpp). */
     void (*step_set_f32_activations)(void *step, bool on);
+
+    /* ---- version 2 ---- */
+    /* Optional: the number of devices (ids 0 .. *out - 1), called only
+     * after probe succeeded; 0 makes the backend unavailable. NULL: one
+     * device, id 0. */
+    llm_status (*device_count)(uint32_t *out);
 } llmi_backend_ops;
 
 /* ---- registry ---- */
@@ -163,6 +169,32 @@ const llmi_backend_ops *llmi_backend_find(const char *name);
 /* Registered backends, in registration order ("cpu" first); returns the
  * count, writes at most `cap` tables. */
 size_t llmi_backend_list(const llmi_backend_ops **out, size_t cap);
+
+/* ---- choosing a backend by name (the public device API) ---- */
+
+/* A backend as users see it (llm_backend_get_info). */
+typedef struct llmi_backend_state {
+    const char *name;            /* static storage */
+    const llmi_backend_ops *ops; /* NULL: a known plug-in that is not registered */
+    bool available;              /* probe succeeded and it has a device */
+    uint32_t n_devices;          /* 0 when unavailable */
+    char reason[256];            /* why unavailable; "" when available */
+} llmi_backend_state;
+
+/* The backends users can name: the registered ones in registration order
+ * ("cpu" first), then the known plug-ins that are not registered ("cuda"),
+ * which are unavailable. The count changes when a backend registers. */
+size_t llmi_backend_state_count(void);
+/* Describes backend `index` of that list, probing it; the thread's last
+ * error message is left as it was. LLM_ERR_NOT_FOUND past the end. */
+llm_status llmi_backend_state_get(size_t index, llmi_backend_state *out);
+/* The backend a user's name asks for, probed, and its device count.
+ * NULL or "" is "cpu". "auto" is the first available registered backend
+ * other than "cpu", else "cpu"; each one skipped is logged (INFO) with the
+ * reason. A name not registered, or a backend that is unavailable, gives
+ * LLM_ERR_UNSUPPORTED saying why, or which backends there are. */
+llm_status llmi_backend_select(const char *name, const llmi_backend_ops **out,
+                               uint32_t *n_devices);
 
 /* The CPU backend (backend/cpu/). */
 extern const llmi_backend_ops llmi_backend_cpu;

@@ -45,6 +45,10 @@ void llmi_error_prefix(const char *fmt, ...) {
 }
 
 void llmi_error_clear(void) { err_msg[0] = '\0'; }
+
+void llmi_error_restore(const char *saved) {
+    if (saved != err_msg) snprintf(err_msg, ERR_CAP, "%s", saved);
+}
 const char *llmi_error_message(void) { return err_msg; }
 
 llm_status llmi_oom(const char *what) {

@@ -3,6 +3,10 @@
 #ifndef LLMI_CORE_H
 #define LLMI_CORE_H
 
+/* The library implements the experimental section of llm.h too. */
+#ifndef LLM_EXPERIMENTAL
+#define LLM_EXPERIMENTAL
+#endif
 #include "llm.h"
 
 #include <stdarg.h>
@@ -23,6 +27,10 @@ llm_status llmi_error(llm_status status, const char *fmt, ...) LLMI_PRINTF(2, 3)
 void llmi_error_prefix(const char *fmt, ...) LLMI_PRINTF(1, 2);
 void llmi_error_clear(void);
 const char *llmi_error_message(void);
+/* Sets the calling thread's last error message back to `saved` (a copy of
+ * an earlier llmi_error_message()), for a call that succeeds although
+ * something it tried failed. Logs nothing. */
+void llmi_error_restore(const char *saved);
 
 /* Copies a caller's versioned params struct (`name`, e.g.
  * "llm_session_params") into `out`, which holds the library's defaults and

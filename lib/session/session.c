@@ -81,8 +81,8 @@ static llm_status create_engine(llm_session *s) {
     uint32_t n_blocks = 0;
     LLMI_TRY(kv_blocks(s, &n_blocks));
     llmi_engine_config cfg = {.model = s->model,
-                              .ops = &llmi_backend_cpu,
-                              .backend_cfg = {s->params.n_threads, 0},
+                              .ops = s->device.ops,
+                              .backend_cfg = {s->params.n_threads, s->device.device},
                               .kv_block_size = s->params.kv_block_size,
                               .kv_blocks = n_blocks,
                               .kv_type = s->params.kv_type,
@@ -95,10 +95,17 @@ static llm_status create_engine(llm_session *s) {
 
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
                                llm_session **out) {
+    llmi_session_device cpu = {&llmi_backend_cpu, 0};
+    return llmi_session_create_on(m, p, &cpu, out);
+}
+
+llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *p,
+                                  const llmi_session_device *dev, llm_session **out) {
     *out = NULL;
     llm_session *s = llmi_calloc(1, sizeof *s);
     if (!s) return llmi_oom("session");
     s->model = m;
+    s->device = *dev;
     llm_status st = resolve_params(m, p, &s->params);
     if (st != LLM_OK) goto fail;
     if ((st = create_engine(s)) != LLM_OK) goto fail;

@@ -11,9 +11,16 @@
 #include "sched/sched.h"
 #include "spec/spec.h"
 
+/* Where a session runs: a backend and one of its devices (device.c). */
+typedef struct llmi_session_device {
+    const llmi_backend_ops *ops;
+    int32_t device;
+} llmi_session_device;
+
 struct llm_session {
     const llm_model *model;
     llm_session_params params; /* resolved: no zeros left */
+    llmi_session_device device;
     llmi_engine *eng;
     llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
@@ -59,8 +66,18 @@ void llmi_tseq_free(llm_session *s, llmi_kv_seq *q, bool lock);
 /* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */
 llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n);
 
+/* A session on the CPU. */
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
                                llm_session **out);
+/* A session on `dev` (from llmi_session_device_resolve). */
+llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *p,
+                                  const llmi_session_device *dev, llm_session **out);
+/* Resolves the experimental llm_device_params (NULL: defaults, the CPU),
+ * reading only what its struct_size covers, to a backend that is available
+ * here and a device it has. LLM_ERR_UNSUPPORTED for a backend that is not
+ * available and for tensor parallelism; LLM_ERR_INVALID_ARGUMENT for bad
+ * fields and device ids the backend does not have. */
+llm_status llmi_session_device_resolve(const llm_device_params *in, llmi_session_device *out);
 void llmi_session_free(llm_session *s);
 
 /* Token-level API (decode.c). */

@@ -8,8 +8,12 @@
 #   prefix    every exported symbol starts with llm_
 #   header    every LLM_API function of include/llm.h is exported, and every
 #             exported function is declared there
+#   nodes     the functions of the experimental section of llm.h (between
+#             `#ifdef LLM_EXPERIMENTAL` and its `#endif`) are exported in a
+#             version node of their own, never in the stable LLMINFER_1
 #   symbols   the exported symbols with their version node equal
-#             tests/abi/symbols.txt (one `name@@LLMINFER_1` per line, sorted)
+#             tests/abi/symbols.txt (one `name@@NODE` per line, sorted; NODE
+#             is LLMINFER_1, or LLMINFER_1.1 for the experimental section)
 #   abidiff   the types and signatures of the public interface, as libabigail
 #             sees them through the debug info (types defined in include/
 #             only), have not changed from tests/abi/libllminfer.abi
@@ -29,7 +33,7 @@ baseline=$here/libllminfer.abi
 headers=$root/include
 header=$headers/llm.h
 want_soname=libllminfer.so.1
-version_node=LLMINFER_1
+version_node=LLMINFER_1 # the stable node; later ones are LLMINFER_1.MINOR
 
 update=0
 if [ "${1:-}" = --update ]; then
@@ -77,13 +81,14 @@ else
 fi
 
 # --- exported symbols -----------------------------------------------------
-# `nm -D --defined-only` prints "address type name@@VERSION". The version
-# node itself shows up as an absolute symbol named after it; leave it out.
+# `nm -D --defined-only` prints "address type name@@VERSION". Each version
+# node shows up as an absolute symbol named after it; leave those out.
+is_node='$2 == "A" && $3 ~ /^LLMINFER_[0-9.]+$/'
 nm -D --defined-only "$lib" |
-    awk -v node="$version_node" 'NF >= 3 && !($2 == "A" && $3 == node) { print $3 }' |
+    awk "NF >= 3 && !($is_node) { print \$3 }" |
     LC_ALL=C sort -u >"$tmp/symbols"
 nm -D --defined-only "$lib" |
-    awk -v node="$version_node" 'NF >= 3 && !($2 == "A" && $3 == node) && $2 ~ /^[TtWwiI]$/ { print $3 }' |
+    awk "NF >= 3 && !($is_node) && \$2 ~ /^[TtWwiI]\$/ { print \$3 }" |
     sed -e 's/@.*//' | LC_ALL=C sort -u >"$tmp/functions"
 
 if [ ! -s "$tmp/symbols" ]; then
@@ -114,6 +119,23 @@ if [ -s "$tmp/undefined" ] || [ -s "$tmp/undeclared" ]; then
     fi
 else
     ok header
+fi
+
+# --- version nodes ----------------------------------------------------------
+# The functions declared LLM_API inside `#ifdef LLM_EXPERIMENTAL` ... `#endif`.
+awk '/^#ifdef LLM_EXPERIMENTAL/ { on = 1; next } on && /^#endif/ { on = 0 } on' "$header" |
+    grep -E '^[[:space:]]*LLM_API[[:space:]]' |
+    sed -E 's/\(.*//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*$/\1/' |
+    LC_ALL=C sort -u >"$tmp/experimental"
+: >"$tmp/misplaced"
+while read -r fn; do
+    if grep -q -x -F "$fn@@$version_node" "$tmp/symbols"; then echo "$fn" >>"$tmp/misplaced"; fi
+done <"$tmp/experimental"
+if [ -s "$tmp/misplaced" ]; then
+    bad nodes "experimental functions exported in the stable node $version_node (list them in a node of their own in lib/llminfer.map):"
+    indent <"$tmp/misplaced"
+else
+    ok nodes
 fi
 
 abidw_args=(--no-corpus-path --no-comp-dir-path --no-elf-needed --no-show-locs --type-id-style hash
@@ -161,7 +183,7 @@ else
         msg="exported symbols differ from ${symbols_txt#"$root"/}"
         bad symbols "$msg"
         if [ -s "$tmp/removed" ]; then
-            echo "  removed (or lost their @@$version_node version; this breaks programs using them):" >&2
+            echo "  removed (or moved to another version node; this breaks programs using them):" >&2
             indent <"$tmp/removed"
         fi
         if [ -s "$tmp/added" ]; then

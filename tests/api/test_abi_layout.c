@@ -22,6 +22,9 @@
 
 #include <cmocka.h>
 
+/* The experimental section too: it may change in a minor release, but only
+ * on purpose, so its layout is pinned here like the rest. */
+#define LLM_EXPERIMENTAL
 #include "llm.h"
 
 #if defined(__x86_64__) && defined(__LP64__)
@@ -112,6 +115,32 @@ static void test_session_params_layout(void **state) {
     FIELD(llm_session_params, kv_block_size, 28, 4, uint32_t);
     FIELD(llm_session_params, prefix_cache, 32, 1, bool);
     FIELD(llm_session_params, draft_model, 40, 8, const llm_model *);
+    END_CHECKS();
+}
+
+/* Experimental (LLM_EXPERIMENTAL). */
+static void test_backend_info_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_backend_info, 280, 8);
+    FIELD(llm_backend_info, struct_size, 0, 4, uint32_t);
+    FIELD(llm_backend_info, name, 8, 8, const char *);
+    FIELD(llm_backend_info, available, 16, 1, bool);
+    FIELD(llm_backend_info, n_devices, 20, 4, uint32_t);
+    FIELD(llm_backend_info, reason, 24, 256, char *);
+    END_CHECKS();
+}
+
+/* Experimental (LLM_EXPERIMENTAL). */
+static void test_device_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_device_params, 32, 8);
+    FIELD(llm_device_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_device_params, backend, 8, 8, const char *);
+    FIELD(llm_device_params, devices, 16, 8, const int32_t *);
+    FIELD(llm_device_params, n_devices, 24, 4, uint32_t);
+    FIELD(llm_device_params, tensor_parallel, 28, 4, uint32_t);
     END_CHECKS();
 }
 
@@ -391,6 +420,7 @@ static void test_params_init_struct_size(void **state) {
     CHECK_INIT(llm_sampling_params, llm_sampling_params_init);
     CHECK_INIT(llm_generate_params, llm_generate_params_init);
     CHECK_INIT(llm_request_params, llm_request_params_init);
+    CHECK_INIT(llm_device_params, llm_device_params_init);
     END_CHECKS();
 }
 
@@ -399,6 +429,8 @@ int main(void) {
         cmocka_unit_test(test_model_params_layout),
         cmocka_unit_test(test_model_info_layout),
         cmocka_unit_test(test_session_params_layout),
+        cmocka_unit_test(test_backend_info_layout),
+        cmocka_unit_test(test_device_params_layout),
         cmocka_unit_test(test_request_params_layout),
         cmocka_unit_test(test_event_layout),
         cmocka_unit_test(test_session_stats_layout),

@@ -1,0 +1,47 @@
+/* Where a session runs: the experimental llm_device_params resolved to a
+ * backend and a device. */
+#include "session/session.h"
+
+LLM_API void llm_device_params_init(llm_device_params *p) {
+    if (p) *p = (llm_device_params){.struct_size = sizeof *p, .tensor_parallel = 1};
+}
+
+static llm_status read_device_params(const llm_device_params *in, llm_device_params *p) {
+    llm_device_params_init(p);
+    return llmi_params_copy("llm_device_params", in, p, sizeof *p);
+}
+
+llm_status llmi_session_device_resolve(const llm_device_params *in, llmi_session_device *out) {
+    *out = (llmi_session_device){NULL, 0};
+    llm_device_params p;
+    LLMI_TRY(read_device_params(in, &p));
+    if (p.tensor_parallel == 0)
+        p.tensor_parallel = 1;
+    if (p.tensor_parallel > 1)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "tensor parallelism is not implemented yet (tensor_parallel %u)",
+                          p.tensor_parallel);
+    if (p.n_devices > 0 && !p.devices)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_device_params.devices is NULL with n_devices %u", p.n_devices);
+    if (p.n_devices > 0 && p.n_devices != p.tensor_parallel)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_device_params lists %u devices for tensor_parallel %u (give "
+                          "one device per part)",
+                          p.n_devices, p.tensor_parallel);
+    int32_t device = p.n_devices > 0 ? p.devices[0] : 0;
+    const llmi_backend_ops *ops;
+    uint32_t n_devices;
+    LLMI_TRY(llmi_backend_select(p.backend, &ops, &n_devices));
+    if (device < 0 || (uint32_t)device >= n_devices) {
+        if (n_devices == 1)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                              "backend '%s' has no device %d (it has one, id 0)", ops->name,
+                              (int)device);
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "backend '%s' has no device %d (it has %u, ids 0 to %u)", ops->name,
+                          (int)device, n_devices, n_devices - 1);
+    }
+    *out = (llmi_session_device){ops, device};
+    return LLM_OK;
+}

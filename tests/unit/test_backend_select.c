@@ -1,0 +1,261 @@
+/* Choosing a backend by name (backend/backend.c, session/device.c) with
+ * fake backends registered beside the CPU: each is the CPU backend under
+ * another name, with its own probe and device count.
+ *   - the list: registered backends in order, then known plug-ins that are
+ *     not registered ("cuda"), with probe messages as reasons, the thread's
+ *     last error untouched;
+ *   - by name: an unavailable backend gives LLM_ERR_UNSUPPORTED with its
+ *     reason; a registered "cuda" replaces the "not installed" entry;
+ *   - "auto": the first available backend other than the CPU, each one
+ *     skipped logged with why; the CPU when there is none;
+ *   - a session created on a backend's device 1 opens that device. */
+#include "sched_util.h"
+
+#include "backend/backend.h"
+
+static llm_model *g_model;
+
+static llm_status probe_fails(void) {
+    return llmi_error(LLM_ERR_UNSUPPORTED, "driver 1.0 is too old");
+}
+
+static llm_status count_zero(uint32_t *n) {
+    *n = 0;
+    return LLM_OK;
+}
+
+static llm_status count_two(uint32_t *n) {
+    *n = 2;
+    return LLM_OK;
+}
+
+static int32_t g_opened_device = -1;
+
+/* Devices of the fake backends are all the CPU's device 0 underneath. */
+static llm_status open_recording(const llmi_backend_config *cfg, void **out) {
+    g_opened_device = cfg->device;
+    llmi_backend_config cpu = *cfg;
+    cpu.device = 0;
+    return llmi_backend_cpu.open(&cpu, out);
+}
+
+static llm_status weights_load_any(const llm_model *m, int32_t device, void **out) {
+    (void)device;
+    return llmi_backend_cpu.weights_load(m, 0, out);
+}
+
+static llmi_backend_ops fake(const char *name, llm_status (*probe)(void),
+                             llm_status (*count)(uint32_t *)) {
+    llmi_backend_ops ops = llmi_backend_cpu;
+    ops.name = name;
+    ops.probe = probe;
+    ops.device_count = count;
+    ops.open = open_recording;
+    ops.weights_load = weights_load_any;
+    return ops;
+}
+
+static llmi_backend_ops g_broken, g_empty, g_two, g_v1, g_cuda;
+
+static char g_log[4096];
+
+static void log_sink(llm_log_level level, const char *message, void *user) {
+    (void)user;
+    size_t len = strlen(g_log);
+    if (level == LLM_LOG_INFO)
+        snprintf(g_log + len, sizeof g_log - len, "%s\n", message);
+}
+
+static void check_state(size_t i, const char *name, bool available, uint32_t n_devices,
+                        const char *reason) {
+    llmi_backend_state st;
+    assert_int_equal(llmi_backend_state_get(i, &st), LLM_OK);
+    assert_string_equal(st.name, name);
+    assert_int_equal(st.available, available);
+    assert_int_equal(st.n_devices, n_devices);
+    assert_string_equal(st.reason, reason);
+}
+
+static void test_list(void **state) {
+    (void)state;
+    assert_int_equal(llmi_backend_state_count(), 2);
+    check_state(0, "cpu", true, 1, "");
+    check_state(1, "cuda", false, 0, "the CUDA plug-in is not installed");
+    assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
+    assert_int_equal(llmi_backend_register(&g_empty), LLM_OK);
+    assert_int_equal(llmi_backend_register(&g_v1), LLM_OK);
+    llmi_error(LLM_ERR_IO, "an earlier failure");
+    assert_int_equal(llmi_backend_state_count(), 5);
+    check_state(0, "cpu", true, 1, "");
+    check_state(1, "broken", false, 0, "driver 1.0 is too old");
+    check_state(2, "empty", false, 0, "no device found");
+    check_state(3, "v1", true, 1, ""); /* a version 1 table: device_count not read */
+    check_state(4, "cuda", false, 0, "the CUDA plug-in is not installed");
+    llmi_backend_state st;
+    assert_int_equal(llmi_backend_state_get(5, &st), LLM_ERR_NOT_FOUND);
+    assert_int_equal(llmi_backend_register(&g_cuda), LLM_OK);
+    assert_int_equal(llmi_backend_state_count(), 5); /* "cuda" is now registered */
+    check_state(4, "cuda", true, 2, "");
+    llmi_backend_unregister("cuda");
+    llmi_backend_unregister("broken");
+    llmi_backend_unregister("empty");
+    llmi_backend_unregister("v1");
+    assert_int_equal(llmi_backend_state_count(), 2);
+}
+
+static void test_list_keeps_error(void **state) {
+    (void)state;
+    assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
+    llmi_error(LLM_ERR_IO, "an earlier failure");
+    llmi_backend_state st;
+    for (size_t i = 0; i < llmi_backend_state_count(); i++)
+        assert_int_equal(llmi_backend_state_get(i, &st), LLM_OK);
+    assert_string_equal(llmi_error_message(), "an earlier failure");
+    llmi_backend_unregister("broken");
+}
+
+static void expect_unsupported(const char *name, const char *text) {
+    const llmi_backend_ops *ops = &llmi_backend_cpu;
+    uint32_t n = 7;
+    assert_int_equal(llmi_backend_select(name, &ops, &n), LLM_ERR_UNSUPPORTED);
+    assert_null(ops);
+    assert_int_equal(n, 0);
+    if (!strstr(llmi_error_message(), text))
+        fail_msg("'%s' does not say '%s'", llmi_error_message(), text);
+}
+
+static void test_by_name(void **state) {
+    (void)state;
+    assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
+    assert_int_equal(llmi_backend_register(&g_empty), LLM_OK);
+    assert_int_equal(llmi_backend_register(&g_two), LLM_OK);
+    const llmi_backend_ops *ops;
+    uint32_t n;
+    assert_int_equal(llmi_backend_select(NULL, &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &llmi_backend_cpu);
+    assert_int_equal(n, 1);
+    assert_int_equal(llmi_backend_select("", &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &llmi_backend_cpu);
+    assert_int_equal(llmi_backend_select("two", &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &g_two);
+    assert_int_equal(n, 2);
+    expect_unsupported("broken", "backend 'broken' is not available: driver 1.0 is too old");
+    expect_unsupported("empty", "backend 'empty' is not available: no device found");
+    expect_unsupported("cuda",
+                       "backend 'cuda' is not available: the CUDA plug-in is not installed");
+    expect_unsupported("nope", "no backend named 'nope'; the backends are 'cpu', 'broken', "
+                               "'empty', 'two', 'cuda' (not installed), or 'auto'");
+    llmi_backend_unregister("broken");
+    llmi_backend_unregister("empty");
+    llmi_backend_unregister("two");
+}
+
+static void test_auto(void **state) {
+    (void)state;
+    const llmi_backend_ops *ops;
+    uint32_t n;
+    llm_log_set(log_sink, LLM_LOG_INFO, NULL);
+
+    g_log[0] = '\0';
+    assert_int_equal(llmi_backend_select("auto", &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &llmi_backend_cpu);
+    assert_string_equal(g_log, "backend 'auto' skipped 'cuda': the CUDA plug-in is not installed\n"
+                               "backend 'auto' chose 'cpu'\n");
+
+    assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
+    assert_int_equal(llmi_backend_register(&g_empty), LLM_OK);
+    g_log[0] = '\0';
+    assert_int_equal(llmi_backend_select("auto", &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &llmi_backend_cpu);
+    assert_non_null(strstr(g_log, "skipped 'broken': driver 1.0 is too old\n"));
+    assert_non_null(strstr(g_log, "skipped 'empty': no device found\n"));
+
+    assert_int_equal(llmi_backend_register(&g_two), LLM_OK);
+    g_log[0] = '\0';
+    assert_int_equal(llmi_backend_select("auto", &ops, &n), LLM_OK);
+    assert_ptr_equal(ops, &g_two);
+    assert_int_equal(n, 2);
+    assert_non_null(strstr(g_log, "backend 'auto' chose 'two' (2 devices)"));
+
+    llm_log_set(NULL, LLM_LOG_INFO, NULL);
+    llmi_backend_unregister("broken");
+    llmi_backend_unregister("empty");
+    llmi_backend_unregister("two");
+}
+
+static llm_session *create(const llm_device_params *d, llm_status want) {
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 1;
+    p.n_ctx = 64;
+    p.kv_cache_bytes = 1u << 20;
+    llmi_session_device dev = {NULL, -1};
+    llm_status st = llmi_session_device_resolve(d, &dev);
+    llm_session *s = NULL;
+    if (st == LLM_OK)
+        st = llmi_session_create_on(g_model, &p, &dev, &s);
+    if (st != want)
+        fail_msg("%s (%s), expected %s", llm_status_name(st), llmi_error_message(),
+                 llm_status_name(want));
+    return s;
+}
+
+static void test_session_on_device(void **state) {
+    (void)state;
+    assert_int_equal(llmi_backend_register(&g_two), LLM_OK);
+    llm_device_params d;
+    llm_device_params_init(&d);
+    d.backend = "two";
+    int32_t id = 1;
+    d.devices = &id;
+    d.n_devices = 1;
+    g_opened_device = -1;
+    llm_session *s = create(&d, LLM_OK);
+    assert_int_equal(g_opened_device, 1);
+    assert_ptr_equal(s->eng->ops, &g_two);
+    assert_int_equal(s->eng->device, 1);
+    llmi_session_free(s);
+    id = 2;
+    assert_null(create(&d, LLM_ERR_INVALID_ARGUMENT));
+    assert_non_null(
+        strstr(llmi_error_message(), "backend 'two' has no device 2 (it has 2, ids 0 to 1)"));
+    d.backend = "auto";
+    id = 0;
+    s = create(&d, LLM_OK);
+    assert_ptr_equal(s->eng->ops, &g_two);
+    assert_int_equal(g_opened_device, 0);
+    llmi_session_free(s);
+    llmi_backend_unregister("two");
+    s = create(&d, LLM_OK); /* auto: the CPU again */
+    assert_ptr_equal(s->eng->ops, &llmi_backend_cpu);
+    llmi_session_free(s);
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_model = tiny_model(64, 99);
+    g_broken = fake("broken", probe_fails, NULL);
+    g_empty = fake("empty", NULL, count_zero);
+    g_two = fake("two", NULL, count_two);
+    g_v1 = fake("v1", NULL, count_zero);
+    g_v1.version = 1;
+    g_cuda = fake("cuda", NULL, count_two);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    llmi_model_free(g_model);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_list_keeps_error),
+        cmocka_unit_test(test_by_name),
+        cmocka_unit_test(test_auto),
+        cmocka_unit_test(test_session_on_device),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
