@@ -1,6 +1,7 @@
 /* The CPU backend's table: instances are thread pools, weights are the
  * model's own (memory-mapped or read) tensors, KV stores are host arrays. */
 #include "backend/cpu/cpu.h"
+#include "kv/kv.h"
 
 static llm_status cpu_open(const llmi_backend_config *cfg, void **out) {
     *out = NULL;
@@ -39,22 +40,10 @@ static void cpu_kv_free(void *ctx) {
     llmi_free(kv);
 }
 
-static uint32_t elem_size_of(llm_kv_type type) {
-    switch (type) {
-    case LLM_KV_F32:
-        return 4;
-    case LLM_KV_F16:
-    case LLM_KV_BF16:
-        return 2;
-    default:
-        return 0;
-    }
-}
-
 static llm_status cpu_kv_create(void *backend, const llmi_kv_layout *layout, void **out) {
     (void)backend;
     *out = NULL;
-    const uint32_t elem_size = elem_size_of(layout->type);
+    const uint32_t elem_size = llmi_kv_type_size(layout->type);
     if (elem_size == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV store of unknown element type %d",
                           (int)layout->type);
