@@ -37,7 +37,8 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
         goto fail;
     e->slot_seqs = llmi_malloc((size_t)e->max_rows * sizeof *e->slot_seqs);
     e->row_slot = llmi_malloc((size_t)e->max_rows * sizeof *e->row_slot);
-    if (!e->slot_seqs || !e->row_slot) {
+    e->rows = llmi_calloc(e->max_rows, sizeof *e->rows);
+    if (!e->slot_seqs || !e->row_slot || !e->rows) {
         st = llmi_oom("step descriptor");
         goto fail;
     }
@@ -63,6 +64,7 @@ void llmi_engine_free(llmi_engine *e) {
     llmi_free(e->words);
     llmi_free(e->slot_seqs);
     llmi_free(e->row_slot);
+    llmi_free(e->rows);
     llmi_free(e);
 }
 

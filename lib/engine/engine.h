@@ -55,6 +55,9 @@ typedef struct llmi_engine {
     size_t cap_words;
     const llmi_kv_seq **slot_seqs;
     uint32_t *row_slot;
+    /* [max_rows]: where its user (the scheduler's steps, the token-level
+     * decode) builds a step's rows; the engine itself never reads it. */
+    llmi_batch_row *rows;
 } llmi_engine;
 
 llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out);

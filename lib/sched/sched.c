@@ -236,11 +236,11 @@ static uint32_t build_rows(llm_session *session) {
         uint32_t start = r->seq.n_tokens;
         r->first_row = n;
         for (uint32_t j = 0; j < r->plan_rows; j++)
-            session->rows[n++] = (llmi_batch_row){r->tokens[start + j], start + j, &r->seq, false};
+            session->eng->rows[n++] = (llmi_batch_row){r->tokens[start + j], start + j, &r->seq, false};
         if (!r->wants_logits) continue;
-        session->rows[n - 1].want_logits = true;
+        session->eng->rows[n - 1].want_logits = true;
         for (uint32_t j = 0; j < r->spec.k; j++)
-            session->rows[n++] =
+            session->eng->rows[n++] =
                 (llmi_batch_row){r->tokens[r->n_tokens + j], r->n_tokens + j, &r->seq, true};
         r->logits_row = n_logits;
         n_logits += 1 + r->spec.k;
@@ -279,7 +279,7 @@ static llm_status run_drafts(llm_session *session, uint32_t n_jobs) {
         if (!r->in_flight || !r->spec.run_draft) continue;
         uint32_t row = r->first_row + r->plan_rows;
         for (uint32_t j = 0; j < r->spec.k; j++)
-            session->rows[row + j].token = r->tokens[r->n_tokens + j];
+            session->eng->rows[row + j].token = r->tokens[r->n_tokens + j];
     }
     return LLM_OK;
 }
@@ -529,7 +529,7 @@ static llm_status run_iteration(llm_session *session) {
     llm_status st = n_jobs ? run_drafts(session, n_jobs) : LLM_OK;
     double t0 = llmi_now();
     if (st == LLM_OK)
-        st = llmi_engine_run(session->eng, session->rows, pl.n_rows,
+        st = llmi_engine_run(session->eng, session->eng->rows, pl.n_rows,
                               session->batch_logits);
     double seconds = llmi_now() - t0;
     pthread_mutex_lock(&s->lock);

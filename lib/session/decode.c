@@ -264,13 +264,13 @@ llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
         uint32_t first_out = out_row;
         for (uint32_t i = 0; i < chunk; i++) {
             uint32_t r = done + i;
-            s->rows[i] = (llmi_batch_row){b->token[r], b->pos[r], s->seqs[b->seq[r]],
+            s->eng->rows[i] = (llmi_batch_row){b->token[r], b->pos[r], s->seqs[b->seq[r]],
                                           b->want_logits[r]};
             /* Past the sequence's length until the pass below extends it. */
             llmi_tseq_of(s->seqs[b->seq[r]])->tokens[b->pos[r]] = b->token[r];
             s->decode_rows[r] = b->want_logits[r] ? out_row++ : UINT32_MAX;
         }
-        st = llmi_engine_run(s->eng, s->rows, chunk,
+        st = llmi_engine_run(s->eng, s->eng->rows, chunk,
                              s->decode_logits + (size_t)first_out * V);
         if (st != LLM_OK) {
             /* All or none: undo the chunks that ran. A sequence's first row

@@ -117,11 +117,10 @@ llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *
     if (st != LLM_OK) goto fail;
     if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
     s->sched_ready = true;
-    s->rows = llmi_calloc(s->params.max_batch_tokens, sizeof *s->rows);
     s->stats_fill = llmi_calloc(s->kv->n_blocks, sizeof *s->stats_fill);
     s->piece_cap = 256;
     s->piece = llmi_malloc(s->piece_cap);
-    if (!s->rows || !s->piece || !s->stats_fill) {
+    if (!s->piece || !s->stats_fill) {
         st = llmi_oom("session buffers");
         goto fail;
     }
@@ -158,7 +157,6 @@ void llmi_session_free(llm_session *s) {
     llmi_free_aligned(s->decode_logits);
     llmi_sampler_destroy(&s->sampler);
     llmi_engine_free(s->eng);
-    llmi_free(s->rows);
     llmi_free(s->piece);
     llmi_free(s);
 }

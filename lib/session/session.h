@@ -24,7 +24,6 @@ struct llm_session {
     llmi_engine *eng;
     llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
-    llmi_batch_row *rows; /* [max_batch_tokens] */
     char *piece;          /* streaming text buffer */
     size_t piece_cap;
     llmi_sched sched;      /* requests; its lock guards everything KV */

@@ -16,10 +16,10 @@ static inline llm_status test_feed(llm_session *s, llmi_kv_seq *seq, const llm_t
         uint32_t chunk = (uint32_t)(n - done);
         if (chunk > s->params.max_batch_tokens) chunk = s->params.max_batch_tokens;
         for (uint32_t i = 0; i < chunk; i++)
-            s->rows[i] = (llmi_batch_row){tokens[done + i], start + (uint32_t)(done + i), seq,
+            s->eng->rows[i] = (llmi_batch_row){tokens[done + i], start + (uint32_t)(done + i), seq,
                                           false};
-        s->rows[chunk - 1].want_logits = done + chunk == n && logits;
-        st = llmi_engine_run(s->eng, s->rows, chunk, logits);
+        s->eng->rows[chunk - 1].want_logits = done + chunk == n && logits;
+        st = llmi_engine_run(s->eng, s->eng->rows, chunk, logits);
         done += chunk;
     }
     if (st != LLM_OK) llmi_kv_seq_truncate(s->kv, seq, start);
