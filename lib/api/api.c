@@ -259,7 +259,7 @@ LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t 
                                 const llm_generate_params *params, llm_generate_result *result) {
     CHECK_ARG(s, "llm_generate: session is NULL");
     CHECK_ARG(prompt || n_prompt == 0, "llm_generate: prompt is NULL");
-    return llmi_sched_generate(s, prompt, n_prompt, params, result);
+    return llmi_session_generate(s, prompt, n_prompt, params, result);
 }
 
 /* ---- request level ---- */
@@ -269,12 +269,12 @@ LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, s
     CHECK_ARG(s && out_id, "llm_session_submit: session and out_id must not be NULL");
     *out_id = 0;
     CHECK_ARG(prompt || n_prompt == 0, "llm_session_submit: prompt is NULL");
-    return llmi_sched_submit(s, prompt, n_prompt, params, out_id);
+    return llmi_session_submit(s, prompt, n_prompt, params, out_id);
 }
 
 LLM_API llm_status llm_session_cancel(llm_session *s, llm_request_id id) {
     CHECK_ARG(s, "llm_session_cancel: session is NULL");
-    return llmi_sched_cancel(s, id);
+    return llmi_session_cancel(s, id);
 }
 
 LLM_API llm_status llm_session_step(llm_session *s, llm_event *events, size_t capacity,
@@ -286,7 +286,7 @@ LLM_API llm_status llm_session_step(llm_session *s, llm_event *events, size_t ca
     CHECK_ARG(event_size >= offsetof(llm_event, text_len) && event_size <= (1u << 16),
               "llm_session_step: event_size %zu is invalid (pass sizeof(llm_event))",
               event_size);
-    return llmi_sched_step(s, events, capacity, event_size, n_events);
+    return llmi_session_step(s, events, capacity, event_size, n_events);
 }
 
 LLM_API llm_status llm_session_get_stats(llm_session *s, llm_session_stats *stats) {
@@ -294,7 +294,7 @@ LLM_API llm_status llm_session_get_stats(llm_session *s, llm_session_stats *stat
     LLMI_TRY(check_struct_size("llm_session_stats", stats->struct_size));
     llm_session_stats full;
     memset(&full, 0, sizeof full);
-    llmi_sched_stats(s, &full);
+    llmi_session_stats(s, &full);
     full.struct_size = stats->struct_size;
     memcpy(stats, &full, stats->struct_size < sizeof full ? stats->struct_size : sizeof full);
     return LLM_OK;

@@ -3,7 +3,6 @@
  * steps, and their events stay queued for llm_session_step. */
 #include "sched/sched.h"
 
-#include "session/session.h"
 
 #include <stddef.h>
 
@@ -31,7 +30,7 @@ static llm_status read_generate_params(const llm_generate_params *in, llm_genera
 
 /* Streams the text `tok` completes to the callback; *keep_going false =
  * the caller said stop. */
-static llm_status emit(llm_session *s, llmi_detok *d, llm_token tok, const llm_generate_params *p,
+static llm_status emit(llmi_sched *s, llmi_detok *d, llm_token tok, const llm_generate_params *p,
                        bool *keep_going) {
     size_t n = 0;
     llm_status st = llmi_detok_push(d, tok, s->piece, s->piece_cap, &n);
@@ -89,7 +88,7 @@ static void request_params(const llm_generate_params *p, llm_request_params *rp)
 }
 
 typedef struct gen_loop {
-    llm_session *s;
+    llmi_sched *s;
     const llm_generate_params *p;
     llm_request_id id;
     llmi_detok d;
@@ -117,9 +116,9 @@ static llm_status handle(gen_loop *g, const gen_events *evs) {
             if (!keep_going) {
                 g->r->finish_reason = LLM_FINISH_CANCELLED;
                 g->done = true;
-                pthread_mutex_lock(&g->s->sched.lock);
+                pthread_mutex_lock(&g->s->lock);
                 llmi_sched_drop(g->s, g->id);
-                pthread_mutex_unlock(&g->s->sched.lock);
+                pthread_mutex_unlock(&g->s->lock);
                 return LLM_OK;
             }
         }
@@ -133,9 +132,9 @@ static llm_status handle(gen_loop *g, const gen_events *evs) {
     return LLM_OK;
 }
 
-/* Steps the session until the request finishes. */
+/* Steps the scheduler until the request finishes. */
 static llm_status run(gen_loop *g) {
-    llmi_sched *sched = &g->s->sched;
+    llmi_sched *sched = g->s;
     gen_events evs = {0};
     llm_status st = LLM_OK;
     while (st == LLM_OK && !g->done) {
@@ -156,7 +155,7 @@ static llm_status run(gen_loop *g) {
     return st;
 }
 
-llm_status llmi_sched_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
+llm_status llmi_sched_generate(llmi_sched *s, const llm_token *prompt, size_t n_prompt,
                                const llm_generate_params *params, llm_generate_result *result) {
     llm_generate_params p;
     LLMI_TRY(read_generate_params(params, &p));
@@ -174,9 +173,9 @@ llm_status llmi_sched_generate(llm_session *s, const llm_token *prompt, size_t n
     LLMI_TRY(llmi_sched_submit_report(s, prompt, n_prompt, &rp, &r, &g.id));
     llm_status st = LLM_OK;
     if (p.max_new_tokens == 0) {
-        pthread_mutex_lock(&s->sched.lock);
+        pthread_mutex_lock(&s->lock);
         llmi_sched_drop(s, g.id);
-        pthread_mutex_unlock(&s->sched.lock);
+        pthread_mutex_unlock(&s->lock);
         r.finish_reason = LLM_FINISH_LENGTH;
     } else {
         llmi_detok_init(&g.d, s->model->tok, 0);

@@ -3,7 +3,6 @@
  * the per-step event list with its text arena. */
 #include "sched/sched.h"
 
-#include "session/session.h"
 
 /* Makes room for `bytes` more bytes of event text. */
 static llm_status reserve_arena(llmi_sched *s, size_t bytes) {
@@ -72,22 +71,22 @@ static llm_status held_append(llmi_request *r, const char *text, size_t n) {
 }
 
 /* Appends the text token `tok` completes to r->held. */
-static llm_status detok_into_held(llm_session *session, llmi_request *r, llm_token tok) {
+static llm_status detok_into_held(llmi_sched *s, llmi_request *r, llm_token tok) {
     size_t n = 0;
-    llm_status st = llmi_detok_push(&r->detok, tok, session->piece, session->piece_cap, &n);
+    llm_status st = llmi_detok_push(&r->detok, tok, s->piece, s->piece_cap, &n);
     if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        char *bigger = llmi_realloc(session->piece, n + 1);
+        char *bigger = llmi_realloc(s->piece, n + 1);
         if (!bigger) return llmi_oom("text piece");
-        session->piece = bigger;
-        session->piece_cap = n + 1;
-        st = llmi_detok_push(&r->detok, tok, session->piece, session->piece_cap, &n);
+        s->piece = bigger;
+        s->piece_cap = n + 1;
+        st = llmi_detok_push(&r->detok, tok, s->piece, s->piece_cap, &n);
     }
     if (st != LLM_OK) return st;
-    return held_append(r, session->piece, n);
+    return held_append(r, s->piece, n);
 }
 
 /* Moves the rest of the detokenizer's bytes into held (end of the request). */
-static llm_status flush_into_held(llm_session *session, llmi_request *r) {
+static llm_status flush_into_held(llmi_sched *s, llmi_request *r) {
     char tail[32];
     size_t n = 0;
     LLMI_TRY(llmi_detok_flush(&r->detok, tail, sizeof tail, &n));
@@ -129,20 +128,19 @@ static bool is_stop_token(const llmi_request *r, llm_token tok) {
     return false;
 }
 
-llm_status llmi_sched_emit_token(llm_session *session, llmi_request *r, llm_token tok,
+llm_status llmi_sched_emit_token(llmi_sched *s, llmi_request *r, llm_token tok,
                                  float logprob, llm_finish_reason *finish) {
-    llmi_sched *s = &session->sched;
-    bool at_limit = r->n_generated >= r->max_new || r->n_tokens >= session->params.n_ctx;
+    bool at_limit = r->n_generated >= r->max_new || r->n_tokens >= s->n_ctx;
     *finish = LLM_FINISH_NONE;
-    if (!r->ignore_eos && llmi_tokenizer_is_eog(session->model->tok, tok)) {
+    if (!r->ignore_eos && llmi_tokenizer_is_eog(s->model->tok, tok)) {
         *finish = LLM_FINISH_EOS;
     } else if (is_stop_token(r, tok)) {
         *finish = LLM_FINISH_STOP;
     } else {
-        LLMI_TRY(detok_into_held(session, r, tok));
+        LLMI_TRY(detok_into_held(s, r, tok));
     }
     if (*finish == LLM_FINISH_NONE && at_limit) *finish = LLM_FINISH_LENGTH;
-    if (*finish != LLM_FINISH_NONE) LLMI_TRY(flush_into_held(session, r));
+    if (*finish != LLM_FINISH_NONE) LLMI_TRY(flush_into_held(s, r));
     size_t emit = r->n_held;
     size_t stop_at = r->n_stop_strings ? find_stop(r) : SIZE_MAX;
     if (stop_at != SIZE_MAX) {
@@ -179,9 +177,8 @@ llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const f
     return LLM_OK;
 }
 
-llm_status llmi_sched_emit_finish(llm_session *session, llmi_request *r,
+llm_status llmi_sched_emit_finish(llmi_sched *s, llmi_request *r,
                                   llm_finish_reason reason, llm_status status) {
-    llmi_sched *s = &session->sched;
     /* Room for every event first, so that each sample is reported once. */
     size_t n = 1 + r->n_forks;
     LLMI_TRY(reserve_events(s, n));

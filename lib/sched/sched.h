@@ -16,14 +16,17 @@
  * anything; the verifier's tokens are emitted one by one, with every stop
  * condition, and the KV past the accepted tokens is truncated.
  *
- * All state is guarded by the session lock; the forward pass (and the
+ * All state is guarded by the scheduler's lock; the forward pass (and the
  * draft model's passes) run outside it, with the requests they compute
  * marked in flight so that a concurrent cancel only flags them. */
 #ifndef LLMI_SCHED_H
 #define LLMI_SCHED_H
 
 #include "core/core.h"
+#include "engine/engine.h"
 #include "kv/kv.h"
+#include "model/model.h"
+#include "sample/sample.h"
 #include "spec/spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -76,8 +79,34 @@ typedef struct llmi_event_rec {
     bool taken;     /* consumed by llm_generate: never delivered by a step */
 } llmi_event_rec;
 
+/* What a scheduler drives (borrowed; set once by llmi_sched_init). */
+typedef struct llmi_sched_config {
+    const llm_model *model;
+    llmi_engine *eng;     /* the target model's engine: its KV pool, its rows */
+    llmi_spec *spec;      /* speculative decoding (draft model, cost model) */
+    llmi_sampler *sampler;
+    uint32_t n_ctx, max_batch_tokens;
+    bool prefix_cache;
+} llmi_sched_config;
+
 typedef struct llmi_sched {
     pthread_mutex_t lock;
+    /* From the config. */
+    const llm_model *model;
+    llmi_engine *eng;
+    llmi_kv *kv;          /* eng->kv */
+    llmi_spec *spec;
+    llmi_sampler *sampler;
+    uint32_t n_ctx, max_batch_tokens;
+    bool prefix_cache;
+    /* Its own buffers. */
+    float *logits;        /* [cap_logit_rows][n_vocab]: a step's logits */
+    uint32_t cap_logit_rows;
+    llmi_spec_job *spec_jobs; /* a step's draft-model jobs */
+    size_t cap_spec_jobs;
+    char *piece;          /* streaming text buffer */
+    size_t piece_cap;
+    uint32_t *stats_fill; /* [kv blocks]: scratch for llmi_sched_stats */
     llmi_request **waiting; /* unordered; the best is searched each step */
     size_t n_waiting, cap_waiting;
     llmi_request **running; /* admission order */
@@ -92,54 +121,58 @@ typedef struct llmi_sched {
     uint64_t spec_steps, spec_drafted, spec_accepted;
 } llmi_sched;
 
-struct llm_session;
+llm_status llmi_sched_init(llmi_sched *s, const llmi_sched_config *cfg);
+/* Frees every request (their KV blocks too) and the scheduler's buffers. */
+void llmi_sched_destroy(llmi_sched *s);
 
-llm_status llmi_sched_init(llmi_sched *s);
-/* Frees every request (their KV blocks too). */
-void llmi_sched_destroy(struct llm_session *session, llmi_sched *s);
-
-llm_status llmi_sched_submit(struct llm_session *session, const llm_token *prompt, size_t n,
+llm_status llmi_sched_submit(llmi_sched *s, const llm_token *prompt, size_t n,
                              const llm_request_params *params, llm_request_id *out);
 /* llmi_sched_submit for llm_generate: the request reports its speculative
  * counters into *report (which must outlive it). */
-llm_status llmi_sched_submit_report(struct llm_session *session, const llm_token *prompt,
+llm_status llmi_sched_submit_report(llmi_sched *s, const llm_token *prompt,
                                     size_t n, const llm_request_params *params,
                                     llm_generate_result *report, llm_request_id *out);
-llm_status llmi_sched_cancel(struct llm_session *session, llm_request_id id);
-llm_status llmi_sched_step(struct llm_session *session, llm_event *events, size_t capacity,
+llm_status llmi_sched_cancel(llmi_sched *s, llm_request_id id);
+llm_status llmi_sched_step(llmi_sched *s, llm_event *events, size_t capacity,
                            size_t event_size, size_t *n_events);
-void llmi_sched_stats(struct llm_session *session, llm_session_stats *st);
+/* *extra: the token-level sequences (*n_extra, NULL entries skipped), read
+ * under the lock and counted in kv_tokens_used with the requests'. */
+void llmi_sched_stats(llmi_sched *s, llmi_kv_seq **const *extra,
+                      const size_t *n_extra,
+                      llm_session_stats *st);
 
 /* For llm_generate (generate.c), under the lock. Whether events are queued
  * that are neither delivered nor taken (a new iteration then appends after
  * them instead of starting a fresh queue). */
 bool llmi_sched_events_pending(llmi_sched *s);
 /* One scheduler iteration, appending its events to the queue. */
-llm_status llmi_sched_iterate(struct llm_session *session);
+llm_status llmi_sched_iterate(llmi_sched *s);
 /* Removes request `id` (every sample, none in flight) without a finish
  * event, freeing its blocks, and takes its queued events. */
-void llmi_sched_drop(struct llm_session *session, llm_request_id id);
+void llmi_sched_drop(llmi_sched *s, llm_request_id id);
 /* generate.c: llm_generate as one request through the scheduler. */
-llm_status llmi_sched_generate(struct llm_session *session, const llm_token *prompt, size_t n,
+llm_status llmi_sched_generate(llmi_sched *s, const llm_token *prompt, size_t n,
                                const llm_generate_params *params, llm_generate_result *result);
-/* Invariant check over every live sequence of the session (tests). */
-llm_status llmi_sched_check(struct llm_session *session);
+/* Invariant check over every request's sequences and *extra (the
+ * token-level ones, as for llmi_sched_stats) (tests). */
+llm_status llmi_sched_check(llmi_sched *s, llmi_kv_seq **const *extra,
+                      const size_t *n_extra);
 
 /* Appends r to a pointer array, growing it; false when out of memory. */
 bool llmi_sched_push(llmi_request ***arr, size_t *n, size_t *cap, llmi_request *r);
 
 /* output.c: turns a sampled token into text and events; returns the finish
  * reason (NONE to keep going). */
-llm_status llmi_sched_emit_token(struct llm_session *session, llmi_request *r, llm_token tok,
+llm_status llmi_sched_emit_token(llmi_sched *s, llmi_request *r, llm_token tok,
                                  float logprob, llm_finish_reason *finish);
 /* Attaches top-N tokens and log-probabilities to the event queued last. */
 llm_status llmi_sched_attach_top(llmi_sched *s, const llm_token *tokens, const float *logprobs,
                                  uint32_t n);
 /* Queues the final event of a request that ends without a new token, and
  * one for each of its samples not yet started (all or none). */
-llm_status llmi_sched_emit_finish(struct llm_session *session, llmi_request *r,
+llm_status llmi_sched_emit_finish(llmi_sched *s, llmi_request *r,
                                   llm_finish_reason reason, llm_status status);
-void llmi_request_free(struct llm_session *session, llmi_request *r);
+void llmi_request_free(llmi_sched *s, llmi_request *r);
 /* Whether a finish event of request `id` is queued but not delivered yet
  * (the request itself is gone). Under the lock. */
 bool llmi_sched_finish_pending(const llmi_sched *s, llm_request_id id);

@@ -3,7 +3,6 @@
 #include "sched/sched.h"
 
 #include "sample/sample.h"
-#include "session/session.h"
 
 #include <stddef.h>
 
@@ -53,24 +52,24 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
     return LLM_OK;
 }
 
-static llm_status check_limits(const llm_session *session, const llm_token *prompt, size_t n,
+static llm_status check_limits(const llmi_sched *s, const llm_token *prompt, size_t n,
                                const llm_request_params *p) {
-    uint32_t n_ctx = session->params.n_ctx;
+    uint32_t n_ctx = s->n_ctx;
     if (n == 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the prompt has no tokens");
     if (n >= n_ctx)
         return llmi_error(LLM_ERR_LIMIT,
                           "prompt of %zu tokens leaves no room in the context of %u tokens", n,
                           n_ctx);
     for (size_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || (uint32_t)prompt[i] >= session->model->hp.n_vocab)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->model->hp.n_vocab)
             return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                               "prompt token %zu is %d, outside the vocabulary of %u", i, prompt[i],
-                              session->model->hp.n_vocab);
+                              s->model->hp.n_vocab);
     /* The longest this request can get must fit the pool on its own, or it
      * could never finish however many others are preempted. */
     uint64_t longest = n + (uint64_t)p->max_new_tokens;
     if (longest > n_ctx) longest = n_ctx;
-    const llmi_kv *kv = session->kv;
+    const llmi_kv *kv = s->kv;
     uint64_t blocks = (longest + kv->block_size - 1) / kv->block_size;
     if (blocks > kv->n_blocks)
         return llmi_error(LLM_ERR_LIMIT,
@@ -87,17 +86,17 @@ static llm_status check_limits(const llm_session *session, const llm_token *prom
     return LLM_OK;
 }
 
-static llm_status build_request(llm_session *session, const llm_token *prompt, size_t n,
+static llm_status build_request(llmi_sched *s, const llm_token *prompt, size_t n,
                                 const llm_request_params *p, llmi_request **out) {
     llmi_request *r = llmi_calloc(1, sizeof *r);
     if (!r) return llmi_oom("request");
     llm_status st =
-        llmi_sampling_params_copy(p->sampling, session->model->hp.n_vocab, &r->sampling);
+        llmi_sampling_params_copy(p->sampling, s->model->hp.n_vocab, &r->sampling);
     if (st != LLM_OK) {
         llmi_free(r);
         return st;
     }
-    uint32_t n_ctx = session->params.n_ctx;
+    uint32_t n_ctx = s->n_ctx;
     r->cap_tokens = (uint32_t)(n + p->max_new_tokens > n_ctx ? n_ctx : n + p->max_new_tokens) + 1;
     /* Drafts are written past the tokens during a step. */
     uint32_t room = p->spec_mode != LLM_SPEC_NONE ? LLMI_SPEC_MAX_K + 2 : 0;
@@ -120,41 +119,41 @@ static llm_status build_request(llm_session *session, const llm_token *prompt, s
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs;
     r->top_logprobs = p->top_logprobs;
-    llmi_detok_init(&r->detok, session->model->tok, 0);
+    llmi_detok_init(&r->detok, s->model->tok, 0);
     *out = r;
     return LLM_OK;
 oom:
-    llmi_request_free(session, r);
+    llmi_request_free(s, r);
     return llmi_oom("request");
 }
 
-llm_status llmi_sched_submit(llm_session *session, const llm_token *prompt, size_t n,
+llm_status llmi_sched_submit(llmi_sched *s, const llm_token *prompt, size_t n,
                              const llm_request_params *params, llm_request_id *out) {
-    return llmi_sched_submit_report(session, prompt, n, params, NULL, out);
+    return llmi_sched_submit_report(s, prompt, n, params, NULL, out);
 }
 
-llm_status llmi_sched_submit_report(llm_session *session, const llm_token *prompt, size_t n,
+llm_status llmi_sched_submit_report(llmi_sched *s, const llm_token *prompt, size_t n,
                                     const llm_request_params *params,
                                     llm_generate_result *report, llm_request_id *out) {
     llm_request_params p;
     LLMI_TRY(read_request_params(params, &p));
     LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k,
-                                    session->spec.draft));
-    LLMI_TRY(check_limits(session, prompt, n, &p));
+                                    s->spec->draft));
+    LLMI_TRY(check_limits(s, prompt, n, &p));
     llmi_request *r = NULL;
-    LLMI_TRY(build_request(session, prompt, n, &p, &r));
+    LLMI_TRY(build_request(s, prompt, n, &p, &r));
     r->report = report;
     if (p.n_samples > 1) { /* the other samples, ready to start from the prompt */
         r->forks = llmi_calloc(p.n_samples - 1, sizeof *r->forks);
         if (!r->forks) {
-            llmi_request_free(session, r);
+            llmi_request_free(s, r);
             return llmi_oom("request samples");
         }
         for (uint32_t i = 1; i < p.n_samples; i++) {
             llmi_request *c = NULL;
-            llm_status st = build_request(session, prompt, n, &p, &c);
+            llm_status st = build_request(s, prompt, n, &p, &c);
             if (st != LLM_OK) {
-                llmi_request_free(session, r);
+                llmi_request_free(s, r);
                 return st;
             }
             c->sample_index = i;
@@ -162,7 +161,6 @@ llm_status llmi_sched_submit_report(llm_session *session, const llm_token *promp
             r->forks[r->n_forks++] = c;
         }
     }
-    llmi_sched *s = &session->sched;
     pthread_mutex_lock(&s->lock);
     bool ok = llmi_sched_push(&s->waiting, &s->n_waiting, &s->cap_waiting, r);
     if (ok) {
@@ -176,7 +174,7 @@ llm_status llmi_sched_submit_report(llm_session *session, const llm_token *promp
     }
     pthread_mutex_unlock(&s->lock);
     if (!ok) {
-        llmi_request_free(session, r);
+        llmi_request_free(s, r);
         return llmi_oom("request queue");
     }
     return LLM_OK;
@@ -184,8 +182,7 @@ llm_status llmi_sched_submit_report(llm_session *session, const llm_token *promp
 
 /* ---- cancel ---- */
 
-llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
-    llmi_sched *s = &session->sched;
+llm_status llmi_sched_cancel(llmi_sched *s, llm_request_id id) {
     llm_status st = LLM_OK;
     pthread_mutex_lock(&s->lock);
     /* Every sample of the request: each is its own entry once started. */
@@ -200,7 +197,7 @@ llm_status llmi_sched_cancel(llm_session *session, llm_request_id id) {
             /* Cancelling twice is harmless until the finish is reported. */
             r->cancelled = true;
             /* Free the blocks now unless a forward pass is writing them. */
-            if (!r->in_flight) llmi_kv_seq_release(session->kv, &r->seq);
+            if (!r->in_flight) llmi_kv_seq_release(s->kv, &r->seq);
         }
     }
     /* Finished, but the finish is still to be delivered: nothing to do. */

@@ -115,15 +115,15 @@ llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *
                         s->params.kv_block_size, s->params.kv_type, s->params.max_batch_tokens,
                         s->params.n_ctx, s->params.prefix_cache);
     if (st != LLM_OK) goto fail;
-    if ((st = llmi_sched_init(&s->sched)) != LLM_OK) goto fail;
+    llmi_sched_config sc = {.model = m,
+                            .eng = s->eng,
+                            .spec = &s->spec,
+                            .sampler = &s->sampler,
+                            .n_ctx = s->params.n_ctx,
+                            .max_batch_tokens = s->params.max_batch_tokens,
+                            .prefix_cache = s->params.prefix_cache};
+    if ((st = llmi_sched_init(&s->sched, &sc)) != LLM_OK) goto fail;
     s->sched_ready = true;
-    s->stats_fill = llmi_calloc(s->kv->n_blocks, sizeof *s->stats_fill);
-    s->piece_cap = 256;
-    s->piece = llmi_malloc(s->piece_cap);
-    if (!s->piece || !s->stats_fill) {
-        st = llmi_oom("session buffers");
-        goto fail;
-    }
     *out = s;
     return LLM_OK;
 fail:
@@ -131,32 +131,15 @@ fail:
     return st;
 }
 
-llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n) {
-    if (n <= s->cap_logit_rows) return LLM_OK;
-    size_t bytes;
-    if (!llmi_mul_ok((size_t)n * s->model->hp.n_vocab, sizeof(float), &bytes))
-        return llmi_error(LLM_ERR_LIMIT, "logits for %u rows overflow", n);
-    float *l = llmi_malloc_aligned(bytes);
-    if (!l) return llmi_oom("logits");
-    llmi_free_aligned(s->batch_logits);
-    s->batch_logits = l;
-    s->cap_logit_rows = n;
-    return LLM_OK;
-}
-
 void llmi_session_free(llm_session *s) {
     if (!s) return;
-    if (s->sched_ready) llmi_sched_destroy(s, &s->sched);
+    if (s->sched_ready) llmi_sched_destroy(&s->sched);
     llmi_spec_destroy(&s->spec); /* after the requests, which hold draft KV */
-    llmi_free(s->spec_jobs);
     for (size_t i = 0; i < s->n_seqs; i++) llmi_tseq_free(s, s->seqs[i], false);
     llmi_free(s->seqs);
     llmi_free(s->decode_rows);
-    llmi_free(s->stats_fill);
-    llmi_free_aligned(s->batch_logits);
     llmi_free_aligned(s->decode_logits);
     llmi_sampler_destroy(&s->sampler);
     llmi_engine_free(s->eng);
-    llmi_free(s->piece);
     llmi_free(s);
 }

@@ -24,12 +24,8 @@ struct llm_session {
     llmi_engine *eng;
     llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
-    char *piece;          /* streaming text buffer */
-    size_t piece_cap;
     llmi_sched sched;      /* requests; its lock guards everything KV */
     bool sched_ready;
-    float *batch_logits;   /* [cap_logit_rows][n_vocab] for steps and decodes */
-    uint32_t cap_logit_rows;
     llmi_kv_seq **seqs;    /* token-level sequences by id (llmi_tseq); NULL = closed */
     size_t n_seqs;
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
@@ -37,10 +33,7 @@ struct llm_session {
     float *decode_logits;  /* [cap_decode_logits][n_vocab]: llm_session_decode's own, so
                               steps and llm_generate leave them alone */
     uint32_t cap_decode_logits;
-    uint32_t *stats_fill;  /* [kv blocks]: scratch for llm_session_get_stats */
     llmi_spec spec;        /* speculative decoding: draft model, cost model */
-    llmi_spec_job *spec_jobs; /* scratch: a step's draft-model jobs */
-    size_t cap_spec_jobs;
 };
 
 /* A token-level sequence: its KV and the tokens it holds. session->seqs[id]
@@ -62,8 +55,18 @@ llm_status llmi_tseq_reserve(llmi_tseq *t, uint32_t n);
  * session lock when `lock`, else the caller holds it. */
 void llmi_tseq_free(llm_session *s, llmi_kv_seq *q, bool lock);
 
-/* Makes batch_logits hold at least n rows (grows rarely, never shrinks). */
-llm_status llmi_session_reserve_logits(llm_session *s, uint32_t n);
+/* The request-level API on the session's scheduler (requests.c); stats and
+ * the invariant check count the token-level sequences too. */
+llm_status llmi_session_submit(llm_session *s, const llm_token *prompt, size_t n,
+                               const llm_request_params *params, llm_request_id *out);
+llm_status llmi_session_cancel(llm_session *s, llm_request_id id);
+llm_status llmi_session_step(llm_session *s, llm_event *events, size_t capacity,
+                             size_t event_size, size_t *n_events);
+llm_status llmi_session_generate(llm_session *s, const llm_token *prompt, size_t n,
+                                 const llm_generate_params *params, llm_generate_result *result);
+void llmi_session_stats(llm_session *s, llm_session_stats *st);
+/* Invariant check over every live sequence of the session (tests). */
+llm_status llmi_session_check(llm_session *s);
 
 /* A session on the CPU. */
 llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,

@@ -121,7 +121,7 @@ static void use_model(llm_model *m) {
     gp.user = &gs;
     gp.ignore_eos = true;
     llm_generate_result res = {sizeof res};
-    st = llmi_sched_generate(s, toks, n, &gp, &res);
+    st = llmi_session_generate(s, toks, n, &gp, &res);
     FUZZ_CHECK(st == LLM_OK, "generate %d: %s", st, llmi_error_message());
     FUZZ_CHECK(res.n_generated_tokens == 2, "generated %u", res.n_generated_tokens);
     llmi_session_free(s);

@@ -126,7 +126,7 @@ static void load_into(llm_session *s, const uint8_t *data, size_t size) {
         check_refusal(s, st, free_before);
     }
     FUZZ_CHECK(s->kv->n_free == free_before, "blocks not returned");
-    FUZZ_CHECK(llmi_sched_check(s) == LLM_OK, "invariants: %s", llm_last_error());
+    FUZZ_CHECK(llmi_session_check(s) == LLM_OK, "invariants: %s", llm_last_error());
 }
 
 static void put32(uint8_t *p, uint32_t v) {

@@ -81,7 +81,7 @@ static inline outcome *find_outcome(outcome *outs, size_t n, llm_request_id id) 
 static inline size_t step_once(llm_session *s, outcome *outs, size_t n_outs) {
     llm_event ev[64];
     size_t n = 0;
-    llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &n);
+    llm_status st = llmi_session_step(s, ev, 64, sizeof ev[0], &n);
     if (st != LLM_OK) fail_msg("step: %s", llmi_error_message());
     for (size_t i = 0; i < n; i++) {
         outcome *o = find_outcome(outs, n_outs, ev[i].request);
@@ -105,11 +105,11 @@ static inline size_t step_once(llm_session *s, outcome *outs, size_t n_outs) {
 }
 
 static inline void check_invariants(llm_session *s) {
-    llm_status st = llmi_sched_check(s);
+    llm_status st = llmi_session_check(s);
     if (st != LLM_OK) fail_msg("invariant: %s", llmi_error_message());
     /* Shared blocks count once: waste is never negative. */
     llm_session_stats stats = {sizeof stats};
-    llmi_sched_stats(s, &stats);
+    llmi_session_stats(s, &stats);
     assert_true(stats.kv_tokens_used <= (uint64_t)stats.blocks_used * stats.block_size);
     assert_int_equal(stats.blocks_used + stats.blocks_cached + stats.blocks_free,
                      stats.blocks_total);
@@ -121,7 +121,7 @@ static inline void drain(llm_session *s, outcome *outs, size_t n_outs) {
         size_t n = step_once(s, outs, n_outs);
         check_invariants(s);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         if (n == 0 && st.n_running == 0 && st.n_waiting == 0) return;
     }
     fail_msg("requests never finished");

@@ -98,7 +98,7 @@ static llm_session *make_session(bool draft, uint32_t max_batch, uint32_t n_bloc
 
 static bool idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     return st.n_running == 0 && st.n_waiting == 0;
 }
 
@@ -106,7 +106,7 @@ static bool idle(llm_session *s) {
  * cleared, every block free. */
 static void expect_pools_idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
     llmi_kv_prefix_clear(s->kv);
     assert_int_equal(s->kv->n_free, s->kv->n_blocks);
@@ -196,7 +196,7 @@ static llm_status generate(llm_session *s, const gen_case *c, const llm_token *p
     gp.spec_mode = c->mode;
     gp.spec_k = c->k;
     out->res.struct_size = sizeof out->res;
-    return llmi_sched_generate(s, prompt, n_prompt, &gp, &out->res);
+    return llmi_session_generate(s, prompt, n_prompt, &gp, &out->res);
 }
 
 static void expect_same_gen(const gen_out *a, const gen_out *ref, const char *what, uint64_t n) {
@@ -302,7 +302,7 @@ static void submit_reqs(llm_session *s, const req_set *rs, outcome *out) {
          * on timing either, so the sweep reaches every call of the
          * fault-free run. */
         p.spec_k = i == 3 ? 2 : i == 2 ? 4 : 0;
-        if (llmi_sched_submit(s, rs->prompt[i], rs->n_prompt[i], &p, &out[i].id) != LLM_OK)
+        if (llmi_session_submit(s, rs->prompt[i], rs->n_prompt[i], &p, &out[i].id) != LLM_OK)
             fail_msg("submit: %s", llmi_error_message());
     }
 }
@@ -311,7 +311,7 @@ static void submit_reqs(llm_session *s, const req_set *rs, outcome *out) {
 static llm_status step_events(llm_session *s, outcome *outs, size_t *n_ev) {
     llm_event ev[64];
     size_t n = 0;
-    llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &n);
+    llm_status st = llmi_session_step(s, ev, 64, sizeof ev[0], &n);
     *n_ev = n;
     if (st != LLM_OK) {
         assert_int_equal(n, 0); /* a failed step delivers nothing */
@@ -386,7 +386,7 @@ static void sweep_steps(void) {
     assert_int_equal(run_reqs(s, &rs, 0, ref), 0);
     uint64_t calls = llmi_backend_fault_calls();
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     expect_pools_idle(s);
     llmi_session_free(s);
     printf("# (c) ref: %u %u %u %u tokens, %llu steps, %llu backend calls, %llu prefix hit "

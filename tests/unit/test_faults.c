@@ -43,7 +43,7 @@ static void expect_oom(llm_status st, const char *what, uint64_t n) {
 static llm_status step_events(llm_session *s, outcome *outs, size_t n_outs, size_t *n_ev) {
     llm_event ev[64];
     size_t n = 0;
-    llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &n);
+    llm_status st = llmi_session_step(s, ev, 64, sizeof ev[0], &n);
     *n_ev = n;
     if (st != LLM_OK) {
         assert_int_equal(n, 0); /* a failed step delivers nothing; the next one does */
@@ -74,7 +74,7 @@ static llm_status step_events(llm_session *s, outcome *outs, size_t n_outs, size
 
 static bool idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     return st.n_running == 0 && st.n_waiting == 0;
 }
 
@@ -89,7 +89,7 @@ static void run_clean_request(llm_session *s) {
     p.max_new_tokens = 6;
     p.ignore_eos = true;
     outcome o = {0};
-    if (llmi_sched_submit(s, prompt, 20, &p, &o.id) != LLM_OK)
+    if (llmi_session_submit(s, prompt, 20, &p, &o.id) != LLM_OK)
         fail_msg("clean submit: %s", llmi_error_message());
     for (int guard = 0; guard < 1000; guard++) {
         size_t n = 0;
@@ -220,7 +220,7 @@ static void test_submit(void **state) {
         llm_session *s = fresh_session(); /* first submit: the queue is allocated too */
         llm_request_id id = 0;
         arm(n);
-        llm_status st = llmi_sched_submit(s, prompt, 30, &p, &id);
+        llm_status st = llmi_session_submit(s, prompt, 30, &p, &id);
         bool hit = fired(n);
         if (st != LLM_OK) {
             assert_true(hit);
@@ -233,7 +233,7 @@ static void test_submit(void **state) {
             for (int guard = 0; guard < 1000 && !idle(s); guard++) { /* it runs normally */
                 size_t k = 0;
                 llm_event ev[8];
-                assert_int_equal(llmi_sched_step(s, ev, 8, sizeof ev[0], &k), LLM_OK);
+                assert_int_equal(llmi_session_step(s, ev, 8, sizeof ev[0], &k), LLM_OK);
                 check_invariants(s);
             }
             assert_true(idle(s));
@@ -270,8 +270,8 @@ static int run_two(llm_session *s, const two_req *t, uint64_t n, outcome out[2])
     pa.n_stop_tokens = pb.n_stop_tokens = 0; /* run to the length limit */
     pb.logprobs = false;
     memset(out, 0, 2 * sizeof *out);
-    if (llmi_sched_submit(s, t->pa, 40, &pa, &out[0].id) != LLM_OK ||
-        llmi_sched_submit(s, t->pb, 20, &pb, &out[1].id) != LLM_OK)
+    if (llmi_session_submit(s, t->pa, 40, &pa, &out[0].id) != LLM_OK ||
+        llmi_session_submit(s, t->pb, 20, &pb, &out[1].id) != LLM_OK)
         fail_msg("submit: %s", llmi_error_message());
     int failures = 0;
     if (n)
@@ -302,7 +302,7 @@ static void test_steps(void **state) {
     llm_session *s = fresh_session();
     assert_int_equal(run_two(s, &t, 0, ref), 0);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     llmi_session_free(s);
     printf("# ref: %u+%u tokens, finish %d %d, preemptions %llu, prefix hits %llu\n", ref[0].n,
            ref[1].n, ref[0].finish, ref[1].finish, (unsigned long long)st.preemptions,

@@ -759,7 +759,7 @@ static llm_request_id submit_s(llm_session *s, sreq *r) {
     sp.logit_bias = bias;
     p.sampling = &sp;
     llm_request_id id = 0;
-    llm_status st = llmi_sched_submit(s, r->prompt, r->n_prompt, &p, &id);
+    llm_status st = llmi_session_submit(s, r->prompt, r->n_prompt, &p, &id);
     if (st != LLM_OK) fail_msg("submit: %s", llmi_error_message());
     bias[0].bias = 1e30f;
     sp.temperature = 99.0f;
@@ -771,7 +771,7 @@ static llm_request_id submit_s(llm_session *s, sreq *r) {
 static size_t step_s(llm_session *s, sout *outs, size_t n_outs) {
     llm_event ev[64];
     size_t n = 0;
-    if (llmi_sched_step(s, ev, 64, sizeof ev[0], &n) != LLM_OK)
+    if (llmi_session_step(s, ev, 64, sizeof ev[0], &n) != LLM_OK)
         fail_msg("step: %s", llmi_error_message());
     for (size_t e = 0; e < n; e++) {
         sout *o = NULL;
@@ -813,7 +813,7 @@ static size_t step_s(llm_session *s, sout *outs, size_t n_outs) {
 
 static bool idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     return st.n_running == 0 && st.n_waiting == 0;
 }
 
@@ -836,15 +836,15 @@ static void run_alone_s(sreq *reqs, sout *out) {
         llm_token one = 5;
         for (size_t d = 0; d < i; d++) {
             llm_request_id id = 0;
-            assert_int_equal(llmi_sched_submit(s, &one, 1, NULL, &id), LLM_OK);
-            assert_int_equal(llmi_sched_cancel(s, id), LLM_OK);
+            assert_int_equal(llmi_session_submit(s, &one, 1, NULL, &id), LLM_OK);
+            assert_int_equal(llmi_session_cancel(s, id), LLM_OK);
         }
         memset(&out[i], 0, sizeof out[i]);
         out[i].id = submit_s(s, &reqs[i]);
         assert_int_equal(out[i].id, i + 1);
         drain_s(s, &out[i], 1);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         assert_int_equal(st.generated_tokens, reqs[i].max_new);
         llmi_session_free(s);
     }
@@ -907,7 +907,7 @@ static void test_sched_seeded_independent(void **state) {
     s = new_session(g_tiny, 4, 512, 512, 8, 30, true);
     run_mixed_s(s, seeded, others, threads);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     print_message("4 threads, small pool: %llu preemptions\n", (unsigned long long)st.preemptions);
     assert_true(st.preemptions > 0);
     expect_same_s(threads, alone, seeded, "4 threads, preempted");
@@ -923,7 +923,7 @@ static void test_sched_params_errors(void **state) {
     assert_int_equal(p.top_logprobs, 0);
     llm_request_id id = 0;
     p.top_logprobs = 21;
-    assert_int_equal(llmi_sched_submit(s, prompt, 2, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, prompt, 2, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(llmi_error_message(), "top_logprobs"));
     p.top_logprobs = 0;
     llm_sampling_params sp;
@@ -932,13 +932,13 @@ static void test_sched_params_errors(void **state) {
     sp.logit_bias = &b;
     sp.n_logit_bias = 1;
     p.sampling = &sp;
-    assert_int_equal(llmi_sched_submit(s, prompt, 2, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, prompt, 2, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(llmi_error_message(), "logit_bias[0].token"));
     /* A caller with the 1.0 event struct (no top fields) still gets events. */
     b.token = 3;
     p.top_logprobs = 3;
     p.max_new_tokens = 2;
-    assert_int_equal(llmi_sched_submit(s, prompt, 2, &p, &id), LLM_OK);
+    assert_int_equal(llmi_session_submit(s, prompt, 2, &p, &id), LLM_OK);
     size_t old_size = offsetof(llm_event, top_tokens);
     union {
         llm_event ev;
@@ -947,7 +947,7 @@ static void test_sched_params_errors(void **state) {
     memset(ev, 0xA5, sizeof ev);
     size_t n = 0, got = 0;
     for (int guard = 0; guard < 100 && got < 2; guard++) {
-        assert_int_equal(llmi_sched_step(s, &ev[0].ev, 1, old_size, &n), LLM_OK);
+        assert_int_equal(llmi_session_step(s, &ev[0].ev, 1, old_size, &n), LLM_OK);
         if (n == 1) {
             got++;
             /* nothing written past the caller's struct */

@@ -23,7 +23,7 @@ static llm_model *g_model;
 static llm_status step_samples(llm_session *s, sampled *reqs, size_t n_reqs, size_t *n_ev) {
     llm_event ev[64];
     size_t n = 0;
-    llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &n);
+    llm_status st = llmi_session_step(s, ev, 64, sizeof ev[0], &n);
     *n_ev = n;
     if (st != LLM_OK) {
         assert_int_equal(n, 0);
@@ -58,7 +58,7 @@ static llm_status step_samples(llm_session *s, sampled *reqs, size_t n_reqs, siz
 
 static bool idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     return st.n_running == 0 && st.n_waiting == 0;
 }
 
@@ -78,7 +78,7 @@ static void submit(llm_session *s, const llm_token *prompt, uint32_t n_prompt,
                    const llm_request_params *p, sampled *out) {
     memset(out, 0, sizeof *out);
     out->n_samples = p->n_samples ? p->n_samples : 1;
-    if (llmi_sched_submit(s, prompt, n_prompt, p, &out->id) != LLM_OK)
+    if (llmi_session_submit(s, prompt, n_prompt, p, &out->id) != LLM_OK)
         fail_msg("submit: %s", llmi_error_message());
 }
 
@@ -152,7 +152,7 @@ static void check_samples_match(bool prefix_cache, uint32_t spec_mode) {
     drain_samples(s, reqs, 2);
     for (uint32_t i = 0; i < 5; i++) expect_same(&reqs[1].s[i], &ref[i], i);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.prompt_tokens, 40 + 25); /* the shared prompt once */
     assert_int_equal(st.generated_tokens, 5 * 20 + 20);
     llmi_session_free(s);
@@ -206,26 +206,26 @@ static void test_samples_share_prompt_blocks(void **state) {
     sampled r;
     submit(s, prompt, 70, &p, &r);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.n_waiting, 6);
     size_t n = 0;
     assert_int_equal(step_samples(s, &r, 1, &n), LLM_OK); /* prefill + first tokens */
     assert_int_equal(n, 6);
     check_invariants(s);
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.n_running, 6);
     assert_int_equal(st.n_waiting, 0);
     assert_int_equal(st.blocks_used, 5); /* nothing written since the fork */
     assert_int_equal(step_samples(s, &r, 1, &n), LLM_OK);
     check_invariants(s);
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_true(st.blocks_used <= 4 + 6); /* full blocks shared, partial ones copied */
     drain_samples(s, &r, 1);
     for (uint32_t i = 0; i < 6; i++) {
         assert_int_equal(r.s[i].n, 8);
         assert_int_equal(r.s[i].finish, LLM_FINISH_LENGTH);
     }
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
     llmi_session_free(s);
 }
@@ -255,7 +255,7 @@ static void test_samples_small_pool(void **state) {
         submit(s, prompt, 36, &p, &small);
         drain_samples(s, &small, 1);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         assert_true(st.preemptions > 0);
         for (uint32_t i = 0; i < 4; i++) expect_same(&small.s[i], &big.s[i], i);
         llmi_session_free(s);
@@ -286,17 +286,17 @@ static void test_samples_cancel(void **state) {
             assert_int_equal(step_samples(s, &r, 1, &n), LLM_OK);
             check_invariants(s);
         }
-        assert_int_equal(llmi_sched_cancel(s, r.id), LLM_OK);
-        assert_int_equal(llmi_sched_cancel(s, r.id), LLM_OK); /* harmless until reported */
+        assert_int_equal(llmi_session_cancel(s, r.id), LLM_OK);
+        assert_int_equal(llmi_session_cancel(s, r.id), LLM_OK); /* harmless until reported */
         drain_samples(s, &r, 1);
         for (uint32_t i = 0; i < 4; i++) {
             assert_int_equal(r.s[i].n_finish_events, 1);
             assert_int_equal(r.s[i].finish, LLM_FINISH_CANCELLED);
             if (when < 2) assert_int_equal(r.s[i].n, 0);
         }
-        assert_int_equal(llmi_sched_cancel(s, r.id), LLM_ERR_NOT_FOUND);
+        assert_int_equal(llmi_session_cancel(s, r.id), LLM_ERR_NOT_FOUND);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         assert_int_equal(st.blocks_used, 0);
         llmi_session_free(s);
     }
@@ -329,7 +329,7 @@ static void test_samples_finish_independently(void **state) {
         assert_int_equal(r.s[i].finish, LLM_FINISH_LENGTH);
     }
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
 
     /* Stop at the token sample 0 produced second: the samples stop wherever
@@ -367,7 +367,7 @@ static void test_samples_params(void **state) {
     p.max_new_tokens = 3;
     llm_request_id id = 0;
     p.n_samples = LLM_MAX_SAMPLES + 1;
-    assert_int_equal(llmi_sched_submit(s, prompt, 4, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, prompt, 4, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(llmi_error_message(), "n_samples"));
     assert_true(idle(s));
     /* 0, and callers whose struct ends before n_samples: one sample. */
@@ -388,13 +388,13 @@ static void test_samples_params(void **state) {
     p.n_samples = LLM_MAX_SAMPLES;
     p.max_new_tokens = 1;
     llm_request_id big = 0;
-    assert_int_equal(llmi_sched_submit(s, prompt, 4, &p, &big), LLM_OK);
+    assert_int_equal(llmi_session_submit(s, prompt, 4, &p, &big), LLM_OK);
     uint32_t finishes = 0, seen[LLM_MAX_SAMPLES] = {0};
     for (int guard = 0; guard < 100 && !idle(s); guard++) {
         llm_event ev[32];
         size_t n = 0;
         do {
-            assert_int_equal(llmi_sched_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
+            assert_int_equal(llmi_session_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
             for (size_t i = 0; i < n; i++) {
                 assert_int_equal(ev[i].request, big);
                 assert_true(ev[i].sample_index < LLM_MAX_SAMPLES);

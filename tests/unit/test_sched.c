@@ -19,7 +19,7 @@ static llm_request_id submit(llm_session *s, const req_spec *r, bool logprobs) {
     p.ignore_eos = true;
     p.logprobs = logprobs;
     llm_request_id id = 0;
-    llm_status st = llmi_sched_submit(s, r->prompt, r->n_prompt, &p, &id);
+    llm_status st = llmi_session_submit(s, r->prompt, r->n_prompt, &p, &id);
     if (st != LLM_OK) fail_msg("submit: %s", llmi_error_message());
     return id;
 }
@@ -60,7 +60,7 @@ static void run_together(llm_session *s, const req_spec *reqs, size_t n, outcome
         step_once(s, out, submitted == n ? n : n);
         check_invariants(s);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         if (submitted == n && st.n_running == 0 && st.n_waiting == 0) break;
         assert_true(step < 100000);
     }
@@ -81,7 +81,7 @@ static void expect_same(const outcome *a, const outcome *b, size_t n) {
 
 static void expect_pool_idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
     assert_int_equal(st.blocks_free + st.blocks_cached, st.blocks_total);
     llmi_kv_prefix_clear(s->kv);
@@ -102,7 +102,7 @@ static void test_mixed_requests_match_alone(void **state) {
     run_together(s, reqs, N, together, false);
     expect_same(together, alone, N);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     printf("# %llu steps, %llu prompt tokens, %llu generated\n", (unsigned long long)st.steps,
            (unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens);
     expect_pool_idle(s);
@@ -149,7 +149,7 @@ static void test_mixed_requests_match_alone_f16(void **state) {
     run_together(s, reqs, N, together, false);
     expect_same(together, alone, N);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     printf("# %llu steps, %llu prompt tokens, %llu generated\n", (unsigned long long)st.steps,
            (unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens);
     expect_pool_idle(s);
@@ -169,7 +169,7 @@ static void test_small_pool_preempts(void **state) {
     run_together(s, reqs, N, together, false);
     expect_same(together, alone, N);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     printf("# preemptions %llu\n", (unsigned long long)st.preemptions);
     assert_true(st.preemptions > 0);
     expect_pool_idle(s);
@@ -195,10 +195,10 @@ static void test_prefix_cache(void **state) {
         out[0].id = submit(s, &reqs[0], true);
         drain(s, out, 1);
         llm_session_stats before = {sizeof before}, after = {sizeof after};
-        llmi_sched_stats(s, &before);
+        llmi_session_stats(s, &before);
         out[1].id = submit(s, &reqs[1], true);
         drain(s, out, 2);
-        llmi_sched_stats(s, &after);
+        llmi_session_stats(s, &after);
         uint64_t hit = after.prefix_hit_tokens - before.prefix_hit_tokens;
         uint64_t computed = after.prompt_tokens - before.prompt_tokens;
         printf("# prefix cache %s: second request reused %llu tokens, computed %llu\n",
@@ -234,14 +234,14 @@ static void test_cancel(void **state) {
     out[0].id = submit(s, &r, false);
     for (int i = 0; i < 3; i++) step_once(s, out, 1);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_true(st.blocks_used > 0);
-    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_OK);
-    llmi_sched_stats(s, &st);
+    assert_int_equal(llmi_session_cancel(s, out[0].id), LLM_OK);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0); /* freed at once, mid-prefill */
-    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_OK); /* again: harmless */
+    assert_int_equal(llmi_session_cancel(s, out[0].id), LLM_OK); /* again: harmless */
     drain(s, out, 1);
-    assert_int_equal(llmi_sched_cancel(s, out[0].id), LLM_ERR_NOT_FOUND); /* reported */
+    assert_int_equal(llmi_session_cancel(s, out[0].id), LLM_ERR_NOT_FOUND); /* reported */
     assert_int_equal(out[0].finish, LLM_FINISH_CANCELLED);
     assert_int_equal(out[0].n, 0);
     /* Mid-decode. */
@@ -249,13 +249,13 @@ static void test_cancel(void **state) {
     out[1].id = submit(s, &r, false);
     for (int i = 0; i < 6; i++) step_once(s, out, 2);
     assert_true(out[1].n >= 4);
-    assert_int_equal(llmi_sched_cancel(s, out[1].id), LLM_OK);
-    llmi_sched_stats(s, &st);
+    assert_int_equal(llmi_session_cancel(s, out[1].id), LLM_OK);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
     drain(s, out, 2);
     assert_int_equal(out[1].finish, LLM_FINISH_CANCELLED);
     assert_int_equal(out[1].n_finish_events, 1);
-    assert_int_equal(llmi_sched_cancel(s, 12345), LLM_ERR_NOT_FOUND);
+    assert_int_equal(llmi_session_cancel(s, 12345), LLM_ERR_NOT_FOUND);
     expect_pool_idle(s);
     llmi_session_free(s);
 }
@@ -280,7 +280,7 @@ static void test_stop_conditions(void **state) {
     p.stop_tokens = &base.toks[5];
     p.n_stop_tokens = 1;
     memset(&out, 0, sizeof out);
-    assert_int_equal(llmi_sched_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
+    assert_int_equal(llmi_session_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
     drain(s, &out, 1);
     assert_int_equal(out.finish, LLM_FINISH_STOP);
     uint32_t first = 0;
@@ -300,7 +300,7 @@ static void test_stop_conditions(void **state) {
     p.stop_strings = stops;
     p.n_stop_strings = 1;
     memset(&out, 0, sizeof out);
-    assert_int_equal(llmi_sched_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
+    assert_int_equal(llmi_session_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
     drain(s, &out, 1);
     assert_int_equal(out.finish, LLM_FINISH_STOP);
     char *first_hit = strstr(base.text, stop);
@@ -317,31 +317,31 @@ static void test_limits(void **state) {
     llm_request_params p;
     llm_request_params_init(&p);
     llm_request_id id = 0;
-    assert_int_equal(llmi_sched_submit(s, toks, 64, &p, &id), LLM_ERR_LIMIT);
+    assert_int_equal(llmi_session_submit(s, toks, 64, &p, &id), LLM_ERR_LIMIT);
     assert_non_null(strstr(llmi_error_message(), "64"));
-    assert_int_equal(llmi_sched_submit(s, toks, 0, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, toks, 0, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     toks[3] = 100000;
-    assert_int_equal(llmi_sched_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     toks[3] = 0;
     p.max_new_tokens = 0;
-    assert_int_equal(llmi_sched_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     p.max_new_tokens = 10;
     p.struct_size = 2;
-    assert_int_equal(llmi_sched_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     llm_request_params_init(&p);
     const char *bad[] = {""};
     p.stop_strings = bad;
     p.n_stop_strings = 1;
-    assert_int_equal(llmi_sched_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llmi_session_submit(s, toks, 10, &p, &id), LLM_ERR_INVALID_ARGUMENT);
     llmi_session_free(s);
     /* A pool of 2 blocks of 16 cannot hold 40 tokens: refused up front. */
     s = new_session(g_model, 1, 1024, 512, 16, 2, false);
     llm_request_params_init(&p);
     p.max_new_tokens = 20;
-    assert_int_equal(llmi_sched_submit(s, toks, 20, &p, &id), LLM_ERR_LIMIT);
+    assert_int_equal(llmi_session_submit(s, toks, 20, &p, &id), LLM_ERR_LIMIT);
     assert_non_null(strstr(llmi_error_message(), "blocks"));
     p.max_new_tokens = 12;
-    assert_int_equal(llmi_sched_submit(s, toks, 20, &p, &id), LLM_OK);
+    assert_int_equal(llmi_session_submit(s, toks, 20, &p, &id), LLM_OK);
     outcome o = {.id = id};
     drain(s, &o, 1);
     assert_int_equal(o.finish == LLM_FINISH_LENGTH || o.finish == LLM_FINISH_EOS, 1);
@@ -368,9 +368,9 @@ static void *submit_thread(void *arg) {
         llm_request_params_init(&p);
         p.max_new_tokens = rand_range(&rng, 1, 20);
         p.ignore_eos = true;
-        if (llmi_sched_submit(t->s, prompt, n, &p, &t->ids[t->n]) == LLM_OK) t->n++;
+        if (llmi_session_submit(t->s, prompt, n, &p, &t->ids[t->n]) == LLM_OK) t->n++;
         if (t->n > 2 && rand_range(&rng, 0, 2) == 0)
-            llmi_sched_cancel(t->s, t->ids[rand_range(&rng, 0, (uint32_t)t->n - 1)]);
+            llmi_session_cancel(t->s, t->ids[rand_range(&rng, 0, (uint32_t)t->n - 1)]);
     }
     return NULL;
 }
@@ -391,7 +391,7 @@ static void test_concurrent_submit_cancel(void **state) {
     for (int guard = 0; guard < 200000; guard++) {
         llm_event ev[32];
         size_t n = 0;
-        assert_int_equal(llmi_sched_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
+        assert_int_equal(llmi_session_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
         for (size_t i = 0; i < n; i++) {
             outcome *o = NULL;
             for (size_t k = 0; k < n_outs && !o; k++)
@@ -409,7 +409,7 @@ static void test_concurrent_submit_cancel(void **state) {
             joined = 1;
         }
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         if (joined && n == 0 && st.n_running == 0 && st.n_waiting == 0) break;
     }
     int submitted = 0;
@@ -449,14 +449,14 @@ static void soak_submit(soak_state *st, llm_token (*prefixes)[96]) {
     p.ignore_eos = rand_range(&st->rng, 0, 1);
     p.priority = (int32_t)rand_range(&st->rng, 0, 2);
     llm_request_id id;
-    assert_int_equal(llmi_sched_submit(st->s, prompt, n, &p, &id), LLM_OK);
+    assert_int_equal(llmi_session_submit(st->s, prompt, n, &p, &id), LLM_OK);
     st->live[st->n_live++] = id;
 }
 
 static void soak_step(soak_state *st) {
     llm_event ev[16];
     size_t n = 0;
-    llm_status rc = llmi_sched_step(st->s, ev, 16, sizeof ev[0], &n);
+    llm_status rc = llmi_session_step(st->s, ev, 16, sizeof ev[0], &n);
     if (rc != LLM_OK) fail_msg("step: %s", llmi_error_message());
     for (size_t i = 0; i < n; i++) {
         if (ev[i].finish_reason == LLM_FINISH_NONE) continue;
@@ -518,7 +518,7 @@ static void test_soak(void **state) {
             st.ops[0]++;
         } else if (kind < 16 && st.n_live > 0) {
             llm_request_id id = st.live[rand_range(&st.rng, 0, (uint32_t)st.n_live - 1)];
-            assert_int_equal(llmi_sched_cancel(st.s, id), LLM_OK);
+            assert_int_equal(llmi_session_cancel(st.s, id), LLM_OK);
             st.ops[1]++;
         } else if (kind < 30) {
             soak_token_level(&st, rand_range(&st.rng, 0, 4));
@@ -531,13 +531,13 @@ static void test_soak(void **state) {
     }
     /* Wind down: cancel what is left, drain, close sequences. */
     while (st.n_live > 0) {
-        for (size_t i = 0; i < st.n_live; i++) llmi_sched_cancel(st.s, st.live[i]);
+        for (size_t i = 0; i < st.n_live; i++) llmi_session_cancel(st.s, st.live[i]);
         soak_step(&st);
         check_invariants(st.s);
     }
     while (st.n_seqs > 0) assert_int_equal(llmi_seq_close(st.s, st.seqs[--st.n_seqs]), LLM_OK);
     llm_session_stats stats = {sizeof stats};
-    llmi_sched_stats(st.s, &stats);
+    llmi_session_stats(st.s, &stats);
     printf("# %d ops: %llu submits, %llu cancels, %llu token-level, %llu steps; %llu preemptions, "
            "%llu prefix-hit tokens, %llu evictions, %llu CoW copies\n",
            OPS, (unsigned long long)st.ops[0], (unsigned long long)st.ops[1],

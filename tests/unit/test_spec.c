@@ -245,7 +245,7 @@ static llm_request_id submit_spec(llm_session *s, const spec_req *r, uint32_t mo
     sp.seed = r->seed;
     p.sampling = r->sampled ? &sp : NULL;
     llm_request_id id = 0;
-    llm_status st = llmi_sched_submit(s, r->prompt, r->n_prompt, &p, &id);
+    llm_status st = llmi_session_submit(s, r->prompt, r->n_prompt, &p, &id);
     if (st != LLM_OK) fail_msg("submit: %s", llmi_error_message());
     return id;
 }
@@ -292,7 +292,7 @@ static void run_together(llm_session *s, const spec_req *reqs, size_t n, outcome
         step_once(s, out, n);
         check_invariants(s);
         llm_session_stats st = {sizeof st};
-        llmi_sched_stats(s, &st);
+        llmi_session_stats(s, &st);
         if (submitted == n && st.n_running == 0 && st.n_waiting == 0) break;
         assert_true(step < 100000);
     }
@@ -313,13 +313,13 @@ static void expect_same_outcomes(const outcome *a, const outcome *b, size_t n) {
 
 static bool idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     return st.n_running == 0 && st.n_waiting == 0;
 }
 
 static void expect_pools_idle(llm_session *s) {
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_int_equal(st.blocks_used, 0);
     llmi_kv_prefix_clear(s->kv);
     check_invariants(s);
@@ -346,7 +346,7 @@ static void sched_equal_alone(bool sampled, uint64_t seed) {
     llm_session *s = spec_session(g_target, g_draft, 1024, 48, 16, 512, true);
     run_together(s, reqs, N, together);
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     printf("# %llu steps, %llu spec steps, %llu drafted, %llu accepted\n",
            (unsigned long long)st.steps, (unsigned long long)st.spec_steps,
            (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens);
@@ -600,7 +600,7 @@ static void test_stop_conditions(void **state) {
         for (uint32_t m = 1; m <= 20; m += 3) {
             p.max_new_tokens = m;
             memset(&out, 0, sizeof out);
-            assert_int_equal(llmi_sched_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
+            assert_int_equal(llmi_session_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
             drain(s, &out, 1);
             assert_int_equal(out.n, m);
             assert_memory_equal(out.toks, base.toks, m * sizeof(llm_token));
@@ -611,7 +611,7 @@ static void test_stop_conditions(void **state) {
         p.stop_tokens = &base.toks[25];
         p.n_stop_tokens = 1;
         memset(&out, 0, sizeof out);
-        assert_int_equal(llmi_sched_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
+        assert_int_equal(llmi_session_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
         drain(s, &out, 1);
         uint32_t first = 0;
         while (base.toks[first] != base.toks[25]) first++;
@@ -632,7 +632,7 @@ static void test_stop_conditions(void **state) {
         p.stop_strings = stops;
         p.n_stop_strings = 1;
         memset(&out, 0, sizeof out);
-        assert_int_equal(llmi_sched_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
+        assert_int_equal(llmi_session_submit(s, r.prompt, r.n_prompt, &p, &out.id), LLM_OK);
         drain(s, &out, 1);
         char *hit = strstr(base.text, stop);
         assert_non_null(hit);
@@ -641,7 +641,7 @@ static void test_stop_conditions(void **state) {
         assert_memory_equal(out.text, base.text, out.text_len);
     }
     llm_session_stats st = {sizeof st};
-    llmi_sched_stats(s, &st);
+    llmi_session_stats(s, &st);
     assert_true(st.spec_accepted_tokens > 0);
     expect_pools_idle(s);
     llmi_session_free(s);
@@ -679,7 +679,7 @@ static void soak_submit(soak *st, llm_token (*prefixes)[64]) {
     sp.seed = st->rng;
     if (rand_range(&st->rng, 0, 1)) p.sampling = &sp;
     llm_request_id id;
-    assert_int_equal(llmi_sched_submit(st->s, prompt, n, &p, &id), LLM_OK);
+    assert_int_equal(llmi_session_submit(st->s, prompt, n, &p, &id), LLM_OK);
     st->live[st->n_live++] = id;
     st->submits++;
 }
@@ -687,7 +687,7 @@ static void soak_submit(soak *st, llm_token (*prefixes)[64]) {
 static void soak_step(soak *st) {
     llm_event ev[16];
     size_t n = 0;
-    llm_status rc = llmi_sched_step(st->s, ev, 16, sizeof ev[0], &n);
+    llm_status rc = llmi_session_step(st->s, ev, 16, sizeof ev[0], &n);
     if (rc != LLM_OK) fail_msg("step: %s", llmi_error_message());
     for (size_t i = 0; i < n; i++) {
         if (ev[i].finish_reason == LLM_FINISH_NONE) continue;
@@ -715,7 +715,7 @@ static void test_rollback_soak(void **state) {
             soak_submit(&st, prefixes);
         } else if (kind < 19 && st.n_live > 0) {
             llm_request_id id = st.live[rand_range(&st.rng, 0, (uint32_t)st.n_live - 1)];
-            assert_int_equal(llmi_sched_cancel(st.s, id), LLM_OK);
+            assert_int_equal(llmi_session_cancel(st.s, id), LLM_OK);
             st.cancels++;
         } else {
             soak_step(&st);
@@ -727,12 +727,12 @@ static void test_rollback_soak(void **state) {
             soak_step(&st);
             check_invariants(st.s);
         }
-        for (size_t i = 0; i < st.n_live; i++) llmi_sched_cancel(st.s, st.live[i]);
+        for (size_t i = 0; i < st.n_live; i++) llmi_session_cancel(st.s, st.live[i]);
         soak_step(&st);
         check_invariants(st.s);
     }
     llm_session_stats stats = {sizeof stats};
-    llmi_sched_stats(st.s, &stats);
+    llmi_session_stats(st.s, &stats);
     printf("# %d ops: %llu submits, %llu cancels, %llu steps; %llu preemptions, %llu spec steps, "
            "%llu drafted, %llu accepted\n",
            OPS, (unsigned long long)st.submits, (unsigned long long)st.cancels,
@@ -768,9 +768,9 @@ static void *submit_thread(void *arg) {
         p.max_new_tokens = rand_range(&rng, 1, 24);
         p.ignore_eos = true;
         p.spec_mode = rand_range(&rng, 0, 2);
-        if (llmi_sched_submit(t->s, prompt, n, &p, &t->ids[t->n]) == LLM_OK) t->n++;
+        if (llmi_session_submit(t->s, prompt, n, &p, &t->ids[t->n]) == LLM_OK) t->n++;
         if (t->n > 2 && rand_range(&rng, 0, 2) == 0)
-            llmi_sched_cancel(t->s, t->ids[rand_range(&rng, 0, (uint32_t)t->n - 1)]);
+            llmi_session_cancel(t->s, t->ids[rand_range(&rng, 0, (uint32_t)t->n - 1)]);
     }
     return NULL;
 }
@@ -789,7 +789,7 @@ static void test_concurrent_spec(void **state) {
     for (int guard = 0; guard < 200000; guard++) {
         llm_event ev[32];
         size_t n = 0;
-        assert_int_equal(llmi_sched_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
+        assert_int_equal(llmi_session_step(s, ev, 32, sizeof ev[0], &n), LLM_OK);
         for (size_t i = 0; i < n; i++) finished += ev[i].finish_reason != LLM_FINISH_NONE;
         if (!joined && guard > 30) {
             for (int k = 0; k < 3; k++) pthread_join(th[k], NULL);
@@ -919,7 +919,7 @@ static int run_two_spec(llm_session *s, uint64_t n, outcome out[2]) {
     for (int guard = 0; guard < 10000; guard++) {
         llm_event ev[64];
         size_t k = 0;
-        llm_status st = llmi_sched_step(s, ev, 64, sizeof ev[0], &k);
+        llm_status st = llmi_session_step(s, ev, 64, sizeof ev[0], &k);
         if (st != LLM_OK) {
             assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
             assert_int_equal(k, 0); /* a failed step delivers nothing */
