@@ -566,6 +566,66 @@ static void test_one_context_rule(void **state) {
     llm_session_free(s);
 }
 
+/* llm_generate steps the whole session: a request submitted before it
+ * advances in its steps, and none of that request's events is lost or
+ * taken: after llm_generate returns, llm_session_step delivers them, and
+ * the request's tokens equal its tokens when run alone. */
+static void test_generate_keeps_other_events(void **state) {
+    (void)state;
+    llm_token p1[64], p2[64];
+    size_t n1 = tokenize("The three primary colors are", p1, 64);
+    size_t n2 = tokenize("Once upon a time", p2, 64);
+    llm_request_params rp;
+    llm_request_params_init(&rp);
+    rp.max_new_tokens = 24;
+    rp.ignore_eos = true;
+    /* Alone. */
+    llm_session *s = session(512);
+    llm_request_id id;
+    llm_token solo[32];
+    size_t n_solo = 0;
+    assert_int_equal(llm_session_submit(s, p1, n1, &rp, &id), LLM_OK);
+    llm_event fin = run_request(s, id, solo, &n_solo);
+    assert_int_equal(fin.finish_reason, LLM_FINISH_LENGTH);
+    assert_int_equal(n_solo, 24);
+    llm_session_free(s);
+    /* Submitted, then llm_generate, then stepped. */
+    s = session(512);
+    assert_int_equal(llm_session_submit(s, p1, n1, &rp, &id), LLM_OK);
+    collect c = {0};
+    llm_generate_params gp;
+    llm_generate_params_init(&gp);
+    gp.max_new_tokens = 8;
+    gp.ignore_eos = true;
+    gp.on_token = on_token;
+    gp.user = &c;
+    assert_int_equal(llm_generate(s, p2, n2, &gp, NULL), LLM_OK);
+    assert_int_equal(c.n, 8);
+    llm_event ev[64];
+    size_t got = 0, n_tok = 0, n_fin = 0;
+    llm_token toks[32];
+    for (int guard = 0; guard < 1000 && n_fin == 0; guard++) {
+        assert_int_equal(llm_session_step(s, ev, 64, sizeof ev[0], &got), LLM_OK);
+        for (size_t e = 0; e < got; e++) {
+            assert_true(ev[e].request == id); /* nothing of llm_generate's leaks */
+            if (ev[e].token != LLM_TOKEN_NONE) {
+                assert_true(n_tok < 32);
+                toks[n_tok++] = ev[e].token;
+            }
+            n_fin += ev[e].finish_reason != LLM_FINISH_NONE;
+        }
+    }
+    assert_int_equal(n_fin, 1);
+    assert_int_equal(n_tok, n_solo);
+    assert_memory_equal(toks, solo, n_solo * sizeof *toks);
+    /* llm_generate's tokens are its tokens alone, too. */
+    collect alone = {0};
+    gp.user = &alone;
+    assert_int_equal(llm_generate(s, p2, n2, &gp, NULL), LLM_OK);
+    assert_memory_equal(alone.tok, c.tok, 8 * sizeof *c.tok);
+    llm_session_free(s);
+}
+
 /* ---- submit: what is refused and what ends with LENGTH ---- */
 
 static void test_submit_limits(void **state) {
@@ -640,6 +700,7 @@ int main(void) {
         cmocka_unit_test(test_generate_keeps_no_blocks),
         cmocka_unit_test(test_blocks_held_by_sequences),
         cmocka_unit_test(test_one_context_rule),
+        cmocka_unit_test(test_generate_keeps_other_events),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
