@@ -270,8 +270,11 @@ llm_status llmi_backend_weights_acquire(const llmi_backend_ops *ops, const llm_m
         } else if ((st = ops->weights_load(m, device, &w->weights)) != LLM_OK) {
             llmi_free(w);
         } else {
-            *w = (loaded_weights){ops, m, device, 1, w->weights, NULL};
-            *p = w;
+            w->ops = ops;
+            w->model = m;
+            w->device = device;
+            w->refs = 1;
+            *p = w; /* the list's end: w->next is NULL */
             *out = w->weights;
         }
     }

@@ -94,11 +94,21 @@ typedef struct gen_loop {
     llmi_detok d;
     llm_generate_result *r;
     double t_first;
-    bool have_first, done;
+    bool have_first;
+    bool done;     /* the loop ends: finished, or the callback said stop */
+    bool finished; /* the scheduler reported the request's finish (and freed it) */
 } gen_loop;
 
+/* Removes the request if the scheduler still holds it. */
+static void drop_unfinished(gen_loop *g) {
+    if (g->finished) return;
+    pthread_mutex_lock(&g->s->lock);
+    llmi_sched_drop(g->s, g->id);
+    pthread_mutex_unlock(&g->s->lock);
+}
+
 /* Turns the request's events into callback calls; sets g->done at its
- * finish or when the callback said stop (then the request is dropped). */
+ * finish or when the callback said stop. */
 static llm_status handle(gen_loop *g, const gen_events *evs) {
     for (size_t i = 0; i < evs->n && !g->done; i++) {
         const gen_event *e = &evs->v[i];
@@ -116,15 +126,12 @@ static llm_status handle(gen_loop *g, const gen_events *evs) {
             if (!keep_going) {
                 g->r->finish_reason = LLM_FINISH_CANCELLED;
                 g->done = true;
-                pthread_mutex_lock(&g->s->lock);
-                llmi_sched_drop(g->s, g->id);
-                pthread_mutex_unlock(&g->s->lock);
                 return LLM_OK;
             }
         }
         if (e->finish != LLM_FINISH_NONE) {
             g->r->finish_reason = e->finish;
-            g->done = true;
+            g->done = g->finished = true;
             if (e->finish == LLM_FINISH_ERROR)
                 return e->status; /* its message was recorded when it failed */
         }
@@ -132,7 +139,9 @@ static llm_status handle(gen_loop *g, const gen_events *evs) {
     return LLM_OK;
 }
 
-/* Steps the scheduler until the request finishes. */
+/* Steps the scheduler until the request finishes or the callback says
+ * stop; on the way out the request leaves the scheduler either way (a
+ * failed step changed nothing, so dropping it loses nothing of others). */
 static llm_status run(gen_loop *g) {
     llmi_sched *sched = g->s;
     gen_events evs = {0};
@@ -142,15 +151,10 @@ static llm_status run(gen_loop *g) {
         /* Other requests' undelivered events stay: the iteration appends. */
         st = llmi_sched_iterate(g->s);
         if (st == LLM_OK) st = take_events(sched, g->id, &evs);
-        if (st != LLM_OK) llmi_sched_drop(g->s, g->id); /* a failed step changed nothing */
         pthread_mutex_unlock(&sched->lock);
         if (st == LLM_OK) st = handle(g, &evs);
     }
-    if (st != LLM_OK && !g->done) { /* handle() failed before the finish */
-        pthread_mutex_lock(&sched->lock);
-        llmi_sched_drop(g->s, g->id);
-        pthread_mutex_unlock(&sched->lock);
-    }
+    drop_unfinished(g);
     llmi_free(evs.v);
     return st;
 }
@@ -173,9 +177,7 @@ llm_status llmi_sched_generate(llmi_sched *s, const llm_token *prompt, size_t n_
     LLMI_TRY(llmi_sched_submit_report(s, prompt, n_prompt, &rp, &r, &g.id));
     llm_status st = LLM_OK;
     if (p.max_new_tokens == 0) {
-        pthread_mutex_lock(&s->lock);
-        llmi_sched_drop(s, g.id);
-        pthread_mutex_unlock(&s->lock);
+        drop_unfinished(&g);
         r.finish_reason = LLM_FINISH_LENGTH;
     } else {
         llmi_detok_init(&g.d, s->model->tok, 0);
