@@ -2,7 +2,7 @@
 # every test; `make check` runs them under ASan+UBSan and checks the ABI.
 
 VERSION_MAJOR := 1
-VERSION_MINOR := 1
+VERSION_MINOR := 2
 VERSION_PATCH := 0
 VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 

@@ -11,16 +11,25 @@
  * Conventions used by every function below:
  *  - Fallible calls return ::llm_status; results go through out-params. On
  *    failure a constructor leaves `*out == NULL` and there is nothing to free.
- *  - After a failure, llm_last_error() gives the calling thread's message.
+ *  - After a failure, llm_last_error() gives the calling thread's message;
+ *    llm_session_last_error() gives a session's, from any thread, and
+ *    llm_model_params / llm_session_params can name a buffer that receives
+ *    a failed load's or create's message.
  *  - Variable-size results are written into caller buffers. Text results are
- *    NUL-terminated; the reported length excludes the NUL. A buffer that is too
- *    small gives ::LLM_ERR_BUFFER_TOO_SMALL with the needed length reported.
+ *    NUL-terminated; on success the reported length excludes the NUL. A
+ *    buffer that is too small gives ::LLM_ERR_BUFFER_TOO_SMALL with the
+ *    size the buffer must have reported: for text, the length plus one for
+ *    the NUL (since 1.2; 1.0 and 1.1 reported the length without it), so
+ *    allocating the reported size and calling again succeeds.
  *  - "borrows" means the library keeps no reference after the call returns;
  *    "owns" means the caller hands ownership over.
  *  - Params structs start with `struct_size`; fill them with the matching
  *    `*_params_init()` before changing fields. The library reads only the
  *    bytes that `struct_size` covers, so programs built against an older
- *    header keep working.
+ *    header keep working. `*_params_init(p)` is an inline function that
+ *    calls `*_params_init_sized(p, sizeof *p)`: the library writes only the
+ *    caller's `sizeof`. Bindings call the `_sized` functions with the size
+ *    of their own struct.
  *
  * Thread safety: an ::llm_model is immutable after load and may be shared by
  * any number of threads and sessions. An ::llm_session is used by one thread
@@ -42,9 +51,11 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define LLM_VERSION_MAJOR 1
-#define LLM_VERSION_MINOR 1
+#define LLM_VERSION_MINOR 2
 #define LLM_VERSION_PATCH 0
-/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10100 for 1.1.0. */
+/** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10200 for 1.2.0. The minor
+ *  version grows with every release that adds to the API (a function, a
+ *  field, a flag), so a program can tell what the loaded library honours. */
 #define LLM_VERSION_NUMBER \
     (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -73,10 +84,39 @@ extern "C" {
 #define LLM_DEPRECATED(msg)
 #endif
 
+/* Every params struct T has `void T_init_sized(T *p, size_t struct_size)`
+ * and, for programs, `T_init(p)`: an inline function passing `sizeof *p`,
+ * so the library never writes past the caller's struct whatever its
+ * version. The library also exports a function T_init for programs built
+ * against 1.0 and 1.1 headers; it fills only the fields every 1.x header
+ * has had (docs/abi.md). */
+#if defined(LLM_BUILDING_LIBRARY)
+#define LLM_LEGACY_INIT(T) LLM_API void T##_init(T *params);
+#else
+#define LLM_LEGACY_INIT(T) \
+    static inline void T##_init(T *params) { T##_init_sized(params, sizeof *params); }
+#endif
+
 /** Run-time library version, LLM_VERSION_NUMBER of the loaded library. */
 LLM_API unsigned llm_version_number(void);
 /** Run-time version as "MAJOR.MINOR.PATCH"; static storage. */
 LLM_API const char *llm_version_string(void);
+
+/**
+ * The loaded library's `sizeof` of the public struct named `name` (its C
+ * name, e.g. "llm_session_params" or "llm_event"; the experimental ones
+ * too), or 0 for a name it does not know. With llm_struct_offset() a
+ * binding checks at load time that the layouts it declares are the
+ * library's (since 1.2). Thread-safe.
+ */
+LLM_API size_t llm_struct_size(const char *name);
+
+/**
+ * The loaded library's `offsetof(struct_name, field)`, or `SIZE_MAX` when it
+ * knows no such struct or field (a field newer than the library, say).
+ * Thread-safe (since 1.2).
+ */
+LLM_API size_t llm_struct_offset(const char *struct_name, const char *field);
 
 /* ------------------------------------------------------------------------ */
 /** @name Status codes and errors */
@@ -109,7 +149,11 @@ LLM_API const char *llm_status_str(llm_status status);
 LLM_API const char *llm_status_name(llm_status status);
 /**
  * The calling thread's last detailed error message, or "" if none.
- * Lives until the next failing call on this thread.
+ * Lives until the next failing call on this thread. A host whose code
+ * moves between threads between two calls (Go's goroutines) reads it in
+ * the same native call as the failing one, or uses
+ * llm_session_last_error() and the `error_message` fields of
+ * ::llm_model_params and ::llm_session_params.
  */
 LLM_API const char *llm_last_error(void);
 
@@ -130,7 +174,13 @@ typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user)
 /**
  * Sets the process-wide log sink and the lowest level passed to it.
  * `fn == NULL` silences the library (the default). The library never writes
- * to stdout or stderr by itself. Call before loading models.
+ * to stdout or stderr by itself. Thread-safe: the function, `user` and the
+ * level change together, so a message goes either to the old sink with the
+ * old `user` or to the new one with the new `user`, never a mix. When
+ * llm_log_set() returns, no call of the old sink is running or will start:
+ * the old `user` may be freed then. A sink must not call llm_log_set() (the
+ * call is ignored); messages the library logs while a sink runs on the same
+ * thread are dropped.
  */
 LLM_API void llm_log_set(llm_log_fn fn, llm_log_level min_level, void *user);
 
@@ -140,8 +190,12 @@ LLM_API void llm_log_set(llm_log_fn fn, llm_log_level min_level, void *user);
 
 /** Token id in a model's vocabulary. */
 typedef int32_t llm_token;
-/** "No such token", e.g. a model without a BOS token. */
-#define LLM_TOKEN_NONE ((llm_token)-1)
+/** Token constants. */
+typedef enum llm_token_constant {
+    /** "No such token", e.g. a model without a BOS token. (An enumerator
+     *  since 1.2; before, a macro with the same value.) */
+    LLM_TOKEN_NONE = -1,
+} llm_token_constant;
 
 /** Weights, hyper-parameters and tokenizer; immutable, thread-safe. */
 typedef struct llm_model llm_model;
@@ -150,10 +204,21 @@ typedef struct llm_model_params {
     uint32_t struct_size; /**< sizeof(llm_model_params), set by init */
     /** Map the file instead of reading it into memory (default true). */
     bool use_mmap;
+    /** Since 1.2: when not NULL, a failed llm_model_load() also copies its
+     *  message here (NUL-terminated, cut to `error_capacity` bytes), so the
+     *  caller gets it whatever thread it reads on. Borrowed for the call
+     *  (default NULL, 0). */
+    char *error_message;
+    size_t error_capacity;
 } llm_model_params;
 
-/** Fills defaults. */
-LLM_API void llm_model_params_init(llm_model_params *params);
+/**
+ * Fills the defaults into the first `struct_size` bytes of `params` (at
+ * most the library's own size) and sets `params->struct_size` to what it
+ * filled; writes nothing past them. NULL is a no-op. Since 1.2.
+ */
+LLM_API void llm_model_params_init_sized(llm_model_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_model_params)
 
 /**
  * Loads a GGUF model. `params` may be NULL for defaults.
@@ -201,7 +266,8 @@ LLM_API llm_status llm_model_get_info(const llm_model *model, llm_model_info *in
 /** @name Tokenizer (thread-safe: reads the immutable model only) */
 /* ------------------------------------------------------------------------ */
 
-enum {
+/** Flags of llm_tokenize(), OR-ed into its `flags`. */
+typedef enum llm_tokenize_flag {
     /** Add the model's BOS token (and EOS where the model asks for it). */
     LLM_TOKENIZE_ADD_SPECIAL = 1u << 0,
     /** Turn special-token text such as "<|im_start|>" into its token. */
@@ -210,7 +276,7 @@ enum {
      *  dropping it (since 1.1; a 1.0 library refuses the flag itself as
      *  unknown, with ::LLM_ERR_INVALID_ARGUMENT). */
     LLM_TOKENIZE_STRICT = 1u << 2,
-};
+} llm_tokenize_flag;
 
 /**
  * Turns UTF-8 text (`text_len` bytes, need not be NUL-terminated) into tokens.
@@ -229,14 +295,17 @@ LLM_API llm_status llm_tokenize(const llm_model *model, const char *text, size_t
                                 uint32_t flags, llm_token *tokens, size_t capacity,
                                 size_t *n_tokens);
 
-enum {
+/** Flags of llm_detokenize() and llm_detokenizer_create(). */
+typedef enum llm_detokenize_flag {
     /** Render control tokens ("<|im_end|>") as text instead of skipping them. */
     LLM_DETOKENIZE_SPECIAL = 1u << 0,
-};
+} llm_detokenize_flag;
 
 /**
  * Turns tokens back into UTF-8 text in `buf` (NUL-terminated). Byte sequences
- * that are not valid UTF-8 become U+FFFD.
+ * that are not valid UTF-8 become U+FFFD. `*n_bytes` = the text's length;
+ * when `capacity` is too small, ::LLM_ERR_BUFFER_TOO_SMALL and `*n_bytes` =
+ * the capacity needed, NUL included (`buf` may be NULL with capacity 0).
  */
 LLM_API llm_status llm_detokenize(const llm_model *model, const llm_token *tokens,
                                   size_t n_tokens, uint32_t flags, char *buf,
@@ -254,11 +323,13 @@ LLM_API llm_status llm_detokenizer_create(const llm_model *model, uint32_t flags
                                           llm_detokenizer **out);
 /**
  * Adds one token; writes the newly completed text to `buf` (NUL-terminated,
- * possibly empty). On ::LLM_ERR_BUFFER_TOO_SMALL the token is not consumed.
+ * possibly empty). On ::LLM_ERR_BUFFER_TOO_SMALL the token is not consumed
+ * and `*n_bytes` = the capacity needed, NUL included.
  */
 LLM_API llm_status llm_detokenizer_push(llm_detokenizer *detok, llm_token token, char *buf,
                                         size_t capacity, size_t *n_bytes);
-/** Writes what is held back (incomplete characters become U+FFFD) and resets. */
+/** Writes what is held back (incomplete characters become U+FFFD) and resets;
+ *  a too small buffer as for llm_detokenizer_push() (nothing is reset). */
 LLM_API llm_status llm_detokenizer_flush(llm_detokenizer *detok, char *buf, size_t capacity,
                                          size_t *n_bytes);
 /** NULL is a no-op. */
@@ -275,7 +346,8 @@ typedef struct llm_chat_message {
  * recognised from the template the model carries). With
  * `add_generation_prompt` the text ends where the assistant's reply starts.
  * A model without a template, or with one not recognised, gives
- * ::LLM_ERR_UNSUPPORTED.
+ * ::LLM_ERR_UNSUPPORTED. A too small buffer gives ::LLM_ERR_BUFFER_TOO_SMALL
+ * and `*n_bytes` = the capacity needed, NUL included.
  */
 LLM_API llm_status llm_chat_template_apply(const llm_model *model,
                                            const llm_chat_message *messages,
@@ -327,9 +399,17 @@ typedef struct llm_session_params {
      *  llm_session_create() gives ::LLM_ERR_INVALID_ARGUMENT. It runs in
      *  its own KV memory, as many tokens as the session's, of kv_type. */
     const llm_model *draft_model;
+    /** Since 1.2: when not NULL, a failed llm_session_create() (or
+     *  llm_session_create_ex()) also copies its message here
+     *  (NUL-terminated, cut to `error_capacity` bytes). Borrowed for the
+     *  call (default NULL, 0). */
+    char *error_message;
+    size_t error_capacity;
 } llm_session_params;
 
-LLM_API void llm_session_params_init(llm_session_params *params);
+/** As llm_model_params_init_sized(), for ::llm_session_params. Since 1.2. */
+LLM_API void llm_session_params_init_sized(llm_session_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_session_params)
 
 /**
  * Creates a session. Borrows `model`, which must outlive the session.
@@ -339,6 +419,34 @@ LLM_API llm_status llm_session_create(const llm_model *model, const llm_session_
                                       llm_session **out);
 /** NULL is a no-op. */
 LLM_API void llm_session_free(llm_session *session);
+
+/**
+ * The last failure of any call on `session` (from any thread), and its
+ * message copied into `buf` (NUL-terminated; `capacity` bytes; may be NULL
+ * with capacity 0): `*status` = its status, ::LLM_OK with "" when no call
+ * has failed yet. The message is cut to fit, and `*n_bytes` (may be NULL)
+ * = the capacity the whole message needs, NUL included. Failures stay
+ * until the next failure; a success does not clear them. Calls on the
+ * session from several threads at once overwrite each other's; a host
+ * that needs each call's own message reads llm_last_error() on the
+ * failing thread. Thread-safe; since 1.2.
+ */
+LLM_API llm_status llm_session_last_error(llm_session *session, llm_status *status, char *buf,
+                                          size_t capacity, size_t *n_bytes);
+
+/**
+ * Asks the llm_generate(), llm_session_step() or llm_session_decode() now
+ * running on `session` to stop: it returns ::LLM_ERR_CANCELLED soon, at the
+ * latest after the forward-pass layer it is computing. Nothing is lost:
+ * the interrupted step changes no request and may be repeated (the
+ * requests go on with their exact tokens), an interrupted decode applies
+ * no row, and an interrupted llm_generate() removes its request and
+ * reports ::LLM_FINISH_CANCELLED in its result. When none of them runs it
+ * has no effect (each of them starts by clearing the request). Callable
+ * from any thread, and from a signal handler (it only stores to an
+ * atomic flag). NULL is a no-op. Since 1.2.
+ */
+LLM_API void llm_session_interrupt(llm_session *session);
 
 /* ------------------------------------------------------------------------ */
 /** @name Sampling parameters */
@@ -405,7 +513,9 @@ typedef struct llm_sampling_params {
     uint32_t min_tokens;
 } llm_sampling_params;
 
-LLM_API void llm_sampling_params_init(llm_sampling_params *params);
+/** As llm_model_params_init_sized(), for ::llm_sampling_params. Since 1.2. */
+LLM_API void llm_sampling_params_init_sized(llm_sampling_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_sampling_params)
 
 /* ------------------------------------------------------------------------ */
 /** @name Speculative decoding
@@ -490,7 +600,9 @@ typedef struct llm_generate_params {
     uint32_t spec_k;
 } llm_generate_params;
 
-LLM_API void llm_generate_params_init(llm_generate_params *params);
+/** As llm_model_params_init_sized(), for ::llm_generate_params. Since 1.2. */
+LLM_API void llm_generate_params_init_sized(llm_generate_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_generate_params)
 
 /** What one llm_generate() call did. */
 typedef struct llm_generate_result {
@@ -588,7 +700,9 @@ typedef struct llm_request_params {
 /** Largest llm_request_params::n_samples. */
 #define LLM_MAX_SAMPLES 256
 
-LLM_API void llm_request_params_init(llm_request_params *params);
+/** As llm_model_params_init_sized(), for ::llm_request_params. Since 1.2. */
+LLM_API void llm_request_params_init_sized(llm_request_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_request_params)
 
 /**
  * Queues a request for `prompt` (copied). `params` may be NULL for defaults.
@@ -957,8 +1071,9 @@ typedef struct llm_device_params {
     uint32_t tensor_parallel;
 } llm_device_params;
 
-/** Fills defaults: the CPU. */
-LLM_API void llm_device_params_init(llm_device_params *params);
+/** Fills defaults, the CPU, as llm_model_params_init_sized() does. */
+LLM_API void llm_device_params_init_sized(llm_device_params *params, size_t struct_size);
+LLM_LEGACY_INIT(llm_device_params)
 
 /**
  * llm_session_create() on the backend and devices `device` names; NULL

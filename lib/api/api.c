@@ -45,6 +45,14 @@ LLM_API void llm_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
         if (!(cond)) return llmi_error(LLM_ERR_INVALID_ARGUMENT, __VA_ARGS__);    \
     } while (0)
 
+/* Argument checks of calls on a session: a failure is also the session's
+ * last error (llm_session_last_error). */
+#define SESSION_ARG(s, cond, ...)                                                   \
+    do {                                                                         \
+        if (!(cond))                                                             \
+            return llmi_session_note((s), llmi_error(LLM_ERR_INVALID_ARGUMENT, __VA_ARGS__)); \
+    } while (0)
+
 /* Params structs: size must at least hold struct_size and be plausible. */
 static llm_status check_struct_size(const char *what, uint32_t size) {
     if (size < sizeof(uint32_t) || size > (1u << 16))
@@ -56,22 +64,34 @@ static llm_status check_struct_size(const char *what, uint32_t size) {
 
 /* ---- models ---- */
 
+LLM_API void llm_model_params_init_sized(llm_model_params *p, size_t size) {
+    llm_model_params d = {.struct_size = sizeof d, .use_mmap = true};
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_model_params_init(llm_model_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->use_mmap = true;
+    llm_model_params_init_sized(p, LLMI_LEGACY_MODEL_PARAMS_SIZE);
+}
+
+static llm_status model_load(const char *path, const llm_model_params *p, llm_model **out) {
+    CHECK_ARG(path, "llm_model_load: path is NULL");
+    if (p->error_capacity > 0 && !p->error_message)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_model_params.error_message is NULL with error_capacity %zu",
+                          p->error_capacity);
+    return llmi_model_load(path, p->use_mmap, out);
 }
 
 LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,
                                   llm_model **out) {
     CHECK_ARG(out, "llm_model_load: out is NULL");
     *out = NULL;
-    CHECK_ARG(path, "llm_model_load: path is NULL");
     llm_model_params p;
-    llm_model_params_init(&p);
+    llm_model_params_init_sized(&p, sizeof p);
     LLMI_TRY(llmi_params_copy("llm_model_params", params, &p, sizeof p));
-    return llmi_model_load(path, p.use_mmap, out);
+    llm_status st = model_load(path, &p, out);
+    if (st != LLM_OK) llmi_error_copy_to(p.error_message, p.error_capacity);
+    return st;
 }
 
 LLM_API void llm_model_free(llm_model *model) { llmi_model_free(model); }
@@ -122,9 +142,11 @@ LLM_API llm_status llm_tokenize(const llm_model *m, const char *text, size_t tex
 /* Writes `len` bytes plus a NUL into buf if they fit. */
 static llm_status put_text(const char *src, size_t len, char *buf, size_t cap, size_t *n) {
     *n = len;
-    if (len + 1 > cap)
+    if (len + 1 > cap) {
+        *n = len + 1; /* what the buffer must hold, NUL included */
         return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "need %zu bytes (with NUL), have %zu",
                           len + 1, cap);
+    }
     memcpy(buf, src, len);
     buf[len] = '\0';
     return LLM_OK;
@@ -217,12 +239,22 @@ LLM_API llm_status llm_chat_template_apply(const llm_model *m, const llm_chat_me
 
 /* ---- sessions and generation ---- */
 
+/* A failed create's message into the caller's llm_session_params buffer,
+ * where its struct has one. */
+static llm_status session_create_failed(const llm_session_params *in, llm_status st) {
+    if (in && in->struct_size <= (1u << 16) &&
+        in->struct_size >= offsetof(llm_session_params, error_capacity) + sizeof(size_t))
+        llmi_error_copy_to(in->error_message, in->error_capacity);
+    return st;
+}
+
 LLM_API llm_status llm_session_create(const llm_model *m, const llm_session_params *params,
                                       llm_session **out) {
     CHECK_ARG(out, "llm_session_create: out is NULL");
     *out = NULL;
-    CHECK_ARG(m, "llm_session_create: model is NULL");
-    return llmi_session_create(m, params, out);
+    llm_status st = m ? llmi_session_create(m, params, out)
+                      : llmi_error(LLM_ERR_INVALID_ARGUMENT, "llm_session_create: model is NULL");
+    return st == LLM_OK ? st : session_create_failed(params, st);
 }
 
 LLM_API void llm_session_free(llm_session *s) { llmi_session_free(s); }
@@ -249,49 +281,53 @@ LLM_API llm_status llm_session_create_ex(const llm_model *m, const llm_session_p
                                          const llm_device_params *device, llm_session **out) {
     CHECK_ARG(out, "llm_session_create_ex: out is NULL");
     *out = NULL;
-    CHECK_ARG(m, "llm_session_create_ex: model is NULL");
     llmi_session_device dev;
-    LLMI_TRY(llmi_session_device_resolve(device, &dev));
-    return llmi_session_create_on(m, params, &dev, out);
+    llm_status st = m ? llmi_session_device_resolve(device, &dev)
+                      : llmi_error(LLM_ERR_INVALID_ARGUMENT, "llm_session_create_ex: model is NULL");
+    if (st == LLM_OK) st = llmi_session_create_on(m, params, &dev, out);
+    return st == LLM_OK ? st : session_create_failed(params, st);
 }
 
 LLM_API llm_status llm_generate(llm_session *s, const llm_token *prompt, size_t n_prompt,
                                 const llm_generate_params *params, llm_generate_result *result) {
-    CHECK_ARG(s, "llm_generate: session is NULL");
-    CHECK_ARG(prompt || n_prompt == 0, "llm_generate: prompt is NULL");
-    return llmi_session_generate(s, prompt, n_prompt, params, result);
+    SESSION_ARG(s, s, "llm_generate: session is NULL");
+    SESSION_ARG(s, prompt || n_prompt == 0, "llm_generate: prompt is NULL");
+    llmi_session_begin_interruptible(s);
+    return llmi_session_note(s, llmi_session_generate(s, prompt, n_prompt, params, result));
 }
 
 /* ---- request level ---- */
 
 LLM_API llm_status llm_session_submit(llm_session *s, const llm_token *prompt, size_t n_prompt,
                                       const llm_request_params *params, llm_request_id *out_id) {
-    CHECK_ARG(s && out_id, "llm_session_submit: session and out_id must not be NULL");
+    SESSION_ARG(s, s && out_id, "llm_session_submit: session and out_id must not be NULL");
     *out_id = 0;
-    CHECK_ARG(prompt || n_prompt == 0, "llm_session_submit: prompt is NULL");
-    return llmi_session_submit(s, prompt, n_prompt, params, out_id);
+    SESSION_ARG(s, prompt || n_prompt == 0, "llm_session_submit: prompt is NULL");
+    return llmi_session_note(s, llmi_session_submit(s, prompt, n_prompt, params, out_id));
 }
 
 LLM_API llm_status llm_session_cancel(llm_session *s, llm_request_id id) {
-    CHECK_ARG(s, "llm_session_cancel: session is NULL");
-    return llmi_session_cancel(s, id);
+    SESSION_ARG(s, s, "llm_session_cancel: session is NULL");
+    return llmi_session_note(s, llmi_session_cancel(s, id));
 }
 
 LLM_API llm_status llm_session_step(llm_session *s, llm_event *events, size_t capacity,
                                     size_t event_size, size_t *n_events) {
-    CHECK_ARG(s && n_events, "llm_session_step: session and n_events must not be NULL");
+    SESSION_ARG(s, s && n_events, "llm_session_step: session and n_events must not be NULL");
     *n_events = 0;
-    CHECK_ARG(events && capacity > 0, "llm_session_step: need an event array (capacity %zu)",
+    SESSION_ARG(s, events && capacity > 0, "llm_session_step: need an event array (capacity %zu)",
               capacity);
-    CHECK_ARG(event_size >= offsetof(llm_event, text_len) && event_size <= (1u << 16),
+    SESSION_ARG(s, event_size >= offsetof(llm_event, text_len) && event_size <= (1u << 16),
               "llm_session_step: event_size %zu is invalid (pass sizeof(llm_event))",
               event_size);
-    return llmi_session_step(s, events, capacity, event_size, n_events);
+    llmi_session_begin_interruptible(s);
+    return llmi_session_note(s, llmi_session_step(s, events, capacity, event_size, n_events));
 }
 
 LLM_API llm_status llm_session_get_stats(llm_session *s, llm_session_stats *stats) {
-    CHECK_ARG(s && stats, "llm_session_get_stats: NULL argument");
-    LLMI_TRY(check_struct_size("llm_session_stats", stats->struct_size));
+    SESSION_ARG(s, s && stats, "llm_session_get_stats: NULL argument");
+    llm_status st = check_struct_size("llm_session_stats", stats->struct_size);
+    if (st != LLM_OK) return llmi_session_note(s, st);
     llm_session_stats full;
     memset(&full, 0, sizeof full);
     llmi_session_stats(s, &full);
@@ -303,30 +339,30 @@ LLM_API llm_status llm_session_get_stats(llm_session *s, llm_session_stats *stat
 /* ---- token level ---- */
 
 LLM_API llm_status llm_seq_open(llm_session *s, llm_seq_id *out) {
-    CHECK_ARG(s && out, "llm_seq_open: NULL argument");
+    SESSION_ARG(s, s && out, "llm_seq_open: NULL argument");
     *out = -1;
-    return llmi_seq_open(s, NULL, out);
+    return llmi_session_note(s, llmi_seq_open(s, NULL, out));
 }
 
 LLM_API llm_status llm_seq_fork(llm_session *s, llm_seq_id src, llm_seq_id *out) {
-    CHECK_ARG(s && out, "llm_seq_fork: NULL argument");
+    SESSION_ARG(s, s && out, "llm_seq_fork: NULL argument");
     *out = -1;
-    return llmi_seq_open(s, &src, out);
+    return llmi_session_note(s, llmi_seq_open(s, &src, out));
 }
 
 LLM_API llm_status llm_seq_close(llm_session *s, llm_seq_id seq) {
-    CHECK_ARG(s, "llm_seq_close: session is NULL");
-    return llmi_seq_close(s, seq);
+    SESSION_ARG(s, s, "llm_seq_close: session is NULL");
+    return llmi_session_note(s, llmi_seq_close(s, seq));
 }
 
 LLM_API llm_status llm_seq_truncate(llm_session *s, llm_seq_id seq, uint32_t n_tokens) {
-    CHECK_ARG(s, "llm_seq_truncate: session is NULL");
-    return llmi_seq_truncate(s, seq, n_tokens);
+    SESSION_ARG(s, s, "llm_seq_truncate: session is NULL");
+    return llmi_session_note(s, llmi_seq_truncate(s, seq, n_tokens));
 }
 
 LLM_API llm_status llm_seq_length(llm_session *s, llm_seq_id seq, uint32_t *n_tokens) {
-    CHECK_ARG(s && n_tokens, "llm_seq_length: NULL argument");
-    return llmi_seq_length(s, seq, n_tokens);
+    SESSION_ARG(s, s && n_tokens, "llm_seq_length: NULL argument");
+    return llmi_session_note(s, llmi_seq_length(s, seq, n_tokens));
 }
 
 LLM_API llm_status llm_batch_create(uint32_t capacity, llm_batch **out) {
@@ -347,13 +383,14 @@ LLM_API llm_status llm_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm
 }
 
 LLM_API llm_status llm_session_decode(llm_session *s, const llm_batch *b) {
-    CHECK_ARG(s && b, "llm_session_decode: NULL argument");
-    return llmi_session_decode(s, b);
+    SESSION_ARG(s, s && b, "llm_session_decode: NULL argument");
+    llmi_session_begin_interruptible(s);
+    return llmi_session_note(s, llmi_session_decode(s, b));
 }
 
 LLM_API llm_status llm_session_logits(llm_session *s, uint32_t row, const float **logits) {
-    CHECK_ARG(s && logits, "llm_session_logits: NULL argument");
-    return llmi_session_logits(s, row, logits);
+    SESSION_ARG(s, s && logits, "llm_session_logits: NULL argument");
+    return llmi_session_note(s, llmi_session_logits(s, row, logits));
 }
 
 /* ---- standalone sampler ---- */

@@ -48,6 +48,7 @@
 #include "core/core.h"
 #include "model/model.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #define LLMI_BACKEND_VERSION 2
@@ -89,6 +90,11 @@ typedef struct llmi_step {
     const uint32_t *logit_rows; /* [n_logits] */
     const uint32_t *words;      /* the buffer all of the above point into */
     size_t n_words;
+    /* The host's interrupt flag (llm_session_interrupt), or NULL. A backend
+     * that sees it set while the step runs (the CPU: between layers) may
+     * stop and fail the step with LLM_ERR_CANCELLED; like any failed step
+     * it then changes nothing the engine keeps. */
+    const atomic_int *interrupt;
 } llmi_step;
 
 /* The KV slot of position `pos` of sequence slot `s`. */

@@ -2,6 +2,7 @@
 #include "core/core.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,25 +58,47 @@ llm_status llmi_oom(const char *what) {
 
 /* ---- logging: the sink is one of the two process-wide mutable globals ---- */
 
-static _Atomic(llm_log_fn) log_fn;
-static _Atomic(void *) log_user;
+/* The sink (function, user, level) changes as one under the write lock;
+ * messages are delivered under the read lock, so llm_log_set returns only
+ * when no call of the old sink runs. `log_min` and `log_on` are copies
+ * for the common case of a message nobody wants, read without the lock. */
+static pthread_rwlock_t log_lock = PTHREAD_RWLOCK_INITIALIZER;
+static llm_log_fn log_fn;
+static void *log_user;
+static int log_level = LLM_LOG_INFO;
 static atomic_int log_min = LLM_LOG_INFO;
+static atomic_bool log_on;
+/* Set while this thread runs the sink: nested messages are dropped and
+ * llm_log_set is ignored, so a sink cannot deadlock on the lock. */
+static _Thread_local bool in_sink;
 
 void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
-    atomic_store(&log_user, user);
+    if (in_sink) return;
+    pthread_rwlock_wrlock(&log_lock);
+    log_fn = fn;
+    log_user = user;
+    log_level = (int)min_level;
     atomic_store(&log_min, (int)min_level);
-    atomic_store(&log_fn, fn);
+    atomic_store(&log_on, fn != NULL);
+    pthread_rwlock_unlock(&log_lock);
 }
 
 void llmi_log(llm_log_level level, const char *fmt, ...) {
-    llm_log_fn fn = atomic_load(&log_fn);
-    if (!fn || (int)level < atomic_load(&log_min)) return;
+    if (!atomic_load_explicit(&log_on, memory_order_relaxed) ||
+        (int)level < atomic_load_explicit(&log_min, memory_order_relaxed) || in_sink)
+        return;
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fn(level, buf, atomic_load(&log_user));
+    pthread_rwlock_rdlock(&log_lock);
+    if (log_fn && (int)level >= log_level) {
+        in_sink = true;
+        log_fn(level, buf, log_user);
+        in_sink = false;
+    }
+    pthread_rwlock_unlock(&log_lock);
 }
 
 /* ---- allocation, with failure injection in test builds ---- */
@@ -260,6 +283,19 @@ size_t llmi_utf8_valid_prefix(const char *s, size_t len) {
         i += l;
     }
     return len;
+}
+
+void llmi_params_init_sized(void *dst, size_t size, const void *defaults, size_t full) {
+    if (!dst || size < sizeof(uint32_t)) return;
+    size_t n = size < full ? size : full;
+    memcpy(dst, defaults, n);
+    uint32_t n32 = (uint32_t)n;
+    memcpy(dst, &n32, sizeof n32);
+}
+
+void llmi_error_copy_to(char *buf, size_t capacity) {
+    if (!buf || capacity == 0) return;
+    snprintf(buf, capacity, "%s", err_msg);
 }
 
 llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t size) {

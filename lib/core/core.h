@@ -41,6 +41,28 @@ void llmi_error_restore(const char *saved);
  * start with uint32_t struct_size. */
 llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t size);
 
+/* The *_params_init_sized functions: copies the first min(size, full) bytes
+ * of `defaults` (a complete struct of `full` bytes) to `dst` and sets its
+ * struct_size to that number; nothing past it is written. A size too small
+ * to hold struct_size writes nothing; `dst` NULL is a no-op. */
+void llmi_params_init_sized(void *dst, size_t size, const void *defaults, size_t full);
+
+/* The smallest layout each params struct has had in a 1.x header: what the
+ * exported T_init functions, which programs built against 1.0 and 1.1
+ * headers call without a size, may write. Never changes. */
+enum {
+    LLMI_LEGACY_MODEL_PARAMS_SIZE = 8,
+    LLMI_LEGACY_SESSION_PARAMS_SIZE = 32,
+    LLMI_LEGACY_SAMPLING_PARAMS_SIZE = 32,
+    LLMI_LEGACY_GENERATE_PARAMS_SIZE = 40,
+    LLMI_LEGACY_REQUEST_PARAMS_SIZE = 64,
+    LLMI_LEGACY_DEVICE_PARAMS_SIZE = 32, /* experimental, added in 1.1 */
+};
+
+/* Copies the calling thread's error message into buf (capacity bytes,
+ * NUL-terminated, cut to fit); NULL or 0 is a no-op. */
+void llmi_error_copy_to(char *buf, size_t capacity);
+
 /* Return early on failure, keeping the callee's message. */
 #define LLMI_TRY(expr)                                                          \
     do {                                                                       \

@@ -22,6 +22,7 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
     e->ops = cfg->ops ? cfg->ops : &llmi_backend_cpu;
     e->device = cfg->backend_cfg.device;
     e->max_rows = cfg->max_rows;
+    e->interrupt = cfg->interrupt;
     e->max_ctx = cfg->max_ctx;
     e->layout = (llmi_kv_layout){hp->n_layer, hp->n_head_kv * hp->head_dim, cfg->kv_block_size,
                                  cfg->kv_blocks, cfg->kv_type};
@@ -156,7 +157,8 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
                       .blocks = blocks,
                       .logit_rows = logit_rows,
                       .words = w,
-                      .n_words = total};
+                      .n_words = total,
+                      .interrupt = e->interrupt};
     return LLM_OK;
 }
 
@@ -166,6 +168,8 @@ llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t 
     LLMI_TRY(llmi_backend_fault_check(&late));
     if (n == 0) return LLM_OK;
     LLMI_TRY(check_rows(e, rows, n));
+    if (llmi_engine_interrupted(e))
+        return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt)");
     llmi_step st;
     LLMI_TRY(build_step(e, rows, n, &st));
     LLMI_TRY(e->ops->step_run(e->step, e->kv_store, &st, logits));

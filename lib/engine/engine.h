@@ -34,6 +34,10 @@ typedef struct llmi_engine_config {
     uint32_t kv_block_size, kv_blocks;
     llm_kv_type kv_type;
     uint32_t max_rows, max_ctx; /* per step; attention span */
+    /* The session's interrupt flag (borrowed, may be NULL): a step started
+     * while it is set fails with LLM_ERR_CANCELLED, and the backend may
+     * stop a running one (llmi_step.interrupt). */
+    const atomic_int *interrupt;
 } llmi_engine_config;
 
 typedef struct llmi_engine {
@@ -58,9 +62,15 @@ typedef struct llmi_engine {
     /* [max_rows]: where its user (the scheduler's steps, the token-level
      * decode) builds a step's rows; the engine itself never reads it. */
     llmi_batch_row *rows;
+    const atomic_int *interrupt; /* llmi_engine_config.interrupt */
 } llmi_engine;
 
 llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out);
+
+/* Whether the host asked the running call to stop (llm_session_interrupt). */
+static inline bool llmi_engine_interrupted(const llmi_engine *e) {
+    return e->interrupt && atomic_load_explicit(e->interrupt, memory_order_relaxed);
+}
 /* NULL is a no-op. The KV bookkeeping must hold no sequence's blocks any
  * more (callers release them first). */
 void llmi_engine_free(llmi_engine *e);

@@ -117,21 +117,26 @@ static llm_status validate(const llm_sampling_params *p, uint32_t n_vocab) {
     return LLM_OK;
 }
 
+LLM_API void llm_sampling_params_init_sized(llm_sampling_params *p, size_t size) {
+    llm_sampling_params d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.temperature = 0.8f;
+    d.top_k = 40;
+    d.top_p = 0.95f;
+    d.min_p = 0.05f;
+    d.repeat_penalty = 1.0f;
+    d.repeat_last_n = 64;
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_sampling_params_init(llm_sampling_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->temperature = 0.8f;
-    p->top_k = 40;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.0f;
-    p->repeat_last_n = 64;
+    llm_sampling_params_init_sized(p, LLMI_LEGACY_SAMPLING_PARAMS_SIZE);
 }
 
 llm_status llmi_sampling_params_read(const llm_sampling_params *in, uint32_t n_vocab,
                                      llm_sampling_params *out) {
-    llm_sampling_params_init(out);
+    llm_sampling_params_init_sized(out, sizeof *out);
     if (!in) {
         out->temperature = 0.0f;
         return LLM_OK;

@@ -6,17 +6,22 @@
 
 #include <stddef.h>
 
+LLM_API void llm_generate_params_init_sized(llm_generate_params *p, size_t size) {
+    llm_generate_params d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.max_new_tokens = 128;
+    d.spec_mode = LLM_SPEC_NONE;
+    d.spec_k = 0; /* adaptive */
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_generate_params_init(llm_generate_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_new_tokens = 128;
-    p->spec_mode = LLM_SPEC_NONE;
-    p->spec_k = 0; /* adaptive */
+    llm_generate_params_init_sized(p, LLMI_LEGACY_GENERATE_PARAMS_SIZE);
 }
 
 static llm_status read_generate_params(const llm_generate_params *in, llm_generate_params *p) {
-    llm_generate_params_init(p);
+    llm_generate_params_init_sized(p, sizeof *p);
     if (!in) return LLM_OK;
     LLMI_TRY(llmi_params_copy("llm_generate_params", in, p, sizeof *p));
     /* spec_mode sits in what was padding of the 1.0 struct: read it only
@@ -35,10 +40,10 @@ static llm_status emit(llmi_sched *s, llmi_detok *d, llm_token tok, const llm_ge
     size_t n = 0;
     llm_status st = llmi_detok_push(d, tok, s->piece, s->piece_cap, &n);
     if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        char *bigger = llmi_realloc(s->piece, n + 1);
+        char *bigger = llmi_realloc(s->piece, n); /* n counts the NUL */
         if (!bigger) return llmi_oom("text piece");
         s->piece = bigger;
-        s->piece_cap = n + 1;
+        s->piece_cap = n;
         st = llmi_detok_push(d, tok, s->piece, s->piece_cap, &n);
     }
     if (st != LLM_OK) return st;
@@ -79,7 +84,7 @@ static llm_status take_events(llmi_sched *s, llm_request_id id, gen_events *out)
 
 /* The request's params from llm_generate's. */
 static void request_params(const llm_generate_params *p, llm_request_params *rp) {
-    llm_request_params_init(rp);
+    llm_request_params_init_sized(rp, sizeof *rp);
     rp->max_new_tokens = p->max_new_tokens;
     rp->sampling = p->sampling;
     rp->ignore_eos = p->ignore_eos;
@@ -191,7 +196,8 @@ llm_status llmi_sched_generate(llmi_sched *s, const llm_token *prompt, size_t n_
     double t_end = llmi_now();
     r.prompt_seconds = g.t_first - t0;
     r.generate_seconds = t_end - g.t_first;
-    if (st != LLM_OK) r.finish_reason = LLM_FINISH_ERROR;
+    /* An interrupted step (llm_session_interrupt) ends the call as cancelled. */
+    if (st != LLM_OK) r.finish_reason = st == LLM_ERR_CANCELLED ? LLM_FINISH_CANCELLED : LLM_FINISH_ERROR;
     if (result) {
         size_t n = result->struct_size < sizeof r ? result->struct_size : sizeof r;
         uint32_t caller_size = result->struct_size;

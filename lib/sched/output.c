@@ -75,10 +75,10 @@ static llm_status detok_into_held(llmi_sched *s, llmi_request *r, llm_token tok)
     size_t n = 0;
     llm_status st = llmi_detok_push(&r->detok, tok, s->piece, s->piece_cap, &n);
     if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        char *bigger = llmi_realloc(s->piece, n + 1);
+        char *bigger = llmi_realloc(s->piece, n); /* n counts the NUL */
         if (!bigger) return llmi_oom("text piece");
         s->piece = bigger;
-        s->piece_cap = n + 1;
+        s->piece_cap = n;
         st = llmi_detok_push(&r->detok, tok, s->piece, s->piece_cap, &n);
     }
     if (st != LLM_OK) return st;

@@ -8,18 +8,23 @@
 
 /* ---- submit ---- */
 
+LLM_API void llm_request_params_init_sized(llm_request_params *p, size_t size) {
+    llm_request_params d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.max_new_tokens = 256;
+    d.spec_mode = LLM_SPEC_NONE;
+    d.spec_k = 0; /* adaptive */
+    d.n_samples = 1;
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_request_params_init(llm_request_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_new_tokens = 256;
-    p->spec_mode = LLM_SPEC_NONE;
-    p->spec_k = 0; /* adaptive */
-    p->n_samples = 1;
+    llm_request_params_init_sized(p, LLMI_LEGACY_REQUEST_PARAMS_SIZE);
 }
 
 static llm_status read_request_params(const llm_request_params *in, llm_request_params *p) {
-    llm_request_params_init(p);
+    llm_request_params_init_sized(p, sizeof *p);
     if (!in) return LLM_OK;
     LLMI_TRY(llmi_params_copy("llm_request_params", in, p, sizeof *p));
     /* spec_mode sits in what was padding of the 1.0 struct: read it only

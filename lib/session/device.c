@@ -2,12 +2,17 @@
  * backend and a device. */
 #include "session/session.h"
 
+LLM_API void llm_device_params_init_sized(llm_device_params *p, size_t size) {
+    llm_device_params d = {.struct_size = sizeof d, .tensor_parallel = 1};
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_device_params_init(llm_device_params *p) {
-    if (p) *p = (llm_device_params){.struct_size = sizeof *p, .tensor_parallel = 1};
+    llm_device_params_init_sized(p, LLMI_LEGACY_DEVICE_PARAMS_SIZE);
 }
 
 static llm_status read_device_params(const llm_device_params *in, llm_device_params *p) {
-    llm_device_params_init(p);
+    llm_device_params_init_sized(p, sizeof *p);
     return llmi_params_copy("llm_device_params", in, p, sizeof *p);
 }
 

@@ -6,22 +6,27 @@
 #include <unistd.h>
 
 
+LLM_API void llm_session_params_init_sized(llm_session_params *p, size_t size) {
+    llm_session_params d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.max_batch_tokens = 512;
+    d.kv_type = LLM_KV_F32;
+    d.kv_block_size = 16;
+    d.prefix_cache = true;
+    d.draft_model = NULL;
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
 LLM_API void llm_session_params_init(llm_session_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->max_batch_tokens = 512;
-    p->kv_type = LLM_KV_F32;
-    p->kv_block_size = 16;
-    p->prefix_cache = true;
-    p->draft_model = NULL;
+    llm_session_params_init_sized(p, LLMI_LEGACY_SESSION_PARAMS_SIZE);
 }
 
 /* Copies the caller's params, reading only what its struct_size covers, and
  * resolves zeros to defaults. */
 static llm_status resolve_params(const llm_model *m, const llm_session_params *in,
                                  llm_session_params *p) {
-    llm_session_params_init(p);
+    llm_session_params_init_sized(p, sizeof *p);
     LLMI_TRY(llmi_params_copy("llm_session_params", in, p, sizeof *p));
     if (p->n_threads == 0) p->n_threads = (uint32_t)llmi_cpu_count();
     if (p->n_threads > 512)
@@ -87,7 +92,8 @@ static llm_status create_engine(llm_session *s) {
                               .kv_blocks = n_blocks,
                               .kv_type = s->params.kv_type,
                               .max_rows = s->params.max_batch_tokens,
-                              .max_ctx = s->params.n_ctx};
+                              .max_ctx = s->params.n_ctx,
+                              .interrupt = &s->interrupt};
     LLMI_TRY(llmi_engine_create(&cfg, &s->eng));
     s->kv = s->eng->kv;
     return LLM_OK;
@@ -106,6 +112,7 @@ llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *
     if (!s) return llmi_oom("session");
     s->model = m;
     s->device = *dev;
+    pthread_mutex_init(&s->error_lock, NULL);
     llm_status st = resolve_params(m, p, &s->params);
     if (st != LLM_OK) goto fail;
     if ((st = create_engine(s)) != LLM_OK) goto fail;
@@ -141,5 +148,38 @@ void llmi_session_free(llm_session *s) {
     llmi_free_aligned(s->decode_logits);
     llmi_sampler_destroy(&s->sampler);
     llmi_engine_free(s->eng);
+    pthread_mutex_destroy(&s->error_lock);
     llmi_free(s);
+}
+
+llm_status llmi_session_note(llm_session *s, llm_status st) {
+    if (st == LLM_OK || !s) return st;
+    pthread_mutex_lock(&s->error_lock);
+    snprintf(s->error_message, sizeof s->error_message, "%s", llmi_error_message());
+    s->error_status = st;
+    pthread_mutex_unlock(&s->error_lock);
+    return st;
+}
+
+LLM_API llm_status llm_session_last_error(llm_session *s, llm_status *status, char *buf,
+                                          size_t capacity, size_t *n_bytes) {
+    if (n_bytes) *n_bytes = 0;
+    if (!s || !status)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_session_last_error: session and status must not be NULL");
+    if (!buf && capacity > 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_session_last_error: buf is NULL with capacity %zu", capacity);
+    pthread_mutex_lock(&s->error_lock);
+    const char *msg = s->error_message;
+    size_t n = strlen(msg);
+    *status = s->error_status;
+    if (capacity > 0) snprintf(buf, capacity, "%s", msg);
+    pthread_mutex_unlock(&s->error_lock);
+    if (n_bytes) *n_bytes = n + 1;
+    return LLM_OK;
+}
+
+LLM_API void llm_session_interrupt(llm_session *s) {
+    if (s) atomic_store_explicit(&s->interrupt, 1, memory_order_relaxed);
 }

@@ -34,7 +34,21 @@ struct llm_session {
                               steps and llm_generate leave them alone */
     uint32_t cap_decode_logits;
     llmi_spec spec;        /* speculative decoding: draft model, cost model */
+    atomic_int interrupt;  /* llm_session_interrupt; cleared as each call starts */
+    /* llm_session_last_error: the last failure of a call on the session. */
+    pthread_mutex_t error_lock;
+    llm_status error_status;
+    char error_message[1024]; /* as long as a thread's message (core.c) */
 };
+
+/* Records a failed call's status and the thread's message as the
+ * session's last error (llm_session_last_error); returns `st`. OK, or a
+ * NULL session, records nothing. */
+llm_status llmi_session_note(llm_session *s, llm_status st);
+/* Starts a call that llm_session_interrupt may stop: clears the flag. */
+static inline void llmi_session_begin_interruptible(llm_session *s) {
+    atomic_store_explicit(&s->interrupt, 0, memory_order_relaxed);
+}
 
 /* A token-level sequence: its KV and the tokens it holds. session->seqs[id]
  * points at `kv`, the first member, so code that only needs the KV (the

@@ -136,7 +136,8 @@ llm_status llmi_spec_init(llmi_spec *sp, const llm_model *target, const llm_mode
                               .kv_blocks = n_blocks,
                               .kv_type = kv_type,
                               .max_rows = max_rows,
-                              .max_ctx = n_ctx};
+                              .max_ctx = n_ctx,
+                              .interrupt = target_engine->interrupt};
     LLMI_TRY(llmi_engine_create(&cfg, &sp->deng));
     sp->dkv = sp->deng->kv;
     LLMI_TRY(llmi_sampler_init(&sp->dsampler, sp->n_vocab));

@@ -226,9 +226,11 @@ llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs
     out o = {buf, cap, 0};
     LLMI_TRY(render(t, tmpl, k, msgs, n, add_generation_prompt, &o));
     *n_out = o.n;
-    if (o.n >= cap)
-        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "chat: %zu bytes (+1) do not fit in %zu", o.n,
-                          cap);
+    if (o.n >= cap) {
+        *n_out = o.n + 1; /* what the buffer must hold, NUL included */
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "chat: %zu bytes and the NUL do not fit in %zu",
+                          o.n, cap);
+    }
     buf[o.n] = '\0';
     return LLM_OK;
 }

@@ -153,9 +153,11 @@ llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, s
     size_t need;
     LLMI_TRY(feed(d, id, NULL, &need, NULL));
     *n = need;
-    if (need >= cap)
-        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "detokenizer: %zu bytes (+1) do not fit in %zu",
-                          need, cap);
+    if (need >= cap) {
+        *n = need + 1; /* what the buffer must hold, NUL included */
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL,
+                          "detokenizer: %zu bytes and the NUL do not fit in %zu", need, cap);
+    }
     llmi_detok next;
     LLMI_TRY(feed(d, id, buf, &need, &next));
     buf[need] = '\0';
@@ -170,9 +172,11 @@ llm_status llmi_detok_flush(llmi_detok *d, char *buf, size_t cap, size_t *n) {
     seq s = {(const unsigned char *)d->pending, d->n_pending, NULL, d->n_pending};
     size_t used, need = decode(&s, true, NULL, &used);
     *n = need;
-    if (need >= cap)
-        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "detokenizer: %zu bytes (+1) do not fit in %zu",
-                          need, cap);
+    if (need >= cap) {
+        *n = need + 1; /* what the buffer must hold, NUL included */
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL,
+                          "detokenizer: %zu bytes and the NUL do not fit in %zu", need, cap);
+    }
     decode(&s, true, buf, &used);
     buf[need] = '\0';
     llmi_detok_init(d, d->tok, d->flags);
@@ -210,9 +214,11 @@ llm_status llmi_detokenize(const llmi_tokenizer *t, const llm_token *tokens, siz
     size_t need;
     LLMI_TRY(run_all(t, tokens, n, flags, NULL, &need));
     *n_out = need;
-    if (need >= cap)
-        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "detokenize: %zu bytes (+1) do not fit in %zu",
-                          need, cap);
+    if (need >= cap) {
+        *n_out = need + 1; /* what the buffer must hold, NUL included */
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL,
+                          "detokenize: %zu bytes and the NUL do not fit in %zu", need, cap);
+    }
     LLMI_TRY(run_all(t, tokens, n, flags, buf, &need));
     buf[need] = '\0';
     return LLM_OK;

@@ -13,7 +13,8 @@
 #             version node of their own, never in the stable LLMINFER_1
 #   symbols   the exported symbols with their version node equal
 #             tests/abi/symbols.txt (one `name@@NODE` per line, sorted; NODE
-#             is LLMINFER_1, or LLMINFER_1.1 for the experimental section)
+#             is LLMINFER_1, or the node of the minor release that added
+#             the function: LLMINFER_1.1, LLMINFER_1.2, ...)
 #   abidiff   the types and signatures of the public interface, as libabigail
 #             sees them through the debug info (types defined in include/
 #             only), have not changed from tests/abi/libllminfer.abi
@@ -103,9 +104,18 @@ fi
 # --- header declarations --------------------------------------------------
 # Every function declared LLM_API in llm.h; the name is the last word before
 # the first '(' on the LLM_API line.
-grep -E '^[[:space:]]*LLM_API[[:space:]]' "$header" |
-    sed -E 's/\(.*//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*$/\1/' |
-    LC_ALL=C sort -u >"$tmp/declared"
+# LLM_LEGACY_INIT(T) declares the exported T_init of old programs.
+declared_functions() { # reads a header on stdin
+    local text
+    text=$(cat)
+    {
+        grep -E '^[[:space:]]*LLM_API[[:space:]]' <<<"$text" |
+            sed -E 's/\(.*//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*$/\1/'
+        grep -oE '^LLM_LEGACY_INIT\([A-Za-z0-9_]+\)' <<<"$text" |
+            sed -E 's/^LLM_LEGACY_INIT\(([A-Za-z0-9_]+)\)/\1_init/'
+    } | LC_ALL=C sort -u
+}
+declared_functions <"$header" >"$tmp/declared"
 LC_ALL=C comm -23 "$tmp/declared" "$tmp/functions" >"$tmp/undefined"
 LC_ALL=C comm -13 "$tmp/declared" "$tmp/functions" >"$tmp/undeclared"
 if [ -s "$tmp/undefined" ] || [ -s "$tmp/undeclared" ]; then
@@ -124,9 +134,7 @@ fi
 # --- version nodes ----------------------------------------------------------
 # The functions declared LLM_API inside `#ifdef LLM_EXPERIMENTAL` ... `#endif`.
 awk '/^#ifdef LLM_EXPERIMENTAL/ { on = 1; next } on && /^#endif/ { on = 0 } on' "$header" |
-    grep -E '^[[:space:]]*LLM_API[[:space:]]' |
-    sed -E 's/\(.*//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*$/\1/' |
-    LC_ALL=C sort -u >"$tmp/experimental"
+    declared_functions >"$tmp/experimental"
 : >"$tmp/misplaced"
 while read -r fn; do
     if grep -q -x -F "$fn@@$version_node" "$tmp/symbols"; then echo "$fn" >>"$tmp/misplaced"; fi

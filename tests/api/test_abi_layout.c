@@ -50,13 +50,17 @@ static void check_true(const char *what, int ok) {
     }
 }
 
+/* The pinned numbers, and the library's own answer by name
+ * (llm_struct_size, llm_struct_offset: what bindings check at load). */
 #define STRUCT(T, size, align)                                                                     \
     check_num("sizeof(" #T ")", sizeof(T), (size));                                                \
+    check_num("llm_struct_size(\"" #T "\")", llm_struct_size(#T), sizeof(T));                      \
     check_num("alignof(" #T ")", alignof(T), (align))
 
 /* Offset, size and exact type (through _Generic) of one field. */
 #define FIELD(T, m, off, size, type)                                                               \
     check_num("offsetof(" #T ", " #m ")", offsetof(T, m), (off));                                  \
+    check_num("llm_struct_offset(" #T ", " #m ")", llm_struct_offset(#T, #m), offsetof(T, m));     \
     check_num("sizeof(" #T "." #m ")", sizeof(((T *)0)->m), (size));                               \
     check_true(#T "." #m " is not of type " #type, _Generic(((T *)0)->m, type : 1, default : 0))
 
@@ -72,9 +76,11 @@ static void check_true(const char *what, int ok) {
 static void test_model_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_model_params, 8, 4);
+    STRUCT(llm_model_params, 24, 8);
     FIELD(llm_model_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_model_params, use_mmap, 4, 1, bool);
+    FIELD(llm_model_params, error_message, 8, 8, char *); /* 1.2 */
+    FIELD(llm_model_params, error_capacity, 16, 8, size_t);
     END_CHECKS();
 }
 
@@ -105,7 +111,7 @@ static void test_model_info_layout(void **state) {
 static void test_session_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_session_params, 48, 8);
+    STRUCT(llm_session_params, 64, 8);
     FIELD(llm_session_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_session_params, n_threads, 4, 4, uint32_t);
     FIELD(llm_session_params, n_ctx, 8, 4, uint32_t);
@@ -115,6 +121,8 @@ static void test_session_params_layout(void **state) {
     FIELD(llm_session_params, kv_block_size, 28, 4, uint32_t);
     FIELD(llm_session_params, prefix_cache, 32, 1, bool);
     FIELD(llm_session_params, draft_model, 40, 8, const llm_model *);
+    FIELD(llm_session_params, error_message, 48, 8, char *); /* 1.2 */
+    FIELD(llm_session_params, error_capacity, 56, 8, size_t);
     END_CHECKS();
 }
 
@@ -284,6 +292,8 @@ static void test_scalar_types(void **state) {
     check_true("llm_token is not int32_t", _Generic((llm_token)0, int32_t : 1, default : 0));
     check_num("LLM_TOKEN_NONE", (unsigned long long)(long long)LLM_TOKEN_NONE,
               (unsigned long long)-1LL);
+    check_true("LLM_TOKEN_NONE is not an enumerator of llm_token_constant",
+               _Generic((llm_token_constant)LLM_TOKEN_NONE, llm_token_constant : 1, default : 0));
     check_num("sizeof(llm_status)", sizeof(llm_status), 4);
     check_num("sizeof(llm_log_level)", sizeof(llm_log_level), 4);
     check_num("sizeof(llm_kv_type)", sizeof(llm_kv_type), 4);
@@ -412,6 +422,17 @@ static void test_version(void **state) {
         check_true(#init_fn "() wrote past sizeof(" #T ")", clean);                                \
     } while (0)
 
+/* Names the library does not know. */
+static void test_struct_query_unknown(void **state) {
+    (void)state;
+    assert_int_equal(llm_struct_size("llm_no_such_struct"), 0);
+    assert_int_equal(llm_struct_size(NULL), 0);
+    assert_true(llm_struct_offset("llm_session_params", "no_such_field") == SIZE_MAX);
+    assert_true(llm_struct_offset("llm_no_such_struct", "struct_size") == SIZE_MAX);
+    assert_true(llm_struct_offset(NULL, "x") == SIZE_MAX);
+    assert_true(llm_struct_offset("llm_event", NULL) == SIZE_MAX);
+}
+
 static void test_params_init_struct_size(void **state) {
     (void)state;
     mismatches = 0;
@@ -444,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_enum_values),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_params_init_struct_size),
+        cmocka_unit_test(test_struct_query_unknown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -152,8 +152,12 @@ static void test_detokenize(void **state) {
     assert_int_equal(llm_detokenize(m, toks, n, 0, buf, sizeof buf, &len), LLM_OK);
     assert_string_equal(buf, text);
     assert_int_equal(len, strlen(text));
+    /* Too small: the size reported is what the buffer must hold (text and
+     * NUL), so allocating it and calling again succeeds. */
     assert_int_equal(llm_detokenize(m, toks, n, 0, buf, len, &len), LLM_ERR_BUFFER_TOO_SMALL);
-    assert_int_equal(len, strlen(text));
+    assert_int_equal(len, strlen(text) + 1);
+    assert_int_equal(llm_detokenize(m, toks, n, 0, buf, len, &len), LLM_OK);
+    assert_string_equal(buf, text);
     llm_token bad = 1 << 30;
     assert_int_equal(llm_detokenize(m, &bad, 1, 0, buf, sizeof buf, &len),
                      LLM_ERR_INVALID_ARGUMENT);
@@ -188,7 +192,12 @@ static void test_chat_template(void **state) {
     assert_int_equal(llm_chat_template_apply(m, msgs, 2, true, buf, 10, &n),
                      LLM_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(n, strlen("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
-                               "<|im_end|>\n<|im_start|>assistant\n"));
+                               "<|im_end|>\n<|im_start|>assistant\n") + 1);
+    char *exact = malloc(n);
+    assert_non_null(exact);
+    assert_int_equal(llm_chat_template_apply(m, msgs, 2, true, exact, n, &n), LLM_OK);
+    assert_string_equal(exact, buf);
+    free(exact);
     llm_chat_message bad = {NULL, "x"};
     assert_int_equal(llm_chat_template_apply(m, &bad, 1, true, buf, sizeof buf, &n),
                      LLM_ERR_INVALID_ARGUMENT);

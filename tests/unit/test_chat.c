@@ -184,11 +184,12 @@ static void test_errors_and_buffers(void **state) {
     const size_t len = sizeof want - 1;
     char buf[128];
     size_t n = 0;
+    /* The reported size is what the buffer must hold: the text and its NUL. */
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, len, &n), LLM_ERR_BUFFER_TOO_SMALL, "");
-    assert_int_equal(n, len);
+    assert_int_equal(n, len + 1);
     n = 0;
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, NULL, 0, &n), LLM_ERR_BUFFER_TOO_SMALL, "");
-    assert_int_equal(n, len);
+    assert_int_equal(n, len + 1);
     OK(llmi_chat_apply(t, user_only, 1, true, buf, len + 1, &n));
     assert_int_equal(n, len);
     assert_string_equal(buf, want);

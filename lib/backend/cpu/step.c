@@ -351,6 +351,9 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     }
     rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
+            return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt) at layer %u",
+                              l);
         attention_block(f, kv, &m->layers[l], l, st);
         mlp_block(f, &m->layers[l], n);
     }
