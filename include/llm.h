@@ -176,7 +176,8 @@ typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user)
  * `fn == NULL` silences the library (the default). The library never writes
  * to stdout or stderr by itself. Thread-safe: the function, `user` and the
  * level change together, so a message goes either to the old sink with the
- * old `user` or to the new one with the new `user`, never a mix. When
+ * old `user` or to the new one with the new `user`, never a mix; calls of
+ * the sink are serialized (one at a time, from any thread). When
  * llm_log_set() returns, no call of the old sink is running or will start:
  * the old `user` may be freed then. A sink must not call llm_log_set() (the
  * call is ignored); messages the library logs while a sink runs on the same

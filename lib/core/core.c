@@ -58,11 +58,14 @@ llm_status llmi_oom(const char *what) {
 
 /* ---- logging: the sink is one of the two process-wide mutable globals ---- */
 
-/* The sink (function, user, level) changes as one under the write lock;
- * messages are delivered under the read lock, so llm_log_set returns only
- * when no call of the old sink runs. `log_min` and `log_on` are copies
- * for the common case of a message nobody wants, read without the lock. */
-static pthread_rwlock_t log_lock = PTHREAD_RWLOCK_INITIALIZER;
+/* The sink (function, user, level) changes as one under the lock, and
+ * messages are delivered under it, so llm_log_set returns only when no
+ * call of the old sink runs. A mutex, not a reader-writer lock: glibc's
+ * prefers readers, and threads logging without pause would starve
+ * llm_log_set. So sink calls are serialized, which also spares sinks a
+ * lock of their own. `log_min` and `log_on` are copies for the common case
+ * of a message nobody wants, read without the lock. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static llm_log_fn log_fn;
 static void *log_user;
 static int log_level = LLM_LOG_INFO;
@@ -74,13 +77,13 @@ static _Thread_local bool in_sink;
 
 void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
     if (in_sink) return;
-    pthread_rwlock_wrlock(&log_lock);
+    pthread_mutex_lock(&log_lock);
     log_fn = fn;
     log_user = user;
     log_level = (int)min_level;
     atomic_store(&log_min, (int)min_level);
     atomic_store(&log_on, fn != NULL);
-    pthread_rwlock_unlock(&log_lock);
+    pthread_mutex_unlock(&log_lock);
 }
 
 void llmi_log(llm_log_level level, const char *fmt, ...) {
@@ -92,13 +95,13 @@ void llmi_log(llm_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    pthread_rwlock_rdlock(&log_lock);
+    pthread_mutex_lock(&log_lock);
     if (log_fn && (int)level >= log_level) {
         in_sink = true;
         log_fn(level, buf, log_user);
         in_sink = false;
     }
-    pthread_rwlock_unlock(&log_lock);
+    pthread_mutex_unlock(&log_lock);
 }
 
 /* ---- allocation, with failure injection in test builds ---- */
