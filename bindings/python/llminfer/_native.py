@@ -1,0 +1,399 @@
+"""ctypes declarations of llm.h: library lookup, struct mirrors, prototypes.
+
+Everything here is private. The struct layouts are compared with the loaded
+library's own (``llm_struct_size`` / ``llm_struct_offset``) at import, so a
+library built with a different header is refused instead of corrupting
+memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_bool,
+    c_char,
+    c_char_p,
+    c_double,
+    c_float,
+    c_int,
+    c_int32,
+    c_size_t,
+    c_uint,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from typing import Any, Dict, List, Tuple, Type
+
+REQUIRED_MAJOR = 1
+REQUIRED_MINOR = 2
+SIZE_MAX = ctypes.c_size_t(-1).value
+
+c_status = c_int
+c_token = c_int32
+c_request_id = c_uint64
+c_enum = c_int  # every C enum of llm.h has int-sized values
+
+
+class LibraryNotFoundError(ImportError):
+    """libllminfer could not be found or does not fit this binding."""
+
+
+def _open_library() -> ctypes.CDLL:
+    tried: List[str] = []
+    explicit = os.environ.get("LLMINFER_LIBRARY")
+    if explicit:
+        try:
+            return ctypes.CDLL(explicit)
+        except OSError as exc:
+            raise LibraryNotFoundError(
+                f"LLMINFER_LIBRARY={explicit!r} could not be loaded: {exc}"
+            ) from exc
+    # dlopen's own search (LD_LIBRARY_PATH, the ldconfig cache) comes first
+    # because ctypes.util.find_library ignores LD_LIBRARY_PATH on many systems.
+    candidates = ["libllminfer.so.1"]
+    found = ctypes.util.find_library("llminfer")
+    if found:
+        candidates.append(found)
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            tried.append(f"{name}: {exc}")
+    raise LibraryNotFoundError(
+        "libllminfer (API 1.2 or newer) was not found. Install it where the "
+        "dynamic loader looks (or add its lib directory to LD_LIBRARY_PATH), "
+        "or set LLMINFER_LIBRARY to the full path of libllminfer.so.1. Tried: "
+        + "; ".join(tried)
+    )
+
+
+lib = _open_library()
+
+
+# --- structs: field order and types exactly as in llm.h -------------------
+
+
+class ModelParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("use_mmap", c_bool),
+        ("error_message", POINTER(c_char)),
+        ("error_capacity", c_size_t),
+    ]
+
+
+class ModelInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("architecture", c_char_p),
+        ("name", c_char_p),
+        ("n_params", c_uint64),
+        ("weight_bytes", c_uint64),
+        ("n_layers", c_uint32),
+        ("n_embd", c_uint32),
+        ("n_heads", c_uint32),
+        ("n_kv_heads", c_uint32),
+        ("n_ff", c_uint32),
+        ("n_vocab", c_uint32),
+        ("n_ctx_train", c_uint32),
+        ("bos", c_token),
+        ("eos", c_token),
+        ("eot", c_token),
+        ("pad", c_token),
+        ("has_chat_template", c_bool),
+    ]
+
+
+class ChatMessage(Structure):
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+class SessionParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("n_threads", c_uint32),
+        ("n_ctx", c_uint32),
+        ("max_batch_tokens", c_uint32),
+        ("kv_cache_bytes", c_uint64),
+        ("kv_type", c_enum),
+        ("kv_block_size", c_uint32),
+        ("prefix_cache", c_bool),
+        ("draft_model", c_void_p),
+        ("error_message", POINTER(c_char)),
+        ("error_capacity", c_size_t),
+    ]
+
+
+class LogitBias(Structure):
+    _fields_ = [("token", c_token), ("bias", c_float)]
+
+
+class SamplingParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("temperature", c_float),
+        ("top_k", c_int32),
+        ("top_p", c_float),
+        ("min_p", c_float),
+        ("seed", c_uint64),
+        ("repeat_penalty", c_float),
+        ("repeat_last_n", c_int32),
+        ("presence_penalty", c_float),
+        ("frequency_penalty", c_float),
+        ("logit_bias", POINTER(LogitBias)),
+        ("n_logit_bias", c_size_t),
+        ("min_tokens", c_uint32),
+    ]
+
+
+TOKEN_FN = CFUNCTYPE(c_bool, c_token, POINTER(c_char), c_size_t, c_void_p)
+LOG_FN = CFUNCTYPE(None, c_enum, c_char_p, c_void_p)
+
+
+class GenerateParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("max_new_tokens", c_uint32),
+        ("sampling", POINTER(SamplingParams)),
+        ("on_token", TOKEN_FN),
+        ("user", c_void_p),
+        ("ignore_eos", c_bool),
+        ("spec_mode", c_uint32),
+        ("spec_k", c_uint32),
+    ]
+
+
+class GenerateResult(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("finish_reason", c_enum),
+        ("n_prompt_tokens", c_uint32),
+        ("n_generated_tokens", c_uint32),
+        ("prompt_seconds", c_double),
+        ("generate_seconds", c_double),
+        ("n_spec_steps", c_uint32),
+        ("n_draft_tokens", c_uint32),
+        ("n_accepted_tokens", c_uint32),
+    ]
+
+
+class RequestParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("sampling", POINTER(SamplingParams)),
+        ("max_new_tokens", c_uint32),
+        ("priority", c_int32),
+        ("ignore_eos", c_bool),
+        ("logprobs", c_bool),
+        ("stop_tokens", POINTER(c_token)),
+        ("n_stop_tokens", c_size_t),
+        ("stop_strings", POINTER(c_char_p)),
+        ("n_stop_strings", c_size_t),
+        ("top_logprobs", c_uint32),
+        ("spec_mode", c_uint32),
+        ("spec_k", c_uint32),
+        ("n_samples", c_uint32),
+    ]
+
+
+class Event(Structure):
+    _fields_ = [
+        ("request", c_request_id),
+        ("token", c_token),
+        ("text", POINTER(c_char)),
+        ("text_len", c_size_t),
+        ("logprob", c_float),
+        ("finish_reason", c_enum),
+        ("status", c_status),
+        ("top_tokens", POINTER(c_token)),
+        ("top_logprobs", POINTER(c_float)),
+        ("n_top", c_uint32),
+        ("sample_index", c_uint32),
+    ]
+
+
+class SessionStats(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("n_running", c_uint32),
+        ("n_waiting", c_uint32),
+        ("block_size", c_uint32),
+        ("blocks_total", c_uint32),
+        ("blocks_used", c_uint32),
+        ("blocks_cached", c_uint32),
+        ("blocks_free", c_uint32),
+        ("kv_tokens_used", c_uint64),
+        ("prefix_hit_tokens", c_uint64),
+        ("prompt_tokens", c_uint64),
+        ("generated_tokens", c_uint64),
+        ("preemptions", c_uint64),
+        ("steps", c_uint64),
+        ("spec_steps", c_uint64),
+        ("spec_draft_tokens", c_uint64),
+        ("spec_accepted_tokens", c_uint64),
+    ]
+
+
+STRUCTS: Dict[str, Type[Structure]] = {
+    "llm_model_params": ModelParams,
+    "llm_model_info": ModelInfo,
+    "llm_chat_message": ChatMessage,
+    "llm_session_params": SessionParams,
+    "llm_logit_bias": LogitBias,
+    "llm_sampling_params": SamplingParams,
+    "llm_generate_params": GenerateParams,
+    "llm_generate_result": GenerateResult,
+    "llm_request_params": RequestParams,
+    "llm_event": Event,
+    "llm_session_stats": SessionStats,
+}
+
+# --- prototypes ------------------------------------------------------------
+
+p_model = c_void_p
+p_session = c_void_p
+p_detok = c_void_p
+
+_PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
+    ("llm_version_number", c_uint, []),
+    ("llm_version_string", c_char_p, []),
+    ("llm_struct_size", c_size_t, [c_char_p]),
+    ("llm_struct_offset", c_size_t, [c_char_p, c_char_p]),
+    ("llm_status_str", c_char_p, [c_status]),
+    ("llm_status_name", c_char_p, [c_status]),
+    ("llm_last_error", c_char_p, []),
+    ("llm_log_set", None, [LOG_FN, c_enum, c_void_p]),
+    ("llm_model_params_init_sized", None, [POINTER(ModelParams), c_size_t]),
+    ("llm_model_load", c_status, [c_char_p, POINTER(ModelParams), POINTER(p_model)]),
+    ("llm_model_free", None, [p_model]),
+    ("llm_model_get_info", c_status, [p_model, POINTER(ModelInfo)]),
+    (
+        "llm_tokenize",
+        c_status,
+        [p_model, c_char_p, c_size_t, c_uint32, POINTER(c_token), c_size_t, POINTER(c_size_t)],
+    ),
+    (
+        "llm_detokenize",
+        c_status,
+        [p_model, POINTER(c_token), c_size_t, c_uint32, POINTER(c_char), c_size_t,
+         POINTER(c_size_t)],
+    ),
+    ("llm_detokenizer_create", c_status, [p_model, c_uint32, POINTER(p_detok)]),
+    (
+        "llm_detokenizer_push",
+        c_status,
+        [p_detok, c_token, POINTER(c_char), c_size_t, POINTER(c_size_t)],
+    ),
+    ("llm_detokenizer_flush", c_status, [p_detok, POINTER(c_char), c_size_t, POINTER(c_size_t)]),
+    ("llm_detokenizer_free", None, [p_detok]),
+    (
+        "llm_chat_template_apply",
+        c_status,
+        [p_model, POINTER(ChatMessage), c_size_t, c_bool, POINTER(c_char), c_size_t,
+         POINTER(c_size_t)],
+    ),
+    ("llm_session_params_init_sized", None, [POINTER(SessionParams), c_size_t]),
+    ("llm_session_create", c_status, [p_model, POINTER(SessionParams), POINTER(p_session)]),
+    ("llm_session_free", None, [p_session]),
+    (
+        "llm_session_last_error",
+        c_status,
+        [p_session, POINTER(c_status), POINTER(c_char), c_size_t, POINTER(c_size_t)],
+    ),
+    ("llm_session_interrupt", None, [p_session]),
+    ("llm_sampling_params_init_sized", None, [POINTER(SamplingParams), c_size_t]),
+    ("llm_generate_params_init_sized", None, [POINTER(GenerateParams), c_size_t]),
+    (
+        "llm_generate",
+        c_status,
+        [p_session, POINTER(c_token), c_size_t, POINTER(GenerateParams),
+         POINTER(GenerateResult)],
+    ),
+    ("llm_request_params_init_sized", None, [POINTER(RequestParams), c_size_t]),
+    (
+        "llm_session_submit",
+        c_status,
+        [p_session, POINTER(c_token), c_size_t, POINTER(RequestParams), POINTER(c_request_id)],
+    ),
+    ("llm_session_cancel", c_status, [p_session, c_request_id]),
+    (
+        "llm_session_step",
+        c_status,
+        [p_session, POINTER(Event), c_size_t, c_size_t, POINTER(c_size_t)],
+    ),
+    ("llm_session_get_stats", c_status, [p_session, POINTER(SessionStats)]),
+]
+
+
+def _declare() -> None:
+    missing = []
+    for name, restype, argtypes in _PROTOTYPES:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise LibraryNotFoundError(
+            f"the loaded libllminfer lacks {', '.join(missing)}: this binding needs "
+            f"API {REQUIRED_MAJOR}.{REQUIRED_MINOR} or newer"
+        )
+
+
+def _check_version() -> None:
+    number = lib.llm_version_number()
+    major, minor = number // 10000, number // 100 % 100
+    if major != REQUIRED_MAJOR or minor < REQUIRED_MINOR:
+        raise LibraryNotFoundError(
+            f"libllminfer {lib.llm_version_string().decode()} is loaded; this binding "
+            f"needs {REQUIRED_MAJOR}.x with x >= {REQUIRED_MINOR}"
+        )
+
+
+def layout_mismatches() -> List[str]:
+    """Every difference between the mirrored structs and the library's."""
+    problems = []
+    for c_name, mirror in STRUCTS.items():
+        name = c_name.encode()
+        size = lib.llm_struct_size(name)
+        if size != ctypes.sizeof(mirror):
+            problems.append(
+                f"sizeof({c_name}) is {size} in the library, {ctypes.sizeof(mirror)} here"
+            )
+        for field, *_ in mirror._fields_:
+            offset = lib.llm_struct_offset(name, field.encode())
+            ours = getattr(mirror, field).offset
+            if offset != ours:
+                theirs = "unknown" if offset == SIZE_MAX else str(offset)
+                problems.append(f"offsetof({c_name}, {field}) is {theirs} in the library, {ours} here")
+    return problems
+
+
+def _check_layouts() -> None:
+    problems = layout_mismatches()
+    if problems:
+        raise LibraryNotFoundError(
+            "libllminfer's struct layouts differ from this binding's, refusing to use it: "
+            + "; ".join(problems)
+        )
+
+
+_declare()
+_check_version()
+_check_layouts()
+
+
+def version_string() -> str:
+    return lib.llm_version_string().decode()
+
+
+def version_number() -> int:
+    return int(lib.llm_version_number())
