@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import signal
 import threading
 import weakref
 from typing import (
@@ -72,6 +73,37 @@ class _SessionHandle:
             model = ref()
             if model is not None:
                 model._detach(self)
+
+
+class _CtrlCInterrupts:
+    """Turns Ctrl-C during a blocking call into ``llm_session_interrupt``.
+
+    Python runs signal handlers between bytecodes, here inside the token
+    callback; the default handler would raise KeyboardInterrupt on the
+    callback's first line, where no ``try`` can catch it, and ctypes would
+    swallow it. While the call runs, this handler only records the signal
+    and interrupts the session; the caller raises KeyboardInterrupt after
+    the library has returned. Other SIGINT handlers are left alone.
+    """
+
+    def __init__(self, session: "Session") -> None:
+        self._session = session
+        self._previous: Any = None
+        self.pressed = False
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        self.pressed = True
+        self._session.interrupt()
+
+    def __enter__(self) -> "_CtrlCInterrupts":
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class Session:
@@ -208,10 +240,12 @@ class Session:
 
         ``sampling=None`` is greedy. ``on_token(piece)`` runs on this thread
         for every token; returning ``False`` stops. An exception it raises
-        (also ``KeyboardInterrupt`` from Ctrl-C) stops generation and is
-        re-raised here once the library has returned. :meth:`interrupt`
-        from another thread or a signal handler stops it too: the result
-        then has ``finish_reason == FinishReason.CANCELLED``.
+        stops generation and is re-raised here once the library has
+        returned; so is Ctrl-C, as ``KeyboardInterrupt`` (on the main
+        thread, while Python's default SIGINT handler is installed).
+        :meth:`interrupt` from another thread or a signal handler stops it
+        too: the result then has ``finish_reason ==
+        FinishReason.CANCELLED``.
         """
         tokens_in = self._prompt_tokens(prompt)
         prompt_array = (_native.c_token * max(len(tokens_in), 1))(*tokens_in)
@@ -256,7 +290,7 @@ class Session:
         box = self._handle_box
         ptr = self._ptr()
         assert box is not None
-        with box.lock:
+        with box.lock, _CtrlCInterrupts(self) as ctrl_c:
             ptr = self._ptr()
             box.stepping_thread = threading.get_ident()
             try:
@@ -268,6 +302,8 @@ class Session:
         del keep_alive, callback
         if raised:
             raise raised[0]
+        if ctrl_c.pressed:
+            raise KeyboardInterrupt
         if status not in (Status.OK, Status.CANCELLED):
             raise error_for(status, message)
         return GenerateResult(

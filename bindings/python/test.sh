@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs the package into a fresh virtual environment under
+# $BINDINGS_BUILD_DIR, runs the tests against the installed copy and the
+# chat example. The source tree is only read.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${BINDINGS_BUILD_DIR:-}"
+if [ -z "$build" ]; then
+    build="$(mktemp -d)"
+fi
+mkdir -p "$build"
+build="$(cd "$build" && pwd)"
+
+export PYTHONDONTWRITEBYTECODE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_NO_INPUT=1
+
+venv="$build/python-venv"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv --system-site-packages "$venv"
+fi
+py="$venv/bin/python"
+
+# Test tools come from PyPI only when the system lacks them: pytest, and
+# wheel for setuptools releases without their own bdist_wheel.
+missing=()
+"$py" -c 'import pytest' 2>/dev/null || missing+=(pytest)
+"$py" -c 'import wheel' 2>/dev/null \
+    || "$py" -c 'import setuptools.command.bdist_wheel' 2>/dev/null \
+    || missing+=(wheel)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "python: installing ${missing[*]} into the test environment"
+    "$py" -m pip install -q "${missing[@]}"
+fi
+
+# pip builds a local project in place, and setuptools would leave build/
+# and *.egg-info behind: build from a copy instead.
+src="$build/python-src"
+rm -rf "$src"
+mkdir -p "$src"
+cp -R "$here/pyproject.toml" "$here/README.md" "$here/llminfer" "$here/tests" "$src/"
+"$py" -m pip install -q --no-build-isolation --no-index --no-deps --force-reinstall "$src"
+
+cd "$build"
+"$py" - "$venv" <<'PY'
+import sys
+import llminfer
+assert llminfer.__file__.startswith(sys.argv[1]), f"imported {llminfer.__file__}, not the installed copy"
+print(f"python: llminfer from {llminfer.__file__}, libllminfer {llminfer.version_string()}")
+PY
+"$py" -m pytest -q -p no:cacheprovider "$src/tests"
+
+if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
+    "$py" "$here/examples/chat.py" -m "$LLMINFER_TEST_MODEL" -n 8 -t 2 "Say hello."
+else
+    echo "python: LLMINFER_TEST_MODEL is not set, the chat example is skipped"
+fi
+
+echo "python bindings: ok"

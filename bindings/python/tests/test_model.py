@@ -1,0 +1,100 @@
+from pathlib import Path
+
+import pytest
+
+import llminfer
+from conftest import model_path
+
+
+def test_missing_file_is_an_io_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(llminfer.LlmIOError) as caught:
+        llminfer.Model(missing)
+    assert caught.value.status == llminfer.Status.IO
+    assert caught.value.status_name == "LLM_ERR_IO"
+    assert "missing.gguf" in caught.value.message
+
+
+def test_garbage_file_is_a_format_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"this is not a GGUF file at all" * 100)
+    with pytest.raises(llminfer.LlmError) as caught:
+        llminfer.Model(garbage)
+    assert caught.value.status_name == "LLM_ERR_BAD_FORMAT"
+    assert isinstance(caught.value, llminfer.BadFormatError)
+    assert caught.value.message
+
+
+def test_info(model: llminfer.Model) -> None:
+    info = model.info
+    assert info.architecture == "llama"
+    assert info.n_vocab > 1000 and info.n_layers > 0
+    assert info.has_chat_template
+    assert info.eos is not None
+
+
+def test_tokenize_detokenize_round_trip(model: llminfer.Model) -> None:
+    text = "Hello, world! Ünïcödé text and 数字 123."
+    tokens = model.tokenize(text, add_special=False)
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert model.detokenize(tokens) == text
+    long_text = "a fairly long sentence to force buffers to grow. " * 200
+    assert model.detokenize(model.tokenize(long_text, add_special=False)) == long_text
+
+
+def test_special_tokens(model: llminfer.Model) -> None:
+    parsed = model.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    assert len(parsed) == 1
+    assert model.detokenize(parsed) == ""
+    assert model.detokenize(parsed, special=True) == "<|im_start|>"
+
+
+def test_invalid_and_strict_tokenize(model: llminfer.Model) -> None:
+    with pytest.raises(llminfer.InvalidArgumentError) as caught:
+        model.tokenize("a\x04b", strict=True)
+    assert caught.value.status_name == "LLM_ERR_INVALID_ARGUMENT"
+
+
+def test_streaming_detokenizer(model: llminfer.Model) -> None:
+    text = "naïve café ☕ done"
+    tokens = model.tokenize(text, add_special=False)
+    with model.detokenizer() as detok:
+        pieces = [detok.push(t) for t in tokens]
+        pieces.append(detok.flush())
+    assert "".join(pieces) == text
+
+
+def test_chat_template(model: llminfer.Model) -> None:
+    rendered = model.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, ("user", "Hi there")]
+    )
+    assert "Be brief." in rendered and "Hi there" in rendered
+    assert rendered.endswith("<|im_start|>assistant\n")
+    closed = model.apply_chat_template([("user", "Hi")], add_generation_prompt=False)
+    assert not closed.endswith("assistant\n")
+
+
+def test_close_twice_and_use_after_close() -> None:
+    loaded = llminfer.Model(model_path())
+    session = llminfer.Session(loaded, n_threads=1, n_ctx=64)
+    loaded.close()
+    assert loaded.closed and session.closed  # the model closed its session first
+    loaded.close()
+    session.close()
+    with pytest.raises(llminfer.ClosedError) as caught:
+        loaded.tokenize("hello")
+    assert caught.value.status_name == "LLM_ERR_INVALID_ARGUMENT"
+    with pytest.raises(llminfer.ClosedError):
+        session.generate([1, 2, 3], max_new_tokens=1)
+    with pytest.raises(llminfer.ClosedError):
+        llminfer.Session(loaded)
+
+
+def test_garbage_collection_in_any_order() -> None:
+    import gc
+
+    loaded = llminfer.Model(model_path())
+    session = llminfer.Session(loaded, n_threads=1, n_ctx=64)
+    loaded.cycle = session  # type: ignore[attr-defined]
+    del loaded, session
+    gc.collect()
