@@ -28,7 +28,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from typing import Any, Dict, List, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 REQUIRED_MAJOR = 1
 REQUIRED_MINOR = 2
@@ -348,20 +348,27 @@ def _declare() -> None:
         )
 
 
-def _check_version() -> None:
-    number = lib.llm_version_number()
+def version_problem(number: int) -> Optional[str]:
+    """Why a library of version ``number`` (LLM_VERSION_NUMBER) cannot serve."""
     major, minor = number // 10000, number // 100 % 100
     if major != REQUIRED_MAJOR or minor < REQUIRED_MINOR:
-        raise LibraryNotFoundError(
-            f"libllminfer {lib.llm_version_string().decode()} is loaded; this binding "
+        return (
+            f"libllminfer {major}.{minor}.{number % 100} is loaded; this binding "
             f"needs {REQUIRED_MAJOR}.x with x >= {REQUIRED_MINOR}"
         )
+    return None
 
 
-def layout_mismatches() -> List[str]:
+def _check_version() -> None:
+    problem = version_problem(int(lib.llm_version_number()))
+    if problem:
+        raise LibraryNotFoundError(problem)
+
+
+def layout_mismatches(structs: Optional[Dict[str, Type[Structure]]] = None) -> List[str]:
     """Every difference between the mirrored structs and the library's."""
     problems = []
-    for c_name, mirror in STRUCTS.items():
+    for c_name, mirror in (STRUCTS if structs is None else structs).items():
         name = c_name.encode()
         size = lib.llm_struct_size(name)
         if size != ctypes.sizeof(mirror):
@@ -392,7 +399,7 @@ _check_layouts()
 
 
 def version_string() -> str:
-    return lib.llm_version_string().decode()
+    return str(lib.llm_version_string().decode())
 
 
 def version_number() -> int:

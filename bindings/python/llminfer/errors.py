@@ -28,12 +28,12 @@ class Status(enum.IntEnum):
 
 def status_name(status: int) -> str:
     """The C enumerator name, e.g. ``"LLM_ERR_OUT_OF_MEMORY"``."""
-    return lib.llm_status_name(int(status)).decode()
+    return str(lib.llm_status_name(int(status)).decode())
 
 
 def status_description(status: int) -> str:
     """The library's short description, e.g. ``"out of memory"``."""
-    return lib.llm_status_str(int(status)).decode()
+    return str(lib.llm_status_str(int(status)).decode())
 
 
 class LlmError(Exception):
@@ -139,7 +139,7 @@ def error_for(status: int, message: str = "") -> LlmError:
 
 def thread_last_error() -> str:
     """``llm_last_error()``: only meaningful right after a failure on this thread."""
-    return lib.llm_last_error().decode("utf-8", "replace")
+    return str(lib.llm_last_error().decode("utf-8", "replace"))
 
 
 def check(status: int, message: Optional[Callable[[], str]] = None) -> None:

@@ -22,7 +22,7 @@ def _report(exc: BaseException, handler: LogHandler) -> None:
         exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
         err_msg="Exception in an llminfer log handler", object=handler,
     )
-    sys.unraisablehook(hook_args)  # type: ignore[arg-type]
+    sys.unraisablehook(hook_args)
 
 
 def set_log_handler(handler: Optional[LogHandler], min_level: LogLevel = LogLevel.INFO) -> None:

@@ -162,6 +162,7 @@ class Session:
         check(status, lambda: message.value.decode("utf-8", "replace"))
 
         models = [model] if draft_model is None else [model, draft_model]
+        assert out.value is not None
         handle = _SessionHandle(out.value, models)
         self._handle_box = handle
         try:

@@ -19,6 +19,24 @@ def test_struct_layouts_match_the_library() -> None:
         assert _native.lib.llm_struct_size(c_name.encode()) == ctypes.sizeof(mirror)
 
 
+def test_layout_check_finds_a_wrong_mirror() -> None:
+    class ShortEvent(ctypes.Structure):
+        _fields_ = [("request", ctypes.c_uint64), ("text", ctypes.c_char_p),
+                    ("no_such_field", ctypes.c_int)]
+
+    problems = _native.layout_mismatches({"llm_event": ShortEvent})
+    assert any(p.startswith("sizeof(llm_event)") for p in problems)
+    assert "offsetof(llm_event, text) is 16 in the library, 8 here" in problems
+    assert "offsetof(llm_event, no_such_field) is unknown in the library, 16 here" in problems
+
+
+def test_version_check() -> None:
+    assert _native.version_problem(10200) is None
+    assert _native.version_problem(10307) is None
+    assert "1.1.0 is loaded" in (_native.version_problem(10100) or "")
+    assert _native.version_problem(20000) is not None
+
+
 def test_library_reports_unknown_structs_and_fields() -> None:
     assert _native.lib.llm_struct_size(b"no_such_struct") == 0
     assert _native.lib.llm_struct_offset(b"llm_event", b"no_such_field") == _native.SIZE_MAX
