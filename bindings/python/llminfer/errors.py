@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Callable, Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 from ._native import lib
 
@@ -54,6 +54,9 @@ class LlmError(Exception):
         self.message = message or status_description(self.status)
         super().__init__(f"{self.status_name}: {self.message}")
 
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return (type(self), (self.status, self.message))
+
 
 class InvalidArgumentError(LlmError, ValueError):
     """LLM_ERR_INVALID_ARGUMENT."""
@@ -65,12 +68,6 @@ class OutOfMemoryError(LlmError, MemoryError):
 
 class LlmIOError(LlmError, OSError):
     """LLM_ERR_IO: a file could not be read or written."""
-
-    def __init__(self, status: int, message: str = "") -> None:
-        LlmError.__init__(self, status, message)
-
-    def __str__(self) -> str:
-        return f"{self.status_name}: {self.message}"
 
 
 class BadFormatError(LlmError):
@@ -113,7 +110,11 @@ class ClosedError(InvalidArgumentError):
     """The model or session was closed; its native handle is gone."""
 
     def __init__(self, what: str) -> None:
+        self.what = what
         super().__init__(Status.INVALID_ARGUMENT, f"{what} is closed")
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return (type(self), (self.what,))
 
 
 _BY_STATUS: Dict[int, Type[LlmError]] = {

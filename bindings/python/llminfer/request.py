@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING, AsyncIterator, Deque, Iterator, List
 
-from .errors import Status, error_for
+from .errors import LlmError, Status, error_for
 from .params import Event, FinishReason
 
 if TYPE_CHECKING:
@@ -75,10 +75,13 @@ class Request:
     def close(self) -> None:
         """Cancels the request if it is still running and drops its events."""
         state = self._state
-        if not state.done and not self.session.closed:
-            self.cancel()
         state.abandoned = True
         state.queue.clear()
+        if not state.done and not self.session.closed:
+            try:
+                self.cancel()
+            except LlmError:
+                pass  # best effort: the request is gone, or the session closing
 
     def __enter__(self) -> "Request":
         return self

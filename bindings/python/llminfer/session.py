@@ -202,6 +202,18 @@ class Session:
             raise ClosedError("session")
         return ptr
 
+    def _stepping_box(self) -> _SessionHandle:
+        """The handle, for a call that steps; refuses a nested one."""
+        self._ptr()
+        box = self._handle_box
+        assert box is not None
+        if box.stepping_thread == threading.get_ident():
+            raise InvalidArgumentError(
+                Status.INVALID_ARGUMENT,
+                "the session cannot be stepped from inside its own on_token callback",
+            )
+        return box
+
     def _session_message(self, ptr: int, failed: int) -> str:
         """The failure's message: the session's own record when it is this
         failure's, else this thread's (another thread's failure on the same
@@ -288,9 +300,7 @@ class Session:
         result = _native.GenerateResult()
         result.struct_size = ctypes.sizeof(result)
 
-        box = self._handle_box
-        ptr = self._ptr()
-        assert box is not None
+        box = self._stepping_box()
         with box.lock, _CtrlCInterrupts(self) as ctrl_c:
             ptr = self._ptr()
             box.stepping_thread = threading.get_ident()
@@ -413,9 +423,7 @@ class Session:
         An empty list with :attr:`SessionStats.n_running` and ``n_waiting``
         both zero means the session is idle.
         """
-        box = self._handle_box
-        if box is None:
-            raise ClosedError("session")
+        box = self._stepping_box()
         with box.lock:
             return self._step_locked(max_events)
 
@@ -443,9 +451,7 @@ class Session:
 
     def _advance(self, request: "Request") -> None:
         """Steps until ``request`` has an event queued or is finished."""
-        box = self._handle_box
-        if box is None:
-            raise ClosedError("session")
+        box = self._stepping_box()
         with box.lock:
             while not request._state.has_news():
                 if self._step_locked(_EVENTS_PER_STEP):

@@ -215,3 +215,15 @@ def test_session_close_twice_and_use_after_close(model: llminfer.Model) -> None:
             call()
         assert caught.value.status == llminfer.Status.INVALID_ARGUMENT
     session.interrupt()  # harmless on a closed session
+
+
+def test_stepping_from_inside_on_token_is_refused(session: llminfer.Session) -> None:
+    def nested(piece: str) -> None:
+        session.generate(PROMPT, max_new_tokens=1)
+
+    with pytest.raises(llminfer.InvalidArgumentError, match="on_token"):
+        session.generate(PROMPT, max_new_tokens=4, on_token=nested)
+    with pytest.raises(llminfer.InvalidArgumentError):
+        session.generate(PROMPT, max_new_tokens=4, on_token=lambda piece: session.close())
+    assert not session.closed
+    assert session.generate(PROMPT, max_new_tokens=2).n_generated_tokens == 2

@@ -1,5 +1,6 @@
 import ctypes
 import os
+import pickle
 import subprocess
 import sys
 
@@ -50,6 +51,11 @@ def test_status_names_and_exception_classes() -> None:
     assert "LLM_ERR_LIMIT" in str(error) and "too long" in str(error)
     assert isinstance(llminfer.errors.error_for(9), llminfer.NotFoundError)
     assert isinstance(llminfer.errors.error_for(1), ValueError)
+    copy = pickle.loads(pickle.dumps(llminfer.errors.error_for(4, "bad header")))
+    assert isinstance(copy, llminfer.BadFormatError)
+    assert (copy.status, copy.message) == (4, "bad header")
+    closed = pickle.loads(pickle.dumps(llminfer.ClosedError("session")))
+    assert closed.message == "session is closed"
 
 
 def test_missing_library_gives_a_clear_import_error() -> None:
