@@ -152,23 +152,37 @@ def test_interrupt_stepping_cancels_the_stream(session: llminfer.Session) -> Non
     assert session.stats().n_running == 0
 
 
-def _send_sigint_later(delay: float) -> threading.Timer:
-    timer = threading.Timer(delay, os.kill, args=(os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
+class _SigintSoon:
+    """Sends SIGINT to this process shortly after ``start()``; started from
+    inside a long generation, so the signal always lands in it."""
+
+    def __init__(self) -> None:
+        self.timer: "threading.Timer | None" = None
+
+    def start(self, *_args: object) -> None:
+        if self.timer is None:
+            self.timer = threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT))
+            self.timer.start()
+
+    def join(self) -> None:
+        if self.timer is not None:
+            self.timer.join()
 
 
 def test_ctrl_c_during_streaming_cancels_the_request(session: llminfer.Session) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach only the main thread")
     request = session.submit(PROMPT, max_new_tokens=400, ignore_eos=True)
-    timer = _send_sigint_later(0.3)
+    sigint = _SigintSoon()
+    received = 0
     try:
         with pytest.raises(KeyboardInterrupt):
             for _ in request:
-                pass
+                received += 1
+                sigint.start()
     finally:
-        timer.join()
+        sigint.join()
+    assert 0 < received < 400
     drain(session)
     stats = session.stats()
     assert stats.n_running == 0 and stats.n_waiting == 0
@@ -178,12 +192,12 @@ def test_ctrl_c_during_streaming_cancels_the_request(session: llminfer.Session) 
 def test_ctrl_c_during_generate(session: llminfer.Session) -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach only the main thread")
-    timer = _send_sigint_later(0.3)
+    sigint = _SigintSoon()
     try:
         with pytest.raises(KeyboardInterrupt):
-            session.generate(PROMPT, max_new_tokens=400, ignore_eos=True)
+            session.generate(PROMPT, max_new_tokens=400, ignore_eos=True, on_token=sigint.start)
     finally:
-        timer.join()
+        sigint.join()
     assert session.generate(PROMPT, max_new_tokens=2).n_generated_tokens == 2
 
 
