@@ -45,11 +45,13 @@ from .params import (
 )
 from .request import Request
 from .session import Prompt, Session
+from .tokens import Batch, Sampler, TokenSequence
 
 __version__ = "1.2.0"
 
 __all__ = [
     "BackendError",
+    "Batch",
     "BadFormatError",
     "BufferTooSmallError",
     "ChatMessage",
@@ -74,11 +76,13 @@ __all__ = [
     "OutOfMemoryError",
     "Prompt",
     "Request",
+    "Sampler",
     "SamplingParams",
     "Session",
     "SessionStats",
     "SpecMode",
     "Status",
+    "TokenSequence",
     "TokenizeFlag",
     "UnsupportedError",
     "set_log_handler",

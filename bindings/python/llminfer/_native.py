@@ -259,6 +259,9 @@ STRUCTS: Dict[str, Type[Structure]] = {
 p_model = c_void_p
 p_session = c_void_p
 p_detok = c_void_p
+p_batch = c_void_p
+p_sampler = c_void_p
+c_seq_id = c_int32
 
 _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
     ("llm_version_number", c_uint, []),
@@ -328,6 +331,49 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
         [p_session, POINTER(Event), c_size_t, c_size_t, POINTER(c_size_t)],
     ),
     ("llm_session_get_stats", c_status, [p_session, POINTER(SessionStats)]),
+    # token level
+    ("llm_seq_open", c_status, [p_session, POINTER(c_seq_id)]),
+    ("llm_seq_fork", c_status, [p_session, c_seq_id, POINTER(c_seq_id)]),
+    ("llm_seq_close", c_status, [p_session, c_seq_id]),
+    ("llm_seq_truncate", c_status, [p_session, c_seq_id, c_uint32]),
+    ("llm_seq_length", c_status, [p_session, c_seq_id, POINTER(c_uint32)]),
+    ("llm_batch_create", c_status, [c_uint32, POINTER(p_batch)]),
+    ("llm_batch_free", None, [p_batch]),
+    ("llm_batch_clear", None, [p_batch]),
+    ("llm_batch_add", c_status, [p_batch, c_seq_id, c_uint32, c_token, c_bool]),
+    ("llm_session_decode", c_status, [p_session, p_batch]),
+    ("llm_session_logits", c_status, [p_session, c_uint32, POINTER(POINTER(c_float))]),
+    (
+        "llm_seq_tokens",
+        c_status,
+        [p_session, c_seq_id, POINTER(c_token), c_size_t, POINTER(c_size_t)],
+    ),
+    ("llm_seq_state_save", c_status, [p_session, c_seq_id, c_void_p, c_size_t, POINTER(c_size_t)]),
+    ("llm_seq_state_load", c_status, [p_session, c_void_p, c_size_t, POINTER(c_seq_id)]),
+    ("llm_seq_state_save_file", c_status, [p_session, c_seq_id, c_char_p]),
+    ("llm_seq_state_load_file", c_status, [p_session, c_char_p, POINTER(c_seq_id)]),
+    ("llm_session_state_save", c_status, [p_session, c_void_p, c_size_t, POINTER(c_size_t)]),
+    ("llm_session_state_load", c_status, [p_session, c_void_p, c_size_t]),
+    ("llm_session_state_save_file", c_status, [p_session, c_char_p]),
+    ("llm_session_state_load_file", c_status, [p_session, c_char_p]),
+    (
+        "llm_sampler_create",
+        c_status,
+        [p_model, POINTER(SamplingParams), c_uint64, POINTER(p_sampler)],
+    ),
+    ("llm_sampler_free", None, [p_sampler]),
+    (
+        "llm_sampler_sample",
+        c_status,
+        [p_sampler, POINTER(c_float), POINTER(c_token), c_size_t, c_uint32, c_uint64,
+         POINTER(c_token)],
+    ),
+    (
+        "llm_sampler_logprobs",
+        c_status,
+        [p_sampler, POINTER(c_float), c_uint32, POINTER(c_token), POINTER(c_float),
+         POINTER(c_uint32)],
+    ),
 ]
 
 

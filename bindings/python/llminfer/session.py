@@ -32,6 +32,7 @@ from .errors import (
     thread_last_error,
 )
 from .model import Model
+from .tokens import TokenLevelMixin
 from .params import Event, FinishReason, GenerateResult, KvType, SamplingParams, SessionStats, SpecMode
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class _CtrlCInterrupts:
             signal.signal(signal.SIGINT, self._previous)
 
 
-class Session:
+class Session(TokenLevelMixin):
     """A runtime for one model: KV memory, threads and requests.
 
     ``Session(model, n_threads=..., n_ctx=..., ...)`` takes the fields of
