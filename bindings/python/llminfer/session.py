@@ -26,6 +26,7 @@ from .errors import (
     ClosedError,
     InternalError,
     InvalidArgumentError,
+    LlmCancelledError,
     Status,
     check,
     error_for,
@@ -77,14 +78,17 @@ class _SessionHandle:
 
 
 class _CtrlCInterrupts:
-    """Turns Ctrl-C during a blocking call into ``llm_session_interrupt``.
+    """Defers Ctrl-C to a safe point and interrupts the session meanwhile.
 
-    Python runs signal handlers between bytecodes, here inside the token
-    callback; the default handler would raise KeyboardInterrupt on the
-    callback's first line, where no ``try`` can catch it, and ctypes would
-    swallow it. While the call runs, this handler only records the signal
-    and interrupts the session; the caller raises KeyboardInterrupt after
-    the library has returned. Other SIGINT handlers are left alone.
+    Python runs signal handlers between bytecodes, such as inside the token
+    callback of llm_generate; the default handler would raise
+    KeyboardInterrupt on the callback's first line, where no ``try`` can
+    catch it, and ctypes would swallow it. Between a step and the routing
+    of its events it would lose the events. While the block runs, this
+    handler only records the signal and interrupts the session; leaving the
+    block raises KeyboardInterrupt (also in place of the LlmCancelledError
+    of the interrupted call). Other SIGINT handlers are left alone, and
+    threads other than the main one never receive signals.
     """
 
     def __init__(self, session: "Session") -> None:
@@ -102,9 +106,11 @@ class _CtrlCInterrupts:
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: Optional[type], *_exc_info: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+        if self.pressed and (exc_type is None or issubclass(exc_type, LlmCancelledError)):
+            raise KeyboardInterrupt
 
 
 class Session(TokenLevelMixin):
@@ -314,8 +320,6 @@ class Session(TokenLevelMixin):
         del keep_alive, callback
         if raised:
             raise raised[0]
-        if ctrl_c.pressed:
-            raise KeyboardInterrupt
         if status not in (Status.OK, Status.CANCELLED):
             raise error_for(status, message)
         return GenerateResult(
@@ -425,7 +429,7 @@ class Session(TokenLevelMixin):
         both zero means the session is idle.
         """
         box = self._stepping_box()
-        with box.lock:
+        with box.lock, _CtrlCInterrupts(self):
             return self._step_locked(max_events)
 
     def _step_locked(self, max_events: int) -> List[Event]:
@@ -453,8 +457,8 @@ class Session(TokenLevelMixin):
     def _advance(self, request: "Request") -> None:
         """Steps until ``request`` has an event queued or is finished."""
         box = self._stepping_box()
-        with box.lock:
-            while not request._state.has_news():
+        with box.lock, _CtrlCInterrupts(self) as ctrl_c:
+            while not request._state.has_news() and not ctrl_c.pressed:
                 if self._step_locked(_EVENTS_PER_STEP):
                     continue
                 stats = self.stats()
