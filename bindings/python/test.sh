@@ -15,6 +15,7 @@ build="$(cd "$build" && pwd)"
 export PYTHONDONTWRITEBYTECODE=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_NO_INPUT=1
+export PIP_CACHE_DIR="$build/pip-cache"
 
 venv="$build/python-venv"
 if [ ! -x "$venv/bin/python" ]; then
