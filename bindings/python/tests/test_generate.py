@@ -241,3 +241,17 @@ def test_stepping_from_inside_on_token_is_refused(session: llminfer.Session) -> 
         session.generate(PROMPT, max_new_tokens=4, on_token=lambda piece: session.close())
     assert not session.closed
     assert session.generate(PROMPT, max_new_tokens=2).n_generated_tokens == 2
+
+
+def test_stop_strings_and_samples(session: llminfer.Session) -> None:
+    full = session.generate(PROMPT, max_new_tokens=N_TOKENS).text
+    stop = full.split()[1]
+    stopped = "".join(session.stream(PROMPT, max_new_tokens=N_TOKENS, stop_strings=[stop]))
+    assert stop not in stopped and full.startswith(stopped)
+
+    request = session.submit(PROMPT, max_new_tokens=4, n_samples=3,
+                             sampling=llminfer.SamplingParams(seed=7))
+    events = list(request)
+    finishes = [e for e in events if e.finished]
+    assert sorted(e.sample_index for e in finishes) == [0, 1, 2]
+    assert request.done
