@@ -58,7 +58,10 @@ func (st *streamState) deliver(ev Event) bool {
 	if st.done {
 		return over
 	}
-	if ev.Token != NoToken || ev.Text != "" {
+	// The end-of-generation token comes with its finish event; Generate
+	// does not report it, and as it carries no text neither does Next.
+	endOnly := ev.Finish == FinishEOS && ev.Text == ""
+	if (ev.Token != NoToken || ev.Text != "") && !endOnly {
 		st.queue = append(st.queue, ev)
 	}
 	if ev.Finish != FinishNone {
