@@ -1,10 +1,34 @@
 package llminfer
 
+/*
+#include "shim.h"
+*/
+import "C"
+
 import (
 	"context"
 	"runtime"
 	"sync"
 )
+
+// idleError is nil unless the session has no request left: then a stream
+// still waiting for its finish would wait forever, and ends instead.
+func (c *session) idleError() error {
+	if err := c.acquire(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	var stats C.llm_session_stats
+	stats.struct_size = C.uint32_t(C.sizeof_llm_session_stats)
+	var msg *C.char
+	if err := takeError("session stats", C.shim_session_get_stats(c.ptr, &stats, &msg), msg); err != nil {
+		return err
+	}
+	if stats.n_running == 0 && stats.n_waiting == 0 {
+		return newError("stream", C.LLM_ERR_INTERNAL, "the session is idle but the request never finished")
+	}
+	return nil
+}
 
 // Stream reads one request's tokens as they are generated:
 //
@@ -173,7 +197,11 @@ func (s *Stream) Next() bool {
 		ready := len(st.queue) > 0 || st.done
 		st.mu.Unlock()
 		if !ready {
-			if _, err := st.c.stepOnce(); err != nil {
+			n, err := st.c.stepOnce()
+			if err == nil && n == 0 {
+				err = st.c.idleError()
+			}
+			if err != nil {
 				st.c.endTurn()
 				if st.c.closing.Load() {
 					err = ErrClosed
