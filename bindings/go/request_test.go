@@ -261,3 +261,42 @@ func TestStopStringsAndTopLogprobs(t *testing.T) {
 		t.Fatalf("stop string: %q, finish %v, err %v", text.String(), stream.FinishReason(), stream.Err())
 	}
 }
+
+func TestSessionCreateErrorMessage(t *testing.T) {
+	m := testModel(t)
+	_, err := NewSession(m, &SessionOptions{KVType: 9})
+	var e *Error
+	if !errors.As(err, &e) || e.Status != ErrUnsupported || !strings.Contains(e.Message, "kv_type") {
+		t.Fatalf("an unknown kv_type gave %v", err)
+	}
+}
+
+// Each failing call gets its own message although goroutines share the
+// session and move between OS threads.
+func TestConcurrentFailuresKeepTheirMessages(t *testing.T) {
+	m := testModel(t)
+	s := testSession(t, m)
+	prompt := tokenize(t, m, "hi")
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				sampling, field := DefaultSampling(), "top_p"
+				if (g+i)%2 == 0 {
+					sampling.Temperature, field = -1, "temperature"
+				} else {
+					sampling.TopP = 0
+				}
+				_, err := s.Submit(prompt, &RequestOptions{Sampling: &sampling})
+				var e *Error
+				if !errors.As(err, &e) || !strings.Contains(e.Message, field) {
+					t.Errorf("a bad %s gave %v", field, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+}
