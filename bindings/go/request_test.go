@@ -300,3 +300,73 @@ func TestConcurrentFailuresKeepTheirMessages(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestStreamWithSamples(t *testing.T) {
+	m := testModel(t)
+	s := testSession(t, m)
+	prompt := concurrencyPrompts(t, m, 1)[0]
+	want := soloAnswers(t, s, [][]Token{prompt}, 6)[0]
+	stream, err := s.Stream(context.Background(), prompt, &RequestOptions{MaxNewTokens: 6, Samples: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	got := make([][]Token, 3)
+	for stream.Next() {
+		ev := stream.Token()
+		got[ev.Sample] = append(got[ev.Sample], ev.Token)
+	}
+	if stream.Err() != nil {
+		t.Fatal(stream.Err())
+	}
+	// Greedy samples are all the greedy continuation.
+	for i := range got {
+		if !sameTokens(got[i], want) {
+			t.Errorf("sample %d: %v, want %v", i, got[i], want)
+		}
+	}
+}
+
+func TestCloseWhileStreamsRun(t *testing.T) {
+	m := testModel(t)
+	s := testSession(t, m)
+	prompts := concurrencyPrompts(t, m, 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(prompts))
+	started := make(chan struct{}, len(prompts))
+	for i := range prompts {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			stream, err := s.Stream(context.Background(), prompts[i], &RequestOptions{MaxNewTokens: 400, IgnoreEOS: true})
+			if err != nil {
+				errs <- err
+				started <- struct{}{}
+				return
+			}
+			defer stream.Close()
+			first := true
+			for stream.Next() {
+				if first {
+					started <- struct{}{}
+					first = false
+				}
+			}
+			if first {
+				started <- struct{}{}
+			}
+			errs <- stream.Err()
+		}(i)
+	}
+	for range prompts {
+		<-started
+	}
+	s.Close()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("a stream ended with %v, want ErrClosed", err)
+		}
+	}
+}
