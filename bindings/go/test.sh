@@ -8,6 +8,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build_dir="${BINDINGS_BUILD_DIR:-}"
 if [[ -z "$build_dir" ]]; then
     build_dir="$(mktemp -d)"
+    # Go makes its module cache read-only; make it removable first.
+    trap 'chmod -R u+w "$build_dir" 2>/dev/null; rm -rf "$build_dir"' EXIT
 fi
 build_dir="$build_dir/go"
 mkdir -p "$build_dir/gopath" "$build_dir/cache" "$build_dir/tmp" "$build_dir/bin"
