@@ -87,7 +87,11 @@ func NewSession(model *Model, opts *SessionOptions) (*Session, error) {
 	}
 	defer model.mu.RUnlock()
 	var draftPtr *C.llm_model
-	if opts.DraftModel != nil {
+	switch opts.DraftModel {
+	case nil:
+	case model: // read-locking it twice could deadlock against its Close
+		draftPtr = model.ptr
+	default:
 		if err := opts.DraftModel.acquire(); err != nil {
 			return nil, err
 		}

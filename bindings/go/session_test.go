@@ -271,3 +271,31 @@ func TestCloseInterruptsGenerate(t *testing.T) {
 		t.Fatalf("Close took %v", time.Since(start))
 	}
 }
+
+func TestSpeculativeDecodingKeepsGreedyTokens(t *testing.T) {
+	m := testModel(t)
+	// The model drafting for itself accepts every draft: a cheap check that
+	// the draft model and speculation options reach the library.
+	s, err := NewSession(m, &SessionOptions{Threads: 2, ContextLength: 256, KVCacheBytes: 32 << 20, DraftModel: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prompt := tokenize(t, m, referencePrompt)
+	plain, err := s.Generate(context.Background(), prompt, &GenerateOptions{MaxNewTokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []SpecMode{SpecNgram, SpecDraft} {
+		spec, err := s.Generate(context.Background(), prompt, &GenerateOptions{MaxNewTokens: 12, Spec: mode, SpecK: 3})
+		if err != nil {
+			t.Fatalf("spec mode %d: %v", mode, err)
+		}
+		if !sameTokens(spec.Tokens, plain.Tokens) {
+			t.Fatalf("spec mode %d: %v, plain %v", mode, spec.Tokens, plain.Tokens)
+		}
+		if mode == SpecDraft && spec.SpecSteps == 0 {
+			t.Fatalf("draft speculation did not run: %+v", spec)
+		}
+	}
+}
