@@ -370,3 +370,35 @@ func TestCloseWhileStreamsRun(t *testing.T) {
 		}
 	}
 }
+
+func TestGenerateBesideStreams(t *testing.T) {
+	m := testModel(t)
+	s := testSession(t, m)
+	prompts := concurrencyPrompts(t, m, 2)
+	want := soloAnswers(t, s, prompts, 10)
+	streamDone := make(chan []Token, 1)
+	stream, err := s.Stream(context.Background(), prompts[1], &RequestOptions{MaxNewTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	go func() {
+		var tokens []Token
+		for stream.Next() {
+			tokens = append(tokens, stream.Token().Token)
+		}
+		streamDone <- tokens
+	}()
+	// The stream's request advances in Generate's steps; its events wait
+	// in the library until the stream steps again.
+	gen, err := s.Generate(context.Background(), prompts[0], &GenerateOptions{MaxNewTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameTokens(gen.Tokens, want[0]) {
+		t.Errorf("Generate beside a stream: %v, alone %v", gen.Tokens, want[0])
+	}
+	if got := <-streamDone; !sameTokens(got, want[1]) || stream.Err() != nil {
+		t.Errorf("stream beside Generate: %v (%v), alone %v", got, stream.Err(), want[1])
+	}
+}
