@@ -1,0 +1,3 @@
+module github.com/libllminfer/llminfer-go
+
+go 1.19

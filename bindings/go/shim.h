@@ -1,0 +1,63 @@
+/* C side of the Go binding. Every wrapper that can fail copies the
+ * library's message in the same C call as the failing one, because a
+ * goroutine may run on another OS thread by its next cgo call and the
+ * library's llm_last_error() is per thread. Messages come back as
+ * malloc'd strings (*err_out) that Go frees. */
+#ifndef LLMINFER_GO_SHIM_H
+#define LLMINFER_GO_SHIM_H
+
+#include <llm.h>
+#include <stdlib.h>
+
+/* One (struct, field, offset) the binding was compiled with; a table
+ * ending with a NULL struct_name. Fields named "" give the struct size. */
+typedef struct shim_layout_entry {
+    const char *struct_name;
+    const char *field;
+    size_t value;
+} shim_layout_entry;
+
+const shim_layout_entry *shim_layout_table(void);
+
+llm_status shim_model_load(const char *path, int use_mmap, llm_model **out, char **err_out);
+llm_status shim_model_get_info(const llm_model *model, llm_model_info *info, char **err_out);
+llm_status shim_tokenize(const llm_model *model, const char *text, size_t text_len,
+                         uint32_t flags, llm_token *tokens, size_t capacity,
+                         size_t *n_tokens, char **err_out);
+llm_status shim_detokenize(const llm_model *model, const llm_token *tokens, size_t n_tokens,
+                           uint32_t flags, char *buf, size_t capacity, size_t *n_bytes,
+                           char **err_out);
+/* Roles and contents are parallel arrays of n NUL-terminated strings. */
+llm_status shim_chat_template_apply(const llm_model *model, const char *const *roles,
+                                    const char *const *contents, size_t n, int add_generation_prompt,
+                                    char *buf, size_t capacity, size_t *n_bytes, char **err_out);
+
+llm_status shim_session_create(const llm_model *model, llm_session_params *params,
+                               llm_session **out, char **err_out);
+llm_status shim_session_get_stats(llm_session *session, llm_session_stats *stats,
+                                  char **err_out);
+llm_status shim_session_submit(llm_session *session, const llm_token *prompt, size_t n_prompt,
+                               const llm_request_params *params, llm_request_id *out_id,
+                               char **err_out);
+llm_status shim_session_cancel(llm_session *session, llm_request_id id, char **err_out);
+llm_status shim_session_step(llm_session *session, llm_event *events, size_t capacity,
+                             size_t *n_events, char **err_out);
+/* The session's last failure (llm_session_last_error) as a malloc'd string. */
+llm_status shim_session_last_error(llm_session *session, llm_status *status, char **msg_out);
+
+/* What llm_generate produced, gathered in C so that no Go code runs inside
+ * the library's callback. */
+typedef struct shim_generation {
+    llm_token *tokens;
+    size_t n_tokens, tokens_cap;
+    char *text;
+    size_t text_len, text_cap;
+    int out_of_memory;
+} shim_generation;
+
+llm_status shim_generate(llm_session *session, const llm_token *prompt, size_t n_prompt,
+                         const llm_generate_params *params, shim_generation *out,
+                         llm_generate_result *result, char **err_out);
+void shim_generation_free(shim_generation *g);
+
+#endif
