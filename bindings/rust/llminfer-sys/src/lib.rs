@@ -419,8 +419,11 @@ extern "C" {
         out: *mut llm_seq_id,
     ) -> llm_status;
     pub fn llm_seq_close(session: *mut llm_session, seq: llm_seq_id) -> llm_status;
-    pub fn llm_seq_truncate(session: *mut llm_session, seq: llm_seq_id, n_tokens: u32)
-        -> llm_status;
+    pub fn llm_seq_truncate(
+        session: *mut llm_session,
+        seq: llm_seq_id,
+        n_tokens: u32,
+    ) -> llm_status;
     pub fn llm_seq_length(
         session: *mut llm_session,
         seq: llm_seq_id,
@@ -485,10 +488,14 @@ extern "C" {
         data: *const c_void,
         size: usize,
     ) -> llm_status;
-    pub fn llm_session_state_save_file(session: *mut llm_session, path: *const c_char)
-        -> llm_status;
-    pub fn llm_session_state_load_file(session: *mut llm_session, path: *const c_char)
-        -> llm_status;
+    pub fn llm_session_state_save_file(
+        session: *mut llm_session,
+        path: *const c_char,
+    ) -> llm_status;
+    pub fn llm_session_state_load_file(
+        session: *mut llm_session,
+        path: *const c_char,
+    ) -> llm_status;
 
     pub fn llm_sampler_create(
         model: *const llm_model,
@@ -627,7 +634,11 @@ pub fn layout_mismatches() -> Vec<String> {
                     "{}.{}: library offset {}, declared {}",
                     layout.name,
                     field,
-                    if lib_offset == usize::MAX { "unknown".to_string() } else { lib_offset.to_string() },
+                    if lib_offset == usize::MAX {
+                        "unknown".to_string()
+                    } else {
+                        lib_offset.to_string()
+                    },
                     offset
                 ));
             }

@@ -16,11 +16,16 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = match args.next().or_else(|| std::env::var("LLMINFER_TEST_MODEL").ok()) {
+    let path = match args
+        .next()
+        .or_else(|| std::env::var("LLMINFER_TEST_MODEL").ok())
+    {
         Some(path) => path,
         None => return Err("usage: chat MODEL.gguf [QUESTION] [MAX_TOKENS]".into()),
     };
-    let question = args.next().unwrap_or_else(|| "What is the capital of France?".to_string());
+    let question = args
+        .next()
+        .unwrap_or_else(|| "What is the capital of France?".to_string());
     let max_tokens: u32 = match args.next() {
         Some(n) => n.parse()?,
         None => 48,
@@ -32,10 +37,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         ChatMessage::user(question.as_str()),
     ];
     let prompt = model.apply_chat_template(&messages, true)?;
-    let tokens =
-        model.tokenize(&prompt, TokenizeFlags::ADD_SPECIAL | TokenizeFlags::PARSE_SPECIAL)?;
+    let tokens = model.tokenize(
+        &prompt,
+        TokenizeFlags::ADD_SPECIAL | TokenizeFlags::PARSE_SPECIAL,
+    )?;
 
-    let params = SessionParams { n_ctx: 1024, ..SessionParams::default() };
+    let params = SessionParams {
+        n_ctx: 1024,
+        ..SessionParams::default()
+    };
     let mut session = Session::new(&model, &params)?;
     let request = RequestParams::greedy(max_tokens);
     let stdout = std::io::stdout();

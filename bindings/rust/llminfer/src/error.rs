@@ -84,7 +84,11 @@ pub struct Error {
 
 impl Error {
     pub fn new(status: Status, message: impl Into<String>) -> Error {
-        Error { status, status_name: status.name(), message: message.into() }
+        Error {
+            status,
+            status_name: status.name(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn from_code(code: sys::llm_status, message: String) -> Error {
@@ -125,7 +129,9 @@ pub(crate) fn check(status: sys::llm_status) -> Result<()> {
     if status == sys::LLM_OK {
         Ok(())
     } else {
-        Err(Error::from_code(status, unsafe { c_text(sys::llm_last_error()) }))
+        Err(Error::from_code(status, unsafe {
+            c_text(sys::llm_last_error())
+        }))
     }
 }
 
@@ -151,11 +157,18 @@ where
             Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
         });
     }
-    Err(Error::new(Status::BufferTooSmall, "the text's size kept growing"))
+    Err(Error::new(
+        Status::BufferTooSmall,
+        "the text's size kept growing",
+    ))
 }
 
 /// A NUL-terminated copy of `text` for a C call; interior NULs are an error.
 pub(crate) fn c_string(text: &str, what: &str) -> Result<std::ffi::CString> {
-    std::ffi::CString::new(text)
-        .map_err(|_| Error::new(Status::InvalidArgument, format!("{} contains a NUL byte", what)))
+    std::ffi::CString::new(text).map_err(|_| {
+        Error::new(
+            Status::InvalidArgument,
+            format!("{} contains a NUL byte", what),
+        )
+    })
 }

@@ -21,6 +21,7 @@
 //! steps: submit, cancel and interrupt.
 
 mod error;
+mod log;
 mod model;
 mod params;
 mod session;
@@ -28,9 +29,10 @@ mod stream;
 
 pub use error::{Error, Result, Status};
 pub use llminfer_sys as sys;
+pub use log::{clear_log_sink, set_log_sink, LogLevel};
 pub use model::{
-    check_library, ChatMessage, DetokenizeFlags, Detokenizer, Model, ModelInfo, ModelParams,
-    Token, TokenizeFlags,
+    check_library, ChatMessage, DetokenizeFlags, Detokenizer, Model, ModelInfo, ModelParams, Token,
+    TokenizeFlags,
 };
 pub use params::{
     FinishReason, GenerateParams, KvType, RequestParams, SamplingParams, SessionParams, SpecMode,

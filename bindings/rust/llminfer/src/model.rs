@@ -93,7 +93,9 @@ pub struct ModelParams {
 impl Default for ModelParams {
     fn default() -> Self {
         let raw = raw_model_params();
-        ModelParams { use_mmap: raw.use_mmap }
+        ModelParams {
+            use_mmap: raw.use_mmap,
+        }
     }
 }
 
@@ -135,7 +137,10 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
     }
     pub fn system(content: impl Into<String>) -> ChatMessage {
         ChatMessage::new("system", content)
@@ -209,7 +214,9 @@ impl Model {
         if status != sys::LLM_OK {
             return Err(Error::from_code(status, buffer_text(&message)));
         }
-        Ok(Model { raw: Arc::new(RawModel(out)) })
+        Ok(Model {
+            raw: Arc::new(RawModel(out)),
+        })
     }
 
     /// The C handle, for calls this crate does not wrap. It stays valid
@@ -222,7 +229,13 @@ impl Model {
         let mut raw: sys::llm_model_info = unsafe { std::mem::zeroed() };
         raw.struct_size = std::mem::size_of::<sys::llm_model_info>() as u32;
         check(unsafe { sys::llm_model_get_info(self.raw.0, &mut raw) })?;
-        let token = |t: Token| if t == sys::LLM_TOKEN_NONE { None } else { Some(t) };
+        let token = |t: Token| {
+            if t == sys::LLM_TOKEN_NONE {
+                None
+            } else {
+                Some(t)
+            }
+        };
         Ok(ModelInfo {
             architecture: unsafe { c_text(raw.architecture) },
             name: unsafe { c_text(raw.name) },
@@ -267,7 +280,10 @@ impl Model {
             tokens.truncate(n);
             return Ok(tokens);
         }
-        Err(Error::new(Status::BufferTooSmall, "the token count kept growing"))
+        Err(Error::new(
+            Status::BufferTooSmall,
+            "the token count kept growing",
+        ))
     }
 
     /// Turns tokens back into text.
@@ -299,7 +315,10 @@ impl Model {
         }
         let raw: Vec<sys::llm_chat_message> = strings
             .chunks(2)
-            .map(|pair| sys::llm_chat_message { role: pair[0].as_ptr(), content: pair[1].as_ptr() })
+            .map(|pair| sys::llm_chat_message {
+                role: pair[0].as_ptr(),
+                content: pair[1].as_ptr(),
+            })
             .collect();
         read_text(|buf, capacity, n_bytes| unsafe {
             sys::llm_chat_template_apply(
@@ -318,7 +337,10 @@ impl Model {
     pub fn detokenizer(&self, flags: DetokenizeFlags) -> Result<Detokenizer> {
         let mut out = std::ptr::null_mut();
         check(unsafe { sys::llm_detokenizer_create(self.raw.0, flags.bits(), &mut out) })?;
-        Ok(Detokenizer { raw: out, _model: self.clone() })
+        Ok(Detokenizer {
+            raw: out,
+            _model: self.clone(),
+        })
     }
 }
 

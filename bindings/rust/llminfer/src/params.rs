@@ -144,7 +144,10 @@ impl SessionParams {
         raw.kv_type = self.kv_type.to_raw();
         raw.kv_block_size = self.kv_block_size;
         raw.prefix_cache = self.prefix_cache;
-        raw.draft_model = self.draft_model.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
+        raw.draft_model = self
+            .draft_model
+            .as_ref()
+            .map_or(std::ptr::null(), |m| m.as_ptr());
         raw
     }
 }
@@ -169,7 +172,10 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        let raw = library_defaults!(sys::llm_sampling_params, sys::llm_sampling_params_init_sized);
+        let raw = library_defaults!(
+            sys::llm_sampling_params,
+            sys::llm_sampling_params_init_sized
+        );
         SamplingParams {
             temperature: raw.temperature,
             top_k: raw.top_k,
@@ -189,12 +195,18 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// The largest logit wins.
     pub fn greedy() -> SamplingParams {
-        SamplingParams { temperature: 0.0, ..SamplingParams::default() }
+        SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        }
     }
 
     /// The library's defaults with this seed.
     pub fn seeded(seed: u64) -> SamplingParams {
-        SamplingParams { seed, ..SamplingParams::default() }
+        SamplingParams {
+            seed,
+            ..SamplingParams::default()
+        }
     }
 }
 
@@ -225,14 +237,20 @@ impl RawSampling {
         raw.repeat_last_n = params.repeat_last_n;
         raw.presence_penalty = params.presence_penalty;
         raw.frequency_penalty = params.frequency_penalty;
-        raw.logit_bias = if bias.is_empty() { std::ptr::null() } else { bias.as_ptr() };
+        raw.logit_bias = if bias.is_empty() {
+            std::ptr::null()
+        } else {
+            bias.as_ptr()
+        };
         raw.n_logit_bias = bias.len();
         raw.min_tokens = params.min_tokens;
         RawSampling { raw, _bias: bias }
     }
 
     pub fn ptr(sampling: &Option<RawSampling>) -> *const sys::llm_sampling_params {
-        sampling.as_ref().map_or(std::ptr::null(), |s| &*s.raw as *const _)
+        sampling
+            .as_ref()
+            .map_or(std::ptr::null(), |s| &*s.raw as *const _)
     }
 }
 
@@ -250,7 +268,10 @@ pub struct GenerateParams {
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        let raw = library_defaults!(sys::llm_generate_params, sys::llm_generate_params_init_sized);
+        let raw = library_defaults!(
+            sys::llm_generate_params,
+            sys::llm_generate_params_init_sized
+        );
         GenerateParams {
             max_new_tokens: raw.max_new_tokens,
             sampling: None,
@@ -264,11 +285,17 @@ impl Default for GenerateParams {
 impl GenerateParams {
     /// Greedy decoding of at most `max_new_tokens` tokens.
     pub fn greedy(max_new_tokens: u32) -> GenerateParams {
-        GenerateParams { max_new_tokens, ..GenerateParams::default() }
+        GenerateParams {
+            max_new_tokens,
+            ..GenerateParams::default()
+        }
     }
 
     pub(crate) fn raw_defaults() -> sys::llm_generate_params {
-        library_defaults!(sys::llm_generate_params, sys::llm_generate_params_init_sized)
+        library_defaults!(
+            sys::llm_generate_params,
+            sys::llm_generate_params_init_sized
+        )
     }
 }
 
@@ -317,7 +344,10 @@ impl Default for RequestParams {
 impl RequestParams {
     /// Greedy decoding of at most `max_new_tokens` tokens.
     pub fn greedy(max_new_tokens: u32) -> RequestParams {
-        RequestParams { max_new_tokens, ..RequestParams::default() }
+        RequestParams {
+            max_new_tokens,
+            ..RequestParams::default()
+        }
     }
 
     /// How many finish events end the request.
@@ -344,16 +374,24 @@ impl RawRequest {
             stop_strings.push(c_string(text, "a stop string")?);
         }
         let stop_pointers: Vec<*const c_char> = stop_strings.iter().map(|s| s.as_ptr()).collect();
-        let mut raw = library_defaults!(sys::llm_request_params, sys::llm_request_params_init_sized);
+        let mut raw =
+            library_defaults!(sys::llm_request_params, sys::llm_request_params_init_sized);
         raw.sampling = RawSampling::ptr(&sampling);
         raw.max_new_tokens = params.max_new_tokens;
         raw.priority = params.priority;
         raw.ignore_eos = params.ignore_eos;
         raw.logprobs = params.logprobs;
-        raw.stop_tokens = if stop_tokens.is_empty() { std::ptr::null() } else { stop_tokens.as_ptr() };
+        raw.stop_tokens = if stop_tokens.is_empty() {
+            std::ptr::null()
+        } else {
+            stop_tokens.as_ptr()
+        };
         raw.n_stop_tokens = stop_tokens.len();
-        raw.stop_strings =
-            if stop_pointers.is_empty() { std::ptr::null() } else { stop_pointers.as_ptr() };
+        raw.stop_strings = if stop_pointers.is_empty() {
+            std::ptr::null()
+        } else {
+            stop_pointers.as_ptr()
+        };
         raw.n_stop_strings = stop_pointers.len();
         raw.top_logprobs = params.top_logprobs;
         raw.spec_mode = params.spec_mode.to_raw();

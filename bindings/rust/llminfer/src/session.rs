@@ -39,7 +39,10 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> Result<RwLockReadGuard<'_, RawSession>> {
-        let guard = self.raw.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = self
+            .raw
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if guard.0.is_null() {
             Err(Error::closed("session"))
         } else {
@@ -48,7 +51,10 @@ impl Shared {
     }
 
     fn close(&self) {
-        let mut guard = self.raw.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self
+            .raw
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !guard.0.is_null() {
             unsafe { sys::llm_session_free(guard.0) };
             guard.0 = std::ptr::null_mut();
@@ -60,7 +66,13 @@ impl Shared {
         let guard = self.lock()?;
         let mut id: RequestId = 0;
         let status = unsafe {
-            sys::llm_session_submit(guard.0, prompt.as_ptr(), prompt.len(), &request.raw, &mut id)
+            sys::llm_session_submit(
+                guard.0,
+                prompt.as_ptr(),
+                prompt.len(),
+                &request.raw,
+                &mut id,
+            )
         };
         check_session(guard.0, status)?;
         Ok(id)
@@ -162,7 +174,11 @@ impl Event {
             let n = raw.n_top as usize;
             let tokens = std::slice::from_raw_parts(raw.top_tokens, n);
             let logprobs = std::slice::from_raw_parts(raw.top_logprobs, n);
-            top = tokens.iter().copied().zip(logprobs.iter().copied()).collect();
+            top = tokens
+                .iter()
+                .copied()
+                .zip(logprobs.iter().copied())
+                .collect();
         }
         let finish = FinishReason::from_raw(raw.finish_reason);
         let error = if finish == Some(FinishReason::Error) && raw.status != sys::LLM_OK {
@@ -172,7 +188,11 @@ impl Event {
         };
         Event {
             request: raw.request,
-            token: if raw.token == sys::LLM_TOKEN_NONE { None } else { Some(raw.token) },
+            token: if raw.token == sys::LLM_TOKEN_NONE {
+                None
+            } else {
+                Some(raw.token)
+            },
             text,
             logprob: raw.logprob,
             finish,
@@ -254,7 +274,11 @@ unsafe extern "C" fn on_token(
         std::slice::from_raw_parts(piece as *const u8, piece_len)
     };
     let text = String::from_utf8_lossy(bytes);
-    let token = if token == sys::LLM_TOKEN_NONE { None } else { Some(token) };
+    let token = if token == sys::LLM_TOKEN_NONE {
+        None
+    } else {
+        Some(token)
+    };
     let callback = &mut sink.callback;
     match catch_unwind(AssertUnwindSafe(|| callback(token, &text))) {
         Ok(go_on) => go_on,
@@ -286,7 +310,9 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("closed", &self.is_closed()).finish()
+        f.debug_struct("Session")
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 
@@ -329,13 +355,18 @@ impl Session {
 
     /// A handle for other threads: submit, cancel and interrupt.
     pub fn handle(&self) -> SessionHandle {
-        SessionHandle { shared: self.shared.clone() }
+        SessionHandle {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The C handle (null once closed), for calls this crate does not wrap.
     /// Valid until [`close`](Session::close) or drop.
     pub fn as_ptr(&self) -> *mut sys::llm_session {
-        self.shared.lock().map(|g| g.0).unwrap_or(std::ptr::null_mut())
+        self.shared
+            .lock()
+            .map(|g| g.0)
+            .unwrap_or(std::ptr::null_mut())
     }
 
     /// Queues a request; its events come from [`step`](Session::step).
@@ -416,7 +447,11 @@ impl Session {
             text.push_str(piece);
             true
         })?;
-        Ok(Generation { tokens, text, result })
+        Ok(Generation {
+            tokens,
+            text,
+            result,
+        })
     }
 
     /// Blocking generation calling `on_token(token, text)` per token (with
@@ -432,7 +467,10 @@ impl Session {
         F: FnMut(Option<Token>, &str) -> bool,
     {
         let sampling = params.sampling.as_ref().map(RawSampling::new);
-        let mut sink = TokenSink { callback: &mut on_token_fn, panic: None };
+        let mut sink = TokenSink {
+            callback: &mut on_token_fn,
+            panic: None,
+        };
         let mut raw = GenerateParams::raw_defaults();
         raw.max_new_tokens = params.max_new_tokens;
         raw.sampling = RawSampling::ptr(&sampling);
@@ -470,7 +508,9 @@ impl Session {
         let guard = self.shared.lock()?;
         let mut raw: sys::llm_session_stats = unsafe { std::mem::zeroed() };
         raw.struct_size = std::mem::size_of::<sys::llm_session_stats>() as u32;
-        check_session(guard.0, unsafe { sys::llm_session_get_stats(guard.0, &mut raw) })?;
+        check_session(guard.0, unsafe {
+            sys::llm_session_get_stats(guard.0, &mut raw)
+        })?;
         Ok(SessionStats {
             n_running: raw.n_running,
             n_waiting: raw.n_waiting,

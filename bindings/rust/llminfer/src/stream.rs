@@ -19,7 +19,12 @@ pub struct Stream<'s> {
 
 impl<'s> Stream<'s> {
     pub(crate) fn new(session: &'s mut Session, id: RequestId, samples: u32) -> Stream<'s> {
-        Stream { session, id, finishes_left: samples, queue: VecDeque::new() }
+        Stream {
+            session,
+            id,
+            finishes_left: samples,
+            queue: VecDeque::new(),
+        }
     }
 
     pub fn request_id(&self) -> RequestId {

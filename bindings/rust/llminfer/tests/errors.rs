@@ -9,14 +9,22 @@ fn missing_file_is_an_io_error_with_name_and_message() {
     let err = Model::load("/nonexistent/dir/model.gguf").unwrap_err();
     assert_eq!(err.status, Status::Io);
     assert_eq!(err.status_name, "LLM_ERR_IO");
-    assert!(err.message.contains("model.gguf"), "message: {:?}", err.message);
+    assert!(
+        err.message.contains("model.gguf"),
+        "message: {:?}",
+        err.message
+    );
     assert!(err.to_string().starts_with("LLM_ERR_IO: "), "{}", err);
 }
 
 #[test]
 fn garbage_file_is_a_format_error() {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("garbage.gguf");
-    std::fs::write(&path, b"this is not a GGUF file, only some text to be refused").unwrap();
+    std::fs::write(
+        &path,
+        b"this is not a GGUF file, only some text to be refused",
+    )
+    .unwrap();
     let err = Model::load(&path).unwrap_err();
     std::fs::remove_file(&path).ok();
     assert_eq!(err.status, Status::BadFormat, "{}", err);
@@ -58,9 +66,16 @@ fn invalid_session_params_give_the_message_of_create() {
         Some(model) => model,
         None => return,
     };
-    let params = SessionParams { kv_cache_bytes: 1 << 60, ..SessionParams::default() };
+    let params = SessionParams {
+        kv_cache_bytes: 1 << 60,
+        ..SessionParams::default()
+    };
     let err = Session::new(&model, &params).unwrap_err();
-    assert!(matches!(err.status, Status::Limit | Status::OutOfMemory), "{}", err);
+    assert!(
+        matches!(err.status, Status::Limit | Status::OutOfMemory),
+        "{}",
+        err
+    );
     assert!(err.message.contains("KV"), "{}", err.message);
 }
 
@@ -76,7 +91,9 @@ fn close_twice_and_use_after_close() {
     session.close();
     assert!(session.is_closed() && handle.is_closed());
     let tokens = common::prompt(&model, "Hello");
-    let err = session.submit(&tokens, &RequestParams::default()).unwrap_err();
+    let err = session
+        .submit(&tokens, &RequestParams::default())
+        .unwrap_err();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(err.message.contains("closed"));
     assert!(session.step().is_err());
@@ -100,14 +117,19 @@ fn session_errors_carry_the_message() {
     let err = session.cancel(12345).unwrap_err();
     assert_eq!(err.status, Status::NotFound);
     let long: Vec<i32> = vec![1; 600];
-    let err = session.submit(&long, &RequestParams::default()).unwrap_err();
+    let err = session
+        .submit(&long, &RequestParams::default())
+        .unwrap_err();
     assert_eq!(err.status, Status::Limit);
     assert!(!err.message.is_empty());
     let recorded = session.last_error().expect("a recorded failure");
     assert_eq!(recorded.status, Status::Limit);
     assert_eq!(recorded.message, err.message);
     let bad = RequestParams {
-        sampling: Some(llminfer::SamplingParams { top_p: 2.0, ..Default::default() }),
+        sampling: Some(llminfer::SamplingParams {
+            top_p: 2.0,
+            ..Default::default()
+        }),
         ..RequestParams::default()
     };
     let err = session.submit(&[1, 2, 3], &bad).unwrap_err();
@@ -124,6 +146,8 @@ fn a_model_outlives_its_handle_through_sessions() {
     let mut session = common::session(&model);
     let tokens = common::prompt(&model, "One, two,");
     drop(model);
-    let generation = session.generate(&tokens, &llminfer::GenerateParams::greedy(4)).unwrap();
+    let generation = session
+        .generate(&tokens, &llminfer::GenerateParams::greedy(4))
+        .unwrap();
     assert_eq!(generation.tokens.len(), 4);
 }

@@ -24,14 +24,33 @@ fn llm_run_greedy(prompt: &str, n: u32, chat: bool) -> Option<String> {
     };
     let model = std::env::var("LLMINFER_TEST_MODEL").unwrap();
     let mut command = Command::new(run);
-    command.args(["-m", &model, "-p", prompt, "-n", &n.to_string(), "--temp", "0", "-t", "1"]);
+    command.args([
+        "-m",
+        &model,
+        "-p",
+        prompt,
+        "-n",
+        &n.to_string(),
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ]);
     if chat {
         command.arg("--chat");
     }
     let output = command.output().expect("running llm-run");
-    assert!(output.status.success(), "llm-run: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "llm-run: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let text = if chat { &stdout[..] } else { stdout.strip_prefix(prompt).unwrap() };
+    let text = if chat {
+        &stdout[..]
+    } else {
+        stdout.strip_prefix(prompt).unwrap()
+    };
     Some(text.strip_suffix('\n').unwrap().to_string())
 }
 
@@ -65,10 +84,15 @@ fn greedy_generation_equals_llm_run() {
     };
     let mut session = common::session(&model);
     let prompt = common::prompt(&model, prompt_text);
-    let generation = session.generate(&prompt, &GenerateParams::greedy(24)).unwrap();
+    let generation = session
+        .generate(&prompt, &GenerateParams::greedy(24))
+        .unwrap();
     assert_eq!(generation.text, expected);
     assert_eq!(generation.result.n_prompt_tokens as usize, prompt.len());
-    assert_eq!(generation.result.n_generated_tokens as usize, generation.tokens.len());
+    assert_eq!(
+        generation.result.n_generated_tokens as usize,
+        generation.tokens.len()
+    );
 }
 
 #[test]
@@ -82,11 +106,16 @@ fn greedy_chat_equals_llm_run_chat() {
         Some(text) => text,
         None => return,
     };
-    let templated =
-        model.apply_chat_template(&[llminfer::ChatMessage::user(question)], true).unwrap();
+    let templated = model
+        .apply_chat_template(&[llminfer::ChatMessage::user(question)], true)
+        .unwrap();
     let mut session = common::session(&model);
-    let generation =
-        session.generate(&common::prompt(&model, &templated), &GenerateParams::greedy(16)).unwrap();
+    let generation = session
+        .generate(
+            &common::prompt(&model, &templated),
+            &GenerateParams::greedy(16),
+        )
+        .unwrap();
     assert_eq!(generation.text, expected);
 }
 
@@ -98,16 +127,23 @@ fn streaming_equals_blocking_generation() {
     };
     let mut session = common::session(&model);
     let prompt = common::prompt(&model, "Once upon a time");
-    let blocking = session.generate(&prompt, &GenerateParams::greedy(20)).unwrap();
+    let blocking = session
+        .generate(&prompt, &GenerateParams::greedy(20))
+        .unwrap();
 
-    let events: Vec<Event> =
-        session.stream(&prompt, &RequestParams::greedy(20)).unwrap().map(Result::unwrap).collect();
+    let events: Vec<Event> = session
+        .stream(&prompt, &RequestParams::greedy(20))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     let tokens: Vec<i32> = events.iter().filter_map(|e| e.token).collect();
     assert_eq!(tokens, blocking.tokens);
     assert_eq!(collect_text(&events), blocking.text);
     let last = events.last().unwrap();
     assert_eq!(last.finish, blocking.result.finish_reason);
-    assert!(events[..events.len() - 1].iter().all(|e| e.finish.is_none()));
+    assert!(events[..events.len() - 1]
+        .iter()
+        .all(|e| e.finish.is_none()));
     assert!(session.is_idle().unwrap());
 }
 
@@ -122,11 +158,19 @@ fn several_requests_in_one_session_match_their_solo_runs() {
     let prompts: Vec<Vec<i32>> = texts.iter().map(|t| common::prompt(&model, t)).collect();
     let solo: Vec<String> = prompts
         .iter()
-        .map(|p| session.generate(p, &GenerateParams::greedy(12)).unwrap().text)
+        .map(|p| {
+            session
+                .generate(p, &GenerateParams::greedy(12))
+                .unwrap()
+                .text
+        })
         .collect();
 
     let params = RequestParams::greedy(12);
-    let ids: Vec<u64> = prompts.iter().map(|p| session.submit(p, &params).unwrap()).collect();
+    let ids: Vec<u64> = prompts
+        .iter()
+        .map(|p| session.submit(p, &params).unwrap())
+        .collect();
     let events = run_to_end(&mut session);
     for (id, expected) in ids.iter().zip(&solo) {
         let got = &events[id];
@@ -143,7 +187,10 @@ fn requests_submitted_from_other_threads() {
     };
     let mut session = common::session(&model);
     let prompt = common::prompt(&model, "The sky is");
-    let expected = session.generate(&prompt, &GenerateParams::greedy(8)).unwrap().text;
+    let expected = session
+        .generate(&prompt, &GenerateParams::greedy(8))
+        .unwrap()
+        .text;
     let handle = session.handle();
     let submitters: Vec<_> = (0..2)
         .map(|_| {
@@ -154,7 +201,9 @@ fn requests_submitted_from_other_threads() {
         .collect();
     let ids: Vec<u64> = submitters.into_iter().map(|t| t.join().unwrap()).collect();
     // Stepping on another thread than the session was made on: Session is Send.
-    let events = thread::spawn(move || run_to_end(&mut session)).join().unwrap();
+    let events = thread::spawn(move || run_to_end(&mut session))
+        .join()
+        .unwrap();
     for id in ids {
         assert_eq!(collect_text(&events[&id]), expected);
     }
@@ -170,7 +219,10 @@ fn seeded_sampling_is_reproducible() {
     let prompt = common::prompt(&model, "In a small village");
     let params = |seed| GenerateParams {
         max_new_tokens: 16,
-        sampling: Some(SamplingParams { temperature: 1.2, ..SamplingParams::seeded(seed) }),
+        sampling: Some(SamplingParams {
+            temperature: 1.2,
+            ..SamplingParams::seeded(seed)
+        }),
         ..GenerateParams::default()
     };
     let first = session.generate(&prompt, &params(42)).unwrap();
@@ -192,7 +244,10 @@ fn cancelling_a_request_finishes_it_as_cancelled() {
     };
     let mut session = common::session(&model);
     let prompt = common::prompt(&model, "Count: 1, 2, 3,");
-    let params = RequestParams { ignore_eos: true, ..RequestParams::greedy(400) };
+    let params = RequestParams {
+        ignore_eos: true,
+        ..RequestParams::greedy(400)
+    };
     let mut stream = session.stream(&prompt, &params).unwrap();
     let mut tokens = 0;
     let mut finish = None;
@@ -240,7 +295,10 @@ fn interrupt_stops_a_running_generate() {
         })
     };
     let prompt = common::prompt(&model, "Tell me a long story.");
-    let params = GenerateParams { ignore_eos: true, ..GenerateParams::greedy(480) };
+    let params = GenerateParams {
+        ignore_eos: true,
+        ..GenerateParams::greedy(480)
+    };
     let outcome = session.generate(&prompt, &params);
     done.store(true, Ordering::Release);
     interrupter.join().unwrap();
@@ -248,7 +306,10 @@ fn interrupt_stops_a_running_generate() {
     assert_eq!(err.status, Status::Cancelled, "{}", err);
     assert_eq!(err.status_name, "LLM_ERR_CANCELLED");
     // Nothing is left behind: the session generates normally afterwards.
-    let four = GenerateParams { ignore_eos: true, ..GenerateParams::greedy(4) };
+    let four = GenerateParams {
+        ignore_eos: true,
+        ..GenerateParams::greedy(4)
+    };
     let after = session.generate(&prompt, &four).unwrap();
     assert_eq!(after.tokens.len(), 4);
 }
@@ -261,7 +322,10 @@ fn an_interrupted_step_is_repeated_by_the_stream() {
     };
     let mut session = common::session(&model);
     let prompt = common::prompt(&model, "The river");
-    let expected = session.generate(&prompt, &GenerateParams::greedy(24)).unwrap().text;
+    let expected = session
+        .generate(&prompt, &GenerateParams::greedy(24))
+        .unwrap()
+        .text;
     let handle = session.handle();
     let done = Arc::new(AtomicBool::new(false));
     let interrupter = {
@@ -289,7 +353,11 @@ fn an_interrupted_step_is_repeated_by_the_stream() {
     }
     done.store(true, Ordering::Release);
     interrupter.join().unwrap();
-    assert_eq!(text, expected, "{} interrupted steps changed the tokens", interrupted);
+    assert_eq!(
+        text, expected,
+        "{} interrupted steps changed the tokens",
+        interrupted
+    );
 }
 
 #[test]
@@ -311,12 +379,24 @@ fn callback_can_stop_and_panics_do_not_cross_c() {
     assert_eq!(result.finish_reason, Some(FinishReason::Cancelled));
 
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        session.generate_with(&prompt, &GenerateParams::greedy(30), |_, _| panic!("in callback"))
+        session.generate_with(&prompt, &GenerateParams::greedy(30), |_, _| {
+            panic!("deliberate panic in on_token (caught)")
+        })
     }));
     let payload = caught.unwrap_err();
-    assert_eq!(payload.downcast_ref::<&str>(), Some(&"in callback"));
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"deliberate panic in on_token (caught)")
+    );
     // The session is intact after the panic.
-    assert_eq!(session.generate(&prompt, &GenerateParams::greedy(3)).unwrap().tokens.len(), 3);
+    assert_eq!(
+        session
+            .generate(&prompt, &GenerateParams::greedy(3))
+            .unwrap()
+            .tokens
+            .len(),
+        3
+    );
 }
 
 #[test]
@@ -333,15 +413,22 @@ fn logprobs_and_stop_strings() {
         stop_strings: vec!["7".to_string()],
         ..RequestParams::greedy(40)
     };
-    let events: Vec<Event> =
-        session.stream(&prompt, &params).unwrap().map(Result::unwrap).collect();
+    let events: Vec<Event> = session
+        .stream(&prompt, &params)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     let text = collect_text(&events);
     assert!(!text.contains('7'), "{:?}", text);
     assert_eq!(events.last().unwrap().finish, Some(FinishReason::Stop));
     let first = &events[0];
     assert_eq!(first.top.len(), 3);
     assert!(first.logprob <= 0.0);
-    assert_eq!(first.top[0].0, first.token.unwrap(), "greedy picks the most likely");
+    assert_eq!(
+        first.top[0].0,
+        first.token.unwrap(),
+        "greedy picks the most likely"
+    );
 }
 
 #[allow(dead_code)]

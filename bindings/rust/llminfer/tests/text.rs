@@ -13,7 +13,10 @@ fn tokenize_detokenize_round_trip() {
     let text = "Hello, world! Ünïcödé text and emoji 🦀 survive the round trip.";
     let tokens = model.tokenize(text, TokenizeFlags::NONE).unwrap();
     assert!(!tokens.is_empty());
-    assert_eq!(model.detokenize(&tokens, DetokenizeFlags::NONE).unwrap(), text);
+    assert_eq!(
+        model.detokenize(&tokens, DetokenizeFlags::NONE).unwrap(),
+        text
+    );
 
     // The model's add_bos_token decides whether ADD_SPECIAL adds a BOS.
     let with_special = model.tokenize(text, TokenizeFlags::ADD_SPECIAL).unwrap();
@@ -40,11 +43,21 @@ fn special_tokens_are_parsed_and_rendered_on_request() {
         Some(model) => model,
         None => return,
     };
-    let parsed = model.tokenize("<|im_start|>user", TokenizeFlags::PARSE_SPECIAL).unwrap();
-    let plain = model.tokenize("<|im_start|>user", TokenizeFlags::NONE).unwrap();
+    let parsed = model
+        .tokenize("<|im_start|>user", TokenizeFlags::PARSE_SPECIAL)
+        .unwrap();
+    let plain = model
+        .tokenize("<|im_start|>user", TokenizeFlags::NONE)
+        .unwrap();
     assert!(parsed.len() < plain.len());
-    assert_eq!(model.detokenize(&parsed, DetokenizeFlags::SPECIAL).unwrap(), "<|im_start|>user");
-    assert_eq!(model.detokenize(&parsed, DetokenizeFlags::NONE).unwrap(), "user");
+    assert_eq!(
+        model.detokenize(&parsed, DetokenizeFlags::SPECIAL).unwrap(),
+        "<|im_start|>user"
+    );
+    assert_eq!(
+        model.detokenize(&parsed, DetokenizeFlags::NONE).unwrap(),
+        "user"
+    );
 }
 
 #[test]
@@ -53,7 +66,9 @@ fn strict_tokenizing_refuses_unknown_bytes() {
         Some(model) => model,
         None => return,
     };
-    let err = model.tokenize("a\u{4}b", TokenizeFlags::STRICT).unwrap_err();
+    let err = model
+        .tokenize("a\u{4}b", TokenizeFlags::STRICT)
+        .unwrap_err();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(!err.message.is_empty());
 }
@@ -84,11 +99,17 @@ fn chat_template_renders_chatml() {
     assert!(model.info().unwrap().has_chat_template);
     let messages = [ChatMessage::system("Be brief."), ChatMessage::user("Hi")];
     let text = model.apply_chat_template(&messages, true).unwrap();
-    assert!(text.contains("<|im_start|>system\nBe brief.<|im_end|>"), "{}", text);
+    assert!(
+        text.contains("<|im_start|>system\nBe brief.<|im_end|>"),
+        "{}",
+        text
+    );
     assert!(text.ends_with("<|im_start|>assistant\n"), "{}", text);
     let long = ChatMessage::user("x".repeat(2000));
     assert!(model.apply_chat_template(&[long], false).unwrap().len() > 2000);
-    let err = model.apply_chat_template(&[ChatMessage::user("a\0b")], true).unwrap_err();
+    let err = model
+        .apply_chat_template(&[ChatMessage::user("a\0b")], true)
+        .unwrap_err();
     assert_eq!(err.status, Status::InvalidArgument);
 }
 

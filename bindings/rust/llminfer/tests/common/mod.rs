@@ -16,13 +16,20 @@ pub fn model(test: &str) -> Option<Model> {
 
 /// A small session: short context, one thread (the tests run side by side).
 pub fn session(model: &Model) -> Session {
-    let params = SessionParams { n_ctx: 512, n_threads: 1, ..SessionParams::default() };
+    let params = SessionParams {
+        n_ctx: 512,
+        n_threads: 1,
+        ..SessionParams::default()
+    };
     Session::new(model, &params).expect("creating a session")
 }
 
 /// Tokenized as llm-run does it.
 pub fn prompt(model: &Model, text: &str) -> Vec<llminfer::Token> {
     model
-        .tokenize(text, TokenizeFlags::ADD_SPECIAL | TokenizeFlags::PARSE_SPECIAL)
+        .tokenize(
+            text,
+            TokenizeFlags::ADD_SPECIAL | TokenizeFlags::PARSE_SPECIAL,
+        )
         .expect("tokenizing")
 }
