@@ -1,6 +1,6 @@
 //! Sessions: blocking generation, requests, events and interrupts.
 
-use crate::error::{c_text, Error, Result, Status};
+use crate::error::{c_text, Error, Result};
 use crate::model::{buffer_text, Model, Token};
 use crate::params::{spec_mode_raw, FinishReason, GenerateParams, RawRequest, RawSampling};
 use crate::params::{RequestParams, SessionParams};
@@ -569,7 +569,7 @@ impl SessionHandle {
     }
 
     /// Asks the generate or step now running to stop soon with
-    /// [`Status::Cancelled`]; nothing is lost (a step may simply be
+    /// [`Status::Cancelled`](crate::Status::Cancelled); nothing is lost (a step may simply be
     /// repeated). No effect when none runs.
     pub fn interrupt(&self) {
         self.shared.interrupt()
@@ -589,5 +589,4 @@ fn assert_thread_traits() {
     send::<Session>();
     send::<SessionHandle>();
     sync::<SessionHandle>();
-    let _ = Status::Cancelled;
 }

@@ -18,7 +18,7 @@ fn llm_run_greedy(prompt: &str, n: u32, chat: bool) -> Option<String> {
     let run = match std::env::var("LLMINFER_RUN") {
         Ok(run) if !run.is_empty() => run,
         _ => {
-            eprintln!("skipped the llm-run comparison: LLMINFER_RUN is not set");
+            common::skip("skipped the llm-run comparison: LLMINFER_RUN is not set");
             return None;
         }
     };

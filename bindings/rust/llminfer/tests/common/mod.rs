@@ -8,7 +8,7 @@ pub fn model(test: &str) -> Option<Model> {
     match std::env::var("LLMINFER_TEST_MODEL") {
         Ok(path) if !path.is_empty() => Some(Model::load(&path).expect("loading the test model")),
         _ => {
-            eprintln!("skipped {}: LLMINFER_TEST_MODEL is not set", test);
+            skip(&format!("skipped {}: LLMINFER_TEST_MODEL is not set", test));
             None
         }
     }
@@ -32,4 +32,11 @@ pub fn prompt(model: &Model, text: &str) -> Vec<llminfer::Token> {
             TokenizeFlags::ADD_SPECIAL | TokenizeFlags::PARSE_SPECIAL,
         )
         .expect("tokenizing")
+}
+
+/// Says why a test did nothing. Written to stderr directly: the test
+/// harness captures (and hides) eprintln! output of passing tests.
+pub fn skip(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", message);
 }
