@@ -100,8 +100,11 @@ impl<'s> Iterator for Stream<'s> {
 
 impl<'s> Drop for Stream<'s> {
     fn drop(&mut self) {
-        if self.finishes_left > 0 && self.session.cancel(self.id).is_ok() {
-            self.session.discarded.insert(self.id, self.finishes_left);
+        // Finish events already queued here were delivered: fewer are to come.
+        let queued = self.queue.iter().filter(|e| e.finish.is_some()).count() as u32;
+        let to_come = self.finishes_left.saturating_sub(queued);
+        if to_come > 0 && self.session.cancel(self.id).is_ok() {
+            self.session.discarded.insert(self.id, to_come);
         }
     }
 }

@@ -439,3 +439,41 @@ fn thread_rules(model: Model, session: Session) {
     send_sync(&session.handle());
     send(&session);
 }
+
+#[test]
+fn a_stream_with_several_samples_ends_after_each_finished() {
+    let model = match common::model("several_samples") {
+        Some(model) => model,
+        None => return,
+    };
+    let mut session = common::session(&model);
+    let prompt = common::prompt(&model, "A short poem:");
+    let single = RequestParams {
+        sampling: Some(SamplingParams::seeded(7)),
+        ignore_eos: true,
+        ..RequestParams::greedy(10)
+    };
+    let expected = session.stream(&prompt, &single).unwrap().text().unwrap();
+    let several = RequestParams {
+        n_samples: 3,
+        ..single
+    };
+    let events: Vec<Event> = session
+        .stream(&prompt, &several)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let finishes: Vec<u32> = events
+        .iter()
+        .filter(|e| e.finish.is_some())
+        .map(|e| e.sample_index)
+        .collect();
+    assert_eq!(finishes.len(), 3);
+    let sample0: String = events
+        .iter()
+        .filter(|e| e.sample_index == 0)
+        .map(|e| e.text.as_str())
+        .collect();
+    assert_eq!(sample0, expected, "sample 0 is the single-sample request");
+    assert!(session.is_idle().unwrap());
+}
