@@ -559,6 +559,14 @@ pub struct StructLayout {
 
 macro_rules! layouts {
     ($($ty:ident { $($field:ident),* $(,)? })*) => {
+        // A pattern without `..` must name every field, so a field left out
+        // of the table below (or added to a struct but not to the table)
+        // does not compile.
+        #[allow(dead_code, non_snake_case)]
+        fn every_field_is_listed($($ty: $ty),*) {
+            $(let $ty { $($field: _),* } = $ty;)*
+        }
+
         /// Every `#[repr(C)]` struct of this crate with its layout.
         pub fn struct_layouts() -> Vec<StructLayout> {
             vec![$(StructLayout {

@@ -146,8 +146,14 @@ where
     for _ in 0..3 {
         let mut n_bytes = 0usize;
         let status = fill(buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n_bytes);
-        if status == sys::LLM_ERR_BUFFER_TOO_SMALL && n_bytes > buf.len() {
-            buf.resize(n_bytes, 0);
+        if status == sys::LLM_ERR_BUFFER_TOO_SMALL {
+            // A 1.0/1.1 library reported the size without the NUL: grow anyway.
+            let grown = if n_bytes > buf.len() {
+                n_bytes
+            } else {
+                buf.len() * 2
+            };
+            buf.resize(grown, 0);
             continue;
         }
         check(status)?;
