@@ -4,7 +4,9 @@
 //!
 //! The model defaults to $LLMINFER_TEST_MODEL.
 
-use llminfer::{ChatMessage, Model, RequestParams, Session, SessionParams, TokenizeFlags};
+use llminfer::{
+    ChatMessage, FinishReason, Model, RequestParams, Session, SessionParams, TokenizeFlags,
+};
 use std::io::Write;
 
 fn main() {
@@ -50,16 +52,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let request = RequestParams::greedy(max_tokens);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut finish = None;
     for event in session.stream(&tokens, &request)? {
         let event = event?;
         out.write_all(event.text.as_bytes())?;
         out.flush()?;
-        if event.finish.is_some() {
-            finish = event.finish;
+        if event.finish == Some(FinishReason::Length) {
+            out.write_all("…".as_bytes())?;
         }
     }
     writeln!(out)?;
-    eprintln!("[finished: {:?}]", finish);
     Ok(())
 }
