@@ -164,14 +164,20 @@ static llm_token *tokenize(const llmi_tokenizer *t, const char *text, size_t len
 
 static char *detokenize(const llmi_tokenizer *t, const llm_token *toks, size_t n, uint32_t flags,
                         size_t *len) {
-    size_t need = 0;
+    size_t need = 0; /* what the buffer must hold, the NUL included */
     llm_status st = llmi_detokenize(t, toks, n, flags, NULL, 0, &need);
-    FUZZ_CHECK(st == LLM_ERR_BUFFER_TOO_SMALL, "detokenize size query gave %d", st);
-    char *buf = malloc(need + 1);
+    FUZZ_CHECK(st == LLM_ERR_BUFFER_TOO_SMALL && need >= 1, "detokenize size query gave %d, %zu",
+               st, need);
+    char *buf = malloc(need);
     size_t got = 0;
-    st = llmi_detokenize(t, toks, n, flags, buf, need + 1, &got);
-    FUZZ_CHECK(st == LLM_OK && got == need && buf[need] == '\0', "detokenize %d, %zu of %zu", st,
-               got, need);
+    if (need > 1)
+        FUZZ_CHECK(llmi_detokenize(t, toks, n, flags, buf, need - 1, &got) ==
+                           LLM_ERR_BUFFER_TOO_SMALL &&
+                       got == need,
+                   "one byte short: %zu of %zu", got, need);
+    st = llmi_detokenize(t, toks, n, flags, buf, need, &got);
+    FUZZ_CHECK(st == LLM_OK && got + 1 == need && buf[got] == '\0', "detokenize %d, %zu of %zu",
+               st, got, need);
     FUZZ_CHECK(fuzz_utf8_valid(buf, got), "detokenized text is not valid UTF-8");
     *len = got;
     return buf;
@@ -244,11 +250,12 @@ static void check_ids(const llmi_tokenizer *t, const uint8_t *data, size_t size,
         }
         FUZZ_CHECK(st == LLM_ERR_BUFFER_TOO_SMALL, "size query gave %d", st);
         FUZZ_CHECK(memcmp(&before, &d, sizeof d) == 0, "BUFFER_TOO_SMALL changed the state");
-        char *buf = need + 1 <= sizeof piece ? piece : malloc(need + 1);
+        FUZZ_CHECK(need >= 1, "size query asked for %zu bytes", need); /* NUL included */
+        char *buf = need <= sizeof piece ? piece : malloc(need);
         size_t got = 0;
-        st = llmi_detok_push(&d, id, buf, need + 1, &got);
-        FUZZ_CHECK(st == LLM_OK && got == need && buf[got] == '\0', "push %d: %zu of %zu", st, got,
-                   need);
+        st = llmi_detok_push(&d, id, buf, need, &got);
+        FUZZ_CHECK(st == LLM_OK && got + 1 == need && buf[got] == '\0', "push %d: %zu of %zu", st,
+                   got, need);
         FUZZ_CHECK(fuzz_utf8_valid(buf, got), "piece of token %d is not valid UTF-8", id);
         FUZZ_CHECK(d.n_pending < 4, "%zu bytes held back", d.n_pending);
         while (total + got + 16 > cap)
