@@ -14,8 +14,10 @@
 #     it has been fetched; LLM_TEST_MODEL= disables it) the demo also
 #     generates 8 greedy tokens. The installed bin/llm-run runs too
 #     (--help; a missing model exits 2).
-#  3. Links the demo statically against libllminfer.a with
-#     `pkg-config --static --libs` (checks Libs.private) and runs it.
+#     It builds once more with the .pc file's rpath variable and runs
+#     without LD_LIBRARY_PATH.
+#  3. Links the demo statically through llminfer-static.pc (the archive by
+#     name, plus the libraries llminfer.pc lists in Libs.private) and runs it.
 #  4. Checks the public header compiles as C++ (when a C++ compiler exists).
 #  5. `make install DESTDIR=<stage> PREFIX=/usr` (packager staging) puts
 #     everything under the stage, and the demo builds from it with
@@ -73,7 +75,8 @@ if ! make --no-print-directory install BUILD="$build_arg" PREFIX="$prefix" DESTD
 fi
 
 libdir=$prefix/lib
-for f in include/llm.h lib/$realname lib/libllminfer.a lib/pkgconfig/llminfer.pc bin/llm-run; do
+for f in include/llm.h lib/$realname lib/libllminfer.a lib/pkgconfig/llminfer.pc \
+    lib/pkgconfig/llminfer-static.pc bin/llm-run; do
     [ -f "$prefix/$f" ] || die "make install did not install $f (in $prefix)"
 done
 cmp -s include/llm.h "$prefix/include/llm.h" || die "the installed llm.h differs from include/llm.h"
@@ -155,16 +158,37 @@ if [ "$rc" -ne 2 ]; then
     die "the installed bin/llm-run with a missing model exited $rc, expected 2 (runtime error)"
 fi
 
-# --- 3. static linking: libllminfer.a + Libs.private ----------------------
-static_args=()
+# The .pc file's rpath variable: the demo finds the installed library with
+# no LD_LIBRARY_PATH.
+read -r -a rpath <<<"$(pc --variable=rpath llminfer)"
+[ "${#rpath[@]}" -gt 0 ] || die "llminfer.pc has no rpath variable"
+if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${cflags[@]}" "${libs[@]}" "${rpath[@]}" \
+    "${ldsan[@]}" -o "$demo-rpath" >"$work/cc-rpath.log" 2>&1; then
+    show "$work/cc-rpath.log"
+    die "building demo.c with the rpath variable: ${rpath[*]}"
+fi
+run_demo demo-rpath "$demo-rpath" LD_LIBRARY_PATH= LLM_TEST_MODEL=
+ldd_out=$(env -u LD_LIBRARY_PATH ldd "$demo-rpath")
+grep -q "$soname => $libdir/$soname" <<<"$ldd_out" ||
+    die "demo-rpath did not resolve $soname through its rpath: $(grep llminfer <<<"$ldd_out")"
+
+# --- 3. static linking ------------------------------------------------------
+# `pkg-config --static --libs llminfer` keeps -lllminfer, which the linker
+# resolves to the shared library when both are installed; llminfer-static.pc
+# names the archive itself.
+pc --exists llminfer-static || die "pkg-config cannot find llminfer-static"
+[ "$(pc --modversion llminfer-static)" = "$version" ] || die "llminfer-static.pc version differs"
+read -r -a static_args <<<"$(pc --cflags --libs llminfer-static)"
+# Libs.private of llminfer.pc and the static file's libraries agree.
 for a in "${static_libs[@]}"; do
-    if [ "$a" = -lllminfer ]; then a=-l:libllminfer.a; fi
-    static_args+=("$a")
+    case $a in -L* | -lllminfer) continue ;; esac
+    [[ " ${static_args[*]} " == *" $a "* ]] ||
+        die "llminfer.pc links $a statically, llminfer-static.pc does not"
 done
-if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${cflags[@]}" "${static_args[@]}" \
+if ! "${cc[@]}" "${warn[@]}" tests/install/demo.c "${static_args[@]}" \
     "${ldsan[@]}" -o "$demo-static" >"$work/cc-static.log" 2>&1; then
     show "$work/cc-static.log"
-    die "linking demo.c against libllminfer.a with: ${static_args[*]} (is Libs.private complete?)"
+    die "linking demo.c against libllminfer.a with: ${static_args[*]}"
 fi
 if readelf -d "$demo-static" | grep -q "(NEEDED).*libllminfer"; then
     die "demo-static still needs the shared libllminfer"
