@@ -47,6 +47,7 @@ API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
+	bindings-test docs \
 	install-test bench bench-cpu deps-check
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
@@ -150,12 +151,15 @@ test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line
-# is the suite's), then the ABI checks.
+# is the suite's), the ABI checks, the API reference, then the language
+# bindings against an installed copy of the (unsanitized) library.
 check:
 	$(MAKE) --no-print-directory deps-check
 	$(MAKE) --no-print-directory tsan
 	$(MAKE) --no-print-directory BUILD=build/san SAN=1 OPT=-O1 test
 	$(MAKE) --no-print-directory abi-check
+	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory bindings-test
 
 # Includes and calls between lib/ modules only run down the order in
 # docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
@@ -184,8 +188,23 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllminfer.so
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/llm-run $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-		pkgconfig/llminfer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc
+	for pc in llminfer llminfer-static; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+			pkgconfig/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; \
+	done
+
+# The API reference from include/llm.h (Doxygen; a warning fails it).
+docs:
+	@rm -rf $(BUILD)/docs && mkdir -p $(BUILD)/docs
+	@( cat docs/Doxyfile; echo "OUTPUT_DIRECTORY = $(BUILD)/docs/api"; \
+		echo "WARN_LOGFILE = $(BUILD)/docs/warnings.log" ) | doxygen - || \
+		{ cat $(BUILD)/docs/warnings.log >&2; exit 1; }
+	@echo "API reference: $(BUILD)/docs/api/html/index.html"
+
+# The Python, Go and Rust bindings' suites against an installed copy
+# (tests/bindings/run.sh; docs/bindings/).
+bindings-test: all $(MODEL)
+	@bash tests/bindings/run.sh $(BUILD) $(MODEL)
 
 # Installs into a scratch prefix and builds a downstream program with pkg-config.
 install-test:
@@ -202,7 +221,8 @@ format:
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
 		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/bin/llm-run \
-		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer-static.pc
 
 clean:
 	rm -rf build
@@ -219,9 +239,11 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= gguf model tokenize chat state
 FUZZ_DIR := build/fuzz
+# UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
+# (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
+# SIMD kernel file in that mode (over 400 s for kernels_q8_x86.c).
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz \
-	$(TEST_HOOKS)
+	-pthread -D_GNU_SOURCE -Iinclude -Ilib -Itests/fuzz $(TEST_HOOKS)
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_MAXLEN_gguf := 65536

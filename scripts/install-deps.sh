@@ -20,6 +20,14 @@ install_deps() {
         want+=(python3-pip)
     fi
     command -v unzip >/dev/null 2>&1 || want+=(unzip)
+    # The bindings' suites (tests/bindings/run.sh): a venv for Python, Go
+    # and cargo from Debian unless a toolchain is already on PATH (a rustup
+    # or upstream Go install is fine: Go 1.19+ and Rust 1.63+ are enough).
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || want+=(python3-venv)
+    command -v go >/dev/null 2>&1 || want+=(golang-go)
+    command -v cargo >/dev/null 2>&1 || want+=(cargo)
+    # The API reference (make docs).
+    want+=(doxygen)
 
     if ! command -v dpkg-query >/dev/null 2>&1; then
         echo "ci: not a Debian-like system; install these yourself: ${want[*]}" >&2
