@@ -269,7 +269,9 @@ LLM_API llm_status llm_model_get_info(const llm_model *model, llm_model_info *in
 
 /** Flags of llm_tokenize(), OR-ed into its `flags`. */
 typedef enum llm_tokenize_flag {
-    /** Add the model's BOS token (and EOS where the model asks for it). */
+    /** Add the BOS and EOS tokens where the model asks for them (its
+     *  add_bos_token / add_eos_token metadata; SmolLM2 asks for neither,
+     *  Llama 3 for BOS only). */
     LLM_TOKENIZE_ADD_SPECIAL = 1u << 0,
     /** Turn special-token text such as "<|im_start|>" into its token. */
     LLM_TOKENIZE_PARSE_SPECIAL = 1u << 1,
@@ -378,8 +380,10 @@ typedef struct llm_session_params {
      *  blocks fill. A pool larger than the memory this process can ever
      *  have, the machine's physical memory or its container's lower cgroup
      *  limit (memory.max), could never be backed: llm_session_create()
-     *  refuses it with ::LLM_ERR_OUT_OF_MEMORY. A pool within that limit
-     *  still competes with everything else for memory. */
+     *  refuses it with ::LLM_ERR_OUT_OF_MEMORY. A pool of more than
+     *  2^32 token slots (blocks times kv_block_size) is refused with
+     *  ::LLM_ERR_LIMIT first. A pool within those limits still competes
+     *  with everything else for memory. */
     uint64_t kv_cache_bytes;
     /** Element type of the cached K and V (default ::LLM_KV_F32).
      *  ::LLM_KV_F16 and ::LLM_KV_BF16 take half the bytes per token, so
@@ -480,7 +484,7 @@ typedef struct llm_logit_bias {
  *  8. top-p: keep the smallest set of most likely tokens whose probability
  *     reaches `top_p`;
  *  9. min-p: drop tokens less likely than `min_p` times the most likely;
- * 10. renormalise and draw with a uniform number u in [0, 1) derived from
+ *  10. renormalise and draw with a uniform number u in [0, 1) derived from
  *     (seed, stream, position) only: a seeded sequence gets the same tokens
  *     whatever else is batched with it and however many threads run.
  *
@@ -741,7 +745,12 @@ typedef struct llm_event {
                             borrowed until the next llm_session_step() */
     size_t text_len;
     float logprob;     /**< log p(token) if requested, else 0 */
-    llm_finish_reason finish_reason; /**< LLM_FINISH_NONE unless this is the last event */
+    /** LLM_FINISH_NONE unless this is the request's (or sample's) last
+     *  event. A request that ends on an end-of-generation token gets a
+     *  finish event carrying that token with empty text; the token is not
+     *  part of the output (llm_generate() reports it neither to on_token
+     *  nor in n_generated_tokens). */
+    llm_finish_reason finish_reason;
     llm_status status; /**< why, when finish_reason is LLM_FINISH_ERROR */
     /** With llm_request_params::top_logprobs: the `n_top` most likely tokens
      *  of the model's distribution for this position, most likely first, and
@@ -807,6 +816,13 @@ typedef struct llm_session_stats {
     uint64_t spec_accepted_tokens;
 } llm_session_stats;
 
+/**
+ * Fills `stats` up to `stats->struct_size` bytes, which the caller sets
+ * first. May be called from any thread, also while another thread is inside
+ * llm_session_step() or llm_generate() on the session (a server's metrics
+ * endpoint, say); not concurrently with the token-level calls
+ * (llm_seq_*, llm_session_decode()), which the stepping thread makes.
+ */
 LLM_API llm_status llm_session_get_stats(llm_session *session, llm_session_stats *stats);
 
 /* ------------------------------------------------------------------------ */
