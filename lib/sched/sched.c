@@ -548,6 +548,7 @@ static llm_status run_iteration(llmi_sched *s) {
         return rs;
     }
     s->steps++;
+    s->in_forward = true;
     pthread_mutex_unlock(&s->lock);
     llm_status st = n_jobs ? run_drafts(s, n_jobs) : LLM_OK;
     double t0 = llmi_now();
@@ -556,6 +557,7 @@ static llm_status run_iteration(llmi_sched *s) {
                               s->logits);
     double seconds = llmi_now() - t0;
     pthread_mutex_lock(&s->lock);
+    s->in_forward = false;
     if (st != LLM_OK) {
         for (size_t i = 0; i < s->n_running; i++) s->running[i]->in_flight = false;
         return st;
@@ -625,14 +627,17 @@ void llmi_sched_stats(llmi_sched *s, llmi_kv_seq **const *extra,
     st->blocks_used = kv->n_blocks - kv->n_free - kv->n_cached;
     /* Token slots holding K/V, counting a block shared by several sequences
      * once: per block, the most slots any of its sequences fills. */
-    uint32_t *fill = s->stats_fill;
-    memset(fill, 0, kv->n_blocks * sizeof *fill);
-    for (size_t i = 0; i < s->n_running; i++) count_fill(kv, &s->running[i]->seq, fill);
-    for (size_t i = 0; i < *n_extra; i++)
-        if ((*extra)[i]) count_fill(kv, (*extra)[i], fill);
-    uint64_t used_tokens = 0;
-    for (uint32_t b = 0; b < kv->n_blocks; b++) used_tokens += fill[b];
-    st->kv_tokens_used = used_tokens;
+    if (!s->in_forward) {
+        uint32_t *fill = s->stats_fill;
+        memset(fill, 0, kv->n_blocks * sizeof *fill);
+        for (size_t i = 0; i < s->n_running; i++) count_fill(kv, &s->running[i]->seq, fill);
+        for (size_t i = 0; i < *n_extra; i++)
+            if ((*extra)[i]) count_fill(kv, (*extra)[i], fill);
+        uint64_t used_tokens = 0;
+        for (uint32_t b = 0; b < kv->n_blocks; b++) used_tokens += fill[b];
+        s->kv_tokens_used = used_tokens;
+    }
+    st->kv_tokens_used = s->kv_tokens_used;
     st->prefix_hit_tokens = kv->prefix_hit_tokens;
     st->prompt_tokens = s->prompt_tokens;
     st->generated_tokens = s->generated_tokens;

@@ -107,6 +107,11 @@ typedef struct llmi_sched {
     char *piece;          /* streaming text buffer */
     size_t piece_cap;
     uint32_t *stats_fill; /* [kv blocks]: scratch for llmi_sched_stats */
+    /* While a forward pass runs without the lock, the engine moves the
+     * running sequences' lengths: stats taken then report the KV tokens
+     * counted before it started. */
+    bool in_forward;
+    uint64_t kv_tokens_used;
     llmi_request **waiting; /* unordered; the best is searched each step */
     size_t n_waiting, cap_waiting;
     llmi_request **running; /* admission order */

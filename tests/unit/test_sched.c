@@ -4,6 +4,7 @@
 #include "sched_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct req_spec {
     llm_token prompt[600];
@@ -375,6 +376,29 @@ static void *submit_thread(void *arg) {
     return NULL;
 }
 
+/* Reads the stats while another thread steps (llm.h allows it): every
+ * snapshot is consistent. Under ThreadSanitizer (make tsan) this also
+ * checks that nothing the forward pass writes is read without the lock. */
+typedef struct stats_poller {
+    llm_session *s;
+    atomic_bool stop;
+    uint64_t n_polls;
+    bool consistent;
+} stats_poller;
+
+static void *poll_stats(void *arg) {
+    stats_poller *p = arg;
+    while (!atomic_load(&p->stop)) {
+        llm_session_stats st = {sizeof st};
+        llmi_session_stats(p->s, &st);
+        if (st.blocks_used + st.blocks_cached + st.blocks_free != st.blocks_total ||
+            st.kv_tokens_used > (uint64_t)st.blocks_used * st.block_size)
+            p->consistent = false;
+        p->n_polls++;
+    }
+    return NULL;
+}
+
 static void test_concurrent_submit_cancel(void **state) {
     (void)state;
     llm_session *s = new_session(g_model, 2, 1024, 128, 16, 64, true);
@@ -384,6 +408,9 @@ static void test_concurrent_submit_cancel(void **state) {
         t[i] = (submitter){.s = s, .seed = 100u + (unsigned)i};
         pthread_create(&th[i], NULL, submit_thread, &t[i]);
     }
+    stats_poller poller = {.s = s, .consistent = true};
+    pthread_t poll_th;
+    pthread_create(&poll_th, NULL, poll_stats, &poller);
     /* Step while they submit; count finish events per id. */
     static outcome outs[160];
     size_t n_outs = 0;
@@ -412,9 +439,14 @@ static void test_concurrent_submit_cancel(void **state) {
         llmi_session_stats(s, &st);
         if (joined && n == 0 && st.n_running == 0 && st.n_waiting == 0) break;
     }
+    atomic_store(&poller.stop, true);
+    pthread_join(poll_th, NULL);
+    assert_true(poller.consistent);
+    assert_true(poller.n_polls > 0);
     int submitted = 0;
     for (int i = 0; i < 4; i++) submitted += t[i].n;
-    printf("# %d requests submitted from 4 threads, %zu finished\n", submitted, n_outs);
+    printf("# %d requests submitted from 4 threads, %zu finished; stats read %llu times\n",
+           submitted, n_outs, (unsigned long long)poller.n_polls);
     assert_int_equal(n_outs, (size_t)submitted);
     for (size_t k = 0; k < n_outs; k++) assert_int_equal(outs[k].n_finish_events, 1);
     check_invariants(s);
