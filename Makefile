@@ -295,3 +295,4 @@ fuzz-corpus: $(TESTLIB)
 
 -include $(LIB_OBJ:.o=.d)
 -include $(TEST_OBJ:.o=.d)
+include examples/llm-serve/serve.mk
