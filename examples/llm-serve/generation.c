@@ -31,6 +31,7 @@ struct generation {
     char id[48];
     long long created;
     double t_submit, t_first, t_last;
+    double next_client_check;
     uint32_t n_generated;
     uint32_t n_finished;
     sample_out *samples;
@@ -303,15 +304,22 @@ static cJSON *response_head(const generation *g, const char *object)
     return root;
 }
 
-/* Waits for the next event, giving up when the client left. */
+/* Waits for the next event, giving up when the client left. The socket is
+ * checked every slice even while events keep coming, since a busy request
+ * may never wait that long for one. */
 static job_event *next_event(generation *g)
 {
-    for (int waited = 0; waited < STALL_LIMIT_MS; waited += WAIT_SLICE_MS) {
+    double deadline = now_seconds() + STALL_LIMIT_MS / 1000.0;
+    for (;;) {
+        double t = now_seconds();
+        if (t >= g->next_client_check) {
+            if (client_gone(g)) return NULL;
+            g->next_client_check = t + WAIT_SLICE_MS / 1000.0;
+        }
         job_event *ev = job_next(g->job, WAIT_SLICE_MS);
         if (ev) return ev;
-        if (client_gone(g)) return NULL;
+        if (now_seconds() > deadline) return NULL;
     }
-    return NULL;
 }
 
 char *generation_collect(generation *g, serve_error *err)
