@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # End-to-end tests of build/llm-serve on loopback (docs/serve.md).
 # Env: LLM_TEST_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf),
+#      LLM_SERVE_BIN (default $BUILD/llm-serve),
 #      BUILD (default build), SERVE_VENV (default $BUILD/serve-venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 MODEL=${LLM_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 VENV=${SERVE_VENV:-$BUILD/serve-venv}
+SERVER_BIN=${LLM_SERVE_BIN:-$BUILD/llm-serve}
 OPENAI_VERSION=1.109.1
-export BUILD LLM_TEST_MODEL=$MODEL
+export BUILD LLM_TEST_MODEL=$MODEL LLM_SERVE_BIN=$SERVER_BIN
 
 if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
     python3 -m venv --system-site-packages "$VENV"
@@ -25,7 +27,7 @@ trap cleanup EXIT
 # Starts the server in the background; sets SERVER_PID and LLM_SERVE_URL.
 start_server() {
     local log=$1; shift
-    "$BUILD/llm-serve" -m "$MODEL" --port 0 "$@" >"$log.out" 2>"$log.err" &
+    "$SERVER_BIN" -m "$MODEL" --port 0 "$@" >"$log.out" 2>"$log.err" &
     SERVER_PID=$!
     for _ in $(seq 100); do
         LLM_SERVE_URL=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$log.out")

@@ -13,7 +13,7 @@ from common import BUILD, MODEL, Suite, sse_events
 
 
 def start_server(*args):
-    proc = subprocess.Popen([os.path.join(BUILD, "llm-serve"), "-m", MODEL, "--port", "0",
+    proc = subprocess.Popen([os.environ.get("LLM_SERVE_BIN", os.path.join(BUILD, "llm-serve")), "-m", MODEL, "--port", "0",
                              "--ctx", "1024", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
