@@ -297,8 +297,10 @@ struct MHD_Daemon *http_start(server *srv, const char *host, uint16_t port, uint
         fprintf(stderr, "llm-serve: cannot resolve host '%s': %s\n", host, gai_strerror(rc));
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    /* Clients hanging up mid-stream are routine; libmicrohttpd's own
+     * messages about them only help when debugging. */
+    if (srv->verbose) flags |= MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
