@@ -156,7 +156,9 @@ static void *engine_main(void *arg)
             dispatch(e, events, n);
             continue;
         }
-        llm_session_stats stats = {sizeof stats};
+        llm_session_stats stats;
+        memset(&stats, 0, sizeof stats);
+        stats.struct_size = sizeof stats;
         llm_session_get_stats(e->session, &stats);
         if (stats.n_running || stats.n_waiting) continue;
         pthread_mutex_lock(&e->lock);

@@ -492,6 +492,15 @@ static bool refill(generation *g)
                 cJSON_AddNullToObject(c, "finish_reason");
                 queue_chunk(g, chunk);
             }
+        } else if (g->req.echo) {
+            for (uint32_t i = 0; i < g->req.n; i++) {
+                cJSON *c;
+                cJSON *chunk = stream_chunk(g, i, &c);
+                cJSON_AddStringToObject(c, "text", g->req.prompt);
+                cJSON_AddNullToObject(c, "logprobs");
+                cJSON_AddNullToObject(c, "finish_reason");
+                queue_chunk(g, chunk);
+            }
         }
         g->phase = 1;
         if (g->pending_len) return true;

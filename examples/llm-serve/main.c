@@ -21,6 +21,7 @@ typedef struct options {
     long threads, ctx, max_concurrent, max_tokens_limit, kv_cache_mib, shutdown_timeout;
     long long max_body_bytes;
     const char *served_model_name;
+    const char *draft_model_path;
     int verbose;
 } options;
 
@@ -41,6 +42,8 @@ static void usage(FILE *f)
             "  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)\n"
             "  --served-model-name NAME  model id in responses (default: the file's name)\n"
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
+            "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
+            "                            for \"speculative\": \"draft\"\n"
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
             "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
             "  -v                        log requests and library messages to stderr\n"
@@ -86,6 +89,7 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--served-model-name")) o->served_model_name = v;
+        else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
         else if (!strcmp(a, "--port")) { if (!parse_long(a, v, 0, 65535, &o->port)) return false; }
         else if (!strcmp(a, "--threads")) { if (!parse_long(a, v, 0, 1024, &o->threads)) return false; }
         else if (!strcmp(a, "--ctx")) { if (!parse_long(a, v, 0, 1 << 24, &o->ctx)) return false; }
@@ -170,6 +174,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.model_path, errbuf);
         return 1;
     }
+    llm_model *draft = NULL;
+    if (o.draft_model_path) {
+        st = llm_model_load(o.draft_model_path, &mp, &draft);
+        if (st != LLM_OK) {
+            fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.draft_model_path, errbuf);
+            llm_model_free(model);
+            return 1;
+        }
+    }
     server srv = {0};
     srv.model = model;
     srv.info.struct_size = sizeof srv.info;
@@ -179,11 +192,13 @@ int main(int argc, char **argv)
     sp.n_threads = (uint32_t)o.threads;
     sp.n_ctx = (uint32_t)o.ctx;
     sp.kv_cache_bytes = (uint64_t)o.kv_cache_mib << 20;
+    sp.draft_model = draft;
     sp.error_message = errbuf;
     sp.error_capacity = sizeof errbuf;
     st = llm_session_create(model, &sp, &srv.session);
     if (st != LLM_OK) {
         fprintf(stderr, "llm-serve: cannot create a session: %s\n", errbuf);
+        llm_model_free(draft);
         llm_model_free(model);
         return 1;
     }
@@ -227,6 +242,7 @@ int main(int argc, char **argv)
     engine_stop(srv.engine);
     metrics_free(srv.metrics);
     llm_session_free(srv.session);
+    llm_model_free(draft);
     llm_model_free(model);
     free(model_name);
     return 0;

@@ -144,7 +144,9 @@ static void put_histogram(text *t, const char *name, const char *help, const his
 
 char *metrics_render(metrics *m, llm_session *session)
 {
-    llm_session_stats s = {sizeof s};
+    llm_session_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
     llm_session_get_stats(session, &s);
     text t = {0};
     pthread_mutex_lock(&m->lock);

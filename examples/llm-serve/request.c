@@ -218,7 +218,8 @@ static bool parse_spec(const cJSON *root, serve_request *req, serve_error *err)
         if (!cJSON_IsString(spec)) return INVALID("speculative", "'speculative' must be a string");
         if (!strcmp(spec->valuestring, "none")) req->spec_mode = LLM_SPEC_NONE;
         else if (!strcmp(spec->valuestring, "ngram")) req->spec_mode = LLM_SPEC_NGRAM;
-        else return INVALID("speculative", "'speculative' must be 'none' or 'ngram'");
+        else if (!strcmp(spec->valuestring, "draft")) req->spec_mode = LLM_SPEC_DRAFT;
+        else return INVALID("speculative", "'speculative' must be 'none', 'ngram' or 'draft'");
     }
     bool present;
     double v = 0;

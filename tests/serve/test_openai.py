@@ -148,10 +148,20 @@ def test_max_completion_tokens_and_length():
     assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
 
 
-def test_speculative_ngram_same_answer():
+def test_speculative_same_answer():
     plain = chat(temperature=0, max_tokens=24).choices[0].message.content
-    spec = chat(temperature=0, max_tokens=24, extra_body={"speculative": "ngram"})
-    assert spec.choices[0].message.content == plain
+    for mode in ("ngram", "draft"):  # run.sh gives the server a draft model
+        spec = chat(temperature=0, max_tokens=24, extra_body={"speculative": mode})
+        assert spec.choices[0].message.content == plain, mode
+
+
+def test_completion_echo():
+    r = client.completions.create(model=MODEL_ID, prompt="The sky is", temperature=0,
+                                  max_tokens=4, echo=True)
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL_ID, prompt="The sky is", temperature=0, max_tokens=4, echo=True, stream=True)
+        if c.choices)
+    assert r.choices[0].text.startswith("The sky is") and text == r.choices[0].text, (text, r)
 
 
 if __name__ == "__main__":
@@ -160,5 +170,5 @@ if __name__ == "__main__":
         test_chat_stream_equals_non_stream, test_completion_stream, test_content_parts_and_system,
         test_n_samples, test_seed_reproducible, test_stop_strings, test_chat_logprobs,
         test_completion_logprobs, test_penalties_and_bias_accepted,
-        test_max_completion_tokens_and_length, test_speculative_ngram_same_answer,
+        test_max_completion_tokens_and_length, test_speculative_same_answer, test_completion_echo,
     ])
