@@ -130,13 +130,25 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
         req->sampling.seed = (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)ts.tv_sec ^
                              (uint64_t)(uintptr_t)g;
     }
-    char *text = chat ? render_chat(srv, req, err) : strdup(req->prompt);
-    if (!text) goto fail;
-    /* The template already holds the special tokens, as text to parse. */
-    bool ok = tokenize(srv, text, LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL,
-                       &g->prompt, &g->n_prompt, err);
-    free(text);
-    if (!ok) goto fail;
+    if (req->n_prompt_tokens) {
+        g->prompt = malloc(req->n_prompt_tokens * sizeof *g->prompt);
+        if (!g->prompt) abort();
+        memcpy(g->prompt, req->prompt_tokens, req->n_prompt_tokens * sizeof *g->prompt);
+        g->n_prompt = req->n_prompt_tokens;
+    } else {
+        char *text = chat ? render_chat(srv, req, err) : strdup(req->prompt);
+        if (!text) goto fail;
+        /* The template already holds the special tokens, as text to parse. */
+        bool ok = tokenize(srv, text, LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL,
+                           &g->prompt, &g->n_prompt, err);
+        free(text);
+        if (!ok) goto fail;
+    }
+    if (!g->n_prompt) {
+        serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",
+                        "the prompt is empty");
+        goto fail;
+    }
     if (g->n_prompt >= srv->n_ctx) {
         serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",
                         "the prompt has %zu tokens; this model's context holds %u, which must "

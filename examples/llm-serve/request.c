@@ -31,6 +31,7 @@ void serve_request_free(serve_request *req)
     }
     free(req->messages);
     free(req->prompt);
+    free(req->prompt_tokens);
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     free(req->logit_bias);
     free(req->model);
@@ -153,14 +154,37 @@ static bool parse_messages(const cJSON *root, serve_request *req, serve_error *e
     return true;
 }
 
-static bool parse_prompt(const cJSON *root, serve_request *req, serve_error *err)
+/* A prompt given as token ids, as OpenAI's API allows. */
+static bool parse_prompt_tokens(const cJSON *prompt, const serve_limits *limits,
+                                serve_request *req, serve_error *err)
+{
+    int count = cJSON_GetArraySize(prompt);
+    req->prompt_tokens = calloc((size_t)count, sizeof *req->prompt_tokens);
+    if (!req->prompt_tokens) abort();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, prompt) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= limits->n_vocab)
+            return INVALID("prompt", "'prompt' token ids must be integers below %u", limits->n_vocab);
+        req->prompt_tokens[req->n_prompt_tokens++] = (llm_token)t->valuedouble;
+    }
+    req->prompt = dup_string("");
+    return true;
+}
+
+static bool parse_prompt(const cJSON *root, const serve_limits *limits, serve_request *req,
+                         serve_error *err)
 {
     const cJSON *prompt = field(root, "prompt");
     if (!prompt) return INVALID("prompt", "'prompt' is required");
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0 &&
+        cJSON_IsNumber(cJSON_GetArrayItem(prompt, 0)))
+        return parse_prompt_tokens(prompt, limits, req, err);
     if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1)
         prompt = cJSON_GetArrayItem(prompt, 0);
     if (!cJSON_IsString(prompt))
-        return INVALID("prompt", "'prompt' must be a string (or an array of one string)");
+        return INVALID("prompt", "'prompt' must be a string, an array of one string, or an "
+                                 "array of token ids");
     req->prompt = dup_string(prompt->valuestring);
     return true;
 }
@@ -277,7 +301,7 @@ static bool parse_root(const cJSON *root, bool chat, const serve_limits *limits,
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return INVALID("model", "'model' must be a string");
     if (model) req->model = dup_string(model->valuestring);
-    if (chat ? !parse_messages(root, req, err) : !parse_prompt(root, req, err)) return false;
+    if (chat ? !parse_messages(root, req, err) : !parse_prompt(root, limits, req, err)) return false;
     if (!get_bool(root, "stream", &req->stream, err)) return false;
     const cJSON *opts = field(root, "stream_options");
     if (opts) {

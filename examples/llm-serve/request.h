@@ -36,7 +36,9 @@ typedef struct serve_request {
     bool chat;
     serve_message *messages; /* chat */
     size_t n_messages;
-    char *prompt;            /* completions */
+    char *prompt;            /* completions, as text */
+    llm_token *prompt_tokens; /* completions, as token ids (then prompt is "") */
+    size_t n_prompt_tokens;
     bool stream;
     bool include_usage;
     bool has_max_tokens;

@@ -131,16 +131,27 @@ def test_completion_logprobs():
     assert lp.text_offset[0] == 0 and all(len(t) <= 2 for t in lp.top_logprobs)
 
 
-def test_penalties_and_bias_accepted():
+def test_penalties_accepted():
     r = chat(temperature=0, max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5,
-             extra_body={"top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1})
-    assert r.choices[0].message.content
-    base = chat(temperature=0, max_tokens=1)
-    lp = chat(temperature=0, max_tokens=1, logprobs=True).choices[0].logprobs.content[0]
-    # Find the first token's id through the completions logprobs is not possible;
-    # banning every token of the vocabulary's first 1000 ids must still answer.
-    r = chat(temperature=0, max_tokens=4, logit_bias={str(i): -100 for i in range(100)})
-    assert r.choices[0].message.content is not None and base and lp
+             extra_body={"top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1, "repeat_last_n": 32})
+    assert r.choices[0].message.content and r.usage.completion_tokens > 0
+
+
+def test_logit_bias():
+    # A large bias on one token makes greedy decoding pick it every time.
+    r = chat(temperature=0, max_tokens=3, logprobs=True, logit_bias={"1000": 100})
+    tokens = [t.token for t in r.choices[0].logprobs.content]
+    assert len(tokens) == 3 and len(set(tokens)) == 1, tokens
+    # -100 bans it again: the answer no longer holds that token.
+    r = chat(temperature=0, max_tokens=3, logprobs=True,
+             logit_bias={"1000": -100, "1001": 100})
+    assert all(t.token != tokens[0] for t in r.choices[0].logprobs.content), r
+
+
+def test_prompt_as_token_ids():
+    r = client.completions.create(model=MODEL_ID, prompt=[504, 3656, 314], temperature=0,
+                                  max_tokens=6)
+    assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 6 and r.choices[0].text
 
 
 def test_max_completion_tokens_and_length():
@@ -169,6 +180,6 @@ if __name__ == "__main__":
         test_models, test_chat_greedy_matches_llm_run, test_completion_greedy_matches_llm_run,
         test_chat_stream_equals_non_stream, test_completion_stream, test_content_parts_and_system,
         test_n_samples, test_seed_reproducible, test_stop_strings, test_chat_logprobs,
-        test_completion_logprobs, test_penalties_and_bias_accepted,
+        test_completion_logprobs, test_penalties_accepted, test_logit_bias, test_prompt_as_token_ids,
         test_max_completion_tokens_and_length, test_speculative_same_answer, test_completion_echo,
     ])
