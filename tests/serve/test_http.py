@@ -77,6 +77,14 @@ def test_limits():
     assert body["error"]["code"] == "context_length_exceeded"
     status, _, data = request("POST", CHAT, body="x" * (2 << 20))
     assert_error(status, json.loads(data), 413)
+    # Chunked bodies have no Content-Length to refuse up front.
+    host, port = host_port()
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    conn.request("POST", CHAT, body=(b"x" * 65536 for _ in range(40)), encode_chunked=True,
+                 headers={"Authorization": "Bearer " + API_KEY} if API_KEY else {})
+    resp = conn.getresponse()
+    assert_error(resp.status, json.loads(resp.read()), 413)
+    conn.close()
 
 
 def test_method_and_path():
