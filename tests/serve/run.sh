@@ -55,5 +55,12 @@ wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1;
 SERVER_PID=
 unset LLM_SERVE_TEST_KEY
 
+# 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
+start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12
+"$PY" tests/serve/test_preemption.py
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+SERVER_PID=
+
 "$PY" tests/serve/test_shutdown.py
 echo "serve-test: ok"
