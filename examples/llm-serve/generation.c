@@ -3,6 +3,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,6 @@ struct generation {
     sample_out *samples;
     int client_fd;
     bool submitted;
-    bool failed;
     /* streaming */
     int phase; /* 0 role chunks, 1 tokens, 2 usage, 3 [DONE] sent */
     char *pending;
@@ -169,8 +169,9 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     if (!g->job || !g->samples) abort();
     for (uint32_t i = 0; i < req->n; i++)
         g->samples[i].logprobs = req->logprobs ? (chat ? cJSON_CreateArray() : NULL) : NULL;
-    snprintf(g->id, sizeof g->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)req->sampling.seed ^ (unsigned long long)(uintptr_t)g->job);
+    static atomic_ullong next_serial;
+    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL), atomic_fetch_add(&next_serial, 1) & 0xffffff);
     g->created = (long long)time(NULL);
     g->t_submit = now_seconds();
     char msg[256];
@@ -292,8 +293,6 @@ static void account(generation *g, const job_event *ev)
     if (ev->finish_reason != LLM_FINISH_NONE) {
         g->n_finished++;
         if (ev->sample_index < g->req.n) g->samples[ev->sample_index].finish = ev->finish_reason;
-        if (ev->finish_reason == LLM_FINISH_ERROR || ev->finish_reason == LLM_FINISH_CANCELLED)
-            g->failed = true;
     }
 }
 
@@ -555,7 +554,6 @@ ssize_t generation_stream_read(generation *g, char *buf, size_t max)
 {
     while (g->pending_off >= g->pending_len) {
         if (g->phase == 3) return 0;
-        if (atomic_load(&g->srv->draining) && g->failed) return -1;
         if (!refill(g)) return g->phase == 3 ? 0 : -1;
     }
     size_t n = g->pending_len - g->pending_off;

@@ -105,12 +105,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-static const union MHD_ConnectionInfo *conn_info(struct MHD_Connection *conn,
-                                                  enum MHD_ConnectionInfoType type)
-{
-    return MHD_get_connection_info(conn, type);
-}
-
 static enum MHD_Result handle_generation(struct MHD_Connection *conn, exchange *ex, bool chat)
 {
     server *srv = ex->srv;
@@ -135,7 +129,8 @@ static enum MHD_Result handle_generation(struct MHD_Connection *conn, exchange *
         ret = send_error(conn, ex, &err);
         goto done;
     }
-    const union MHD_ConnectionInfo *fd = conn_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (fd) generation_set_client_fd(g, fd->connect_fd);
     if (generation_streams(g)) {
         /* Owned by the exchange from now; released when the connection
