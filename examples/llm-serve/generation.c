@@ -312,6 +312,7 @@ static cJSON *response_head(const generation *g, const char *object)
     cJSON_AddStringToObject(root, "object", object);
     cJSON_AddNumberToObject(root, "created", (double)g->created);
     cJSON_AddStringToObject(root, "model", g->srv->model_name);
+    cJSON_AddStringToObject(root, "system_fingerprint", g->srv->fingerprint);
     return root;
 }
 

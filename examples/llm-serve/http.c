@@ -169,13 +169,96 @@ static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
     return send_json(conn, ex, 200, root);
 }
 
+static enum MHD_Result bad_request(struct MHD_Connection *conn, exchange *ex, const char *param,
+                                   const char *message)
+{
+    serve_error err;
+    serve_error_set(&err, 400, "invalid_request_error", param, "%s", message);
+    return send_error(conn, ex, &err);
+}
+
+/* POST /tokenize {"prompt": TEXT, "add_special": BOOL}: the ids the server
+ * would compute for a completions prompt (add_special defaults to true). */
+static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex)
+{
+    if (ex->too_large) return fail(conn, ex, 413, "invalid_request_error", "request_too_large",
+                                   "the request body is too large");
+    cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
+    if (!cJSON_IsString(prompt) || (special && !cJSON_IsBool(special))) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "prompt", "'prompt' must be a string");
+    }
+    uint32_t flags = LLM_TOKENIZE_PARSE_SPECIAL;
+    if (!special || cJSON_IsTrue(special)) flags |= LLM_TOKENIZE_ADD_SPECIAL;
+    const char *text = prompt->valuestring;
+    size_t need = 0, n = 0;
+    llm_status st = llm_tokenize(ex->srv->model, text, strlen(text), flags, NULL, 0, &need);
+    llm_token *tokens = malloc((need ? need : 1) * sizeof *tokens);
+    if (!tokens) abort();
+    if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK)
+        st = llm_tokenize(ex->srv->model, text, strlen(text), flags, tokens, need, &n);
+    cJSON_Delete(root);
+    if (st != LLM_OK) {
+        free(tokens);
+        return bad_request(conn, ex, "prompt", llm_last_error());
+    }
+    cJSON *out = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(tokens[i]));
+    free(tokens);
+    return send_json(conn, ex, 200, out);
+}
+
+/* POST /detokenize {"tokens": [ids]} -> {"prompt": TEXT}. */
+static enum MHD_Result handle_detokenize(struct MHD_Connection *conn, exchange *ex)
+{
+    if (ex->too_large) return fail(conn, ex, 413, "invalid_request_error", "request_too_large",
+                                   "the request body is too large");
+    cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(arr)) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "tokens", "'tokens' must be an array of token ids");
+    }
+    size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
+    llm_token *tokens = malloc((n ? n : 1) * sizeof *tokens);
+    if (!tokens) abort();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble >= ex->srv->info.n_vocab ||
+            t->valuedouble != (double)(llm_token)t->valuedouble) {
+            free(tokens);
+            cJSON_Delete(root);
+            return bad_request(conn, ex, "tokens", "'tokens' must hold token ids of this model");
+        }
+        tokens[i++] = (llm_token)t->valuedouble;
+    }
+    cJSON_Delete(root);
+    size_t need = 0;
+    llm_status st = llm_detokenize(ex->srv->model, tokens, n, 0, NULL, 0, &need);
+    char *text = malloc(need ? need : 1);
+    if (!text) abort();
+    text[0] = '\0';
+    if (st == LLM_ERR_BUFFER_TOO_SMALL) st = llm_detokenize(ex->srv->model, tokens, n, 0, text, need, &need);
+    free(tokens);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "prompt", st == LLM_OK ? text : "");
+    free(text);
+    return send_json(conn, ex, 200, out);
+}
+
 typedef struct route {
     const char *path;
     const char *method;
     int id;
 } route;
 
-enum { ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS };
+enum {
+    ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE
+};
 
 static const route routes[] = {
     {"/v1/chat/completions", "POST", ROUTE_CHAT},
@@ -183,6 +266,8 @@ static const route routes[] = {
     {"/v1/models", "GET", ROUTE_MODELS},
     {"/health", "GET", ROUTE_HEALTH},
     {"/metrics", "GET", ROUTE_METRICS},
+    {"/tokenize", "POST", ROUTE_TOKENIZE},
+    {"/detokenize", "POST", ROUTE_DETOKENIZE},
 };
 
 static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const char *url,
@@ -209,6 +294,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     case ROUTE_CHAT: return handle_generation(conn, ex, true);
     case ROUTE_COMPLETIONS: return handle_generation(conn, ex, false);
     case ROUTE_MODELS: return handle_models(conn, ex);
+    case ROUTE_TOKENIZE: return handle_tokenize(conn, ex);
+    case ROUTE_DETOKENIZE: return handle_detokenize(conn, ex);
     case ROUTE_HEALTH:
         if (atomic_load(&ex->srv->draining))
             return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");

@@ -205,6 +205,7 @@ int main(int argc, char **argv)
     char *model_name = o.served_model_name ? strdup(o.served_model_name)
                                            : default_model_name(o.model_path);
     srv.model_name = model_name;
+    snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
     srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
     srv.limits = (serve_limits){(uint32_t)o.max_tokens_limit, 16, srv.info.n_vocab};

@@ -18,6 +18,7 @@ typedef struct server {
     engine *engine;
     metrics *metrics;
     const char *model_name;
+    char fingerprint[32]; /* "llminfer-VERSION", system_fingerprint of responses */
     const char *api_key; /* NULL: no authentication */
     uint32_t n_ctx;
     serve_limits limits;

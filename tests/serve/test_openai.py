@@ -1,7 +1,7 @@
 """The official OpenAI Python client against llm-serve."""
 import openai
 
-from common import API_KEY, BASE_URL, Suite, llm_run_greedy
+from common import API_KEY, BASE_URL, Suite, llm_run_greedy, post_json
 
 client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=API_KEY or "none", max_retries=0)
 MODEL_ID = client.models.list().data[0].id
@@ -137,21 +137,34 @@ def test_penalties_accepted():
     assert r.choices[0].message.content and r.usage.completion_tokens > 0
 
 
+def tokenize(text, add_special=True):
+    status, _, body = post_json("/tokenize", {"prompt": text, "add_special": add_special})
+    assert status == 200, body
+    return body["tokens"]
+
+
 def test_logit_bias():
     # A large bias on one token makes greedy decoding pick it every time.
     r = chat(temperature=0, max_tokens=3, logprobs=True, logit_bias={"1000": 100})
     tokens = [t.token for t in r.choices[0].logprobs.content]
     assert len(tokens) == 3 and len(set(tokens)) == 1, tokens
-    # -100 bans it again: the answer no longer holds that token.
-    r = chat(temperature=0, max_tokens=3, logprobs=True,
-             logit_bias={"1000": -100, "1001": 100})
-    assert all(t.token != tokens[0] for t in r.choices[0].logprobs.content), r
+    # -100 bans a token: the greedy first token is replaced by another.
+    first = chat(temperature=0, max_tokens=1, logprobs=True).choices[0].logprobs.content[0].token
+    ids = tokenize(first, add_special=False)
+    assert len(ids) == 1, (first, ids)
+    r = chat(temperature=0, max_tokens=1, logprobs=True, logit_bias={str(ids[0]): -100})
+    assert r.choices[0].logprobs.content[0].token != first
 
 
 def test_prompt_as_token_ids():
-    r = client.completions.create(model=MODEL_ID, prompt=[504, 3656, 314], temperature=0,
-                                  max_tokens=6)
-    assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 6 and r.choices[0].text
+    ids = tokenize("The sky is")
+    status, _, back = post_json("/detokenize", {"tokens": ids})
+    assert status == 200 and back["prompt"].endswith("The sky is"), back
+    by_text = client.completions.create(model=MODEL_ID, prompt="The sky is", temperature=0,
+                                        max_tokens=6)
+    by_ids = client.completions.create(model=MODEL_ID, prompt=ids, temperature=0, max_tokens=6)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids) == by_text.usage.prompt_tokens
 
 
 def test_max_completion_tokens_and_length():
