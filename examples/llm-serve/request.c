@@ -285,6 +285,9 @@ static bool parse_sampling(const cJSON *root, serve_request *req, serve_error *e
     if (seed) {
         if (!cJSON_IsNumber(seed) || seed->valuedouble != floor(seed->valuedouble))
             return INVALID("seed", "'seed' must be an integer");
+        /* Converting a double outside the target's range is undefined. */
+        if (!(seed->valuedouble >= -0x1p63 && seed->valuedouble < 0x1p64))
+            return INVALID("seed", "'seed' must be between -2^63 and 2^64 - 1");
         /* Negative seeds are valid in OpenAI's API; keep their bits. */
         s->seed = seed->valuedouble < 0 ? (uint64_t)(int64_t)seed->valuedouble
                                         : (uint64_t)seed->valuedouble;

@@ -3,7 +3,8 @@
 #   make build/llm-serve     the server (needs libmicrohttpd and libcjson)
 #   make serve-test          end-to-end tests on loopback (tests/serve/run.sh)
 #   make serve-test-san      the same with the server under ASan+UBSan
-#   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer
+#   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
+#   make fuzz-serve-regress  the fuzzer once over its seeds and regressions
 #   make bench-serve         load test; JSON under build/bench/
 SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
 SERVE_HDR := $(wildcard examples/llm-serve/*.h)
@@ -11,7 +12,7 @@ SERVE_PKGS := libmicrohttpd libcjson
 SERVE_CFLAGS = $(shell pkg-config --cflags $(SERVE_PKGS))
 SERVE_LIBS = $(shell pkg-config --libs $(SERVE_PKGS))
 
-.PHONY: serve serve-test serve-test-san fuzz-serve bench-serve
+.PHONY: serve serve-test serve-test-san fuzz-serve fuzz-serve-regress bench-serve
 serve: $(BUILD)/llm-serve
 
 $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
@@ -51,6 +52,11 @@ fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
 		$< -max_total_time=$(FUZZ_SERVE_SECONDS) -max_len=8192 -timeout=10 \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_SERVE_DIR)/artifacts/ \
 		$(FUZZ_SERVE_DIR)/corpus tests/serve/fuzz-seeds
+
+# Each seed and regression input once (CI).
+fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$< tests/serve/fuzz-seeds/*
 
 bench-serve: $(BUILD)/llm-serve $(MODEL)
 	scripts/bench-serve.sh
