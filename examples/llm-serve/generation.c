@@ -82,8 +82,10 @@ static char *render_chat(server *srv, const serve_request *req, serve_error *err
     free(msgs);
     if (st != LLM_OK) {
         free(text);
-        serve_error_set(err, st == LLM_ERR_UNSUPPORTED ? 400 : 500, "invalid_request_error",
-                        "messages", "cannot apply the chat template: %s", llm_last_error());
+        bool server_fault = st == LLM_ERR_OUT_OF_MEMORY || st == LLM_ERR_INTERNAL;
+        serve_error_set(err, server_fault ? 500 : 400,
+                        server_fault ? "server_error" : "invalid_request_error", "messages",
+                        "cannot apply the chat template: %s", llm_last_error());
         return NULL;
     }
     return text;

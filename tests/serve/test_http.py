@@ -63,6 +63,10 @@ def test_bad_json_and_types():
     assert_error(status, body, 400, "n")
     status, _, body = post_json("/v1/completions", {"prompt": 3})
     assert_error(status, body, 400, "prompt")
+    status, _, data = request("POST", CHAT, body=b'{"messages":[{"role":"user","content":"\xff"}]}')
+    assert_error(status, json.loads(data), 400, "messages", "UTF-8")
+    status, _, data = request("POST", "/v1/completions", body=b'{"prompt":"\xfe\xff"}')
+    assert_error(status, json.loads(data), 400, contains="UTF-8")
     # Unknown fields are ignored.
     status, _, body = post_json(CHAT, {"messages": HELLO, "max_tokens": 2, "frobnicate": [1]})
     assert status == 200, body
