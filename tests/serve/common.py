@@ -1,4 +1,4 @@
-"""Shared helpers for the llm-serve tests: the server under test comes from
+"""Functions shared by the llm-serve tests: the server under test comes from
 the environment that run.sh sets up."""
 import http.client
 import json
