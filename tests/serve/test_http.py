@@ -117,7 +117,7 @@ def idle(m):
 
 def test_disconnect_mid_stream_frees_kv():
     before = metrics()["llm_serve_engine_generated_tokens_total"]
-    conn, resp = stream_request({"messages": HELLO, "max_tokens": 400, "ignore_eos": True,
+    conn, resp = stream_request({"messages": HELLO, "max_tokens": 900, "ignore_eos": True,
                                  "stream": True, "temperature": 0})
     assert resp.status == 200
     events = sse_events(resp)
@@ -128,14 +128,14 @@ def test_disconnect_mid_stream_frees_kv():
     conn.close()
     wait_until(lambda: idle(metrics()), 5, "KV blocks to be released")
     generated = metrics()["llm_serve_engine_generated_tokens_total"] - before
-    assert generated < 300, f"{generated} tokens generated after the client left"
+    assert generated < 600, f"{generated} of 900 tokens generated after the client left"
 
 
 def test_disconnect_non_stream_cancels():
     before = metrics()["llm_serve_engine_generated_tokens_total"]
     host, port = host_port()
     s = socket.create_connection((host, port))
-    body = json.dumps({"messages": HELLO, "max_tokens": 400, "ignore_eos": True})
+    body = json.dumps({"messages": HELLO, "max_tokens": 900, "ignore_eos": True})
     auth = f"Authorization: Bearer {API_KEY}\r\n" if API_KEY else ""
     s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
               f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
@@ -143,7 +143,7 @@ def test_disconnect_non_stream_cancels():
     s.close()
     wait_until(lambda: idle(metrics()), 5, "KV blocks to be released")
     generated = metrics()["llm_serve_engine_generated_tokens_total"] - before
-    assert generated < 300, f"{generated} tokens generated after the client left"
+    assert generated < 600, f"{generated} of 900 tokens generated after the client left"
 
 
 def test_concurrent_streams_match_non_stream():

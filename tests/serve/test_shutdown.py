@@ -61,7 +61,8 @@ def test_too_many_concurrent_gives_429():
     proc, port = start_server("--max-concurrent", "2", "--shutdown-timeout", "1")
     try:
         outcome = {}
-        threads = [threading.Thread(target=stream, args=(port, 200, outcome, i)) for i in range(2)]
+        # Long enough to still run when the third request comes, on any machine.
+        threads = [threading.Thread(target=stream, args=(port, 1000, outcome, i)) for i in range(2)]
         for t in threads:
             t.start()
         wait_running(port, 2)
