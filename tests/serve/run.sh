@@ -46,7 +46,7 @@ start_server() {
 
 export LLM_SERVE_TEST_KEY=serve-test-key
 start_server "$LOG_DIR/main" --ctx 1024 --api-key "$LLM_SERVE_TEST_KEY" --max-concurrent 80 \
-    --max-tokens-limit 512 --max-body-bytes 1048576 --draft-model "$MODEL"
+    --max-tokens-limit 1000 --max-body-bytes 1048576 --draft-model "$MODEL"
 echo "serve-test: server at $LLM_SERVE_URL"
 "$PY" tests/serve/test_openai.py
 "$PY" tests/serve/test_http.py
