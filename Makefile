@@ -317,3 +317,4 @@ fuzz-corpus: $(TESTLIB)
 
 -include $(LIB_OBJ:.o=.d)
 -include $(TEST_OBJ:.o=.d)
+include examples/llm-serve/serve.mk

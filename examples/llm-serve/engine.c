@@ -1,0 +1,257 @@
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EVENTS_PER_STEP 256
+
+struct engine {
+    llm_session *session;
+    pthread_t thread;
+    /* Guards `active` and `work_pending`. Held across llm_session_submit and
+     * the job's registration so that the engine never sees an event of an
+     * id it does not know yet. */
+    pthread_mutex_t lock;
+    pthread_cond_t work;
+    job *active;
+    unsigned long work_pending;
+    bool stopping;
+};
+
+job *job_create(uint32_t n_samples)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->ready, NULL);
+    j->n_samples = n_samples ? n_samples : 1;
+    j->refs = 1;
+    return j;
+}
+
+void job_release(job *j)
+{
+    if (!j) return;
+    pthread_mutex_lock(&j->lock);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->lock);
+    if (left) return;
+    for (job_event *ev = j->head, *next; ev; ev = next) {
+        next = ev->next;
+        free(ev);
+    }
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->ready);
+    free(j);
+}
+
+job_event *job_next(job *j, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&j->lock);
+    while (!j->head) {
+        if (pthread_cond_timedwait(&j->ready, &j->lock, &deadline) == ETIMEDOUT) break;
+    }
+    job_event *ev = j->head;
+    if (ev) {
+        j->head = ev->next;
+        if (!j->head) j->tail = NULL;
+    }
+    pthread_mutex_unlock(&j->lock);
+    return ev;
+}
+
+static void job_push(job *j, const llm_event *src)
+{
+    job_event *ev = calloc(1, sizeof *ev + src->text_len + 1);
+    if (!ev) abort(); /* losing a token silently would be worse than stopping */
+    ev->token = src->token;
+    ev->logprob = src->logprob;
+    ev->finish_reason = src->finish_reason;
+    ev->status = src->status;
+    ev->sample_index = src->sample_index;
+    ev->n_top = src->n_top > 20 ? 20 : src->n_top;
+    for (uint32_t i = 0; i < ev->n_top; i++) {
+        ev->top_tokens[i] = src->top_tokens[i];
+        ev->top_logprobs[i] = src->top_logprobs[i];
+    }
+    ev->text_len = src->text_len;
+    if (src->text_len) memcpy(ev->text, src->text, src->text_len);
+    pthread_mutex_lock(&j->lock);
+    if (j->tail) j->tail->next = ev;
+    else j->head = ev;
+    j->tail = ev;
+    if (src->finish_reason != LLM_FINISH_NONE) j->n_finished++;
+    pthread_cond_signal(&j->ready);
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* Caller holds e->lock. */
+static job *find_active(engine *e, llm_request_id id, job ***link_out)
+{
+    job **link = &e->active;
+    for (; *link; link = &(*link)->next_active) {
+        if ((*link)->id == id) {
+            if (link_out) *link_out = link;
+            return *link;
+        }
+    }
+    return NULL;
+}
+
+static void dispatch(engine *e, const llm_event *events, size_t n)
+{
+    pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < n; i++) {
+        job **link;
+        job *j = find_active(e, events[i].request, &link);
+        if (!j) continue;
+        job_push(j, &events[i]);
+        if (events[i].finish_reason != LLM_FINISH_NONE) {
+            pthread_mutex_lock(&j->lock);
+            bool done = j->n_finished >= j->n_samples;
+            pthread_mutex_unlock(&j->lock);
+            if (done) {
+                *link = j->next_active;
+                job_release(j);
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void *engine_main(void *arg)
+{
+    engine *e = arg;
+    llm_event *events = calloc(EVENTS_PER_STEP, sizeof *events);
+    if (!events) abort();
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        bool stopping = e->stopping;
+        unsigned long seen = e->work_pending;
+        pthread_mutex_unlock(&e->lock);
+        if (stopping) break;
+        size_t n = 0;
+        llm_status st = llm_session_step(e->session, events, EVENTS_PER_STEP, sizeof *events, &n);
+        if (st != LLM_OK && st != LLM_ERR_CANCELLED) {
+            char msg[256];
+            llm_session_last_error(e->session, &st, msg, sizeof msg, NULL);
+            fprintf(stderr, "llm-serve: step failed (%s): %s\n", llm_status_name(st), msg);
+            /* A failed step changes no request; retry after a pause rather
+             * than spin. */
+            nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+            continue;
+        }
+        if (n) {
+            dispatch(e, events, n);
+            continue;
+        }
+        llm_session_stats stats;
+        memset(&stats, 0, sizeof stats);
+        stats.struct_size = sizeof stats;
+        llm_session_get_stats(e->session, &stats);
+        if (stats.n_running || stats.n_waiting) continue;
+        pthread_mutex_lock(&e->lock);
+        while (!e->stopping && e->work_pending == seen && !e->active)
+            pthread_cond_wait(&e->work, &e->lock);
+        pthread_mutex_unlock(&e->lock);
+    }
+    free(events);
+    return NULL;
+}
+
+engine *engine_start(llm_session *session)
+{
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->session = session;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+llm_status engine_submit(engine *e, job *j, const llm_token *prompt, size_t n_prompt,
+                         const llm_request_params *params, char *msg, size_t msg_cap)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->lock);
+        snprintf(msg, msg_cap, "the server is shutting down");
+        return LLM_ERR_CANCELLED;
+    }
+    llm_request_id id = 0;
+    llm_status st = llm_session_submit(e->session, prompt, n_prompt, params, &id);
+    if (st != LLM_OK) {
+        snprintf(msg, msg_cap, "%s", llm_last_error());
+        pthread_mutex_unlock(&e->lock);
+        return st;
+    }
+    j->id = id;
+    pthread_mutex_lock(&j->lock);
+    j->refs++;
+    pthread_mutex_unlock(&j->lock);
+    j->next_active = e->active;
+    e->active = j;
+    e->work_pending++;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->lock);
+    return LLM_OK;
+}
+
+void engine_cancel(engine *e, job *j)
+{
+    pthread_mutex_lock(&e->lock);
+    if (find_active(e, j->id, NULL)) llm_session_cancel(e->session, j->id);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void engine_cancel_all(engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    for (job *j = e->active; j; j = j->next_active) llm_session_cancel(e->session, j->id);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void engine_stop(engine *e)
+{
+    if (!e) return;
+    engine_cancel_all(e);
+    /* Let the cancel finishes reach their waiters before the thread ends. */
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&e->lock);
+        bool empty = !e->active;
+        pthread_mutex_unlock(&e->lock);
+        if (empty) break;
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    }
+    pthread_mutex_lock(&e->lock);
+    e->stopping = true;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->lock);
+    llm_session_interrupt(e->session);
+    pthread_join(e->thread, NULL);
+    pthread_mutex_lock(&e->lock);
+    while (e->active) {
+        job *j = e->active;
+        e->active = j->next_active;
+        job_release(j);
+    }
+    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->work);
+    free(e);
+}

@@ -1,0 +1,591 @@
+#include "generation.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define WAIT_SLICE_MS 100
+/* Longest time a request waits for its next event before it is given up:
+ * the engine always makes progress, so this only ends hung requests. */
+#define STALL_LIMIT_MS (10 * 60 * 1000)
+
+typedef struct sample_out {
+    char *text;
+    size_t len, cap;
+    llm_finish_reason finish;
+    cJSON *logprobs; /* chat: array of entries; completions: object of arrays */
+    size_t text_offset;
+} sample_out;
+
+struct generation {
+    server *srv;
+    serve_request req;
+    job *job;
+    llm_token *prompt;
+    size_t n_prompt;
+    char id[48];
+    long long created;
+    double t_submit, t_first, t_last;
+    double next_client_check;
+    uint32_t n_generated;
+    uint32_t n_finished;
+    sample_out *samples;
+    int client_fd;
+    bool submitted;
+    /* streaming */
+    int phase; /* 0 role chunks, 1 tokens, 2 usage, 3 [DONE] sent */
+    char *pending;
+    size_t pending_len, pending_off;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 256) + n;
+        char *b = realloc(*buf, c);
+        if (!b) abort();
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static char *render_chat(server *srv, const serve_request *req, serve_error *err)
+{
+    llm_chat_message *msgs = calloc(req->n_messages, sizeof *msgs);
+    if (!msgs) abort();
+    for (size_t i = 0; i < req->n_messages; i++)
+        msgs[i] = (llm_chat_message){req->messages[i].role, req->messages[i].content};
+    size_t need = 0;
+    llm_status st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, NULL, 0, &need);
+    char *text = NULL;
+    if (st == LLM_ERR_BUFFER_TOO_SMALL) {
+        text = malloc(need);
+        if (!text) abort();
+        st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, text, need, &need);
+    }
+    free(msgs);
+    if (st != LLM_OK) {
+        free(text);
+        bool server_fault = st == LLM_ERR_OUT_OF_MEMORY || st == LLM_ERR_INTERNAL;
+        serve_error_set(err, server_fault ? 500 : 400,
+                        server_fault ? "server_error" : "invalid_request_error", "messages",
+                        "cannot apply the chat template: %s", llm_last_error());
+        return NULL;
+    }
+    return text;
+}
+
+static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **out, size_t *n,
+                     serve_error *err)
+{
+    size_t need = 0;
+    size_t len = strlen(text);
+    llm_status st = llm_tokenize(srv->model, text, len, flags, NULL, 0, &need);
+    *out = NULL;
+    if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK) {
+        *out = malloc((need ? need : 1) * sizeof **out);
+        if (!*out) abort();
+        st = llm_tokenize(srv->model, text, len, flags, *out, need, n);
+    }
+    if (st != LLM_OK) {
+        free(*out);
+        *out = NULL;
+        serve_error_set(err, 400, "invalid_request_error", NULL, "cannot tokenize the prompt: %s",
+                        llm_last_error());
+        return false;
+    }
+    return true;
+}
+
+generation *generation_start(server *srv, const char *body, size_t len, bool chat,
+                             serve_error *err)
+{
+    generation *g = calloc(1, sizeof *g);
+    if (!g) abort();
+    g->srv = srv;
+    g->client_fd = -1;
+    if (!serve_request_parse(body, len, chat, &srv->limits, &g->req, err)) {
+        free(g);
+        return NULL;
+    }
+    serve_request *req = &g->req;
+    if (!req->has_seed) {
+        /* OpenAI samples differently on each call unless a seed is given. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        req->sampling.seed = (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)ts.tv_sec ^
+                             (uint64_t)(uintptr_t)g;
+    }
+    if (req->n_prompt_tokens) {
+        g->prompt = malloc(req->n_prompt_tokens * sizeof *g->prompt);
+        if (!g->prompt) abort();
+        memcpy(g->prompt, req->prompt_tokens, req->n_prompt_tokens * sizeof *g->prompt);
+        g->n_prompt = req->n_prompt_tokens;
+    } else {
+        char *text = chat ? render_chat(srv, req, err) : strdup(req->prompt);
+        if (!text) goto fail;
+        /* The template already holds the special tokens, as text to parse. */
+        bool ok = tokenize(srv, text, LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL,
+                           &g->prompt, &g->n_prompt, err);
+        free(text);
+        if (!ok) goto fail;
+    }
+    if (!g->n_prompt) {
+        serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",
+                        "the prompt is empty");
+        goto fail;
+    }
+    if (g->n_prompt >= srv->n_ctx) {
+        serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",
+                        "the prompt has %zu tokens; this model's context holds %u, which must "
+                        "leave room for at least one generated token",
+                        g->n_prompt, srv->n_ctx);
+        err->code = "context_length_exceeded";
+        goto fail;
+    }
+    uint32_t room = srv->n_ctx - (uint32_t)g->n_prompt;
+    uint32_t max_new = req->has_max_tokens ? req->max_tokens : room;
+    if (max_new > srv->limits.max_tokens_limit) max_new = srv->limits.max_tokens_limit;
+    const char *stops[SERVE_MAX_STOP];
+    llm_sampling_params sampling;
+    llm_request_params params;
+    serve_request_params(req, max_new, stops, &sampling, &params);
+    g->job = job_create(req->n);
+    g->samples = calloc(req->n, sizeof *g->samples);
+    if (!g->job || !g->samples) abort();
+    for (uint32_t i = 0; i < req->n; i++)
+        g->samples[i].logprobs = req->logprobs ? (chat ? cJSON_CreateArray() : NULL) : NULL;
+    static atomic_ullong next_serial;
+    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL), atomic_fetch_add(&next_serial, 1) & 0xffffff);
+    g->created = (long long)time(NULL);
+    g->t_submit = now_seconds();
+    char msg[256];
+    llm_status st = engine_submit(srv->engine, g->job, g->prompt, g->n_prompt, &params, msg,
+                                  sizeof msg);
+    if (st != LLM_OK) {
+        if (st == LLM_ERR_CANCELLED)
+            serve_error_set(err, 503, "server_error", NULL, "%s", msg);
+        else if (st == LLM_ERR_LIMIT)
+            serve_error_set(err, 400, "invalid_request_error", "max_tokens",
+                            "the request does not fit this server's KV memory: %s", msg);
+        else
+            serve_error_set(err, 400, "invalid_request_error", NULL, "%s", msg);
+        goto fail;
+    }
+    g->submitted = true;
+    return g;
+fail:
+    generation_end(g, false);
+    return NULL;
+}
+
+bool generation_streams(const generation *g) { return g->req.stream; }
+
+void generation_set_client_fd(generation *g, int fd) { g->client_fd = fd; }
+
+static bool client_gone(const generation *g)
+{
+    if (g->client_fd < 0) return false;
+    char c;
+    ssize_t n = recv(g->client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Text of one token on its own, for logprobs. */
+static cJSON *token_text(server *srv, llm_token token, cJSON **bytes_out)
+{
+    char buf[256];
+    size_t n = 0;
+    if (llm_detokenize(srv->model, &token, 1, LLM_DETOKENIZE_SPECIAL, buf, sizeof buf, &n) != LLM_OK)
+        n = 0, buf[0] = '\0';
+    if (bytes_out) {
+        *bytes_out = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(*bytes_out, cJSON_CreateNumber((unsigned char)buf[i]));
+    }
+    return cJSON_CreateString(buf);
+}
+
+static cJSON *chat_logprob_entry(server *srv, const job_event *ev)
+{
+    cJSON *entry = cJSON_CreateObject();
+    cJSON *bytes;
+    cJSON_AddItemToObject(entry, "token", token_text(srv, ev->token, &bytes));
+    cJSON_AddNumberToObject(entry, "logprob", ev->logprob);
+    cJSON_AddItemToObject(entry, "bytes", bytes);
+    cJSON *top = cJSON_AddArrayToObject(entry, "top_logprobs");
+    for (uint32_t i = 0; i < ev->n_top; i++) {
+        cJSON *alt = cJSON_CreateObject();
+        cJSON_AddItemToObject(alt, "token", token_text(srv, ev->top_tokens[i], &bytes));
+        cJSON_AddNumberToObject(alt, "logprob", ev->top_logprobs[i]);
+        cJSON_AddItemToObject(alt, "bytes", bytes);
+        cJSON_AddItemToArray(top, alt);
+    }
+    return entry;
+}
+
+static cJSON *completion_logprobs_new(void)
+{
+    cJSON *lp = cJSON_CreateObject();
+    cJSON_AddArrayToObject(lp, "tokens");
+    cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON_AddArrayToObject(lp, "text_offset");
+    return lp;
+}
+
+static void completion_logprobs_add(server *srv, cJSON *lp, const job_event *ev, size_t offset)
+{
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(srv, ev->token, NULL));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+    cJSON *top = cJSON_CreateObject();
+    for (uint32_t i = 0; i < ev->n_top; i++) {
+        cJSON *name = token_text(srv, ev->top_tokens[i], NULL);
+        if (!cJSON_GetObjectItemCaseSensitive(top, name->valuestring))
+            cJSON_AddNumberToObject(top, name->valuestring, ev->top_logprobs[i]);
+        cJSON_Delete(name);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)offset));
+}
+
+/* Whether the token of `ev` belongs to the answer: the end-of-turn token
+ * that ends a reply is not part of it. */
+static bool token_is_content(const job_event *ev)
+{
+    return ev->token != LLM_TOKEN_NONE && ev->finish_reason != LLM_FINISH_EOS;
+}
+
+static const char *finish_name(llm_finish_reason r)
+{
+    switch (r) {
+    case LLM_FINISH_LENGTH: return "length";
+    case LLM_FINISH_CANCELLED: return "abort";
+    case LLM_FINISH_ERROR: return "error";
+    default: return "stop";
+    }
+}
+
+/* Bookkeeping common to streaming and not: counts, timings, finishes. */
+static void account(generation *g, const job_event *ev)
+{
+    if (token_is_content(ev)) {
+        double t = now_seconds();
+        if (!g->n_generated) g->t_first = t;
+        g->t_last = t;
+        g->n_generated++;
+    }
+    if (ev->finish_reason != LLM_FINISH_NONE) {
+        g->n_finished++;
+        if (ev->sample_index < g->req.n) g->samples[ev->sample_index].finish = ev->finish_reason;
+    }
+}
+
+static cJSON *usage_json(const generation *g)
+{
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)g->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", g->n_generated);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(g->n_prompt + g->n_generated));
+    return u;
+}
+
+static cJSON *response_head(const generation *g, const char *object)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", g->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)g->created);
+    cJSON_AddStringToObject(root, "model", g->srv->model_name);
+    cJSON_AddStringToObject(root, "system_fingerprint", g->srv->fingerprint);
+    return root;
+}
+
+/* Waits for the next event, giving up when the client left. The socket is
+ * checked every slice even while events keep coming, since a busy request
+ * may never wait that long for one. */
+static job_event *next_event(generation *g)
+{
+    double deadline = now_seconds() + STALL_LIMIT_MS / 1000.0;
+    for (;;) {
+        double t = now_seconds();
+        if (t >= g->next_client_check) {
+            if (client_gone(g)) return NULL;
+            g->next_client_check = t + WAIT_SLICE_MS / 1000.0;
+        }
+        job_event *ev = job_next(g->job, WAIT_SLICE_MS);
+        if (ev) return ev;
+        if (now_seconds() > deadline) return NULL;
+    }
+}
+
+char *generation_collect(generation *g, serve_error *err)
+{
+    server *srv = g->srv;
+    bool chat = g->req.chat;
+    while (g->n_finished < g->req.n) {
+        job_event *ev = next_event(g);
+        if (!ev) {
+            serve_error_set(err, 499, "client_closed", NULL, "the client closed the connection");
+            return NULL;
+        }
+        sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
+        account(g, ev);
+        if (s && token_is_content(ev) && g->req.logprobs) {
+            if (chat) {
+                cJSON_AddItemToArray(s->logprobs, chat_logprob_entry(srv, ev));
+            } else {
+                if (!s->logprobs) s->logprobs = completion_logprobs_new();
+                completion_logprobs_add(srv, s->logprobs, ev, s->len);
+            }
+        }
+        if (s && ev->text_len) append(&s->text, &s->len, &s->cap, ev->text, ev->text_len);
+        if (ev->finish_reason == LLM_FINISH_ERROR) {
+            serve_error_set(err, 500, "server_error", NULL, "generation failed: %s",
+                            llm_status_str(ev->status));
+            free(ev);
+            return NULL;
+        }
+        free(ev);
+    }
+    cJSON *root = response_head(g, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (uint32_t i = 0; i < g->req.n; i++) {
+        sample_out *s = &g->samples[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", s->text ? s->text : "");
+            if (g->req.logprobs) {
+                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+                cJSON_AddItemToObject(lp, "content", s->logprobs);
+                s->logprobs = NULL;
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        } else {
+            const char *prefix = g->req.echo ? g->req.prompt : "";
+            size_t plen = strlen(prefix), tlen = s->len;
+            char *full = malloc(plen + tlen + 1);
+            if (!full) abort();
+            memcpy(full, prefix, plen);
+            if (tlen) memcpy(full + plen, s->text, tlen);
+            full[plen + tlen] = '\0';
+            cJSON_AddStringToObject(c, "text", full);
+            free(full);
+            if (s->logprobs) {
+                cJSON_AddItemToObject(c, "logprobs", s->logprobs);
+                s->logprobs = NULL;
+            } else if (g->req.logprobs) {
+                cJSON_AddItemToObject(c, "logprobs", completion_logprobs_new());
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        }
+        cJSON_AddStringToObject(c, "finish_reason", finish_name(s->finish));
+        cJSON_AddItemToArray(choices, c);
+    }
+    cJSON_AddItemToObject(root, "usage", usage_json(g));
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static void queue_chunk(generation *g, cJSON *chunk)
+{
+    char *json = cJSON_PrintUnformatted(chunk);
+    cJSON_Delete(chunk);
+    if (!json) abort();
+    size_t cap = g->pending_len + strlen(json) + 9;
+    char *buf = realloc(g->pending, cap);
+    if (!buf) abort();
+    g->pending = buf;
+    g->pending_len += (size_t)sprintf(g->pending + g->pending_len, "data: %s\n\n", json);
+    free(json);
+}
+
+static void queue_raw(generation *g, const char *s)
+{
+    size_t n = strlen(s);
+    char *buf = realloc(g->pending, g->pending_len + n + 1);
+    if (!buf) abort();
+    g->pending = buf;
+    memcpy(g->pending + g->pending_len, s, n + 1);
+    g->pending_len += n;
+}
+
+static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out)
+{
+    cJSON *root = response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON_AddItemToArray(choices, c);
+    *choice_out = c;
+    return root;
+}
+
+/* Turns one event into chunks. */
+static void queue_event(generation *g, const job_event *ev)
+{
+    server *srv = g->srv;
+    sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
+    account(g, ev);
+    if (!s) return;
+    bool content = token_is_content(ev);
+    if (ev->text_len || (content && g->req.logprobs)) {
+        cJSON *c;
+        cJSON *chunk = stream_chunk(g, ev->sample_index, &c);
+        if (g->req.chat) {
+            cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+            cJSON_AddStringToObject(delta, "content", ev->text);
+            if (g->req.logprobs && content) {
+                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+                cJSON *arr = cJSON_AddArrayToObject(lp, "content");
+                cJSON_AddItemToArray(arr, chat_logprob_entry(srv, ev));
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        } else {
+            cJSON_AddStringToObject(c, "text", ev->text);
+            if (g->req.logprobs && content) {
+                cJSON *lp = completion_logprobs_new();
+                completion_logprobs_add(srv, lp, ev, s->text_offset);
+                cJSON_AddItemToObject(c, "logprobs", lp);
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        }
+        s->text_offset += ev->text_len;
+        cJSON_AddNullToObject(c, "finish_reason");
+        queue_chunk(g, chunk);
+    }
+    if (ev->finish_reason != LLM_FINISH_NONE) {
+        cJSON *c;
+        cJSON *chunk = stream_chunk(g, ev->sample_index, &c);
+        if (g->req.chat) cJSON_AddObjectToObject(c, "delta");
+        else cJSON_AddStringToObject(c, "text", "");
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason", finish_name(ev->finish_reason));
+        queue_chunk(g, chunk);
+    }
+}
+
+/* Fills `pending` with the next bytes; false at the end or on failure. */
+static bool refill(generation *g)
+{
+    g->pending_len = g->pending_off = 0;
+    if (g->phase == 0) {
+        if (g->req.chat) {
+            for (uint32_t i = 0; i < g->req.n; i++) {
+                cJSON *c;
+                cJSON *chunk = stream_chunk(g, i, &c);
+                cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+                cJSON_AddStringToObject(delta, "role", "assistant");
+                cJSON_AddStringToObject(delta, "content", "");
+                cJSON_AddNullToObject(c, "logprobs");
+                cJSON_AddNullToObject(c, "finish_reason");
+                queue_chunk(g, chunk);
+            }
+        } else if (g->req.echo) {
+            for (uint32_t i = 0; i < g->req.n; i++) {
+                cJSON *c;
+                cJSON *chunk = stream_chunk(g, i, &c);
+                cJSON_AddStringToObject(c, "text", g->req.prompt);
+                cJSON_AddNullToObject(c, "logprobs");
+                cJSON_AddNullToObject(c, "finish_reason");
+                queue_chunk(g, chunk);
+            }
+        }
+        g->phase = 1;
+        if (g->pending_len) return true;
+    }
+    if (g->phase == 1) {
+        if (g->n_finished < g->req.n) {
+            job_event *ev = next_event(g);
+            if (!ev) return false;
+            if (ev->finish_reason == LLM_FINISH_ERROR) {
+                char msg[160];
+                snprintf(msg, sizeof msg,
+                         "data: {\"error\":{\"message\":\"generation failed: %s\",\"type\":"
+                         "\"server_error\",\"param\":null,\"code\":null}}\n\n",
+                         llm_status_str(ev->status));
+                queue_raw(g, msg);
+            }
+            queue_event(g, ev);
+            free(ev);
+            /* An event that completes no character queues nothing; the
+             * caller asks again. */
+            return true;
+        }
+        g->phase = 2;
+    }
+    if (g->phase == 2) {
+        if (g->req.include_usage) {
+            cJSON *root = response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
+            cJSON_AddArrayToObject(root, "choices");
+            cJSON_AddItemToObject(root, "usage", usage_json(g));
+            queue_chunk(g, root);
+        }
+        queue_raw(g, "data: [DONE]\n\n");
+        g->phase = 3;
+        return true;
+    }
+    return false;
+}
+
+ssize_t generation_stream_read(generation *g, char *buf, size_t max)
+{
+    while (g->pending_off >= g->pending_len) {
+        if (g->phase == 3) return 0;
+        if (!refill(g)) return g->phase == 3 ? 0 : -1;
+    }
+    size_t n = g->pending_len - g->pending_off;
+    if (n > max) n = max;
+    memcpy(buf, g->pending + g->pending_off, n);
+    g->pending_off += n;
+    return (ssize_t)n;
+}
+
+void generation_end(generation *g, bool completed)
+{
+    if (!g) return;
+    if (g->submitted && g->n_finished < g->req.n) engine_cancel(g->srv->engine, g->job);
+    if (g->submitted && completed) {
+        double ttft = g->n_generated ? g->t_first - g->t_submit : -1;
+        double tpot = g->n_generated > 1 ? (g->t_last - g->t_first) / (g->n_generated - 1) : -1;
+        metrics_observe_generation(g->srv->metrics, (uint32_t)g->n_prompt, g->n_generated, ttft,
+                                   tpot);
+    }
+    job_release(g->job);
+    if (g->samples) {
+        for (uint32_t i = 0; i < g->req.n; i++) {
+            free(g->samples[i].text);
+            cJSON_Delete(g->samples[i].logprobs);
+        }
+    }
+    free(g->samples);
+    free(g->prompt);
+    free(g->pending);
+    serve_request_free(&g->req);
+    free(g);
+}

@@ -1,0 +1,408 @@
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <cJSON.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "generation.h"
+
+#define STREAM_BLOCK 4096
+
+/* Per-connection request state, from the first call of the access handler
+ * to the request-completed callback. */
+typedef struct exchange {
+    server *srv;
+    char *body;
+    size_t body_len, body_cap;
+    bool too_large;
+    const char *endpoint;
+    generation *gen; /* a streaming generation, owned until completion */
+    int status;
+} exchange;
+
+static enum MHD_Result send_text(struct MHD_Connection *conn, exchange *ex, int status,
+                                 const char *content_type, char *body)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", content_type);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    ex->status = status;
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, exchange *ex, int status, cJSON *json)
+{
+    char *body = cJSON_PrintUnformatted(json);
+    cJSON_Delete(json);
+    if (!body) abort();
+    return send_text(conn, ex, status, "application/json", body);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, exchange *ex, const serve_error *err)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "type", err->type);
+    if (err->param[0]) cJSON_AddStringToObject(e, "param", err->param);
+    else cJSON_AddNullToObject(e, "param");
+    if (err->code) cJSON_AddStringToObject(e, "code", err->code);
+    else cJSON_AddNullToObject(e, "code");
+    char *body = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!body) abort();
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (err->http_status == 429 || err->http_status == 503)
+        MHD_add_response_header(r, "Retry-After", "1");
+    if (err->http_status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (err->http_status == 405) MHD_add_response_header(r, "Allow", "GET, POST");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)err->http_status, r);
+    MHD_destroy_response(r);
+    ex->status = err->http_status;
+    return ret;
+}
+
+static enum MHD_Result fail(struct MHD_Connection *conn, exchange *ex, int status,
+                            const char *type, const char *code, const char *message)
+{
+    serve_error err;
+    serve_error_set(&err, status, type, NULL, "%s", message);
+    err.code = code;
+    return send_error(conn, ex, &err);
+}
+
+static bool authorized(struct MHD_Connection *conn, const server *srv)
+{
+    if (!srv->api_key) return true;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer ", 7)) return false;
+    const char *token = auth + 7;
+    while (*token == ' ') token++;
+    /* Compare every byte so timing does not reveal the key's prefix. */
+    size_t a = strlen(token), b = strlen(srv->api_key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)token[i] ^ (unsigned char)srv->api_key[i % (b ? b : 1)];
+    return diff == 0;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    exchange *ex = cls;
+    if (!ex->gen) return MHD_CONTENT_READER_END_OF_STREAM;
+    ssize_t n = generation_stream_read(ex->gen, buf, max);
+    if (n > 0) return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static enum MHD_Result handle_generation(struct MHD_Connection *conn, exchange *ex, bool chat)
+{
+    server *srv = ex->srv;
+    if (ex->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than this server's limit of %zu bytes",
+                 srv->max_body_bytes);
+        return fail(conn, ex, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    if (atomic_load(&srv->draining))
+        return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");
+    if (atomic_fetch_add(&srv->generating, 1) >= srv->max_concurrent) {
+        atomic_fetch_sub(&srv->generating, 1);
+        return fail(conn, ex, 429, "rate_limit_error", "too_many_requests",
+                    "too many concurrent requests; retry later");
+    }
+    metrics_adjust_active(srv->metrics, 1);
+    serve_error err;
+    generation *g = generation_start(srv, ex->body ? ex->body : "", ex->body_len, chat, &err);
+    enum MHD_Result ret;
+    if (!g) {
+        ret = send_error(conn, ex, &err);
+        goto done;
+    }
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (fd) generation_set_client_fd(g, fd->connect_fd);
+    if (generation_streams(g)) {
+        /* Owned by the exchange from now; released when the connection
+         * completes, which also cancels it if the client went away. */
+        ex->gen = g;
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK,
+                                                                   stream_reader, ex, NULL);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        ex->status = 200;
+        return ret;
+    }
+    char *body = generation_collect(g, &err);
+    generation_end(g, body != NULL);
+    ret = body ? send_text(conn, ex, 200, "application/json", body) : send_error(conn, ex, &err);
+done:
+    metrics_adjust_active(srv->metrics, -1);
+    atomic_fetch_sub(&srv->generating, 1);
+    return ret;
+}
+
+static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", ex->srv->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "llm-serve");
+    cJSON_AddNumberToObject(m, "max_model_len", ex->srv->n_ctx);
+    cJSON_AddItemToArray(data, m);
+    return send_json(conn, ex, 200, root);
+}
+
+static enum MHD_Result bad_request(struct MHD_Connection *conn, exchange *ex, const char *param,
+                                   const char *message)
+{
+    serve_error err;
+    serve_error_set(&err, 400, "invalid_request_error", param, "%s", message);
+    return send_error(conn, ex, &err);
+}
+
+/* POST /tokenize {"prompt": TEXT, "add_special": BOOL}: the ids the server
+ * would compute for a completions prompt (add_special defaults to true). */
+static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex)
+{
+    if (ex->too_large) return fail(conn, ex, 413, "invalid_request_error", "request_too_large",
+                                   "the request body is too large");
+    cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
+    if (!cJSON_IsString(prompt) || (special && !cJSON_IsBool(special))) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "prompt", "'prompt' must be a string");
+    }
+    uint32_t flags = LLM_TOKENIZE_PARSE_SPECIAL;
+    if (!special || cJSON_IsTrue(special)) flags |= LLM_TOKENIZE_ADD_SPECIAL;
+    const char *text = prompt->valuestring;
+    size_t need = 0, n = 0;
+    llm_status st = llm_tokenize(ex->srv->model, text, strlen(text), flags, NULL, 0, &need);
+    llm_token *tokens = malloc((need ? need : 1) * sizeof *tokens);
+    if (!tokens) abort();
+    if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK)
+        st = llm_tokenize(ex->srv->model, text, strlen(text), flags, tokens, need, &n);
+    cJSON_Delete(root);
+    if (st != LLM_OK) {
+        free(tokens);
+        return bad_request(conn, ex, "prompt", llm_last_error());
+    }
+    cJSON *out = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(tokens[i]));
+    free(tokens);
+    return send_json(conn, ex, 200, out);
+}
+
+/* POST /detokenize {"tokens": [ids]} -> {"prompt": TEXT}. */
+static enum MHD_Result handle_detokenize(struct MHD_Connection *conn, exchange *ex)
+{
+    if (ex->too_large) return fail(conn, ex, 413, "invalid_request_error", "request_too_large",
+                                   "the request body is too large");
+    cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(arr)) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "tokens", "'tokens' must be an array of token ids");
+    }
+    size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
+    llm_token *tokens = malloc((n ? n : 1) * sizeof *tokens);
+    if (!tokens) abort();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble >= ex->srv->info.n_vocab ||
+            t->valuedouble != (double)(llm_token)t->valuedouble) {
+            free(tokens);
+            cJSON_Delete(root);
+            return bad_request(conn, ex, "tokens", "'tokens' must hold token ids of this model");
+        }
+        tokens[i++] = (llm_token)t->valuedouble;
+    }
+    cJSON_Delete(root);
+    size_t need = 0;
+    llm_status st = llm_detokenize(ex->srv->model, tokens, n, 0, NULL, 0, &need);
+    char *text = malloc(need ? need : 1);
+    if (!text) abort();
+    text[0] = '\0';
+    if (st == LLM_ERR_BUFFER_TOO_SMALL) st = llm_detokenize(ex->srv->model, tokens, n, 0, text, need, &need);
+    free(tokens);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "prompt", st == LLM_OK ? text : "");
+    free(text);
+    return send_json(conn, ex, 200, out);
+}
+
+typedef struct route {
+    const char *path;
+    const char *method;
+    int id;
+} route;
+
+enum {
+    ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE
+};
+
+static const route routes[] = {
+    {"/v1/chat/completions", "POST", ROUTE_CHAT},
+    {"/v1/completions", "POST", ROUTE_COMPLETIONS},
+    {"/v1/models", "GET", ROUTE_MODELS},
+    {"/health", "GET", ROUTE_HEALTH},
+    {"/metrics", "GET", ROUTE_METRICS},
+    {"/tokenize", "POST", ROUTE_TOKENIZE},
+    {"/detokenize", "POST", ROUTE_DETOKENIZE},
+};
+
+static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const char *url,
+                                const char *method)
+{
+    const route *found = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) found = &routes[i];
+    if (!found) {
+        ex->endpoint = "other";
+        return fail(conn, ex, 404, "invalid_request_error", "not_found", "no such endpoint");
+    }
+    ex->endpoint = found->path;
+    bool head_ok = !strcmp(found->method, "GET") && !strcmp(method, "HEAD");
+    if (strcmp(method, found->method) && !head_ok) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%s takes %s, not %.16s", found->path, found->method, method);
+        return fail(conn, ex, 405, "invalid_request_error", "method_not_allowed", msg);
+    }
+    if (found->id != ROUTE_HEALTH && !authorized(conn, ex->srv))
+        return fail(conn, ex, 401, "authentication_error", "invalid_api_key",
+                    "a valid API key is required: Authorization: Bearer KEY");
+    switch (found->id) {
+    case ROUTE_CHAT: return handle_generation(conn, ex, true);
+    case ROUTE_COMPLETIONS: return handle_generation(conn, ex, false);
+    case ROUTE_MODELS: return handle_models(conn, ex);
+    case ROUTE_TOKENIZE: return handle_tokenize(conn, ex);
+    case ROUTE_DETOKENIZE: return handle_detokenize(conn, ex);
+    case ROUTE_HEALTH:
+        if (atomic_load(&ex->srv->draining))
+            return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");
+        return send_text(conn, ex, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    default:
+        return send_text(conn, ex, 200, "text/plain; version=0.0.4",
+                         metrics_render(ex->srv->metrics, ex->srv->session));
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **state)
+{
+    (void)version;
+    server *srv = cls;
+    exchange *ex = *state;
+    if (!ex) {
+        ex = calloc(1, sizeof *ex);
+        if (!ex) return MHD_NO;
+        ex->srv = srv;
+        ex->endpoint = "other";
+        *state = ex;
+        const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (length && strtoull(length, NULL, 10) > srv->max_body_bytes) ex->too_large = true;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!ex->too_large && ex->body_len + *upload_size > srv->max_body_bytes) {
+            ex->too_large = true;
+        } else if (!ex->too_large) {
+            if (ex->body_len + *upload_size + 1 > ex->body_cap) {
+                size_t cap = (ex->body_len + *upload_size + 1) * 2;
+                char *b = realloc(ex->body, cap);
+                if (!b) return MHD_NO;
+                ex->body = b;
+                ex->body_cap = cap;
+            }
+            memcpy(ex->body + ex->body_len, upload, *upload_size);
+            ex->body_len += *upload_size;
+            ex->body[ex->body_len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(conn, ex, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
+                         enum MHD_RequestTerminationCode why)
+{
+    (void)conn;
+    server *srv = cls;
+    exchange *ex = *state;
+    if (!ex) return;
+    if (ex->gen) {
+        bool ok = why == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+        generation_end(ex->gen, ok);
+        if (!ok) ex->status = 499; /* the client left mid-stream */
+        metrics_adjust_active(srv->metrics, -1);
+        atomic_fetch_sub(&srv->generating, 1);
+    }
+    if (ex->status) metrics_count_request(srv->metrics, ex->endpoint, ex->status);
+    if (srv->verbose)
+        fprintf(stderr, "llm-serve: %s -> %d\n", ex->endpoint, ex->status);
+    free(ex->body);
+    free(ex);
+    *state = NULL;
+}
+
+struct MHD_Daemon *http_start(server *srv, const char *host, uint16_t port, uint16_t *bound_port)
+{
+    struct addrinfo hints = {0}, *addr = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    char port_text[8];
+    snprintf(port_text, sizeof port_text, "%u", port);
+    int rc = getaddrinfo(host, port_text, &hints, &addr);
+    if (rc) {
+        fprintf(stderr, "llm-serve: cannot resolve host '%s': %s\n", host, gai_strerror(rc));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    /* Clients hanging up mid-stream are routine; libmicrohttpd's own
+     * messages about them only help when debugging. */
+    if (srv->verbose) flags |= MHD_USE_ERROR_LOG;
+    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv->max_concurrent * 2 + 64),
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    freeaddrinfo(addr);
+    if (!d) {
+        fprintf(stderr, "llm-serve: cannot listen on %s:%u\n", host, port);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : port;
+    return d;
+}
+
+void http_quiesce(struct MHD_Daemon *d)
+{
+    MHD_socket s = MHD_quiesce_daemon(d);
+    if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+void http_stop(struct MHD_Daemon *d) { MHD_stop_daemon(d); }

@@ -1,0 +1,250 @@
+/* llm-serve: an OpenAI-compatible HTTP server on libllminfer (docs/serve.md). */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "http.h"
+#include "llm.h"
+#include "metrics.h"
+#include "server.h"
+
+typedef struct options {
+    const char *model_path;
+    const char *host;
+    long port;
+    const char *api_key;
+    long threads, ctx, max_concurrent, max_tokens_limit, kv_cache_mib, shutdown_timeout;
+    long long max_body_bytes;
+    const char *served_model_name;
+    const char *draft_model_path;
+    int verbose;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llm-serve -m MODEL [options]\n"
+            "  -m, --model PATH          GGUF model to serve\n"
+            "  --host HOST               address to listen on (default 127.0.0.1)\n"
+            "  --port N                  port; 0 picks a free one (default 8080)\n"
+            "  --api-key KEY             require 'Authorization: Bearer KEY'\n"
+            "                            (default: env LLM_SERVE_API_KEY, else none)\n"
+            "  --threads N               compute threads, 0 = one per CPU (default 0)\n"
+            "  --ctx N                   context per sequence, 0 = the model's (default 0)\n"
+            "  --max-concurrent N        generation requests served at once; more get 429\n"
+            "                            (default 64)\n"
+            "  --max-body-bytes N        largest request body; larger get 413 (default 1048576)\n"
+            "  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)\n"
+            "  --served-model-name NAME  model id in responses (default: the file's name)\n"
+            "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
+            "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
+            "                            for \"speculative\": \"draft\"\n"
+            "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
+            "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
+            "  -v                        log requests and library messages to stderr\n"
+            "  -h, --help                this text\n");
+}
+
+static bool parse_long(const char *flag, const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || !*text || *end || v < lo || v > hi) {
+        fprintf(stderr, "llm-serve: %s needs an integer in [%ld, %ld], not '%s'\n", flag, lo, hi,
+                text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.host = "127.0.0.1", .port = 8080, .max_concurrent = 64,
+                   .max_tokens_limit = 4096, .max_body_bytes = 1 << 20, .shutdown_timeout = 10};
+    o->api_key = getenv("LLM_SERVE_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "-v")) {
+            o->verbose = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "llm-serve: unknown option or missing value: %s\n", a);
+            return false;
+        }
+        const char *v = argv[++i];
+        long n;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
+        else if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--served-model-name")) o->served_model_name = v;
+        else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
+        else if (!strcmp(a, "--port")) { if (!parse_long(a, v, 0, 65535, &o->port)) return false; }
+        else if (!strcmp(a, "--threads")) { if (!parse_long(a, v, 0, 1024, &o->threads)) return false; }
+        else if (!strcmp(a, "--ctx")) { if (!parse_long(a, v, 0, 1 << 24, &o->ctx)) return false; }
+        else if (!strcmp(a, "--max-concurrent")) { if (!parse_long(a, v, 1, 100000, &o->max_concurrent)) return false; }
+        else if (!strcmp(a, "--max-tokens-limit")) { if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit)) return false; }
+        else if (!strcmp(a, "--kv-cache-mib")) { if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib)) return false; }
+        else if (!strcmp(a, "--shutdown-timeout")) { if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout)) return false; }
+        else if (!strcmp(a, "--max-body-bytes")) {
+            if (!parse_long(a, v, 1024, LONG_MAX, &n)) return false;
+            o->max_body_bytes = n;
+        } else {
+            fprintf(stderr, "llm-serve: unknown option: %s\n", a);
+            return false;
+        }
+    }
+    if (!o->model_path) {
+        fprintf(stderr, "llm-serve: -m MODEL is required\n");
+        return false;
+    }
+    if (o->api_key && !o->api_key[0]) o->api_key = NULL;
+    return true;
+}
+
+static void log_to_stderr(llm_log_level level, const char *message, void *user)
+{
+    (void)user;
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    fprintf(stderr, "libllminfer %s: %s\n", names[level <= LLM_LOG_ERROR ? level : LLM_LOG_ERROR],
+            message);
+}
+
+/* The model id: the file name without directories and ".gguf". */
+static char *default_model_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char *name = strdup(base);
+    if (!name) abort();
+    size_t n = strlen(name);
+    if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
+    return name;
+}
+
+static void sleep_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
+
+/* Waits up to `timeout_ms` for in-flight generations to end. */
+static bool wait_idle(server *srv, long timeout_ms)
+{
+    for (long waited = 0; waited <= timeout_ms; waited += 20) {
+        if (atomic_load(&srv->generating) == 0) return true;
+        sleep_ms(20);
+    }
+    return atomic_load(&srv->generating) == 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (!parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return 2;
+    }
+    /* Every thread created from here on inherits the blocked signals, so
+     * only sigwait() below sees them. A client that hangs up must not kill
+     * the server with SIGPIPE. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (o.verbose) llm_log_set(log_to_stderr, LLM_LOG_INFO, NULL);
+
+    char errbuf[512] = "";
+    llm_model_params mp;
+    llm_model_params_init(&mp);
+    mp.error_message = errbuf;
+    mp.error_capacity = sizeof errbuf;
+    llm_model *model = NULL;
+    llm_status st = llm_model_load(o.model_path, &mp, &model);
+    if (st != LLM_OK) {
+        fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.model_path, errbuf);
+        return 1;
+    }
+    llm_model *draft = NULL;
+    if (o.draft_model_path) {
+        st = llm_model_load(o.draft_model_path, &mp, &draft);
+        if (st != LLM_OK) {
+            fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.draft_model_path, errbuf);
+            llm_model_free(model);
+            return 1;
+        }
+    }
+    server srv = {0};
+    srv.model = model;
+    srv.info.struct_size = sizeof srv.info;
+    llm_model_get_info(model, &srv.info);
+    llm_session_params sp;
+    llm_session_params_init(&sp);
+    sp.n_threads = (uint32_t)o.threads;
+    sp.n_ctx = (uint32_t)o.ctx;
+    sp.kv_cache_bytes = (uint64_t)o.kv_cache_mib << 20;
+    sp.draft_model = draft;
+    sp.error_message = errbuf;
+    sp.error_capacity = sizeof errbuf;
+    st = llm_session_create(model, &sp, &srv.session);
+    if (st != LLM_OK) {
+        fprintf(stderr, "llm-serve: cannot create a session: %s\n", errbuf);
+        llm_model_free(draft);
+        llm_model_free(model);
+        return 1;
+    }
+    char *model_name = o.served_model_name ? strdup(o.served_model_name)
+                                           : default_model_name(o.model_path);
+    srv.model_name = model_name;
+    snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
+    srv.api_key = o.api_key;
+    srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
+    srv.limits = (serve_limits){(uint32_t)o.max_tokens_limit, 16, srv.info.n_vocab};
+    srv.max_concurrent = (int)o.max_concurrent;
+    srv.max_body_bytes = (size_t)o.max_body_bytes;
+    srv.verbose = o.verbose;
+    srv.metrics = metrics_create();
+    srv.engine = engine_start(srv.session);
+    if (!srv.metrics || !srv.engine) {
+        fprintf(stderr, "llm-serve: out of memory\n");
+        return 1;
+    }
+    uint16_t port = 0;
+    struct MHD_Daemon *daemon = http_start(&srv, o.host, (uint16_t)o.port, &port);
+    if (!daemon) return 1;
+    const char *shown_host = strchr(o.host, ':') ? "[%s]" : "%s";
+    char host_text[300];
+    snprintf(host_text, sizeof host_text, shown_host, o.host);
+    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u)\n", model_name, host_text, port,
+           srv.n_ctx);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "llm-serve: %s, shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    atomic_store(&srv.draining, true);
+    http_quiesce(daemon);
+    if (!wait_idle(&srv, o.shutdown_timeout * 1000)) {
+        fprintf(stderr, "llm-serve: cancelling %d unfinished requests\n",
+                atomic_load(&srv.generating));
+        engine_cancel_all(srv.engine);
+        wait_idle(&srv, 5000);
+    }
+    http_stop(daemon);
+    engine_stop(srv.engine);
+    metrics_free(srv.metrics);
+    llm_session_free(srv.session);
+    llm_model_free(draft);
+    llm_model_free(model);
+    free(model_name);
+    return 0;
+}

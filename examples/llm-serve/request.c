@@ -1,0 +1,386 @@
+#include "request.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void serve_error_set(serve_error *err, int http_status, const char *type, const char *param,
+                     const char *fmt, ...)
+{
+    err->http_status = http_status;
+    err->type = type;
+    err->code = NULL;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+#define INVALID(param, ...) \
+    (serve_error_set(err, 400, "invalid_request_error", param, __VA_ARGS__), false)
+
+void serve_request_free(serve_request *req)
+{
+    for (size_t i = 0; i < req->n_messages; i++) {
+        free(req->messages[i].role);
+        free(req->messages[i].content);
+    }
+    free(req->messages);
+    free(req->prompt);
+    free(req->prompt_tokens);
+    for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
+    free(req->logit_bias);
+    free(req->model);
+    memset(req, 0, sizeof *req);
+}
+
+static char *dup_string(const char *s)
+{
+    char *d = strdup(s);
+    if (!d) abort(); /* a server that cannot copy a request string cannot go on */
+    return d;
+}
+
+/* A field that is present and not JSON null. */
+static const cJSON *field(const cJSON *root, const char *name)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, name);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+static bool get_number(const cJSON *root, const char *name, double lo, double hi, bool *present,
+                       double *out, serve_error *err)
+{
+    const cJSON *f = field(root, name);
+    *present = f != NULL;
+    if (!f) return true;
+    if (!cJSON_IsNumber(f)) return INVALID(name, "'%s' must be a number", name);
+    double v = f->valuedouble;
+    if (!isfinite(v) || v < lo || v > hi)
+        return INVALID(name, "'%s' must be between %g and %g", name, lo, hi);
+    *out = v;
+    return true;
+}
+
+static bool get_integer(const cJSON *root, const char *name, double lo, double hi,
+                        bool *present, double *out, serve_error *err)
+{
+    const cJSON *f = field(root, name);
+    if (f && (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble)))
+        return INVALID(name, "'%s' must be an integer", name);
+    return get_number(root, name, lo, hi, present, out, err);
+}
+
+static bool get_bool(const cJSON *root, const char *name, bool *out, serve_error *err)
+{
+    const cJSON *f = field(root, name);
+    if (!f) return true;
+    if (!cJSON_IsBool(f)) return INVALID(name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(f);
+    return true;
+}
+
+/* Message content: a string or an array of {"type":"text","text":...} parts. */
+static bool parse_content(const cJSON *content, size_t index, char **out, serve_error *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "messages[%zu].content", index);
+    if (!content) {
+        *out = dup_string("");
+        return true;
+    }
+    if (cJSON_IsString(content)) {
+        *out = dup_string(content->valuestring);
+        return true;
+    }
+    if (!cJSON_IsArray(content))
+        return INVALID(name, "'%s' must be a string or an array of text parts", name);
+    size_t total = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text"))
+            return INVALID(name, "'%s' supports only parts of type 'text'", name);
+        if (!cJSON_IsString(text))
+            return INVALID(name, "'%s': a text part needs a string 'text'", name);
+        total += strlen(text->valuestring);
+    }
+    char *joined = malloc(total + 1);
+    if (!joined) abort();
+    size_t at = 0;
+    cJSON_ArrayForEach(part, content) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(joined + at, t, n);
+        at += n;
+    }
+    joined[at] = '\0';
+    *out = joined;
+    return true;
+}
+
+static bool parse_messages(const cJSON *root, serve_request *req, serve_error *err)
+{
+    const cJSON *messages = field(root, "messages");
+    if (!messages) return INVALID("messages", "'messages' is required");
+    if (!cJSON_IsArray(messages)) return INVALID("messages", "'messages' must be an array");
+    int count = cJSON_GetArraySize(messages);
+    if (count == 0) return INVALID("messages", "'messages' must not be empty");
+    req->messages = calloc((size_t)count, sizeof *req->messages);
+    if (!req->messages) abort();
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        size_t i = req->n_messages;
+        char name[64];
+        snprintf(name, sizeof name, "messages[%zu].role", i);
+        if (!cJSON_IsObject(m)) return INVALID("messages", "'messages[%zu]' must be an object", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role)) return INVALID(name, "'%s' must be a string", name);
+        const char *r = role->valuestring;
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+            return INVALID(name, "'%s' must be 'system', 'user' or 'assistant'", name);
+        char *content;
+        if (!parse_content(field(m, "content"), i, &content, err)) return false;
+        req->messages[i].role = dup_string(r);
+        req->messages[i].content = content;
+        req->n_messages++;
+    }
+    return true;
+}
+
+/* A prompt given as token ids, as OpenAI's API allows. */
+static bool parse_prompt_tokens(const cJSON *prompt, const serve_limits *limits,
+                                serve_request *req, serve_error *err)
+{
+    int count = cJSON_GetArraySize(prompt);
+    req->prompt_tokens = calloc((size_t)count, sizeof *req->prompt_tokens);
+    if (!req->prompt_tokens) abort();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, prompt) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= limits->n_vocab)
+            return INVALID("prompt", "'prompt' token ids must be integers below %u", limits->n_vocab);
+        req->prompt_tokens[req->n_prompt_tokens++] = (llm_token)t->valuedouble;
+    }
+    req->prompt = dup_string("");
+    return true;
+}
+
+static bool parse_prompt(const cJSON *root, const serve_limits *limits, serve_request *req,
+                         serve_error *err)
+{
+    const cJSON *prompt = field(root, "prompt");
+    if (!prompt) return INVALID("prompt", "'prompt' is required");
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0 &&
+        cJSON_IsNumber(cJSON_GetArrayItem(prompt, 0)))
+        return parse_prompt_tokens(prompt, limits, req, err);
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1)
+        prompt = cJSON_GetArrayItem(prompt, 0);
+    if (!cJSON_IsString(prompt))
+        return INVALID("prompt", "'prompt' must be a string, an array of one string, or an "
+                                 "array of token ids");
+    req->prompt = dup_string(prompt->valuestring);
+    return true;
+}
+
+static bool parse_stop(const cJSON *root, serve_request *req, serve_error *err)
+{
+    const cJSON *stop = field(root, "stop");
+    if (!stop) return true;
+    if (cJSON_IsString(stop)) {
+        if (stop->valuestring[0]) req->stop[req->n_stop++] = dup_string(stop->valuestring);
+        return true;
+    }
+    if (!cJSON_IsArray(stop)) return INVALID("stop", "'stop' must be a string or an array of strings");
+    if (cJSON_GetArraySize(stop) > SERVE_MAX_STOP)
+        return INVALID("stop", "'stop' may hold at most %d strings", SERVE_MAX_STOP);
+    const cJSON *s;
+    cJSON_ArrayForEach(s, stop) {
+        if (!cJSON_IsString(s)) return INVALID("stop", "'stop' must be a string or an array of strings");
+        if (s->valuestring[0]) req->stop[req->n_stop++] = dup_string(s->valuestring);
+    }
+    return true;
+}
+
+static bool parse_logit_bias(const cJSON *root, const serve_limits *limits, serve_request *req,
+                             serve_error *err)
+{
+    const cJSON *bias = field(root, "logit_bias");
+    if (!bias) return true;
+    if (!cJSON_IsObject(bias)) return INVALID("logit_bias", "'logit_bias' must be an object");
+    int count = cJSON_GetArraySize(bias);
+    if (count == 0) return true;
+    req->logit_bias = calloc((size_t)count, sizeof *req->logit_bias);
+    if (!req->logit_bias) abort();
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, bias) {
+        char *end;
+        long token = strtol(entry->string, &end, 10);
+        if (!entry->string[0] || *end || token < 0 || (uint64_t)token >= limits->n_vocab)
+            return INVALID("logit_bias", "'logit_bias' key '%.40s' is not a token id below %u",
+                           entry->string, limits->n_vocab);
+        if (!cJSON_IsNumber(entry) || !isfinite(entry->valuedouble) || entry->valuedouble < -100 ||
+            entry->valuedouble > 100)
+            return INVALID("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+        /* OpenAI: -100 bans the token outright. */
+        float b = entry->valuedouble <= -100 ? -INFINITY : (float)entry->valuedouble;
+        req->logit_bias[req->n_logit_bias++] = (llm_logit_bias){(llm_token)token, b};
+    }
+    return true;
+}
+
+static bool parse_spec(const cJSON *root, serve_request *req, serve_error *err)
+{
+    const cJSON *spec = field(root, "speculative");
+    if (spec) {
+        if (!cJSON_IsString(spec)) return INVALID("speculative", "'speculative' must be a string");
+        if (!strcmp(spec->valuestring, "none")) req->spec_mode = LLM_SPEC_NONE;
+        else if (!strcmp(spec->valuestring, "ngram")) req->spec_mode = LLM_SPEC_NGRAM;
+        else if (!strcmp(spec->valuestring, "draft")) req->spec_mode = LLM_SPEC_DRAFT;
+        else return INVALID("speculative", "'speculative' must be 'none', 'ngram' or 'draft'");
+    }
+    bool present;
+    double v = 0;
+    if (!get_integer(root, "speculative_k", 0, LLM_SPEC_MAX_K, &present, &v, err)) return false;
+    req->spec_k = (uint32_t)v;
+    return true;
+}
+
+static bool parse_sampling(const cJSON *root, serve_request *req, serve_error *err)
+{
+    llm_sampling_params *s = &req->sampling;
+    llm_sampling_params_init(s);
+    /* OpenAI defaults, not the library's: plain sampling at temperature 1. */
+    s->temperature = 1.0f;
+    s->top_k = 0;
+    s->top_p = 1.0f;
+    s->min_p = 0.0f;
+    bool present;
+    double v;
+    if (!get_number(root, "temperature", 0, 2, &present, &v, err)) return false;
+    if (present) s->temperature = (float)v;
+    if (!get_number(root, "top_p", 0, 1, &present, &v, err)) return false;
+    if (present) s->top_p = v > 0 ? (float)v : 1e-6f;
+    if (!get_integer(root, "top_k", 0, 1 << 20, &present, &v, err)) return false;
+    if (present) s->top_k = (int32_t)v;
+    if (!get_number(root, "min_p", 0, 1, &present, &v, err)) return false;
+    if (present) s->min_p = (float)v;
+    if (!get_number(root, "presence_penalty", -2, 2, &present, &v, err)) return false;
+    if (present) s->presence_penalty = (float)v;
+    if (!get_number(root, "frequency_penalty", -2, 2, &present, &v, err)) return false;
+    if (present) s->frequency_penalty = (float)v;
+    if (!get_number(root, "repeat_penalty", 1e-3, 100, &present, &v, err)) return false;
+    if (present) s->repeat_penalty = (float)v;
+    if (!get_integer(root, "repeat_last_n", -1, 1 << 20, &present, &v, err)) return false;
+    if (present) s->repeat_last_n = (int32_t)v;
+    if (!get_integer(root, "min_tokens", 0, 1 << 20, &present, &v, err)) return false;
+    if (present) s->min_tokens = (uint32_t)v;
+    const cJSON *seed = field(root, "seed");
+    if (seed) {
+        if (!cJSON_IsNumber(seed) || seed->valuedouble != floor(seed->valuedouble))
+            return INVALID("seed", "'seed' must be an integer");
+        /* Converting a double outside the target's range is undefined. */
+        if (!(seed->valuedouble >= -0x1p63 && seed->valuedouble < 0x1p64))
+            return INVALID("seed", "'seed' must be between -2^63 and 2^64 - 1");
+        /* Negative seeds are valid in OpenAI's API; keep their bits. */
+        s->seed = seed->valuedouble < 0 ? (uint64_t)(int64_t)seed->valuedouble
+                                        : (uint64_t)seed->valuedouble;
+        req->has_seed = true;
+    }
+    return true;
+}
+
+static bool parse_root(const cJSON *root, bool chat, const serve_limits *limits,
+                       serve_request *req, serve_error *err)
+{
+    if (!cJSON_IsObject(root)) return INVALID(NULL, "the request body must be a JSON object");
+    req->chat = chat;
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) return INVALID("model", "'model' must be a string");
+    if (model) req->model = dup_string(model->valuestring);
+    if (chat ? !parse_messages(root, req, err) : !parse_prompt(root, limits, req, err)) return false;
+    if (!get_bool(root, "stream", &req->stream, err)) return false;
+    const cJSON *opts = field(root, "stream_options");
+    if (opts) {
+        if (!cJSON_IsObject(opts)) return INVALID("stream_options", "'stream_options' must be an object");
+        if (!get_bool(opts, "include_usage", &req->include_usage, err)) return false;
+    }
+    bool present;
+    double v;
+    const char *max_name = chat && field(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                        : "max_tokens";
+    if (!get_integer(root, max_name, 0, 1e12, &present, &v, err)) return false;
+    if (present) {
+        if (v > limits->max_tokens_limit)
+            return INVALID(max_name, "'%s' is %.0f, more than this server's limit of %u",
+                           max_name, v, limits->max_tokens_limit);
+        if (v < 1) return INVALID(max_name, "'%s' must be at least 1", max_name);
+        req->has_max_tokens = true;
+        req->max_tokens = (uint32_t)v;
+    }
+    if (!get_integer(root, "n", 1, limits->max_n, &present, &v, err)) return false;
+    req->n = present ? (uint32_t)v : 1;
+    if (chat) {
+        if (!get_bool(root, "logprobs", &req->logprobs, err)) return false;
+        if (!get_integer(root, "top_logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &present, &v, err))
+            return false;
+        if (present) {
+            if (!req->logprobs)
+                return INVALID("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+            req->top_logprobs = (uint32_t)v;
+        }
+    } else {
+        /* Completions: logprobs is the number of alternatives (0..5 in OpenAI's API). */
+        if (field(root, "logprobs") && cJSON_IsBool(field(root, "logprobs")))
+            return INVALID("logprobs", "'logprobs' must be an integer");
+        if (!get_integer(root, "logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &present, &v, err))
+            return false;
+        if (present) {
+            req->logprobs = true;
+            req->top_logprobs = (uint32_t)v;
+        }
+        if (!get_bool(root, "echo", &req->echo, err)) return false;
+    }
+    if (!get_bool(root, "ignore_eos", &req->ignore_eos, err)) return false;
+    return parse_stop(root, req, err) && parse_sampling(root, req, err) &&
+           parse_logit_bias(root, limits, req, err) && parse_spec(root, req, err);
+}
+
+bool serve_request_parse(const char *body, size_t len, bool chat, const serve_limits *limits,
+                         serve_request *out, serve_error *err)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return INVALID(NULL, "the request body is not valid JSON");
+    bool ok = parse_root(root, chat, limits, out, err);
+    cJSON_Delete(root);
+    if (!ok) serve_request_free(out);
+    return ok;
+}
+
+void serve_request_params(const serve_request *req, uint32_t max_new_tokens,
+                          const char **stop_ptrs, llm_sampling_params *sampling,
+                          llm_request_params *params)
+{
+    *sampling = req->sampling;
+    sampling->logit_bias = req->logit_bias;
+    sampling->n_logit_bias = req->n_logit_bias;
+    llm_request_params_init(params);
+    params->sampling = sampling;
+    params->max_new_tokens = max_new_tokens;
+    params->ignore_eos = req->ignore_eos;
+    params->logprobs = req->logprobs;
+    params->top_logprobs = req->top_logprobs;
+    for (size_t i = 0; i < req->n_stop; i++) stop_ptrs[i] = req->stop[i];
+    params->stop_strings = req->n_stop ? stop_ptrs : NULL;
+    params->n_stop_strings = req->n_stop;
+    params->spec_mode = req->spec_mode;
+    params->spec_k = req->spec_k;
+    params->n_samples = req->n;
+}

@@ -1,0 +1,62 @@
+# llm-serve: the OpenAI-compatible HTTP server (docs/serve.md), its tests,
+# fuzzer and benchmark. Included from the top-level Makefile.
+#   make build/llm-serve     the server (needs libmicrohttpd and libcjson)
+#   make serve-test          end-to-end tests on loopback (tests/serve/run.sh)
+#   make serve-test-san      the same with the server under ASan+UBSan
+#   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
+#   make fuzz-serve-regress  the fuzzer once over its seeds and regressions
+#   make bench-serve         load test; JSON under build/bench/
+SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
+SERVE_HDR := $(wildcard examples/llm-serve/*.h)
+SERVE_PKGS := libmicrohttpd libcjson
+SERVE_CFLAGS = $(shell pkg-config --cflags $(SERVE_PKGS))
+SERVE_LIBS = $(shell pkg-config --libs $(SERVE_PKGS))
+
+.PHONY: serve serve-test serve-test-san fuzz-serve fuzz-serve-regress bench-serve
+serve: $(BUILD)/llm-serve
+
+$(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer $(SERVE_LIBS) \
+		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
+
+serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
+	tests/serve/run.sh
+
+# The same tests with the server under ASan+UBSan (the library as built).
+SERVE_SAN_BIN := $(BUILD)/serve-san/llm-serve
+$(SERVE_SAN_BIN): $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+		-fno-sanitize-recover=undefined $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer \
+		$(SERVE_LIBS) -lm -Wl,-rpath,'$$ORIGIN/..' -fsanitize=address,undefined
+
+serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
+	LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
+
+# The fuzzer links only the request translation, cJSON and the library (for
+# the params initialisers): no model, no HTTP. It is built here rather than
+# by the fuzz section of the Makefile because it needs cJSON and request.c.
+FUZZ_SERVE_SECONDS ?= 30
+FUZZ_SERVE_DIR := $(BUILD)/fuzz-serve
+$(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c examples/llm-serve/request.c \
+		examples/llm-serve/request.h $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) -fsanitize=fuzzer $< \
+		examples/llm-serve/request.c -o $@ $(shell pkg-config --libs libcjson) \
+		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
+
+fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+	@mkdir -p $(FUZZ_SERVE_DIR)/corpus $(FUZZ_SERVE_DIR)/artifacts
+	cp -n tests/serve/fuzz-seeds/* $(FUZZ_SERVE_DIR)/corpus/ 2>/dev/null || true
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$< -max_total_time=$(FUZZ_SERVE_SECONDS) -max_len=8192 -timeout=10 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_SERVE_DIR)/artifacts/ \
+		$(FUZZ_SERVE_DIR)/corpus tests/serve/fuzz-seeds
+
+# Each seed and regression input once (CI).
+fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$< tests/serve/fuzz-seeds/*
+
+bench-serve: $(BUILD)/llm-serve $(MODEL)
+	scripts/bench-serve.sh

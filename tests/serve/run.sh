@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# End-to-end tests of build/llm-serve on loopback (docs/serve.md).
+# Env: LLM_TEST_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf),
+#      LLM_SERVE_BIN (default $BUILD/llm-serve),
+#      BUILD (default build), SERVE_VENV (default $BUILD/serve-venv).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+MODEL=${LLM_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+VENV=${SERVE_VENV:-$BUILD/serve-venv}
+SERVER_BIN=${LLM_SERVE_BIN:-$BUILD/llm-serve}
+OPENAI_VERSION=1.109.1
+export BUILD LLM_TEST_MODEL=$MODEL LLM_SERVE_BIN=$SERVER_BIN
+
+if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+    python3 -m venv --system-site-packages "$VENV"
+    "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION"
+fi
+PY="$VENV/bin/python"
+
+LOG_DIR=$BUILD/serve-test
+mkdir -p "$LOG_DIR"
+SERVER_PID=
+cleanup() { if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+
+# Starts the server in the background; sets SERVER_PID and LLM_SERVE_URL.
+start_server() {
+    local log=$1; shift
+    "$SERVER_BIN" -m "$MODEL" --port 0 "$@" >"$log.out" 2>"$log.err" &
+    SERVER_PID=$!
+    for _ in $(seq 100); do
+        LLM_SERVE_URL=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$log.out")
+        [ -n "$LLM_SERVE_URL" ] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log.err"; echo "serve-test: server died"; exit 1; }
+        sleep 0.1
+    done
+    [ -n "$LLM_SERVE_URL" ] || { echo "serve-test: server did not start"; exit 1; }
+    export LLM_SERVE_URL
+    for _ in $(seq 50); do
+        curl -sf "$LLM_SERVE_URL/health" >/dev/null && return 0
+        sleep 0.1
+    done
+    echo "serve-test: /health never answered"; exit 1
+}
+
+export LLM_SERVE_TEST_KEY=serve-test-key
+start_server "$LOG_DIR/main" --ctx 1024 --api-key "$LLM_SERVE_TEST_KEY" --max-concurrent 80 \
+    --max-tokens-limit 1000 --max-body-bytes 1048576 --draft-model "$MODEL"
+echo "serve-test: server at $LLM_SERVE_URL"
+"$PY" tests/serve/test_openai.py
+"$PY" tests/serve/test_http.py
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+SERVER_PID=
+unset LLM_SERVE_TEST_KEY
+
+# 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
+start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12
+"$PY" tests/serve/test_preemption.py
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+SERVER_PID=
+
+"$PY" tests/serve/test_shutdown.py
+echo "serve-test: ok"
