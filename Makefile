@@ -151,8 +151,9 @@ test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line
-# is the suite's), the ABI checks, the API reference, then the language
-# bindings against an installed copy of the (unsanitized) library.
+# is the suite's), the ABI checks, the API reference, the language bindings
+# against an installed copy of the (unsanitized) library, and llm-serve's
+# end-to-end tests (examples/llm-serve/serve.mk).
 check:
 	$(MAKE) --no-print-directory deps-check
 	$(MAKE) --no-print-directory tsan
@@ -160,6 +161,7 @@ check:
 	$(MAKE) --no-print-directory abi-check
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory bindings-test
+	$(MAKE) --no-print-directory serve-test
 
 # Includes and calls between lib/ modules only run down the order in
 # docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).

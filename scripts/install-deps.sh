@@ -26,8 +26,9 @@ install_deps() {
     python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || want+=(python3-venv)
     command -v go >/dev/null 2>&1 || want+=(golang-go)
     command -v cargo >/dev/null 2>&1 || want+=(cargo)
-    # The API reference (make docs).
-    want+=(doxygen)
+    # The API reference (make docs); llm-serve's HTTP and JSON libraries and
+    # the curl its tests use.
+    want+=(doxygen libmicrohttpd-dev libcjson-dev curl)
 
     if ! command -v dpkg-query >/dev/null 2>&1; then
         echo "ci: not a Debian-like system; install these yourself: ${want[*]}" >&2

@@ -20,7 +20,7 @@ $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
 serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
-	tests/serve/run.sh
+	BUILD=$(BUILD) tests/serve/run.sh
 
 # The same tests with the server under ASan+UBSan (the library as built).
 SERVE_SAN_BIN := $(BUILD)/serve-san/llm-serve
@@ -31,7 +31,7 @@ $(SERVE_SAN_BIN): $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 		$(SERVE_LIBS) -lm -Wl,-rpath,'$$ORIGIN/..' -fsanitize=address,undefined
 
 serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
-	LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
+	BUILD=$(BUILD) LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
 
 # The fuzzer links only the request translation, cJSON and the library (for
 # the params initialisers): no model, no HTTP. It is built here rather than
