@@ -15,12 +15,33 @@
  * the engine always makes progress, so this only ends hung requests. */
 #define STALL_LIMIT_MS (10 * 60 * 1000)
 
+/* A generated token whose log-probabilities wait until its text is sent:
+ * text held back for a possible stop string may never be sent, and then
+ * neither may the tokens it came from. */
+typedef struct held_token {
+    size_t start; /* characters of the sample's decoded text before this token's */
+    llm_token token;
+    float logprob;
+    uint32_t n_top;
+    llm_token top_tokens[SERVE_MAX_TOP_LOGPROBS];
+    float top_logprobs[SERVE_MAX_TOP_LOGPROBS];
+} held_token;
+
 typedef struct sample_out {
     char *text;
     size_t len, cap;
     llm_finish_reason finish;
     cJSON *logprobs; /* chat: array of entries; completions: object of arrays */
-    size_t text_offset;
+    /* Only with logprobs: the library's text stream decoded again here, so
+     * that each token's place in it is known even while the library holds
+     * its text back. */
+    llm_detokenizer *detok;
+    char *piece;
+    size_t piece_cap;
+    size_t decoded_chars; /* characters `detok` produced */
+    size_t sent_chars;    /* characters of the answer sent (or collected) */
+    held_token *held;
+    size_t n_held, cap_held;
 } sample_out;
 
 struct generation {
@@ -36,6 +57,7 @@ struct generation {
     uint32_t n_generated;
     uint32_t n_finished;
     sample_out *samples;
+    size_t echo_chars; /* text_offset of the first generated character */
     int client_fd;
     bool submitted;
     /* streaming */
@@ -49,6 +71,13 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t utf8_chars(const char *s, size_t n)
+{
+    size_t chars = 0;
+    for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return chars;
 }
 
 static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
@@ -169,8 +198,12 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     g->job = job_create(req->n);
     g->samples = calloc(req->n, sizeof *g->samples);
     if (!g->job || !g->samples) abort();
-    for (uint32_t i = 0; i < req->n; i++)
-        g->samples[i].logprobs = req->logprobs ? (chat ? cJSON_CreateArray() : NULL) : NULL;
+    for (uint32_t i = 0; i < req->n && req->logprobs; i++) {
+        sample_out *s = &g->samples[i];
+        s->logprobs = chat ? cJSON_CreateArray() : NULL;
+        if (llm_detokenizer_create(srv->model, 0, &s->detok) != LLM_OK) abort();
+    }
+    if (!chat && req->echo) g->echo_chars = utf8_chars(req->prompt, strlen(req->prompt));
     static atomic_ullong next_serial;
     snprintf(g->id, sizeof g->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL), atomic_fetch_add(&next_serial, 1) & 0xffffff);
@@ -223,18 +256,18 @@ static cJSON *token_text(server *srv, llm_token token, cJSON **bytes_out)
     return cJSON_CreateString(buf);
 }
 
-static cJSON *chat_logprob_entry(server *srv, const job_event *ev)
+static cJSON *chat_logprob_entry(server *srv, const held_token *tok)
 {
     cJSON *entry = cJSON_CreateObject();
     cJSON *bytes;
-    cJSON_AddItemToObject(entry, "token", token_text(srv, ev->token, &bytes));
-    cJSON_AddNumberToObject(entry, "logprob", ev->logprob);
+    cJSON_AddItemToObject(entry, "token", token_text(srv, tok->token, &bytes));
+    cJSON_AddNumberToObject(entry, "logprob", tok->logprob);
     cJSON_AddItemToObject(entry, "bytes", bytes);
     cJSON *top = cJSON_AddArrayToObject(entry, "top_logprobs");
-    for (uint32_t i = 0; i < ev->n_top; i++) {
+    for (uint32_t i = 0; i < tok->n_top; i++) {
         cJSON *alt = cJSON_CreateObject();
-        cJSON_AddItemToObject(alt, "token", token_text(srv, ev->top_tokens[i], &bytes));
-        cJSON_AddNumberToObject(alt, "logprob", ev->top_logprobs[i]);
+        cJSON_AddItemToObject(alt, "token", token_text(srv, tok->top_tokens[i], &bytes));
+        cJSON_AddNumberToObject(alt, "logprob", tok->top_logprobs[i]);
         cJSON_AddItemToObject(alt, "bytes", bytes);
         cJSON_AddItemToArray(top, alt);
     }
@@ -251,15 +284,15 @@ static cJSON *completion_logprobs_new(void)
     return lp;
 }
 
-static void completion_logprobs_add(server *srv, cJSON *lp, const job_event *ev, size_t offset)
+static void completion_logprobs_add(server *srv, cJSON *lp, const held_token *tok, size_t offset)
 {
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(srv, ev->token, NULL));
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(srv, tok->token, NULL));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob));
     cJSON *top = cJSON_CreateObject();
-    for (uint32_t i = 0; i < ev->n_top; i++) {
-        cJSON *name = token_text(srv, ev->top_tokens[i], NULL);
+    for (uint32_t i = 0; i < tok->n_top; i++) {
+        cJSON *name = token_text(srv, tok->top_tokens[i], NULL);
         if (!cJSON_GetObjectItemCaseSensitive(top, name->valuestring))
-            cJSON_AddNumberToObject(top, name->valuestring, ev->top_logprobs[i]);
+            cJSON_AddNumberToObject(top, name->valuestring, tok->top_logprobs[i]);
         cJSON_Delete(name);
     }
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
@@ -271,6 +304,72 @@ static void completion_logprobs_add(server *srv, cJSON *lp, const job_event *ev,
 static bool token_is_content(const job_event *ev)
 {
     return ev->token != LLM_TOKEN_NONE && ev->finish_reason != LLM_FINISH_EOS;
+}
+
+/* Records a content token of `s` and where its text starts. */
+static void hold_token(sample_out *s, const job_event *ev)
+{
+    size_t n = 0;
+    llm_status st = llm_detokenizer_push(s->detok, ev->token, s->piece, s->piece_cap, &n);
+    if (st == LLM_ERR_BUFFER_TOO_SMALL) {
+        char *bigger = realloc(s->piece, n); /* n counts the NUL */
+        if (!bigger) abort();
+        s->piece = bigger;
+        s->piece_cap = n;
+        st = llm_detokenizer_push(s->detok, ev->token, s->piece, s->piece_cap, &n);
+    }
+    if (st != LLM_OK) n = 0;
+    if (s->n_held == s->cap_held) {
+        size_t cap = s->cap_held ? s->cap_held * 2 : 8;
+        held_token *h = realloc(s->held, cap * sizeof *h);
+        if (!h) abort();
+        s->held = h;
+        s->cap_held = cap;
+    }
+    held_token *h = &s->held[s->n_held++];
+    h->start = s->decoded_chars;
+    h->token = ev->token;
+    h->logprob = ev->logprob;
+    h->n_top = ev->n_top < SERVE_MAX_TOP_LOGPROBS ? ev->n_top : SERVE_MAX_TOP_LOGPROBS;
+    memcpy(h->top_tokens, ev->top_tokens, h->n_top * sizeof *h->top_tokens);
+    memcpy(h->top_logprobs, ev->top_logprobs, h->n_top * sizeof *h->top_logprobs);
+    s->decoded_chars += utf8_chars(s->piece, n);
+}
+
+/* Takes in one event of `s`; returns how many held tokens, oldest first,
+ * now have text in the answer. A token counts from its first character on,
+ * so one that straddles the start of a stop string is kept. Only a stop
+ * string, a cancel or an error drops held text; after a finish by length or
+ * end of turn every token is kept, those with no text of their own too. */
+static size_t tokens_with_text(sample_out *s, const job_event *ev)
+{
+    if (token_is_content(ev)) hold_token(s, ev);
+    s->sent_chars += utf8_chars(ev->text, ev->text_len);
+    if (ev->finish_reason == LLM_FINISH_LENGTH || ev->finish_reason == LLM_FINISH_EOS)
+        return s->n_held;
+    size_t n = 0;
+    while (n < s->n_held && s->held[n].start < s->sent_chars) n++;
+    return n;
+}
+
+/* Adds the first `n` held tokens of `s` to `lp` (chat: an array of entries;
+ * completions: an object of arrays) and forgets them; after a finish the
+ * rest are never sent. */
+static void release_tokens(generation *g, sample_out *s, size_t n, cJSON *lp,
+                           llm_finish_reason finish)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (g->req.chat)
+            cJSON_AddItemToArray(lp, chat_logprob_entry(g->srv, &s->held[i]));
+        else
+            completion_logprobs_add(g->srv, lp, &s->held[i], g->echo_chars + s->held[i].start);
+    }
+    if (finish != LLM_FINISH_NONE) {
+        s->n_held = 0;
+    } else if (n) {
+        s->n_held -= n;
+        memmove(s->held, s->held + n, s->n_held * sizeof *s->held);
+    }
 }
 
 static const char *finish_name(llm_finish_reason r)
@@ -338,7 +437,6 @@ static job_event *next_event(generation *g)
 
 char *generation_collect(generation *g, serve_error *err)
 {
-    server *srv = g->srv;
     bool chat = g->req.chat;
     while (g->n_finished < g->req.n) {
         job_event *ev = next_event(g);
@@ -348,13 +446,10 @@ char *generation_collect(generation *g, serve_error *err)
         }
         sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
         account(g, ev);
-        if (s && token_is_content(ev) && g->req.logprobs) {
-            if (chat) {
-                cJSON_AddItemToArray(s->logprobs, chat_logprob_entry(srv, ev));
-            } else {
-                if (!s->logprobs) s->logprobs = completion_logprobs_new();
-                completion_logprobs_add(srv, s->logprobs, ev, s->len);
-            }
+        if (s && g->req.logprobs) {
+            size_t n = tokens_with_text(s, ev);
+            if (n && !s->logprobs) s->logprobs = completion_logprobs_new();
+            release_tokens(g, s, n, s->logprobs, ev->finish_reason);
         }
         if (s && ev->text_len) append(&s->text, &s->len, &s->cap, ev->text, ev->text_len);
         if (ev->finish_reason == LLM_FINISH_ERROR) {
@@ -447,35 +542,31 @@ static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out)
 /* Turns one event into chunks. */
 static void queue_event(generation *g, const job_event *ev)
 {
-    server *srv = g->srv;
     sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
     account(g, ev);
     if (!s) return;
-    bool content = token_is_content(ev);
-    if (ev->text_len || (content && g->req.logprobs)) {
+    size_t n_tokens = g->req.logprobs ? tokens_with_text(s, ev) : 0;
+    if (ev->text_len || n_tokens) {
         cJSON *c;
         cJSON *chunk = stream_chunk(g, ev->sample_index, &c);
         if (g->req.chat) {
             cJSON *delta = cJSON_AddObjectToObject(c, "delta");
             cJSON_AddStringToObject(delta, "content", ev->text);
-            if (g->req.logprobs && content) {
-                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
-                cJSON *arr = cJSON_AddArrayToObject(lp, "content");
-                cJSON_AddItemToArray(arr, chat_logprob_entry(srv, ev));
-            } else {
-                cJSON_AddNullToObject(c, "logprobs");
-            }
         } else {
             cJSON_AddStringToObject(c, "text", ev->text);
-            if (g->req.logprobs && content) {
-                cJSON *lp = completion_logprobs_new();
-                completion_logprobs_add(srv, lp, ev, s->text_offset);
-                cJSON_AddItemToObject(c, "logprobs", lp);
-            } else {
-                cJSON_AddNullToObject(c, "logprobs");
-            }
         }
-        s->text_offset += ev->text_len;
+        if (n_tokens) {
+            cJSON *lp;
+            if (g->req.chat) {
+                lp = cJSON_AddArrayToObject(cJSON_AddObjectToObject(c, "logprobs"), "content");
+            } else {
+                lp = completion_logprobs_new();
+                cJSON_AddItemToObject(c, "logprobs", lp);
+            }
+            release_tokens(g, s, n_tokens, lp, ev->finish_reason);
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
         cJSON_AddNullToObject(c, "finish_reason");
         queue_chunk(g, chunk);
     }
@@ -581,6 +672,9 @@ void generation_end(generation *g, bool completed)
         for (uint32_t i = 0; i < g->req.n; i++) {
             free(g->samples[i].text);
             cJSON_Delete(g->samples[i].logprobs);
+            llm_detokenizer_free(g->samples[i].detok);
+            free(g->samples[i].piece);
+            free(g->samples[i].held);
         }
     }
     free(g->samples);

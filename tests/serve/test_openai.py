@@ -131,6 +131,144 @@ def test_completion_logprobs():
     assert lp.text_offset[0] == 0 and all(len(t) <= 2 for t in lp.top_logprobs)
 
 
+def stops_cut_from(tokens):
+    """Stop strings cut from a greedy answer, given as its token texts, past
+    its first third, each spanning two tokens and first found where it was
+    cut: one starts where a token starts, one a character into a token.
+    Returns (stop, the token texts whose text is returned, the number of
+    tokens generated up to the one that completes the stop) for each."""
+    text = "".join(tokens)
+    found = {}
+    for k in range(len(tokens) // 3, len(tokens) - 1):
+        before = len("".join(tokens[:k]))
+        pair = tokens[k] + tokens[k + 1]
+        if not pair.isascii():
+            continue
+        if "at_token" not in found and text.find(pair) == before:
+            found["at_token"] = (pair, tokens[:k], k + 2)
+        if "inside_token" not in found and len(tokens[k]) > 1 and text.find(pair[1:]) == before + 1:
+            found["inside_token"] = (pair[1:], tokens[:k + 1], k + 2)
+    assert len(found) == 2, ("no stop strings to cut from", tokens)
+    return [found["at_token"], found["inside_token"]]
+
+
+def check_tokens_cover(text, tokens, what):
+    """The token texts cover exactly `text`: the last one may go past its
+    end (it straddles a stop string), but every one starts inside it."""
+    joined = "".join(tokens)
+    assert joined.startswith(text), (what, text, tokens)
+    assert not tokens or len(joined) - len(tokens[-1]) < len(text), (what, text, tokens)
+
+
+def check_text_offsets(text, tokens, offsets, what):
+    assert len(offsets) == len(tokens), (what, offsets, tokens)
+    for token, offset in zip(tokens, offsets):
+        assert text[offset:offset + len(token)] == token[:len(text) - offset], \
+            (what, text, token, offset)
+
+
+STOP_TEST_TOKENS = 24
+
+
+def test_chat_logprobs_end_at_stop_string():
+    greedy = chat(temperature=0, max_tokens=STOP_TEST_TOKENS, logprobs=True)
+    full = greedy.choices[0].message.content
+    for stop, kept, generated in stops_cut_from([t.token for t in greedy.choices[0].logprobs.content]):
+        want_text = full[:full.index(stop)]
+        r = chat(temperature=0, max_tokens=STOP_TEST_TOKENS, logprobs=True, top_logprobs=2,
+                 stop=[stop, "zzzz"])
+        text = r.choices[0].message.content
+        tokens = [t.token for t in r.choices[0].logprobs.content]
+        assert text == want_text and r.choices[0].finish_reason == "stop", (stop, text)
+        assert tokens == kept, (stop, text, tokens, kept)
+        check_tokens_cover(text, tokens, stop)
+        # As vLLM counts: the stop string's tokens are generated, so counted.
+        assert r.usage.completion_tokens == generated, (stop, r.usage, generated)
+
+        stream = chat(temperature=0, max_tokens=STOP_TEST_TOKENS, logprobs=True, top_logprobs=2,
+                      stop=[stop, "zzzz"], stream=True, stream_options={"include_usage": True})
+        text, tokens, usage = "", [], None
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                tokens += [t.token for t in (c.logprobs.content if c.logprobs else None) or []]
+                # Held-back text and its tokens' logprobs are sent together.
+                check_tokens_cover(text, tokens, (stop, "streamed so far"))
+        assert text == want_text and tokens == kept, (stop, text, tokens, kept)
+        assert usage.completion_tokens == generated, (stop, usage, generated)
+
+
+def test_chat_stream_logprobs_wait_for_held_text():
+    greedy = chat(temperature=0, max_tokens=STOP_TEST_TOKENS, logprobs=True)
+    full = greedy.choices[0].message.content
+    all_tokens = [t.token for t in greedy.choices[0].logprobs.content]
+    stop, _, _ = stops_cut_from(all_tokens)[0]
+    # Matches for two tokens, then fails: their text is held, then sent.
+    stream = chat(temperature=0, max_tokens=STOP_TEST_TOKENS, logprobs=True, stream=True,
+                  stop=stop + "\x01")
+    text, tokens = "", []
+    for chunk in stream:
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            tokens += [t.token for t in (c.logprobs.content if c.logprobs else None) or []]
+            check_tokens_cover(text, tokens, "streamed so far")
+    assert text == full and tokens == all_tokens, (text, tokens)
+
+
+def test_completion_logprobs_end_at_stop_string():
+    prompt = "Once upon a time"
+    greedy = client.completions.create(model=MODEL_ID, prompt=prompt, temperature=0,
+                                       max_tokens=STOP_TEST_TOKENS, logprobs=0)
+    full = greedy.choices[0].text
+    stops = stops_cut_from(greedy.choices[0].logprobs.tokens)
+    # One more that matches for two tokens, then fails: all the text is sent.
+    stops.append((stops[0][0] + "\x01", greedy.choices[0].logprobs.tokens,
+                  greedy.usage.completion_tokens))
+    for stop, kept, generated in stops:
+        want_text = full[:full.index(stop)] if stop in full else full
+        r = client.completions.create(model=MODEL_ID, prompt=prompt, temperature=0,
+                                      max_tokens=STOP_TEST_TOKENS, logprobs=1, stop=stop)
+        text, lp = r.choices[0].text, r.choices[0].logprobs
+        assert text == want_text, (stop, text)
+        assert lp.tokens == kept, (stop, text, lp.tokens, kept)
+        assert len(lp.token_logprobs) == len(lp.top_logprobs) == len(kept), (stop, lp)
+        check_tokens_cover(text, lp.tokens, stop)
+        check_text_offsets(text, lp.tokens, lp.text_offset, stop)
+        assert r.usage.completion_tokens == generated, (stop, r.usage, generated)
+
+        stream = client.completions.create(
+            model=MODEL_ID, prompt=prompt, temperature=0, max_tokens=STOP_TEST_TOKENS,
+            logprobs=1, stop=stop, stream=True, stream_options={"include_usage": True})
+        text, tokens, offsets, usage = "", [], [], None
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for c in chunk.choices:
+                text += c.text
+                if c.logprobs:
+                    tokens += c.logprobs.tokens
+                    offsets += c.logprobs.text_offset
+                    assert len(c.logprobs.token_logprobs) == len(c.logprobs.tokens)
+                check_tokens_cover(text, tokens, (stop, "streamed so far"))
+        assert text == want_text and tokens == kept, (stop, text, tokens, kept)
+        check_text_offsets(text, tokens, offsets, (stop, "streamed"))
+        assert usage.completion_tokens == generated, (stop, usage, generated)
+
+
+def test_completion_text_offset_counts_characters():
+    # The answer has multi-byte characters ("française"); offsets index the
+    # returned text as the client sees it, the echoed prompt included.
+    prompt = "The capital of France is Paris. En français, Paris est"
+    for echo in (False, True):
+        r = client.completions.create(model=MODEL_ID, prompt=prompt, temperature=0,
+                                      max_tokens=12, logprobs=0, echo=echo)
+        text, lp = r.choices[0].text, r.choices[0].logprobs
+        start = len(prompt) if echo else 0
+        assert lp.text_offset[0] == start, (echo, lp.text_offset)
+        check_text_offsets(text, lp.tokens, lp.text_offset, echo)
+        check_tokens_cover(text[start:], lp.tokens, echo)
+
+
 def test_penalties_accepted():
     r = chat(temperature=0, max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5,
              extra_body={"top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1, "repeat_last_n": 32})
@@ -193,6 +331,8 @@ if __name__ == "__main__":
         test_models, test_chat_greedy_matches_llm_run, test_completion_greedy_matches_llm_run,
         test_chat_stream_equals_non_stream, test_completion_stream, test_content_parts_and_system,
         test_n_samples, test_seed_reproducible, test_stop_strings, test_chat_logprobs,
-        test_completion_logprobs, test_penalties_accepted, test_logit_bias, test_prompt_as_token_ids,
+        test_completion_logprobs, test_chat_logprobs_end_at_stop_string,
+        test_chat_stream_logprobs_wait_for_held_text, test_completion_logprobs_end_at_stop_string,
+        test_completion_text_offset_counts_characters, test_penalties_accepted, test_logit_bias, test_prompt_as_token_ids,
         test_max_completion_tokens_and_length, test_speculative_same_answer, test_completion_echo,
     ])
