@@ -53,6 +53,13 @@ toolchain() { # language -> the command it needs
     esac
 }
 
+# Untracked and ignored files under bindings/, before and after the tests.
+leftovers() {
+    git -C "$root" status --porcelain --ignored --untracked-files=all -- bindings 2>/dev/null |
+        grep -E '^(\?\?|!!)' | sort || true
+}
+before=$(leftovers)
+
 passed=() skipped=() failed=()
 for lang in "${langs[@]}"; do
     tool=$(toolchain "$lang") || {
@@ -94,15 +101,13 @@ for lang in "${langs[@]}"; do
     fi
 done
 
-# The tests build and install outside the source tree: nothing may be left
-# behind in bindings/ (a stray build/, venv, target/ or cache).
-if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
-    stray=$(git -C "$root" status --porcelain --ignored -- bindings)
-    if [ -n "$stray" ]; then
-        echo "bindings-test: the tests left files in the source tree:" >&2
-        echo "$stray" | sed -e 's/^/    /' >&2
-        failed+=(source-tree)
-    fi
+# The tests build and install outside the source tree: they may leave
+# nothing new in bindings/ (a stray build/, venv, target/ or cache).
+stray=$(comm -13 <(echo "$before") <(leftovers))
+if [ -n "$stray" ]; then
+    echo "bindings-test: the tests left files in the source tree:" >&2
+    echo "$stray" | sed -e 's/^/    /' >&2
+    failed+=(source-tree)
 fi
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Seque
 
 from . import _native
 from ._buffers import read_text
+from ._closeable import Closeable
 from ._native import lib
 from .errors import ClosedError, Status, check, error_for
 
@@ -59,7 +60,7 @@ def _as_path_bytes(path: Union[str, "os.PathLike[str]"]) -> bytes:
     return os.fsencode(os.fspath(path))
 
 
-class Model:
+class Model(Closeable):
     """A loaded GGUF model; immutable and shareable between threads.
 
     ``Model(path, use_mmap=True)`` loads it. Close it with :meth:`close` or a
@@ -106,18 +107,6 @@ class Model:
     @property
     def closed(self) -> bool:
         return self._ptr is None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: modules may be gone
-            pass
 
     def _handle(self) -> int:
         ptr = self._ptr
@@ -253,7 +242,7 @@ def _role_content(message: ChatMessage) -> Tuple[str, str]:
     return str(role), str(content)
 
 
-class Detokenizer:
+class Detokenizer(Closeable):
     """``llm_detokenizer``: push tokens, get whole UTF-8 characters back."""
 
     def __init__(self, model: Model, *, special: bool = False) -> None:
@@ -288,14 +277,3 @@ class Detokenizer:
         if ptr is not None:
             lib.llm_detokenizer_free(ptr)
 
-    def __enter__(self) -> "Detokenizer":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -21,6 +21,7 @@ from typing import (
 )
 
 from . import _native
+from ._closeable import Closeable
 from ._native import lib
 from .errors import (
     ClosedError,
@@ -113,7 +114,7 @@ class _CtrlCInterrupts:
             raise KeyboardInterrupt
 
 
-class Session(TokenLevelMixin):
+class Session(TokenLevelMixin, Closeable):
     """A runtime for one model: KV memory, threads and requests.
 
     ``Session(model, n_threads=..., n_ctx=..., ...)`` takes the fields of
@@ -189,18 +190,6 @@ class Session(TokenLevelMixin):
     @property
     def closed(self) -> bool:
         return self._handle_box is None or self._handle_box.ptr is None
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: modules may be gone
-            pass
 
     def _ptr(self) -> int:
         box = self._handle_box

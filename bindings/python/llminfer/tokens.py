@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _native
+from ._closeable import Closeable
 from ._native import lib
 from .errors import ClosedError, Status, check, error_for
 from .model import Model
@@ -107,7 +108,7 @@ def _save_bytes(session: "Session", call: Any) -> bytes:
         return b""
 
 
-class Batch:
+class Batch(Closeable):
     """``llm_batch``: the rows (sequence, position, token, logits?) of one decode."""
 
     def __init__(self, capacity: int) -> None:
@@ -152,17 +153,6 @@ class Batch:
         if ptr is not None:
             lib.llm_batch_free(ptr)
 
-    def __enter__(self) -> "Batch":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _as_float_array(logits: Logits, n_vocab: int) -> Any:
@@ -178,7 +168,7 @@ def _as_float_array(logits: Logits, n_vocab: int) -> Any:
     return (ctypes.c_float * n_vocab)(*values)
 
 
-class Sampler:
+class Sampler(Closeable):
     """``llm_sampler``: the sampling pipeline for host-driven decoding.
 
     ``sampling=None`` is greedy; ``stream`` joins the seed in keying the
@@ -234,17 +224,6 @@ class Sampler:
         if ptr is not None:
             lib.llm_sampler_free(ptr)
 
-    def __enter__(self) -> "Sampler":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class TokenLevelMixin:
