@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
+
 #define EVENTS_PER_STEP 256
 
 struct engine {
@@ -19,11 +21,12 @@ struct engine {
     job *active;
     unsigned long work_pending;
     bool stopping;
+    llm_event *events; /* EVENTS_PER_STEP, the step's output */
 };
 
 job *job_create(uint32_t n_samples)
 {
-    job *j = calloc(1, sizeof *j);
+    job *j = serve_calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->ready, NULL);
@@ -59,10 +62,10 @@ job_event *job_next(job *j, int timeout_ms)
         deadline.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&j->lock);
-    while (!j->head) {
+    while (!j->head && !j->out_of_memory) {
         if (pthread_cond_timedwait(&j->ready, &j->lock, &deadline) == ETIMEDOUT) break;
     }
-    job_event *ev = j->head;
+    job_event *ev = j->out_of_memory ? NULL : j->head;
     if (ev) {
         j->head = ev->next;
         if (!j->head) j->tail = NULL;
@@ -71,10 +74,8 @@ job_event *job_next(job *j, int timeout_ms)
     return ev;
 }
 
-static void job_push(job *j, const llm_event *src)
+static void fill_event(job_event *ev, const llm_event *src)
 {
-    job_event *ev = calloc(1, sizeof *ev + src->text_len + 1);
-    if (!ev) abort(); /* losing a token silently would be worse than stopping */
     ev->token = src->token;
     ev->logprob = src->logprob;
     ev->finish_reason = src->finish_reason;
@@ -87,13 +88,40 @@ static void job_push(job *j, const llm_event *src)
     }
     ev->text_len = src->text_len;
     if (src->text_len) memcpy(ev->text, src->text, src->text_len);
+}
+
+bool job_out_of_memory(job *j)
+{
     pthread_mutex_lock(&j->lock);
-    if (j->tail) j->tail->next = ev;
-    else j->head = ev;
-    j->tail = ev;
+    bool failed = j->out_of_memory;
+    pthread_mutex_unlock(&j->lock);
+    return failed;
+}
+
+/* Queues a copy of `src` for the job's waiter. When the copy cannot be
+ * allocated the job fails as a whole rather than lose a token: the request
+ * is cancelled (its finish events are still counted, so that the job leaves
+ * the active list) and its waiter reports the error. The engine thread is
+ * the only writer of `out_of_memory`. */
+static void job_push(engine *e, job *j, const llm_event *src)
+{
+    job_event *ev = j->out_of_memory ? NULL : serve_calloc(1, sizeof *ev + src->text_len + 1);
+    bool newly_failed = !ev && !j->out_of_memory;
+    if (ev) fill_event(ev, src);
+    pthread_mutex_lock(&j->lock);
+    if (ev) {
+        if (j->tail) j->tail->next = ev;
+        else j->head = ev;
+        j->tail = ev;
+    }
+    if (newly_failed) j->out_of_memory = true;
     if (src->finish_reason != LLM_FINISH_NONE) j->n_finished++;
     pthread_cond_signal(&j->ready);
     pthread_mutex_unlock(&j->lock);
+    if (newly_failed) {
+        fprintf(stderr, "llm-serve: out of memory queueing an event; request cancelled\n");
+        if (j->n_finished < j->n_samples) llm_session_cancel(e->session, j->id);
+    }
 }
 
 /* Caller holds e->lock. */
@@ -116,7 +144,7 @@ static void dispatch(engine *e, const llm_event *events, size_t n)
         job **link;
         job *j = find_active(e, events[i].request, &link);
         if (!j) continue;
-        job_push(j, &events[i]);
+        job_push(e, j, &events[i]);
         if (events[i].finish_reason != LLM_FINISH_NONE) {
             pthread_mutex_lock(&j->lock);
             bool done = j->n_finished >= j->n_samples;
@@ -133,8 +161,7 @@ static void dispatch(engine *e, const llm_event *events, size_t n)
 static void *engine_main(void *arg)
 {
     engine *e = arg;
-    llm_event *events = calloc(EVENTS_PER_STEP, sizeof *events);
-    if (!events) abort();
+    llm_event *events = e->events;
     for (;;) {
         pthread_mutex_lock(&e->lock);
         bool stopping = e->stopping;
@@ -166,7 +193,6 @@ static void *engine_main(void *arg)
             pthread_cond_wait(&e->work, &e->lock);
         pthread_mutex_unlock(&e->lock);
     }
-    free(events);
     return NULL;
 }
 
@@ -174,10 +200,16 @@ engine *engine_start(llm_session *session)
 {
     engine *e = calloc(1, sizeof *e);
     if (!e) return NULL;
+    e->events = calloc(EVENTS_PER_STEP, sizeof *e->events);
+    if (!e->events) {
+        free(e);
+        return NULL;
+    }
     e->session = session;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        free(e->events);
         free(e);
         return NULL;
     }
@@ -253,5 +285,6 @@ void engine_stop(engine *e)
     pthread_mutex_unlock(&e->lock);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->work);
+    free(e->events);
     free(e);
 }

@@ -31,6 +31,9 @@ typedef struct job {
     uint32_t n_samples;
     uint32_t n_finished; /* finish events queued so far */
     int refs;            /* the waiting HTTP thread and, while submitted, the engine */
+    /* An event could not be queued: the request was cancelled, and what is
+     * queued no longer tells the whole answer. */
+    bool out_of_memory;
     llm_request_id id;
     struct job *next_active;
 } job;
@@ -53,8 +56,10 @@ void engine_cancel_all(engine *e);
 job *job_create(uint32_t n_samples);
 /* Drops the caller's reference. */
 void job_release(job *j);
-/* Waits up to `timeout_ms` for an event; NULL on timeout. The caller frees
- * the event with free(). */
+/* Waits up to `timeout_ms` for an event; NULL on timeout or once the job
+ * failed for lack of memory (job_out_of_memory). The caller frees the event
+ * with free(). */
 job_event *job_next(job *j, int timeout_ms);
+bool job_out_of_memory(job *j);
 
 #endif

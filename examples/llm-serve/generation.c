@@ -10,22 +10,20 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "alloc.h"
+#include "json_out.h"
+#include "logprobs_json.h"
+
 #define WAIT_SLICE_MS 100
 /* Longest time a request waits for its next event before it is given up:
  * the engine always makes progress, so this only ends hung requests. */
 #define STALL_LIMIT_MS (10 * 60 * 1000)
-
-/* A generated token whose log-probabilities wait until its text is sent:
- * text held back for a possible stop string may never be sent, and then
- * neither may the tokens it came from. */
-typedef struct held_token {
-    size_t start; /* characters of the sample's decoded text before this token's */
-    llm_token token;
-    float logprob;
-    uint32_t n_top;
-    llm_token top_tokens[SERVE_MAX_TOP_LOGPROBS];
-    float top_logprobs[SERVE_MAX_TOP_LOGPROBS];
-} held_token;
+/* What a stream ends with when the server runs out of memory in the middle
+ * of it: fixed text, since nothing more can be allocated. */
+static const char STREAM_OUT_OF_MEMORY_END[] =
+    "data: {\"error\":{\"message\":\"out of memory while streaming the response; the "
+    "request was cancelled\",\"type\":\"server_error\",\"param\":null,\"code\":"
+    "\"out_of_memory\"}}\n\ndata: [DONE]\n\n";
 
 typedef struct sample_out {
     char *text;
@@ -64,6 +62,9 @@ struct generation {
     int phase; /* 0 role chunks, 1 tokens, 2 usage, 3 [DONE] sent */
     char *pending;
     size_t pending_len, pending_off;
+    /* Out of memory mid-stream: STREAM_OUT_OF_MEMORY_END is sent from here on. */
+    bool stream_failed;
+    size_t failed_end_off;
 };
 
 static double now_seconds(void)
@@ -80,32 +81,40 @@ static size_t utf8_chars(const char *s, size_t n)
     return chars;
 }
 
-static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (*len + n + 1 > *cap) {
         size_t c = (*cap ? *cap * 2 : 256) + n;
-        char *b = realloc(*buf, c);
-        if (!b) abort();
+        char *b = serve_realloc(*buf, c);
+        if (!b) return false;
         *buf = b;
         *cap = c;
     }
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = '\0';
+    return true;
 }
 
 static char *render_chat(server *srv, const serve_request *req, serve_error *err)
 {
-    llm_chat_message *msgs = calloc(req->n_messages, sizeof *msgs);
-    if (!msgs) abort();
+    llm_chat_message *msgs = serve_calloc(req->n_messages, sizeof *msgs);
+    if (!msgs) {
+        serve_error_out_of_memory(err, "while rendering the chat template");
+        return NULL;
+    }
     for (size_t i = 0; i < req->n_messages; i++)
         msgs[i] = (llm_chat_message){req->messages[i].role, req->messages[i].content};
     size_t need = 0;
     llm_status st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, NULL, 0, &need);
     char *text = NULL;
     if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        text = malloc(need);
-        if (!text) abort();
+        text = serve_malloc(need);
+        if (!text) {
+            free(msgs);
+            serve_error_out_of_memory(err, "while rendering the chat template");
+            return NULL;
+        }
         st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, text, need, &need);
     }
     free(msgs);
@@ -128,8 +137,11 @@ static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **
     llm_status st = llm_tokenize(srv->model, text, len, flags, NULL, 0, &need);
     *out = NULL;
     if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK) {
-        *out = malloc((need ? need : 1) * sizeof **out);
-        if (!*out) abort();
+        *out = serve_malloc((need ? need : 1) * sizeof **out);
+        if (!*out) {
+            serve_error_out_of_memory(err, "while tokenizing the prompt");
+            return false;
+        }
         st = llm_tokenize(srv->model, text, len, flags, *out, need, n);
     }
     if (st != LLM_OK) {
@@ -145,8 +157,11 @@ static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **
 generation *generation_start(server *srv, const char *body, size_t len, bool chat,
                              serve_error *err)
 {
-    generation *g = calloc(1, sizeof *g);
-    if (!g) abort();
+    generation *g = serve_calloc(1, sizeof *g);
+    if (!g) {
+        serve_error_out_of_memory(err, "while starting the request");
+        return NULL;
+    }
     g->srv = srv;
     g->client_fd = -1;
     if (!serve_request_parse(body, len, chat, &srv->limits, &g->req, err)) {
@@ -162,13 +177,19 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
                              (uint64_t)(uintptr_t)g;
     }
     if (req->n_prompt_tokens) {
-        g->prompt = malloc(req->n_prompt_tokens * sizeof *g->prompt);
-        if (!g->prompt) abort();
+        g->prompt = serve_malloc(req->n_prompt_tokens * sizeof *g->prompt);
+        if (!g->prompt) {
+            serve_error_out_of_memory(err, "while copying the prompt");
+            goto fail;
+        }
         memcpy(g->prompt, req->prompt_tokens, req->n_prompt_tokens * sizeof *g->prompt);
         g->n_prompt = req->n_prompt_tokens;
     } else {
-        char *text = chat ? render_chat(srv, req, err) : strdup(req->prompt);
-        if (!text) goto fail;
+        char *text = chat ? render_chat(srv, req, err) : serve_strdup(req->prompt);
+        if (!text) {
+            if (!chat) serve_error_out_of_memory(err, "while copying the prompt");
+            goto fail;
+        }
         /* The template already holds the special tokens, as text to parse. */
         bool ok = tokenize(srv, text, LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL,
                            &g->prompt, &g->n_prompt, err);
@@ -196,12 +217,18 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     llm_request_params params;
     serve_request_params(req, max_new, stops, &sampling, &params);
     g->job = job_create(req->n);
-    g->samples = calloc(req->n, sizeof *g->samples);
-    if (!g->job || !g->samples) abort();
+    g->samples = serve_calloc(req->n, sizeof *g->samples);
+    if (!g->job || !g->samples) {
+        serve_error_out_of_memory(err, "while starting the request");
+        goto fail;
+    }
     for (uint32_t i = 0; i < req->n && req->logprobs; i++) {
         sample_out *s = &g->samples[i];
         s->logprobs = chat ? cJSON_CreateArray() : NULL;
-        if (llm_detokenizer_create(srv->model, 0, &s->detok) != LLM_OK) abort();
+        if ((chat && !s->logprobs) || llm_detokenizer_create(srv->model, 0, &s->detok) != LLM_OK) {
+            serve_error_out_of_memory(err, "while preparing logprobs");
+            goto fail;
+        }
     }
     if (!chat && req->echo) g->echo_chars = utf8_chars(req->prompt, strlen(req->prompt));
     static atomic_ullong next_serial;
@@ -241,64 +268,6 @@ static bool client_gone(const generation *g)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Text of one token on its own, for logprobs. */
-static cJSON *token_text(server *srv, llm_token token, cJSON **bytes_out)
-{
-    char buf[256];
-    size_t n = 0;
-    if (llm_detokenize(srv->model, &token, 1, LLM_DETOKENIZE_SPECIAL, buf, sizeof buf, &n) != LLM_OK)
-        n = 0, buf[0] = '\0';
-    if (bytes_out) {
-        *bytes_out = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++)
-            cJSON_AddItemToArray(*bytes_out, cJSON_CreateNumber((unsigned char)buf[i]));
-    }
-    return cJSON_CreateString(buf);
-}
-
-static cJSON *chat_logprob_entry(server *srv, const held_token *tok)
-{
-    cJSON *entry = cJSON_CreateObject();
-    cJSON *bytes;
-    cJSON_AddItemToObject(entry, "token", token_text(srv, tok->token, &bytes));
-    cJSON_AddNumberToObject(entry, "logprob", tok->logprob);
-    cJSON_AddItemToObject(entry, "bytes", bytes);
-    cJSON *top = cJSON_AddArrayToObject(entry, "top_logprobs");
-    for (uint32_t i = 0; i < tok->n_top; i++) {
-        cJSON *alt = cJSON_CreateObject();
-        cJSON_AddItemToObject(alt, "token", token_text(srv, tok->top_tokens[i], &bytes));
-        cJSON_AddNumberToObject(alt, "logprob", tok->top_logprobs[i]);
-        cJSON_AddItemToObject(alt, "bytes", bytes);
-        cJSON_AddItemToArray(top, alt);
-    }
-    return entry;
-}
-
-static cJSON *completion_logprobs_new(void)
-{
-    cJSON *lp = cJSON_CreateObject();
-    cJSON_AddArrayToObject(lp, "tokens");
-    cJSON_AddArrayToObject(lp, "token_logprobs");
-    cJSON_AddArrayToObject(lp, "top_logprobs");
-    cJSON_AddArrayToObject(lp, "text_offset");
-    return lp;
-}
-
-static void completion_logprobs_add(server *srv, cJSON *lp, const held_token *tok, size_t offset)
-{
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(srv, tok->token, NULL));
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob));
-    cJSON *top = cJSON_CreateObject();
-    for (uint32_t i = 0; i < tok->n_top; i++) {
-        cJSON *name = token_text(srv, tok->top_tokens[i], NULL);
-        if (!cJSON_GetObjectItemCaseSensitive(top, name->valuestring))
-            cJSON_AddNumberToObject(top, name->valuestring, tok->top_logprobs[i]);
-        cJSON_Delete(name);
-    }
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)offset));
-}
-
 /* Whether the token of `ev` belongs to the answer: the end-of-turn token
  * that ends a reply is not part of it. */
 static bool token_is_content(const job_event *ev)
@@ -306,26 +275,27 @@ static bool token_is_content(const job_event *ev)
     return ev->token != LLM_TOKEN_NONE && ev->finish_reason != LLM_FINISH_EOS;
 }
 
-/* Records a content token of `s` and where its text starts. */
-static void hold_token(sample_out *s, const job_event *ev)
+/* Records a content token of `s` and where its text starts; false when out
+ * of memory. */
+static bool hold_token(sample_out *s, const job_event *ev)
 {
+    if (s->n_held == s->cap_held) {
+        size_t cap = s->cap_held ? s->cap_held * 2 : 8;
+        held_token *h = serve_realloc(s->held, cap * sizeof *h);
+        if (!h) return false;
+        s->held = h;
+        s->cap_held = cap;
+    }
     size_t n = 0;
     llm_status st = llm_detokenizer_push(s->detok, ev->token, s->piece, s->piece_cap, &n);
     if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        char *bigger = realloc(s->piece, n); /* n counts the NUL */
-        if (!bigger) abort();
+        char *bigger = serve_realloc(s->piece, n); /* n counts the NUL */
+        if (!bigger) return false;
         s->piece = bigger;
         s->piece_cap = n;
         st = llm_detokenizer_push(s->detok, ev->token, s->piece, s->piece_cap, &n);
     }
     if (st != LLM_OK) n = 0;
-    if (s->n_held == s->cap_held) {
-        size_t cap = s->cap_held ? s->cap_held * 2 : 8;
-        held_token *h = realloc(s->held, cap * sizeof *h);
-        if (!h) abort();
-        s->held = h;
-        s->cap_held = cap;
-    }
     held_token *h = &s->held[s->n_held++];
     h->start = s->decoded_chars;
     h->token = ev->token;
@@ -334,35 +304,41 @@ static void hold_token(sample_out *s, const job_event *ev)
     memcpy(h->top_tokens, ev->top_tokens, h->n_top * sizeof *h->top_tokens);
     memcpy(h->top_logprobs, ev->top_logprobs, h->n_top * sizeof *h->top_logprobs);
     s->decoded_chars += utf8_chars(s->piece, n);
+    return true;
 }
 
-/* Takes in one event of `s`; returns how many held tokens, oldest first,
- * now have text in the answer. A token counts from its first character on,
- * so one that straddles the start of a stop string is kept. Only a stop
- * string, a cancel or an error drops held text; after a finish by length or
- * end of turn every token is kept, those with no text of their own too. */
-static size_t tokens_with_text(sample_out *s, const job_event *ev)
+/* Takes in one event of `s`; sets `*n_out` to how many held tokens, oldest
+ * first, now have text in the answer. A token counts from its first
+ * character on, so one that straddles the start of a stop string is kept.
+ * Only a stop string, a cancel or an error drops held text; after a finish
+ * by length or end of turn every token is kept, those with no text of their
+ * own too. False when out of memory. */
+static bool tokens_with_text(sample_out *s, const job_event *ev, size_t *n_out)
 {
-    if (token_is_content(ev)) hold_token(s, ev);
+    if (token_is_content(ev) && !hold_token(s, ev)) return false;
     s->sent_chars += utf8_chars(ev->text, ev->text_len);
-    if (ev->finish_reason == LLM_FINISH_LENGTH || ev->finish_reason == LLM_FINISH_EOS)
-        return s->n_held;
+    if (ev->finish_reason == LLM_FINISH_LENGTH || ev->finish_reason == LLM_FINISH_EOS) {
+        *n_out = s->n_held;
+        return true;
+    }
     size_t n = 0;
     while (n < s->n_held && s->held[n].start < s->sent_chars) n++;
-    return n;
+    *n_out = n;
+    return true;
 }
 
 /* Adds the first `n` held tokens of `s` to `lp` (chat: an array of entries;
  * completions: an object of arrays) and forgets them; after a finish the
- * rest are never sent. */
-static void release_tokens(generation *g, sample_out *s, size_t n, cJSON *lp,
+ * rest are never sent. False when out of memory. */
+static bool release_tokens(generation *g, sample_out *s, size_t n, cJSON *lp,
                            llm_finish_reason finish)
 {
-    for (size_t i = 0; i < n; i++) {
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
         if (g->req.chat)
-            cJSON_AddItemToArray(lp, chat_logprob_entry(g->srv, &s->held[i]));
+            push_item(lp, chat_logprob_entry(g->srv->model, &s->held[i]), &ok);
         else
-            completion_logprobs_add(g->srv, lp, &s->held[i], g->echo_chars + s->held[i].start);
+            ok = completion_logprobs_add(g->srv->model, lp, &s->held[i], g->echo_chars + s->held[i].start);
     }
     if (finish != LLM_FINISH_NONE) {
         s->n_held = 0;
@@ -370,6 +346,7 @@ static void release_tokens(generation *g, sample_out *s, size_t n, cJSON *lp,
         s->n_held -= n;
         memmove(s->held, s->held + n, s->n_held * sizeof *s->held);
     }
+    return ok;
 }
 
 static const char *finish_name(llm_finish_reason r)
@@ -397,29 +374,29 @@ static void account(generation *g, const job_event *ev)
     }
 }
 
-static cJSON *usage_json(const generation *g)
+static void put_usage(cJSON *root, const generation *g, bool *ok)
 {
-    cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)g->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", g->n_generated);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(g->n_prompt + g->n_generated));
-    return u;
+    cJSON *u = put_object(root, "usage", ok);
+    put_number(u, "prompt_tokens", (double)g->n_prompt, ok);
+    put_number(u, "completion_tokens", g->n_generated, ok);
+    put_number(u, "total_tokens", (double)(g->n_prompt + g->n_generated), ok);
 }
 
-static cJSON *response_head(const generation *g, const char *object)
+static cJSON *response_head(const generation *g, const char *object, bool *ok)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "id", g->id);
-    cJSON_AddStringToObject(root, "object", object);
-    cJSON_AddNumberToObject(root, "created", (double)g->created);
-    cJSON_AddStringToObject(root, "model", g->srv->model_name);
-    cJSON_AddStringToObject(root, "system_fingerprint", g->srv->fingerprint);
+    if (!root) *ok = false;
+    put_string(root, "id", g->id, ok);
+    put_string(root, "object", object, ok);
+    put_number(root, "created", (double)g->created, ok);
+    put_string(root, "model", g->srv->model_name, ok);
+    put_string(root, "system_fingerprint", g->srv->fingerprint, ok);
     return root;
 }
 
-/* Waits for the next event, giving up when the client left. The socket is
- * checked every slice even while events keep coming, since a busy request
- * may never wait that long for one. */
+/* Waits for the next event, giving up when the client left or the job
+ * failed for lack of memory. The socket is checked every slice even while
+ * events keep coming, since a busy request may never wait that long for one. */
 static job_event *next_event(generation *g)
 {
     double deadline = now_seconds() + STALL_LIMIT_MS / 1000.0;
@@ -431,154 +408,223 @@ static job_event *next_event(generation *g)
         }
         job_event *ev = job_next(g->job, WAIT_SLICE_MS);
         if (ev) return ev;
+        if (job_out_of_memory(g->job)) return NULL;
         if (now_seconds() > deadline) return NULL;
     }
 }
 
+/* Takes in one event of a non-streaming request; false when out of memory. */
+static bool collect_event(generation *g, const job_event *ev)
+{
+    sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
+    account(g, ev);
+    if (!s) return true;
+    if (g->req.logprobs) {
+        size_t n;
+        if (!tokens_with_text(s, ev, &n)) return false;
+        if (n && !s->logprobs && !(s->logprobs = completion_logprobs_new())) return false;
+        if (!release_tokens(g, s, n, s->logprobs, ev->finish_reason)) return false;
+    }
+    return !ev->text_len || append(&s->text, &s->len, &s->cap, ev->text, ev->text_len);
+}
+
+static void put_choice_text(cJSON *c, const generation *g, const sample_out *s, bool *ok)
+{
+    const char *prefix = g->req.echo ? g->req.prompt : "";
+    size_t plen = strlen(prefix), tlen = s->len;
+    char *full = serve_malloc(plen + tlen + 1);
+    if (!full) {
+        *ok = false;
+        return;
+    }
+    memcpy(full, prefix, plen);
+    if (tlen) memcpy(full + plen, s->text, tlen);
+    full[plen + tlen] = '\0';
+    put_string(c, "text", full, ok);
+    free(full);
+}
+
+static char *response_body(generation *g)
+{
+    bool chat = g->req.chat, ok = true;
+    cJSON *root = response_head(g, chat ? "chat.completion" : "text_completion", &ok);
+    cJSON *choices = put_array(root, "choices", &ok);
+    for (uint32_t i = 0; i < g->req.n && ok; i++) {
+        sample_out *s = &g->samples[i];
+        cJSON *c = cJSON_CreateObject();
+        push_item(choices, c, &ok);
+        if (!ok) break;
+        put_number(c, "index", i, &ok);
+        if (chat) {
+            cJSON *m = put_object(c, "message", &ok);
+            put_string(m, "role", "assistant", &ok);
+            put_string(m, "content", s->text ? s->text : "", &ok);
+            if (g->req.logprobs) {
+                cJSON *lp = put_object(c, "logprobs", &ok);
+                put_item(lp, "content", s->logprobs, &ok);
+                s->logprobs = NULL;
+            } else {
+                put_null(c, "logprobs", &ok);
+            }
+        } else {
+            put_choice_text(c, g, s, &ok);
+            if (s->logprobs) {
+                put_item(c, "logprobs", s->logprobs, &ok);
+                s->logprobs = NULL;
+            } else if (g->req.logprobs) {
+                put_item(c, "logprobs", completion_logprobs_new(), &ok);
+            } else {
+                put_null(c, "logprobs", &ok);
+            }
+        }
+        put_string(c, "finish_reason", finish_name(s->finish), &ok);
+    }
+    put_usage(root, g, &ok);
+    char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return out;
+}
+
 char *generation_collect(generation *g, serve_error *err)
 {
-    bool chat = g->req.chat;
     while (g->n_finished < g->req.n) {
         job_event *ev = next_event(g);
         if (!ev) {
-            serve_error_set(err, 499, "client_closed", NULL, "the client closed the connection");
+            if (job_out_of_memory(g->job))
+                serve_error_out_of_memory(err, "while queueing generated tokens");
+            else
+                serve_error_set(err, 499, "client_closed", NULL, "the client closed the connection");
             return NULL;
         }
-        sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
-        account(g, ev);
-        if (s && g->req.logprobs) {
-            size_t n = tokens_with_text(s, ev);
-            if (n && !s->logprobs) s->logprobs = completion_logprobs_new();
-            release_tokens(g, s, n, s->logprobs, ev->finish_reason);
-        }
-        if (s && ev->text_len) append(&s->text, &s->len, &s->cap, ev->text, ev->text_len);
-        if (ev->finish_reason == LLM_FINISH_ERROR) {
+        bool ok = collect_event(g, ev);
+        if (ok && ev->finish_reason == LLM_FINISH_ERROR) {
             serve_error_set(err, 500, "server_error", NULL, "generation failed: %s",
                             llm_status_str(ev->status));
             free(ev);
             return NULL;
         }
         free(ev);
-    }
-    cJSON *root = response_head(g, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
-    for (uint32_t i = 0; i < g->req.n; i++) {
-        sample_out *s = &g->samples[i];
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", i);
-        if (chat) {
-            cJSON *m = cJSON_AddObjectToObject(c, "message");
-            cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", s->text ? s->text : "");
-            if (g->req.logprobs) {
-                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
-                cJSON_AddItemToObject(lp, "content", s->logprobs);
-                s->logprobs = NULL;
-            } else {
-                cJSON_AddNullToObject(c, "logprobs");
-            }
-        } else {
-            const char *prefix = g->req.echo ? g->req.prompt : "";
-            size_t plen = strlen(prefix), tlen = s->len;
-            char *full = malloc(plen + tlen + 1);
-            if (!full) abort();
-            memcpy(full, prefix, plen);
-            if (tlen) memcpy(full + plen, s->text, tlen);
-            full[plen + tlen] = '\0';
-            cJSON_AddStringToObject(c, "text", full);
-            free(full);
-            if (s->logprobs) {
-                cJSON_AddItemToObject(c, "logprobs", s->logprobs);
-                s->logprobs = NULL;
-            } else if (g->req.logprobs) {
-                cJSON_AddItemToObject(c, "logprobs", completion_logprobs_new());
-            } else {
-                cJSON_AddNullToObject(c, "logprobs");
-            }
+        if (!ok) {
+            serve_error_out_of_memory(err, "while collecting the response");
+            return NULL;
         }
-        cJSON_AddStringToObject(c, "finish_reason", finish_name(s->finish));
-        cJSON_AddItemToArray(choices, c);
     }
-    cJSON_AddItemToObject(root, "usage", usage_json(g));
-    char *out = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+    char *out = response_body(g);
+    if (!out) serve_error_out_of_memory(err, "while building the response");
     return out;
 }
 
-static void queue_chunk(generation *g, cJSON *chunk)
+/* Queues `chunk` (consumed) as one server-sent event; false when out of
+ * memory. */
+static bool queue_chunk(generation *g, cJSON *chunk, bool built)
 {
-    char *json = cJSON_PrintUnformatted(chunk);
+    char *json = built ? cJSON_PrintUnformatted(chunk) : NULL;
     cJSON_Delete(chunk);
-    if (!json) abort();
+    if (!json) return false;
     size_t cap = g->pending_len + strlen(json) + 9;
-    char *buf = realloc(g->pending, cap);
-    if (!buf) abort();
+    char *buf = serve_realloc(g->pending, cap);
+    if (!buf) {
+        free(json);
+        return false;
+    }
     g->pending = buf;
     g->pending_len += (size_t)sprintf(g->pending + g->pending_len, "data: %s\n\n", json);
     free(json);
+    return true;
 }
 
-static void queue_raw(generation *g, const char *s)
+static bool queue_raw(generation *g, const char *s)
 {
     size_t n = strlen(s);
-    char *buf = realloc(g->pending, g->pending_len + n + 1);
-    if (!buf) abort();
+    char *buf = serve_realloc(g->pending, g->pending_len + n + 1);
+    if (!buf) return false;
     g->pending = buf;
     memcpy(g->pending + g->pending_len, s, n + 1);
     g->pending_len += n;
+    return true;
 }
 
-static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out)
+static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out, bool *ok)
 {
-    cJSON *root = response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *root =
+        response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion", ok);
+    cJSON *choices = put_array(root, "choices", ok);
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", index);
-    cJSON_AddItemToArray(choices, c);
-    *choice_out = c;
+    push_item(choices, c, ok);
+    put_number(*ok ? c : NULL, "index", index, ok);
+    *choice_out = *ok ? c : NULL;
     return root;
 }
 
-/* Turns one event into chunks. */
-static void queue_event(generation *g, const job_event *ev)
+/* Turns one event into chunks; false when out of memory. */
+static bool queue_event(generation *g, const job_event *ev)
 {
     sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
     account(g, ev);
-    if (!s) return;
-    size_t n_tokens = g->req.logprobs ? tokens_with_text(s, ev) : 0;
+    if (!s) return true;
+    size_t n_tokens = 0;
+    if (g->req.logprobs && !tokens_with_text(s, ev, &n_tokens)) return false;
     if (ev->text_len || n_tokens) {
+        bool ok = true;
         cJSON *c;
-        cJSON *chunk = stream_chunk(g, ev->sample_index, &c);
-        if (g->req.chat) {
-            cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-            cJSON_AddStringToObject(delta, "content", ev->text);
-        } else {
-            cJSON_AddStringToObject(c, "text", ev->text);
-        }
+        cJSON *chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+        if (g->req.chat) put_string(put_object(c, "delta", &ok), "content", ev->text, &ok);
+        else put_string(c, "text", ev->text, &ok);
         if (n_tokens) {
             cJSON *lp;
-            if (g->req.chat) {
-                lp = cJSON_AddArrayToObject(cJSON_AddObjectToObject(c, "logprobs"), "content");
-            } else {
-                lp = completion_logprobs_new();
-                cJSON_AddItemToObject(c, "logprobs", lp);
-            }
-            release_tokens(g, s, n_tokens, lp, ev->finish_reason);
+            if (g->req.chat)
+                lp = put_array(put_object(c, "logprobs", &ok), "content", &ok);
+            else
+                lp = put_item(c, "logprobs", completion_logprobs_new(), &ok);
+            if (ok && !release_tokens(g, s, n_tokens, lp, ev->finish_reason)) ok = false;
         } else {
-            cJSON_AddNullToObject(c, "logprobs");
+            put_null(c, "logprobs", &ok);
         }
-        cJSON_AddNullToObject(c, "finish_reason");
-        queue_chunk(g, chunk);
+        put_null(c, "finish_reason", &ok);
+        if (!queue_chunk(g, chunk, ok)) return false;
     }
     if (ev->finish_reason != LLM_FINISH_NONE) {
+        bool ok = true;
         cJSON *c;
-        cJSON *chunk = stream_chunk(g, ev->sample_index, &c);
-        if (g->req.chat) cJSON_AddObjectToObject(c, "delta");
-        else cJSON_AddStringToObject(c, "text", "");
-        cJSON_AddNullToObject(c, "logprobs");
-        cJSON_AddStringToObject(c, "finish_reason", finish_name(ev->finish_reason));
-        queue_chunk(g, chunk);
+        cJSON *chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+        if (g->req.chat) put_object(c, "delta", &ok);
+        else put_string(c, "text", "", &ok);
+        put_null(c, "logprobs", &ok);
+        put_string(c, "finish_reason", finish_name(ev->finish_reason), &ok);
+        if (!queue_chunk(g, chunk, ok)) return false;
     }
+    return true;
+}
+
+/* The first chunks: the assistant role for chat, the echoed prompt for
+ * completions. False when out of memory. */
+static bool queue_opening(generation *g)
+{
+    for (uint32_t i = 0; i < g->req.n && (g->req.chat || g->req.echo); i++) {
+        bool ok = true;
+        cJSON *c;
+        cJSON *chunk = stream_chunk(g, i, &c, &ok);
+        if (g->req.chat) {
+            cJSON *delta = put_object(c, "delta", &ok);
+            put_string(delta, "role", "assistant", &ok);
+            put_string(delta, "content", "", &ok);
+        } else {
+            put_string(c, "text", g->req.prompt, &ok);
+        }
+        put_null(c, "logprobs", &ok);
+        put_null(c, "finish_reason", &ok);
+        if (!queue_chunk(g, chunk, ok)) return false;
+    }
+    return true;
+}
+
+/* Out of memory mid-stream: the request is cancelled and the stream ends
+ * with an error event and [DONE], written from fixed text. */
+static void fail_stream(generation *g)
+{
+    if (g->n_finished < g->req.n) engine_cancel(g->srv->engine, g->job);
+    g->stream_failed = true;
+    g->pending_len = g->pending_off = 0;
 }
 
 /* Fills `pending` with the next bytes; false at the end or on failure. */
@@ -586,26 +632,9 @@ static bool refill(generation *g)
 {
     g->pending_len = g->pending_off = 0;
     if (g->phase == 0) {
-        if (g->req.chat) {
-            for (uint32_t i = 0; i < g->req.n; i++) {
-                cJSON *c;
-                cJSON *chunk = stream_chunk(g, i, &c);
-                cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-                cJSON_AddStringToObject(delta, "role", "assistant");
-                cJSON_AddStringToObject(delta, "content", "");
-                cJSON_AddNullToObject(c, "logprobs");
-                cJSON_AddNullToObject(c, "finish_reason");
-                queue_chunk(g, chunk);
-            }
-        } else if (g->req.echo) {
-            for (uint32_t i = 0; i < g->req.n; i++) {
-                cJSON *c;
-                cJSON *chunk = stream_chunk(g, i, &c);
-                cJSON_AddStringToObject(c, "text", g->req.prompt);
-                cJSON_AddNullToObject(c, "logprobs");
-                cJSON_AddNullToObject(c, "finish_reason");
-                queue_chunk(g, chunk);
-            }
+        if (!queue_opening(g)) {
+            fail_stream(g);
+            return true;
         }
         g->phase = 1;
         if (g->pending_len) return true;
@@ -613,17 +642,22 @@ static bool refill(generation *g)
     if (g->phase == 1) {
         if (g->n_finished < g->req.n) {
             job_event *ev = next_event(g);
-            if (!ev) return false;
+            if (!ev) {
+                if (job_out_of_memory(g->job)) fail_stream(g);
+                return g->stream_failed;
+            }
+            bool ok = true;
             if (ev->finish_reason == LLM_FINISH_ERROR) {
                 char msg[160];
                 snprintf(msg, sizeof msg,
                          "data: {\"error\":{\"message\":\"generation failed: %s\",\"type\":"
                          "\"server_error\",\"param\":null,\"code\":null}}\n\n",
                          llm_status_str(ev->status));
-                queue_raw(g, msg);
+                ok = queue_raw(g, msg);
             }
-            queue_event(g, ev);
+            ok = ok && queue_event(g, ev);
             free(ev);
+            if (!ok) fail_stream(g);
             /* An event that completes no character queues nothing; the
              * caller asks again. */
             return true;
@@ -632,21 +666,39 @@ static bool refill(generation *g)
     }
     if (g->phase == 2) {
         if (g->req.include_usage) {
-            cJSON *root = response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
-            cJSON_AddArrayToObject(root, "choices");
-            cJSON_AddItemToObject(root, "usage", usage_json(g));
-            queue_chunk(g, root);
+            bool ok = true;
+            cJSON *root =
+                response_head(g, g->req.chat ? "chat.completion.chunk" : "text_completion", &ok);
+            put_array(root, "choices", &ok);
+            put_usage(root, g, &ok);
+            if (!queue_chunk(g, root, ok)) {
+                fail_stream(g);
+                return true;
+            }
         }
-        queue_raw(g, "data: [DONE]\n\n");
+        if (!queue_raw(g, "data: [DONE]\n\n")) {
+            fail_stream(g);
+            return true;
+        }
         g->phase = 3;
         return true;
     }
     return false;
 }
 
+static ssize_t send_failed_end(generation *g, char *buf, size_t max)
+{
+    size_t n = sizeof STREAM_OUT_OF_MEMORY_END - 1 - g->failed_end_off;
+    if (n > max) n = max;
+    memcpy(buf, STREAM_OUT_OF_MEMORY_END + g->failed_end_off, n);
+    g->failed_end_off += n;
+    return (ssize_t)n;
+}
+
 ssize_t generation_stream_read(generation *g, char *buf, size_t max)
 {
     while (g->pending_off >= g->pending_len) {
+        if (g->stream_failed) return send_failed_end(g, buf, max);
         if (g->phase == 3) return 0;
         if (!refill(g)) return g->phase == 3 ? 0 : -1;
     }

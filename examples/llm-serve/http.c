@@ -10,7 +10,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "generation.h"
+#include "json_out.h"
 
 #define STREAM_BLOCK 4096
 
@@ -21,16 +23,38 @@ typedef struct exchange {
     char *body;
     size_t body_len, body_cap;
     bool too_large;
+    bool body_out_of_memory; /* the body could not be stored; answered with 503 */
     const char *endpoint;
     generation *gen; /* a streaming generation, owned until completion */
     int status;
 } exchange;
 
+/* The error body when even the error cannot be built. */
+static const char OUT_OF_MEMORY_BODY[] =
+    "{\"error\":{\"message\":\"out of memory; retry later\",\"type\":\"server_error\","
+    "\"param\":null,\"code\":\"out_of_memory\"}}";
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, exchange *ex, const serve_error *err);
+
+static enum MHD_Result send_out_of_memory(struct MHD_Connection *conn, exchange *ex,
+                                          const char *what)
+{
+    serve_error err;
+    serve_error_out_of_memory(&err, what);
+    return send_error(conn, ex, &err);
+}
+
+/* Sends `body` (freed here); a NULL body is an allocation that failed. */
 static enum MHD_Result send_text(struct MHD_Connection *conn, exchange *ex, int status,
                                  const char *content_type, char *body)
 {
+    if (!body) return send_out_of_memory(conn, ex, "while building the response");
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", content_type);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -38,37 +62,47 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, exchange *ex, int 
     return ret;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *conn, exchange *ex, int status, cJSON *json)
+/* Sends `json` (consumed) unless `built` is false: then a part of it could
+ * not be allocated, and a 503 goes out instead. */
+static enum MHD_Result send_json(struct MHD_Connection *conn, exchange *ex, int status, cJSON *json,
+                                 bool built)
 {
-    char *body = cJSON_PrintUnformatted(json);
+    char *body = built ? cJSON_PrintUnformatted(json) : NULL;
     cJSON_Delete(json);
-    if (!body) abort();
     return send_text(conn, ex, status, "application/json", body);
 }
 
 static enum MHD_Result send_error(struct MHD_Connection *conn, exchange *ex, const serve_error *err)
 {
+    bool ok = true;
     cJSON *root = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", err->message);
-    cJSON_AddStringToObject(e, "type", err->type);
-    if (err->param[0]) cJSON_AddStringToObject(e, "param", err->param);
-    else cJSON_AddNullToObject(e, "param");
-    if (err->code) cJSON_AddStringToObject(e, "code", err->code);
-    else cJSON_AddNullToObject(e, "code");
-    char *body = cJSON_PrintUnformatted(root);
+    cJSON *e = put_object(root, "error", &ok);
+    put_string(e, "message", err->message, &ok);
+    put_string(e, "type", err->type, &ok);
+    if (err->param[0]) put_string(e, "param", err->param, &ok);
+    else put_null(e, "param", &ok);
+    if (err->code) put_string(e, "code", err->code, &ok);
+    else put_null(e, "code", &ok);
+    char *body = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
-    if (!body) abort();
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    int status = err->http_status;
+    struct MHD_Response *r;
+    if (body) {
+        r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!r) free(body);
+    } else {
+        status = 503;
+        r = MHD_create_response_from_buffer(sizeof OUT_OF_MEMORY_BODY - 1,
+                                            (void *)OUT_OF_MEMORY_BODY, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
-    if (err->http_status == 429 || err->http_status == 503)
-        MHD_add_response_header(r, "Retry-After", "1");
-    if (err->http_status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    if (err->http_status == 405) MHD_add_response_header(r, "Allow", "GET, POST");
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)err->http_status, r);
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 405) MHD_add_response_header(r, "Allow", "GET, POST");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
-    ex->status = err->http_status;
+    ex->status = status;
     return ret;
 }
 
@@ -156,17 +190,18 @@ done:
 
 static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
 {
+    bool ok = true;
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    put_string(root, "object", "list", &ok);
+    cJSON *data = put_array(root, "data", &ok);
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", ex->srv->model_name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", 0);
-    cJSON_AddStringToObject(m, "owned_by", "llm-serve");
-    cJSON_AddNumberToObject(m, "max_model_len", ex->srv->n_ctx);
-    cJSON_AddItemToArray(data, m);
-    return send_json(conn, ex, 200, root);
+    push_item(data, m, &ok);
+    put_string(m, "id", ex->srv->model_name, &ok);
+    put_string(m, "object", "model", &ok);
+    put_number(m, "created", 0, &ok);
+    put_string(m, "owned_by", "llm-serve", &ok);
+    put_number(m, "max_model_len", ex->srv->n_ctx, &ok);
+    return send_json(conn, ex, 200, root, ok);
 }
 
 static enum MHD_Result bad_request(struct MHD_Connection *conn, exchange *ex, const char *param,
@@ -195,8 +230,11 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex
     const char *text = prompt->valuestring;
     size_t need = 0, n = 0;
     llm_status st = llm_tokenize(ex->srv->model, text, strlen(text), flags, NULL, 0, &need);
-    llm_token *tokens = malloc((need ? need : 1) * sizeof *tokens);
-    if (!tokens) abort();
+    llm_token *tokens = serve_malloc((need ? need : 1) * sizeof *tokens);
+    if (!tokens) {
+        cJSON_Delete(root);
+        return send_out_of_memory(conn, ex, "while tokenizing");
+    }
     if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK)
         st = llm_tokenize(ex->srv->model, text, strlen(text), flags, tokens, need, &n);
     cJSON_Delete(root);
@@ -204,11 +242,12 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex
         free(tokens);
         return bad_request(conn, ex, "prompt", llm_last_error());
     }
+    bool ok = true;
     cJSON *out = cJSON_CreateObject();
-    cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(tokens[i]));
+    cJSON *arr = put_array(out, "tokens", &ok);
+    for (size_t i = 0; i < n && ok; i++) push_item(arr, cJSON_CreateNumber(tokens[i]), &ok);
     free(tokens);
-    return send_json(conn, ex, 200, out);
+    return send_json(conn, ex, 200, out, ok);
 }
 
 /* POST /detokenize {"tokens": [ids]} -> {"prompt": TEXT}. */
@@ -223,8 +262,11 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *conn, exchange *
         return bad_request(conn, ex, "tokens", "'tokens' must be an array of token ids");
     }
     size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
-    llm_token *tokens = malloc((n ? n : 1) * sizeof *tokens);
-    if (!tokens) abort();
+    llm_token *tokens = serve_malloc((n ? n : 1) * sizeof *tokens);
+    if (!tokens) {
+        cJSON_Delete(root);
+        return send_out_of_memory(conn, ex, "while detokenizing");
+    }
     const cJSON *t;
     cJSON_ArrayForEach(t, arr) {
         if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble >= ex->srv->info.n_vocab ||
@@ -238,15 +280,19 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *conn, exchange *
     cJSON_Delete(root);
     size_t need = 0;
     llm_status st = llm_detokenize(ex->srv->model, tokens, n, 0, NULL, 0, &need);
-    char *text = malloc(need ? need : 1);
-    if (!text) abort();
+    char *text = serve_malloc(need ? need : 1);
+    if (!text) {
+        free(tokens);
+        return send_out_of_memory(conn, ex, "while detokenizing");
+    }
     text[0] = '\0';
     if (st == LLM_ERR_BUFFER_TOO_SMALL) st = llm_detokenize(ex->srv->model, tokens, n, 0, text, need, &need);
     free(tokens);
+    bool ok = true;
     cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "prompt", st == LLM_OK ? text : "");
+    put_string(out, "prompt", st == LLM_OK ? text : "", &ok);
     free(text);
-    return send_json(conn, ex, 200, out);
+    return send_json(conn, ex, 200, out, ok);
 }
 
 typedef struct route {
@@ -290,6 +336,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     if (found->id != ROUTE_HEALTH && !authorized(conn, ex->srv))
         return fail(conn, ex, 401, "authentication_error", "invalid_api_key",
                     "a valid API key is required: Authorization: Bearer KEY");
+    if (ex->body_out_of_memory) return send_out_of_memory(conn, ex, "while reading the request");
     switch (found->id) {
     case ROUTE_CHAT: return handle_generation(conn, ex, true);
     case ROUTE_COMPLETIONS: return handle_generation(conn, ex, false);
@@ -299,8 +346,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     case ROUTE_HEALTH:
         if (atomic_load(&ex->srv->draining))
             return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");
-        return send_text(conn, ex, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+        return send_text(conn, ex, 200, "application/json", serve_strdup("{\"status\":\"ok\"}"));
     default:
+        /* metrics_render returns NULL when out of memory; send_text answers 503. */
         return send_text(conn, ex, 200, "text/plain; version=0.0.4",
                          metrics_render(ex->srv->metrics, ex->srv->session));
     }
@@ -314,8 +362,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     server *srv = cls;
     exchange *ex = *state;
     if (!ex) {
-        ex = calloc(1, sizeof *ex);
-        if (!ex) return MHD_NO;
+        ex = serve_calloc(1, sizeof *ex);
+        if (!ex) {
+            /* Answered at once, with no state kept for the connection. */
+            exchange unkept = {.srv = srv, .endpoint = "other"};
+            return send_out_of_memory(conn, &unkept, "while accepting the request");
+        }
         ex->srv = srv;
         ex->endpoint = "other";
         *state = ex;
@@ -326,11 +378,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size) {
         if (!ex->too_large && ex->body_len + *upload_size > srv->max_body_bytes) {
             ex->too_large = true;
-        } else if (!ex->too_large) {
+        } else if (!ex->too_large && !ex->body_out_of_memory) {
             if (ex->body_len + *upload_size + 1 > ex->body_cap) {
                 size_t cap = (ex->body_len + *upload_size + 1) * 2;
-                char *b = realloc(ex->body, cap);
-                if (!b) return MHD_NO;
+                char *b = serve_realloc(ex->body, cap);
+                if (!b) {
+                    ex->body_out_of_memory = true;
+                    *upload_size = 0;
+                    return MHD_YES;
+                }
                 ex->body = b;
                 ex->body_cap = cap;
             }

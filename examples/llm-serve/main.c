@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "engine.h"
 #include "http.h"
 #include "llm.h"
@@ -121,13 +122,14 @@ static void log_to_stderr(llm_log_level level, const char *message, void *user)
             message);
 }
 
-/* The model id: the file name without directories and ".gguf". */
+/* The model id: the file name without directories and ".gguf"; NULL when
+ * out of memory. */
 static char *default_model_name(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     char *name = strdup(base);
-    if (!name) abort();
+    if (!name) return NULL;
     size_t n = strlen(name);
     if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
     return name;
@@ -152,6 +154,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    serve_alloc_read_test_hook();
     /* Every thread created from here on inherits the blocked signals, so
      * only sigwait() below sees them. A client that hangs up must not kill
      * the server with SIGPIPE. */
@@ -204,6 +207,10 @@ int main(int argc, char **argv)
     }
     char *model_name = o.served_model_name ? strdup(o.served_model_name)
                                            : default_model_name(o.model_path);
+    if (!model_name) {
+        fprintf(stderr, "llm-serve: out of memory at startup\n");
+        return 1;
+    }
     srv.model_name = model_name;
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
@@ -215,7 +222,7 @@ int main(int argc, char **argv)
     srv.metrics = metrics_create();
     srv.engine = engine_start(srv.session);
     if (!srv.metrics || !srv.engine) {
-        fprintf(stderr, "llm-serve: out of memory\n");
+        fprintf(stderr, "llm-serve: out of memory at startup\n");
         return 1;
     }
     uint16_t port = 0;
@@ -224,6 +231,7 @@ int main(int argc, char **argv)
     const char *shown_host = strchr(o.host, ':') ? "[%s]" : "%s";
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
+    serve_alloc_arm_test_hook();
     printf("llm-serve: serving %s at http://%s:%u/v1 (context %u)\n", model_name, host_text, port,
            srv.n_ctx);
     fflush(stdout);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define MAX_SERIES 64
 
 static const double ttft_buckets[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -102,12 +104,13 @@ int metrics_active(metrics *m)
 typedef struct text {
     char *buf;
     size_t len, cap;
+    bool out_of_memory; /* a put failed; the text is incomplete */
 } text;
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...)
 {
-    for (;;) {
+    while (!t->out_of_memory) {
         va_list ap;
         va_start(ap, fmt);
         int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
@@ -117,8 +120,11 @@ static void put(text *t, const char *fmt, ...)
             return;
         }
         size_t cap = t->cap * 2 + (size_t)(n > 0 ? n : 0) + 256;
-        char *b = realloc(t->buf, cap);
-        if (!b) abort();
+        char *b = serve_realloc(t->buf, cap);
+        if (!b) {
+            t->out_of_memory = true;
+            return;
+        }
         t->buf = b;
         t->cap = cap;
     }
@@ -192,5 +198,9 @@ char *metrics_render(metrics *m, llm_session *session)
     put(&t, "llm_serve_spec_draft_tokens_total %llu\n", (unsigned long long)s.spec_draft_tokens);
     put_metric(&t, "llm_serve_spec_accepted_tokens_total", "counter", "Speculative drafts accepted.");
     put(&t, "llm_serve_spec_accepted_tokens_total %llu\n", (unsigned long long)s.spec_accepted_tokens);
+    if (t.out_of_memory) {
+        free(t.buf);
+        return NULL;
+    }
     return t.buf;
 }

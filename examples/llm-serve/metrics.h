@@ -20,7 +20,7 @@ void metrics_observe_generation(metrics *m, uint32_t prompt_tokens, uint32_t gen
 void metrics_adjust_active(metrics *m, int delta);
 int metrics_active(metrics *m);
 
-/* Prometheus exposition text; caller frees. */
+/* Prometheus exposition text; caller frees. NULL when out of memory. */
 char *metrics_render(metrics *m, llm_session *session);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 void serve_error_set(serve_error *err, int http_status, const char *type, const char *param,
                      const char *fmt, ...)
 {
@@ -20,8 +22,15 @@ void serve_error_set(serve_error *err, int http_status, const char *type, const 
     va_end(ap);
 }
 
+void serve_error_out_of_memory(serve_error *err, const char *what)
+{
+    serve_error_set(err, 503, "server_error", NULL, "out of memory %s; retry later", what);
+    err->code = "out_of_memory";
+}
+
 #define INVALID(param, ...) \
     (serve_error_set(err, 400, "invalid_request_error", param, __VA_ARGS__), false)
+#define OUT_OF_MEMORY() (serve_error_out_of_memory(err, "while parsing the request"), false)
 
 void serve_request_free(serve_request *req)
 {
@@ -38,12 +47,6 @@ void serve_request_free(serve_request *req)
     memset(req, 0, sizeof *req);
 }
 
-static char *dup_string(const char *s)
-{
-    char *d = strdup(s);
-    if (!d) abort(); /* a server that cannot copy a request string cannot go on */
-    return d;
-}
 
 /* A field that is present and not JSON null. */
 static const cJSON *field(const cJSON *root, const char *name)
@@ -90,12 +93,12 @@ static bool parse_content(const cJSON *content, size_t index, char **out, serve_
     char name[64];
     snprintf(name, sizeof name, "messages[%zu].content", index);
     if (!content) {
-        *out = dup_string("");
-        return true;
+        *out = serve_strdup("");
+        return *out ? true : OUT_OF_MEMORY();
     }
     if (cJSON_IsString(content)) {
-        *out = dup_string(content->valuestring);
-        return true;
+        *out = serve_strdup(content->valuestring);
+        return *out ? true : OUT_OF_MEMORY();
     }
     if (!cJSON_IsArray(content))
         return INVALID(name, "'%s' must be a string or an array of text parts", name);
@@ -110,8 +113,8 @@ static bool parse_content(const cJSON *content, size_t index, char **out, serve_
             return INVALID(name, "'%s': a text part needs a string 'text'", name);
         total += strlen(text->valuestring);
     }
-    char *joined = malloc(total + 1);
-    if (!joined) abort();
+    char *joined = serve_malloc(total + 1);
+    if (!joined) return OUT_OF_MEMORY();
     size_t at = 0;
     cJSON_ArrayForEach(part, content) {
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
@@ -131,8 +134,8 @@ static bool parse_messages(const cJSON *root, serve_request *req, serve_error *e
     if (!cJSON_IsArray(messages)) return INVALID("messages", "'messages' must be an array");
     int count = cJSON_GetArraySize(messages);
     if (count == 0) return INVALID("messages", "'messages' must not be empty");
-    req->messages = calloc((size_t)count, sizeof *req->messages);
-    if (!req->messages) abort();
+    req->messages = serve_calloc((size_t)count, sizeof *req->messages);
+    if (!req->messages) return OUT_OF_MEMORY();
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
         size_t i = req->n_messages;
@@ -147,7 +150,12 @@ static bool parse_messages(const cJSON *root, serve_request *req, serve_error *e
             return INVALID(name, "'%s' must be 'system', 'user' or 'assistant'", name);
         char *content;
         if (!parse_content(field(m, "content"), i, &content, err)) return false;
-        req->messages[i].role = dup_string(r);
+        char *role_copy = serve_strdup(r);
+        if (!role_copy) {
+            free(content);
+            return OUT_OF_MEMORY();
+        }
+        req->messages[i].role = role_copy;
         req->messages[i].content = content;
         req->n_messages++;
     }
@@ -159,8 +167,8 @@ static bool parse_prompt_tokens(const cJSON *prompt, const serve_limits *limits,
                                 serve_request *req, serve_error *err)
 {
     int count = cJSON_GetArraySize(prompt);
-    req->prompt_tokens = calloc((size_t)count, sizeof *req->prompt_tokens);
-    if (!req->prompt_tokens) abort();
+    req->prompt_tokens = serve_calloc((size_t)count, sizeof *req->prompt_tokens);
+    if (!req->prompt_tokens) return OUT_OF_MEMORY();
     const cJSON *t;
     cJSON_ArrayForEach(t, prompt) {
         if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
@@ -168,8 +176,8 @@ static bool parse_prompt_tokens(const cJSON *prompt, const serve_limits *limits,
             return INVALID("prompt", "'prompt' token ids must be integers below %u", limits->n_vocab);
         req->prompt_tokens[req->n_prompt_tokens++] = (llm_token)t->valuedouble;
     }
-    req->prompt = dup_string("");
-    return true;
+    req->prompt = serve_strdup("");
+    return req->prompt ? true : OUT_OF_MEMORY();
 }
 
 static bool parse_prompt(const cJSON *root, const serve_limits *limits, serve_request *req,
@@ -185,7 +193,15 @@ static bool parse_prompt(const cJSON *root, const serve_limits *limits, serve_re
     if (!cJSON_IsString(prompt))
         return INVALID("prompt", "'prompt' must be a string, an array of one string, or an "
                                  "array of token ids");
-    req->prompt = dup_string(prompt->valuestring);
+    req->prompt = serve_strdup(prompt->valuestring);
+    return req->prompt ? true : OUT_OF_MEMORY();
+}
+
+static bool add_stop(serve_request *req, const char *text)
+{
+    char *copy = serve_strdup(text);
+    if (!copy) return false;
+    req->stop[req->n_stop++] = copy;
     return true;
 }
 
@@ -194,7 +210,7 @@ static bool parse_stop(const cJSON *root, serve_request *req, serve_error *err)
     const cJSON *stop = field(root, "stop");
     if (!stop) return true;
     if (cJSON_IsString(stop)) {
-        if (stop->valuestring[0]) req->stop[req->n_stop++] = dup_string(stop->valuestring);
+        if (stop->valuestring[0] && !add_stop(req, stop->valuestring)) return OUT_OF_MEMORY();
         return true;
     }
     if (!cJSON_IsArray(stop)) return INVALID("stop", "'stop' must be a string or an array of strings");
@@ -203,7 +219,7 @@ static bool parse_stop(const cJSON *root, serve_request *req, serve_error *err)
     const cJSON *s;
     cJSON_ArrayForEach(s, stop) {
         if (!cJSON_IsString(s)) return INVALID("stop", "'stop' must be a string or an array of strings");
-        if (s->valuestring[0]) req->stop[req->n_stop++] = dup_string(s->valuestring);
+        if (s->valuestring[0] && !add_stop(req, s->valuestring)) return OUT_OF_MEMORY();
     }
     return true;
 }
@@ -216,8 +232,8 @@ static bool parse_logit_bias(const cJSON *root, const serve_limits *limits, serv
     if (!cJSON_IsObject(bias)) return INVALID("logit_bias", "'logit_bias' must be an object");
     int count = cJSON_GetArraySize(bias);
     if (count == 0) return true;
-    req->logit_bias = calloc((size_t)count, sizeof *req->logit_bias);
-    if (!req->logit_bias) abort();
+    req->logit_bias = serve_calloc((size_t)count, sizeof *req->logit_bias);
+    if (!req->logit_bias) return OUT_OF_MEMORY();
     const cJSON *entry;
     cJSON_ArrayForEach(entry, bias) {
         char *end;
@@ -303,7 +319,7 @@ static bool parse_root(const cJSON *root, bool chat, const serve_limits *limits,
     req->chat = chat;
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return INVALID("model", "'model' must be a string");
-    if (model) req->model = dup_string(model->valuestring);
+    if (model && !(req->model = serve_strdup(model->valuestring))) return OUT_OF_MEMORY();
     if (chat ? !parse_messages(root, req, err) : !parse_prompt(root, limits, req, err)) return false;
     if (!get_bool(root, "stream", &req->stream, err)) return false;
     const cJSON *opts = field(root, "stream_options");

@@ -62,6 +62,10 @@ typedef struct serve_request {
 void serve_error_set(serve_error *err, int http_status, const char *type, const char *param,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* 503 "out_of_memory": the server could not allocate `what` needed ("while
+ * building the response"); the client may retry. */
+void serve_error_out_of_memory(serve_error *err, const char *what);
+
 /* Parses `body` (`len` bytes) as a chat (`chat` true) or completions request.
  * Returns false with `err` filled when the request is invalid; `out` is then
  * already released. On success release it with serve_request_free(). */

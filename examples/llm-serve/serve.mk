@@ -33,16 +33,16 @@ $(SERVE_SAN_BIN): $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
 	BUILD=$(BUILD) LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
 
-# The fuzzer links only the request translation, cJSON and the library (for
+# The fuzzer links only the request translation (and its allocator), cJSON and the library (for
 # the params initialisers): no model, no HTTP. It is built here rather than
 # by the fuzz section of the Makefile because it needs cJSON and request.c.
 FUZZ_SERVE_SECONDS ?= 30
 FUZZ_SERVE_DIR := $(BUILD)/fuzz-serve
 $(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c examples/llm-serve/request.c \
-		examples/llm-serve/request.h $(BUILD)/libllminfer.so
+		examples/llm-serve/request.h examples/llm-serve/alloc.c $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) -fsanitize=fuzzer $< \
-		examples/llm-serve/request.c -o $@ $(shell pkg-config --libs libcjson) \
+		examples/llm-serve/request.c examples/llm-serve/alloc.c -o $@ $(shell pkg-config --libs libcjson) \
 		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
 
 fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
