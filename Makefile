@@ -47,7 +47,7 @@ API_BIN := $(API_SRC:tests/api/%.c=$(BUILD)/tests/api/%)
 BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
-	bindings-test docs \
+	bindings-test docs test-venv test-models \
 	install-test bench bench-cpu deps-check
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
@@ -142,9 +142,26 @@ $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/../..' \
 		-lcmocka $(LDSAN) -lm -pthread
 
+# Tiny generated models (tests/models/README.md), written with the pinned
+# Python packages of tests/requirements.txt into one venv for every build.
+TEST_VENV := build/test-venv
+TEST_MODELS := build/test-models
+$(TEST_VENV)/.stamp: tests/requirements.txt
+	@rm -rf $(TEST_VENV)
+	python3 -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	@touch $@
+test-venv: $(TEST_VENV)/.stamp
+test-models: $(TEST_VENV)/.stamp
+	@mkdir -p $(TEST_MODELS)
+	@for g in $(sort $(wildcard tests/models/gen_*.py)); do \
+		$(TEST_VENV)/bin/python $$g --out $(TEST_MODELS) || exit 1; \
+	done
+
 TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
-	LLM_TEST_TMP=$(abspath $(BUILD))/tmp
-test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL)
+	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
+	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python
+test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL) test-models
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
