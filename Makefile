@@ -18,7 +18,7 @@ OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-D_GNU_SOURCE -Iinclude -Ilib
-DEPS_LIBS := -lpcre2-8 -lz -lm -pthread
+DEPS_LIBS := -lpcre2-8 -lcjson -lz -lm -pthread
 ifeq ($(TSAN),1)
 ALL_CFLAGS += -fsanitize=thread
 LDSAN := -fsanitize=thread

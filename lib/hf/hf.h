@@ -1,0 +1,47 @@
+/* Hugging Face checkpoint folders (config.json, *.safetensors, tokenizer.json,
+ * tokenizer_config.json, generation_config.json) read as if they were a GGUF
+ * file: llmi_hf_open builds an llmi_gguf whose metadata carries the keys
+ * llama.cpp's converter would write (general.architecture, "<arch>.*",
+ * tokenizer.ggml.*) and whose tensors carry GGUF names and point into the
+ * memory-mapped safetensors files (or into buffers the llmi_gguf owns, where
+ * a tensor must be transformed as the converter transforms it). The model
+ * loader and the tokenizer then read a folder exactly as they read a file,
+ * and a folder and its converted GGUF give the same model.
+ *
+ * Its own module above gguf and below tokenizer and model: it knows the
+ * Hugging Face formats and the GGUF names, nothing of the forward pass. JSON
+ * is parsed with cJSON. Every error names the file and the field. */
+#ifndef LLMI_HF_H
+#define LLMI_HF_H
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+
+#include <stdbool.h>
+
+/* Whether `path` is a directory holding a config.json. */
+bool llmi_hf_is_folder(const char *path);
+
+/* Opens a checkpoint folder as an llmi_gguf (freed with llmi_gguf_close).
+ * Errors: LLM_ERR_IO for a file that cannot be read; LLM_ERR_BAD_FORMAT for
+ * malformed JSON, a missing or inconsistent config field, a safetensors
+ * header whose offsets, shapes or dtypes do not check out, a shard the index
+ * names that is missing; LLM_ERR_UNSUPPORTED for an architecture
+ * (config.json "architectures"/"model_type") or dtype that has no mapping;
+ * each message names the file and the field. */
+llm_status llmi_hf_open(const char *folder, bool use_mmap, llmi_gguf **out);
+
+/* Adds the tokenizer.ggml.* keys that llama.cpp's converter derives from
+ * <folder>/tokenizer.json and <folder>/tokenizer_config.json (model, pre,
+ * tokens, scores, token_type, merges, special token ids, add_bos/add_eos,
+ * chat_template) to `w`. Used by llmi_hf_open; exposed for tests and the
+ * fuzz target. */
+llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w);
+
+/* The same from tokenizer.json and tokenizer_config.json contents already in
+ * memory (config_json may be NULL). `what` names the source in messages. */
+llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t tokenizer_len,
+                                            const char *config_json, size_t config_len,
+                                            llmi_gguf_writer *w);
+
+#endif
