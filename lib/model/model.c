@@ -50,9 +50,16 @@ static llm_status load_features(llm_model *m) {
                           (double)f->attn_softcap, (double)f->logit_softcap);
     f->swa = a->swa;
     f->swa_period = a->swa_period;
+    f->swa_rope_base = a->swa_rope_base > 0.0f ? a->swa_rope_base : m->hp.rope_base;
     if (a->swa != LLMI_SWA_NONE) {
-        LLMI_TRY(get_arch_u32(m, "attention.sliding_window", true, &f->swa_window));
-        LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
+        LLMI_TRY(get_arch_u32(m, "attention.sliding_window", !a->swa_optional, &f->swa_window));
+        if (a->swa_optional && f->swa_window == 0) {
+            f->swa = LLMI_SWA_NONE;
+            f->swa_period = 0;
+            f->swa_rope_base = m->hp.rope_base;
+        } else {
+            LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
+        }
     }
     return llmi_arch_check(f);
 }
@@ -312,7 +319,8 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                                  fp_f32(ft->logit_softcap),
                                  ft->swa,
                                  ft->swa_period,
-                                 ft->swa_window};
+                                 ft->swa_window,
+                                 fp_f32(ft->swa ? ft->swa_rope_base : 0.0f)};
         for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
     }
     const llmi_gguf *g = m->file;
