@@ -160,6 +160,21 @@ static void test_gemma3_tokenization(void **state) {
     assert_true(llmi_tokenizer_add_bos(tok));
     assert_int_equal(llmi_tokenizer_bos(tok), 2);
     tokenization(&gemma3_golden, tok);
+    /* As llama.cpp's vocabulary says: <eos> (1) and <end_of_turn> (106)
+     * end generation, <start_of_turn> (105) does not. */
+    assert_true(llmi_tokenizer_is_eog(tok, 1));
+    assert_true(llmi_tokenizer_is_eog(tok, 106));
+    assert_false(llmi_tokenizer_is_eog(tok, 105));
+    /* <0xNN> byte tokens come back as their bytes, and no leading space is
+     * dropped or added (add_space_prefix false). */
+    const char text[] = " a\x01\xe2\x82\xac b";
+    llm_token ids[32];
+    size_t n = 0, n_text = 0;
+    char back[64];
+    assert_int_equal(llmi_tokenize(tok, text, sizeof text - 1, 0, ids, 32, &n), LLM_OK);
+    assert_int_equal(llmi_detokenize(tok, ids, n, 0, back, sizeof back, &n_text), LLM_OK);
+    assert_int_equal(n_text, sizeof text - 1);
+    assert_memory_equal(back, text, n_text);
     llmi_tokenizer_free(tok);
     llmi_gguf_close(file);
 }
