@@ -49,7 +49,7 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
 	bindings-test docs test-venv test-models \
-	install-test bench bench-cpu deps-check model-gemma3
+	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 # The library's own objects export the LLM_API functions (include/llm.h);
@@ -109,8 +109,11 @@ bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 # full set, SmolLM2 in three types and random Llama-3.2-1B-shaped models.
 # llama.cpp comes from PyPI (llama-cpp-python), built once into a venv
 # outside the tree ($$LLAMA_VENV, default ~/.cache/llminfer/bench-venv).
-bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
+bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL) $(MODEL_GEMMA3)
 	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --full
+# Gemma 3 270M alone (a few minutes).
+bench-cpu-gemma3: $(BUILD)/llm-bench-cpu $(MODEL_GEMMA3)
+	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --gemma3
 
 # Benchmark tools that use library internals link the static archive.
 $(BUILD)/llm-bench-cpu: examples/llm-bench-cpu/main.c $(STLIB)
