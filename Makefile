@@ -106,7 +106,8 @@ bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --quick
 
 # CPU speed versus llama.cpp on the same GGUF files (docs/bench.md): the
-# full set, SmolLM2 in three types and random Llama-3.2-1B-shaped models.
+# full set, SmolLM2 in three types, random Llama-3.2-1B-shaped models and
+# Gemma 3 270M.
 # llama.cpp comes from PyPI (llama-cpp-python), built once into a venv
 # outside the tree ($$LLAMA_VENV, default ~/.cache/llminfer/bench-venv).
 bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL) $(MODEL_GEMMA3)

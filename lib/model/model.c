@@ -88,6 +88,26 @@ static llm_status load_arch(llm_model *m, const llmi_arch *given) {
     return LLM_OK;
 }
 
+/* RoPE scaling (linear, YaRN, ...) changes the angles; the forward pass
+ * has none, so a file that asks for it is refused rather than run with
+ * unscaled positions (Gemma 3 4B and larger scale their global layers by 8). */
+static llm_status check_rope_scaling(const llm_model *m) {
+    char key[96];
+    llmi_str type = {0};
+    LLMI_TRY(arch_key(m, "rope.scaling.type", key, sizeof key));
+    LLMI_TRY(llmi_gguf_get_str(m->file, key, false, &type));
+    float factor = 1.0f;
+    LLMI_TRY(get_arch_f32(m, "rope.scaling.factor", false, &factor));
+    bool none = type.len == 4 && memcmp(type.ptr, "none", 4) == 0;
+    if (!none && factor != 1.0f && factor != 0.0f)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "RoPE scaling (%s.rope.scaling.type '%.*s', factor %g) is not "
+                          "implemented yet",
+                          m->hp.arch, (int)(type.len > 32 ? 32 : type.len),
+                          type.len ? type.ptr : "", (double)factor);
+    return LLM_OK;
+}
+
 static llm_status load_hparams(llm_model *m) {
     llmi_hparams *hp = &m->hp;
     llmi_str name = {0};
@@ -133,6 +153,7 @@ static llm_status load_hparams(llm_model *m) {
     if (!(hp->rope_base > 0.0f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "rope.freq_base %g is out of range",
                           (double)hp->rope_base);
+    LLMI_TRY(check_rope_scaling(m));
     return load_features(m);
 }
 

@@ -255,6 +255,10 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
         LLMI_TRY(llmi_gguf_w_f32(w, AK("final_logit_softcapping"), p->logit_softcap));
     if (p->sliding_window)
         LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.sliding_window"), p->sliding_window));
+    if (p->rope_scaling > 0) {
+        LLMI_TRY(llmi_gguf_w_str(w, AK("rope.scaling.type"), "linear"));
+        LLMI_TRY(llmi_gguf_w_f32(w, AK("rope.scaling.factor"), p->rope_scaling));
+    }
 #undef AK
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false));
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));

@@ -40,6 +40,7 @@ typedef struct llmi_testmodel_params {
     float attn_softcap;       /* > 0: <arch>.attn_logit_softcapping */
     float logit_softcap;      /* > 0: <arch>.final_logit_softcapping */
     uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window */
+    float rope_scaling;       /* > 0: <arch>.rope.scaling.type "linear" and .factor */
 } llmi_testmodel_params;
 
 void llmi_testmodel_params_init(llmi_testmodel_params *p);

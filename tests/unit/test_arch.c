@@ -562,6 +562,17 @@ static void test_refusals(void **state) {
     assert_true(m->hp.features.attn_softcap == 0.0f);
     llmi_model_free(m);
 
+    /* RoPE scaling (Gemma 3 4B and up): refused, unless its factor is 1. */
+    init_params(&p, "gemma3", 21);
+    p.qk_norm = p.post_norms = p.tied_embeddings = true;
+    p.sliding_window = 8;
+    p.rope_scaling = 8;
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "RoPE scaling (gemma3.rope.scaling.type 'linear', "
+                                          "factor 8) is not implemented yet");
+    p.rope_scaling = 1;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    llmi_model_free(m);
+
     llmi_arch ln = base_row("test-layernorm");
     ln.norm = LLMI_NORM_LAYER;
     init_params(&p, "test-layernorm", 21);
