@@ -12,7 +12,8 @@ files that the C tests parse with fgets/strtol:
     gemma3-tokenize.txt    the same texts plus Gemma's special tokens and
                            byte-fallback characters
     gemma3-logits.txt      3 prompts, each starting with <bos>
-    gemma3-greedy.txt      16-token greedy continuations of 3 prompts
+    gemma3-greedy.txt      16-token greedy continuations of 4 prompts, one
+                           longer than the 512-position sliding window
 
 How to run (from the repository root; pin the version recorded in the headers
 of the existing data files if you want to reproduce them exactly):
@@ -195,10 +196,14 @@ GEMMA3_LOGITS_PROMPTS = [LOGITS_PROMPTS[0], LOGITS_PROMPTS[2], LOGITS_PROMPTS[4]
 # Picked, as for SmolLM2, for margins: this small pretrained model is on a
 # near-tie (top-1/top-2 gap under 0.1) within 16 steps for most natural
 # prompts ("The capital of Germany is", "import numpy as np\n", ...).
+# The last one is 629 tokens, longer than Gemma 3's 512-position window, so
+# the windowed layers drop its start while the global ones still see it.
 GEMMA3_GREEDY_PROMPTS = [
     "A, B, C, D, E,",
     "1, 2, 3, 4, 5,",
     "The sun rises in the east and sets in the",
+    ("\n\n".join(LOGITS_PROMPTS[i] for i in (0, 2, 3, 4)) + "\n\n") * 3
+    + LOGITS_PROMPTS[0][:60],
 ]
 
 # Prompts for greedy continuation. Chosen so that the greedy path is not on a
@@ -230,7 +235,7 @@ def load(model_path, logits_all):
     return Llama(
         model_path=model_path,
         n_gpu_layers=0,
-        n_ctx=N_CTX,
+        n_ctx=PRESET.n_ctx,
         n_batch=N_BATCH,
         n_ubatch=N_BATCH,
         n_threads=N_THREADS,
@@ -253,7 +258,7 @@ def common_header(model_path, sha, what):
         "# llama-cpp-python %s (bundled llama.cpp), CPU only" % llama_cpp.__version__,
         "# model %s sha256 %s" % (os.path.basename(model_path), sha),
         "# n_threads %d  n_threads_batch %d  seed %d  n_ctx %d  n_batch %d  n_ubatch %d"
-        % (N_THREADS, N_THREADS, SEED, N_CTX, N_BATCH, N_BATCH),
+        % (N_THREADS, N_THREADS, SEED, PRESET.n_ctx, N_BATCH, N_BATCH),
         "# kv cache f32 (type_k = type_v = f32), flash_attn off, use_mmap off,",
         "# extra buffer types off (no AMX / repacked weights: plain ggml-cpu kernels)",
         "# llama.cpp system info: " + sysinfo,
@@ -299,7 +304,7 @@ def topk_of(row, k):
 
 class Preset:
     def __init__(self, prefix, title, model, texts, add_bos_texts, logits_prompts,
-                 greedy_prompts, greedy_tokens, add_bos, min_logits_tokens):
+                 greedy_prompts, greedy_tokens, add_bos, min_logits_tokens, n_ctx):
         self.prefix = prefix
         self.title = title
         self.model = model
@@ -310,15 +315,16 @@ class Preset:
         self.greedy_tokens = greedy_tokens
         self.add_bos = add_bos  # prompts start with BOS (the model's add_bos_token)
         self.min_logits_tokens = min_logits_tokens
+        self.n_ctx = n_ctx
 
 
 PRESETS = {
     "smollm2": Preset("smollm2", "SmolLM2", "models/SmolLM2-135M-Instruct.Q4_1.gguf",
                       TOKENIZE_TEXTS, ADD_BOS_TEXTS, LOGITS_PROMPTS, GREEDY_PROMPTS,
-                      GREEDY_TOKENS, False, 40),
+                      GREEDY_TOKENS, False, 40, N_CTX),
     "gemma3": Preset("gemma3", "Gemma 3", "models/gemma-3-270m-q4_k_m.gguf",
                      TOKENIZE_TEXTS + GEMMA3_TOKENIZE_EXTRA, GEMMA3_ADD_BOS_TEXTS,
-                     GEMMA3_LOGITS_PROMPTS, GEMMA3_GREEDY_PROMPTS, 16, True, 30),
+                     GEMMA3_LOGITS_PROMPTS, GEMMA3_GREEDY_PROMPTS, 16, True, 30, 1024),
 }
 
 PRESET = PRESETS["smollm2"]
