@@ -28,8 +28,9 @@
  * moves logits by several units and fails all of these.
  *
  * Gemma 3 270M (Q5_0/Q8_0/Q4_K/Q6_K, LLM_TEST_MODEL_GEMMA3) gets the same
- * checks on its own files (tests/golden/gemma3-*.txt: 3 prompts starting
- * with <bos>, 16-token greedy runs) with the bounds of gemma3_golden below;
+ * checks on its own files (tests/golden/gemma3-*.txt: prompts starting with
+ * <bos>, 16-token greedy runs, one past the 512-position sliding window)
+ * with the bounds of gemma3_golden below, greedy in 8-bit arithmetic only;
  * its tokenizer is checked from the GGUF's metadata alone. */
 #include "feed_util.h"
 #include "session/session.h"
@@ -69,7 +70,7 @@ static const golden_spec gemma3_golden = {
     .prefix = "gemma3", .model_env = "LLM_TEST_MODEL_GEMMA3", .min_tok_rows = 100,
     .min_positions = 150, .min_agree_f32 = 0.96, .min_agree_8bit = 0.95,
     .max_mean_diff = 0.25, .max_diff = 2.0, .clear_margin = 0.5,
-    .greedy_prompts = 4, .min_identical_f32 = 3, .n_ctx = 1024,
+    .greedy_prompts = 4, .n_ctx = 1024, /* greedy with 8-bit activations only */
 };
 
 static llm_model *g_model; /* the model of the test that runs */
@@ -143,6 +144,16 @@ static void tokenization(const golden_spec *g, const llmi_tokenizer *tok) {
     assert_int_equal(same, rows);
 }
 
+/* A build without Q5_0 weights (the Gemma 3 file's attention and FFN
+ * type) cannot read the file at all; that, and only that, skips the test. */
+static void skip_without_q5_0(const golden_spec *g, const char *path) {
+    if (strstr(llmi_error_message(), "(Q5_0), which is not supported")) {
+        printf("# SKIPPED: %s=%s needs Q5_0 support: %s\n", g->model_env, path,
+               llmi_error_message());
+        skip();
+    }
+}
+
 static void test_tokenization(void **state) {
     (void)state;
     tokenization(&smollm2_golden, g_smollm2->tok);
@@ -155,7 +166,11 @@ static void test_gemma3_tokenization(void **state) {
     if (!path) fail_msg("%s is not set", gemma3_golden.model_env);
     llmi_gguf *file = NULL;
     llmi_tokenizer *tok = NULL;
-    if (llmi_gguf_open(path, true, &file) != LLM_OK || llmi_tokenizer_load(file, &tok) != LLM_OK)
+    if (llmi_gguf_open(path, true, &file) != LLM_OK) {
+        skip_without_q5_0(&gemma3_golden, path);
+        fail_msg("%s=%s: %s", gemma3_golden.model_env, path, llmi_error_message());
+    }
+    if (llmi_tokenizer_load(file, &tok) != LLM_OK)
         fail_msg("%s=%s: %s", gemma3_golden.model_env, path, llmi_error_message());
     assert_int_equal(llmi_tokenizer_n_vocab(tok), 262144);
     assert_true(llmi_tokenizer_add_bos(tok));
@@ -331,8 +346,10 @@ static llm_model *use_model(const golden_spec *g, llm_model **slot) {
     if (!*slot) {
         const char *path = getenv(g->model_env);
         if (!path) fail_msg("%s is not set", g->model_env);
-        if (llmi_model_load(path, true, slot) != LLM_OK)
+        if (llmi_model_load(path, true, slot) != LLM_OK) {
+            skip_without_q5_0(g, path);
             fail_msg("cannot load %s=%s: %s", g->model_env, path, llmi_error_message());
+        }
     }
     return g_model = *slot;
 }
@@ -360,7 +377,27 @@ static llm_model *use_model(const golden_spec *g, llm_model **slot) {
     }
 
 GOLDEN_TESTS(, smollm2_golden, g_smollm2)
-GOLDEN_TESTS(gemma3_, gemma3_golden, g_gemma3)
+
+/* Gemma 3: greedy runs in the default 8-bit arithmetic only. With f32
+ * activations every quantized matmul dequantizes its weights, and each step
+ * multiplies the 262144-row output matrix, so the greedy runs (one with a
+ * 629-token prompt) would take most of the test's time, under ASan
+ * minutes; the teacher-forced logits cover the f32 path. */
+static void test_gemma3_teacher_forced_f32(void **state) {
+    (void)state;
+    use_model(&gemma3_golden, &g_gemma3);
+    teacher_forced(&gemma3_golden, true);
+}
+static void test_gemma3_teacher_forced_8bit(void **state) {
+    (void)state;
+    use_model(&gemma3_golden, &g_gemma3);
+    teacher_forced(&gemma3_golden, false);
+}
+static void test_gemma3_greedy_8bit(void **state) {
+    (void)state;
+    use_model(&gemma3_golden, &g_gemma3);
+    greedy(&gemma3_golden, false);
+}
 
 static int setup(void **state) {
     (void)state;
@@ -390,7 +427,6 @@ int main(void) {
         cmocka_unit_test(test_gemma3_tokenization),
         cmocka_unit_test(test_gemma3_teacher_forced_f32),
         cmocka_unit_test(test_gemma3_teacher_forced_8bit),
-        cmocka_unit_test(test_gemma3_greedy_f32),
         cmocka_unit_test(test_gemma3_greedy_8bit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
