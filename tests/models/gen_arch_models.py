@@ -59,16 +59,25 @@ SHAPES = {
     "output_norm.weight": ("embd",),
     "output.weight": ("embd", "vocab"),
     "rope_freqs.weight": ("rope_half",),
+    "rope_factors_long.weight": ("rope_half",),
+    "rope_factors_short.weight": ("rope_half",),
+    # malformed on purpose, for the loader's error tests
+    "attn_qkv_short.weight": ("embd", "q"),
+    "ffn_up_unfused.weight": ("embd", "ff"),
+    "rope_freqs_zero.weight": ("rope_half",),
 }
 
 # GGUF names that differ from the SHAPES key.
-FILE_NAME = {"ffn_up_fused.weight": "ffn_up.weight"}
+FILE_NAME = {"ffn_up_fused.weight": "ffn_up.weight", "attn_qkv_short.weight": "attn_qkv.weight",
+             "ffn_up_unfused.weight": "ffn_up.weight", "rope_freqs_zero.weight": "rope_freqs.weight"}
 
 LLAMA_LAYER = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
                "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
                "ffn_up.weight", "ffn_down.weight"]
 BIASES = ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
 QK_NORM = ["attn_q_norm.weight", "attn_k_norm.weight"]
+PHI3_LAYER = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
+              "ffn_up_fused.weight", "ffn_down.weight"]
 MODEL_TIED = ["token_embd.weight", "output_norm.weight"]
 MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 
@@ -85,6 +94,8 @@ MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 #   model     tensors outside the layers
 #   keys      extra metadata {key: value}; "<arch>." is prepended unless the
 #             key starts with "general." or "tokenizer."
+#   record    False: not evaluated in llama.cpp (malformed files for the
+#             loader's error tests)
 #   activations  what llama.cpp's CPU matmuls do to the activations for
 #             these weights, which sets how the C test multiplies and its
 #             tolerance: "f32" (F32 weights: kept f32), "f16" (F16 weights:
@@ -114,6 +125,60 @@ MODELS = [
         "matrix": "F16", "embd": "F32", "activations": "f16",
         "layer": LLAMA_LAYER + BIASES, "model": MODEL_TIED,
     },
+    {
+        # Qwen3: QK-norm, neox rope, head_dim 32 != n_embd / n_head.
+        "name": "qwen3", "arch": "qwen3", "seed": 104,
+        "n_layer": 3, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "head_dim": 32, "n_ff": 128,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "layer": LLAMA_LAYER + QK_NORM, "model": MODEL_TIED,
+    },
+    {
+        # Mistral 7B's shape as llama.cpp's converter writes it: arch
+        # "llama", GQA 4:1, rope base 1e6, no biases, untied output.
+        "name": "mistral", "arch": "llama", "seed": 105, "embd": "F16",
+        "n_layer": 2, "n_embd": 128, "n_head": 8, "n_head_kv": 2, "n_ff": 224,
+        "rope_base": 1000000.0, "eps": 1e-5, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "layer": LLAMA_LAYER, "model": MODEL_UNTIED,
+    },
+    {
+        # Phi-3: fused QKV and gate|up, neox rope; the sliding-window key
+        # real Phi-3 files carry (llama.cpp ignores it) is above the context.
+        "name": "phi3", "arch": "phi3", "seed": 106,
+        "n_layer": 2, "n_embd": 96, "n_head": 6, "n_head_kv": 2, "n_ff": 160,
+        "rope_base": 10000.0, "eps": 1e-5, "context": 4096,
+        "keys": {"attention.sliding_window": 2047},
+        "matrix": "F32", "activations": "f32",
+        "layer": PHI3_LAYER, "model": MODEL_UNTIED,
+    },
+    {
+        # Llama 3.1/3.2: rope_freqs divides the angle of each rotation pair.
+        "name": "llama3-rope-freqs", "arch": "llama", "seed": 107,
+        "n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 1, "n_ff": 192,
+        "rope_base": 10000.0, "eps": 1e-5, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "layer": LLAMA_LAYER, "model": MODEL_TIED + ["rope_freqs.weight"],
+    },
+]
+
+# Malformed files: the loader must refuse them naming the tensor
+# (tests/unit/test_arch_reference.c, test_bad_files).
+_PHI3_BAD = {"arch": "phi3", "seed": 199, "n_layer": 1, "n_embd": 64, "n_head": 4,
+             "n_head_kv": 2, "n_ff": 96, "rope_base": 10000.0, "eps": 1e-5, "context": 256,
+             "matrix": "F32", "embd": "Q8_0", "activations": "f32", "record": False,
+             "model": MODEL_TIED}
+MODELS += [
+    dict(_PHI3_BAD, name="phi3-missing-qkv",
+         layer=[t for t in PHI3_LAYER if t != "attn_qkv.weight"]),
+    dict(_PHI3_BAD, name="phi3-short-qkv",
+         layer=[t if t != "attn_qkv.weight" else "attn_qkv_short.weight" for t in PHI3_LAYER]),
+    dict(_PHI3_BAD, name="phi3-unfused-up",
+         layer=[t if t != "ffn_up_fused.weight" else "ffn_up_unfused.weight" for t in PHI3_LAYER]),
+    dict(_PHI3_BAD, name="phi3-rope-factors", layer=PHI3_LAYER,
+         model=MODEL_TIED + ["rope_factors_long.weight", "rope_factors_short.weight"]),
+    dict(_PHI3_BAD, name="llama-zero-rope-freqs", arch="llama", layer=LLAMA_LAYER,
+         model=MODEL_TIED + ["rope_freqs_zero.weight"]),
 ]
 
 # Token sequences fed teacher-forced (ids below the vocabulary size, drawn
@@ -145,7 +210,9 @@ def tensor_values(rng, key, shape):
     if len(shape) == 1:
         if base.endswith("norm"):
             return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-        if base == "rope_freqs":
+        if base.endswith("_zero"):
+            return np.zeros(shape, np.float32)
+        if base.startswith("rope_f"):
             # Llama 3.1's factors lie between 1 and 8; keep the lowest
             # frequencies' factors large so the scaling shows.
             return np.linspace(1.0, 8.0, shape[0]).astype(np.float32)
@@ -196,7 +263,9 @@ def build_model(m, path, reader):
     arch = m["arch"]
     tmp = path + ".tmp"
     w = gguf.GGUFWriter(tmp, arch)
-    w.add_name("tiny random " + m["name"])
+    # Not the entry's name: llama.cpp changes token attributes of models
+    # whose general.name contains "phi3", and fails on SmolLM2's vocabulary.
+    w.add_name("llminfer reference model %d" % m["seed"])
     n_vocab = copy_vocab(w, reader)
     m = dict(m, n_vocab=n_vocab)
     d = sizes(m)
@@ -223,7 +292,7 @@ def build_model(m, path, reader):
         else:
             w.add_string(full, value)
     rng = np.random.default_rng(m["seed"])
-    names = [(k, k) for k in m["model"]]
+    names = [(FILE_NAME.get(k, k), k) for k in m["model"]]
     for i in range(m["n_layer"]):
         names += [("blk.%d.%s" % (i, FILE_NAME.get(k, k)), k) for k in m["layer"]]
     for name, key in names:
@@ -376,6 +445,8 @@ def main():
         os.makedirs(REFERENCE_DIR, exist_ok=True)
         by_name = {m["name"]: m for m in MODELS}
         for name, path in paths.items():
+            if not by_name[name].get("record", True):
+                continue
             record(by_name[name], path, os.path.join(REFERENCE_DIR, name + ".txt"))
             print("recorded", name)
 

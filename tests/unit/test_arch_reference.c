@@ -13,7 +13,8 @@
  *   - the same argmax at every position whose recorded top-1/top-2 gap is
  *     larger than twice the allowed error (no recorded model has a closer
  *     one: see the printed minimum);
- *   - 16 greedy tokens after 2 prompts, fed one token at a time, identical.
+ *   - 16 greedy tokens after 2 prompts, fed one token at a time, identical
+ *     up to a step where llama.cpp's top two were within GREEDY_NEAR_TIE.
  * For F32 and F16 weights our matmuls keep f32 activations
  * (step_set_f32_activations). llama.cpp does too for F32 weights, but rounds
  * them to f16 for F16 weights, which is most of the difference measured on
@@ -82,10 +83,10 @@ static float *all_logits(llm_session *s, const llm_token *toks, size_t n) {
 }
 
 typedef struct ref_stats {
-    int positions, values, argmax_checked;
+    int positions, values, argmax_checked, argmax_wrong;
     double max_rel;       /* max |diff| / std */
     double min_gap_rel;   /* smallest recorded top-1/top-2 gap / std */
-    int greedy_prompts, greedy_same;
+    int greedy_prompts, greedy_same, greedy_steps;
 } ref_stats;
 
 /* Compares one "top" line (and, through *sub_row, the next "sub" line). */
@@ -114,9 +115,9 @@ static void check_top(const char *line, const float *logits, uint32_t V, size_t 
     if (gap < st->min_gap_rel) st->min_gap_rel = gap;
     if (gap > 2 * tol) {
         st->argmax_checked++;
-        if (llmi_argmax(row, V) != (llm_token)ids[0])
-            fail_msg("position %d of sequence %d: argmax %d, llama.cpp %d (gap %.4f std)", pos,
-                     si, llmi_argmax(row, V), ids[0], gap);
+        if (llmi_argmax(row, V) != (llm_token)ids[0] && st->argmax_wrong++ < 3)
+            printf("# position %d of sequence %d: argmax %d, llama.cpp %d (gap %.4f std)\n", pos,
+                   si, llmi_argmax(row, V), ids[0], gap);
     }
     st->positions++;
     *row_out = row;
@@ -139,10 +140,15 @@ static void check_sub(const char *line, const float *row, double std, const int 
     }
 }
 
-static void check_greedy(llm_session *s, char *line, ref_stats *st) {
+/* Recorded greedy steps closer than this (top-1 minus top-2 logit) may go
+ * either way on another CPU's summation order; comparison stops there. */
+static const double GREEDY_NEAR_TIE = 1e-3;
+
+/* `greedy` is the recorded "greedy" line, `margin` its "margin" line. */
+static void check_greedy(llm_session *s, char *greedy, char *margin, ref_stats *st) {
     uint32_t V = s->model->hp.n_vocab;
     llm_token prompt[MAX_SEQ], want[MAX_SEQ];
-    char *p = strchr(line, ':');
+    char *p = strchr(greedy, ':');
     assert_non_null(p);
     p++;
     size_t n_prompt = parse_ids(&p, prompt, MAX_SEQ);
@@ -150,11 +156,24 @@ static void check_greedy(llm_session *s, char *line, ref_stats *st) {
     p++;
     size_t n_want = parse_ids(&p, want, MAX_SEQ);
     assert_true(n_want > 0 && n_want <= MAX_SEQ);
+    double margins[MAX_SEQ];
+    p = strchr(margin, ':');
+    assert_non_null(p);
+    p++;
+    for (size_t i = 0; i < n_want; i++) {
+        int used = 0;
+        if (sscanf(p, " %lf%n", &margins[i], &used) != 1) fail_msg("short margin line");
+        p += used;
+    }
     float *logits = malloc(V * sizeof *logits);
     llmi_kv_seq seq = {0};
     assert_int_equal(test_feed(s, &seq, prompt, n_prompt, logits), LLM_OK);
-    size_t same = 0;
+    size_t same = 0, compared = n_want;
     for (size_t i = 0; i < n_want; i++) {
+        if (margins[i] < GREEDY_NEAR_TIE) {
+            compared = i;
+            break;
+        }
         llm_token t = llmi_argmax(logits, V);
         if (t != want[i]) break;
         same++;
@@ -163,16 +182,20 @@ static void check_greedy(llm_session *s, char *line, ref_stats *st) {
     llmi_kv_seq_destroy(s->kv, &seq);
     free(logits);
     st->greedy_prompts++;
-    if (same == n_want) st->greedy_same++;
+    st->greedy_steps += (int)compared;
+    if (same == compared) st->greedy_same++;
     else printf("# greedy prompt %d: first difference at step %zu of %zu\n", st->greedy_prompts - 1,
-                same, n_want);
+                same, compared);
 }
 
-static void run_case(void **state) {
-    const ref_case *c = *state;
+/* Runs the model of reference `name` loaded with `row` (NULL: the table's
+ * row for its architecture) on the recorded inputs; *tol_out is the
+ * tolerance its activations line sets. */
+static void compare_reference(const char *name, const llmi_arch *arch_row, ref_stats *out,
+                              double *tol_out) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/arch-reference/%s.txt", env_or("LLM_TEST_DATA", "tests"),
-             c->name);
+             name);
     FILE *f = fopen(path, "r");
     if (!f) fail_msg("cannot open %s", path);
     char *line = malloc(LINE);
@@ -187,12 +210,13 @@ static void run_case(void **state) {
     const float *row = NULL;
     double row_std = 1, tol = TOL_F32;
     ref_stats st = {.min_gap_rel = INFINITY};
+    char *greedy = NULL; /* a "greedy" line waiting for its "margin" line */
     while (fgets(line, LINE, f)) {
         if (line[0] == '#') continue;
         if (strncmp(line, "model ", 6) == 0) {
-            char name[64], want_sha[65], got_sha[65], model_path[1024];
-            assert_int_equal(sscanf(line, "model %63s %64s", name, want_sha), 2);
-            assert_string_equal(name, c->name);
+            char file_name[64], want_sha[65], got_sha[65], model_path[1024];
+            assert_int_equal(sscanf(line, "model %63s %64s", file_name, want_sha), 2);
+            assert_string_equal(file_name, name);
             snprintf(model_path, sizeof model_path, "%s/arch/%s.gguf",
                      env_or("LLM_TEST_MODELS", "build/test-models"), name);
             if (!test_sha256_file(model_path, got_sha))
@@ -201,7 +225,7 @@ static void run_case(void **state) {
                 fail_msg("%s has sha256 %s but the reference was recorded on %s: the generator "
                          "changed; record again (tests/models/README.md)",
                          model_path, got_sha, want_sha);
-            if (llmi_model_load(model_path, true, &m) != LLM_OK)
+            if (llmi_model_load_arch(model_path, true, arch_row, &m) != LLM_OK)
                 fail_msg("loading %s: %s", model_path, llmi_error_message());
         } else if (strncmp(line, "activations ", 12) == 0) {
             assert_int_equal(sscanf(line + 12, "%15s", act), 1);
@@ -226,7 +250,8 @@ static void run_case(void **state) {
                 llmi_engine_set_f32_activations(s->eng, f32);
             }
             if (line[0] == 'g') {
-                check_greedy(s, line, &st);
+                free(greedy);
+                greedy = strdup(line);
                 continue;
             }
             char *p = strchr(line, ':') + 1;
@@ -234,6 +259,11 @@ static void run_case(void **state) {
             assert_true(n_toks > 0 && n_toks <= MAX_SEQ);
             free(logits);
             logits = all_logits(s, toks, n_toks);
+        } else if (strncmp(line, "margin ", 7) == 0) {
+            assert_non_null(greedy);
+            check_greedy(s, greedy, line, &st);
+            free(greedy);
+            greedy = NULL;
         } else if (strncmp(line, "top ", 4) == 0) {
             assert_non_null(logits);
             check_top(line, logits, m->hp.n_vocab, n_toks, tol, &st, &row, &row_std);
@@ -246,17 +276,77 @@ static void run_case(void **state) {
     fclose(f);
     free(line);
     free(logits);
+    free(greedy);
     llmi_session_free(s);
     llmi_model_free(m);
     printf("# %s (%s activations in llama.cpp): %d positions, %d logits, max |diff| %.2e std (limit %.0e), "
-           "argmax checked at %d (smallest gap %.3f std), greedy %d/%d identical\n",
-           c->name, act, st.positions, st.values, st.max_rel, tol,
-           st.argmax_checked, st.min_gap_rel, st.greedy_same, st.greedy_prompts);
+           "argmax checked at %d (smallest gap %.3f std), greedy %d/%d identical (%d steps)\n",
+           name, act, st.positions, st.values, st.max_rel, tol,
+           st.argmax_checked, st.min_gap_rel, st.greedy_same, st.greedy_prompts, st.greedy_steps);
+    *out = st;
+    *tol_out = tol;
+}
+
+static void run_case(void **state) {
+    const ref_case *c = *state;
+    ref_stats st;
+    double tol;
+    compare_reference(c->name, NULL, &st, &tol);
     assert_true(st.positions >= 50);
     assert_true(st.max_rel <= tol);
     assert_true(st.argmax_checked >= st.positions * 3 / 4);
+    assert_int_equal(st.argmax_wrong, 0);
     assert_true(st.greedy_prompts >= 2);
     assert_int_equal(st.greedy_same, st.greedy_prompts);
+    assert_true(st.greedy_steps >= 8 * st.greedy_prompts);
+}
+
+/* The reference model with rope_freqs is one where the divisors change the
+ * logits far beyond the tolerance, so agreeing with llama.cpp shows they
+ * are applied as llama.cpp applies them. */
+static void test_rope_freqs_matter(void **state) {
+    (void)state;
+    llmi_arch without = *llmi_arch_find("llama");
+    without.model[LLMI_ROLE_ROPE_FREQS] = LLMI_ABSENT;
+    ref_stats st;
+    double tol;
+    printf("# without rope_freqs:\n");
+    compare_reference("llama3-rope-freqs", &without, &st, &tol);
+    assert_true(st.max_rel > 100 * tol);
+}
+
+/* The generator's malformed files: refused with the status and a message
+ * naming the tensor. */
+static void test_bad_files(void **state) {
+    (void)state;
+    static const struct {
+        const char *file;
+        llm_status want;
+        const char *message;
+    } cases[] = {
+        {"phi3-missing-qkv", LLM_ERR_BAD_FORMAT, "tensor 'blk.0.attn_qkv.weight' is missing"},
+        {"phi3-short-qkv", LLM_ERR_BAD_FORMAT,
+         "tensor 'blk.0.attn_qkv.weight' has shape [64, 64] (2 dims), expected [64, 128]"},
+        {"phi3-unfused-up", LLM_ERR_BAD_FORMAT,
+         "tensor 'blk.0.ffn_up.weight' has shape [64, 96] (2 dims), expected [64, 192]"},
+        {"phi3-rope-factors", LLM_ERR_UNSUPPORTED,
+         "tensor 'rope_factors_long.weight' (LongRoPE scaling of 128k-context models) is not "
+         "supported"},
+        {"llama-zero-rope-freqs", LLM_ERR_BAD_FORMAT,
+         "tensor 'rope_freqs.weight' has factor 0 at 0 (must be > 0)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/arch/%s.gguf",
+                 env_or("LLM_TEST_MODELS", "build/test-models"), cases[i].file);
+        llm_model *m = (llm_model *)0x1;
+        llm_status st = llmi_model_load(path, true, &m);
+        printf("# %s: %s\n", cases[i].file, llmi_error_message());
+        assert_null(m);
+        assert_int_equal(st, cases[i].want);
+        assert_non_null(strstr(llmi_error_message(), cases[i].message));
+        assert_non_null(strstr(llmi_error_message(), path));
+    }
 }
 
 static int by_name(const void *a, const void *b) {
@@ -284,12 +374,14 @@ int main(void) {
     }
     closedir(dir);
     qsort(g_cases, n, sizeof g_cases[0], by_name);
-    struct CMUnitTest tests[MAX_MODELS];
-    for (size_t i = 0; i < n; i++)
-        tests[i] = (struct CMUnitTest){g_cases[i].name, run_case, NULL, NULL, &g_cases[i]};
     if (n == 0) {
         fprintf(stderr, "no reference files in %s\n", dir_path);
         return 1;
     }
+    struct CMUnitTest tests[MAX_MODELS + 2];
+    for (size_t i = 0; i < n; i++)
+        tests[i] = (struct CMUnitTest){g_cases[i].name, run_case, NULL, NULL, &g_cases[i]};
+    tests[n++] = (struct CMUnitTest){"rope_freqs_matter", test_rope_freqs_matter, NULL, NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"bad_files", test_bad_files, NULL, NULL, NULL};
     return _cmocka_run_group_tests("arch_reference", tests, n, NULL, NULL);
 }
