@@ -153,6 +153,14 @@ MODELS = [
         "layer": PHI3_LAYER, "model": MODEL_UNTIED,
     },
     {
+        # The fused views over quantized rows, with 8-bit activations.
+        "name": "phi3-q8_0", "arch": "phi3", "seed": 108,
+        "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 4, "n_ff": 128,
+        "rope_base": 10000.0, "eps": 1e-5, "context": 4096,
+        "matrix": "Q8_0", "embd": "F32", "activations": "8bit",
+        "layer": PHI3_LAYER, "model": MODEL_UNTIED,
+    },
+    {
         # Llama 3.1/3.2: rope_freqs divides the angle of each rotation pair.
         "name": "llama3-rope-freqs", "arch": "llama", "seed": 107,
         "n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 1, "n_ff": 192,
