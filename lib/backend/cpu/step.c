@@ -6,8 +6,8 @@
  *   logits = Woutput * norm(x)
  * with the steps the model's architecture row switches on (model/arch.h:
  * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap,
- * sliding windows with their own RoPE base), tested by feature, never by
- * architecture name.
+ * rope frequency divisors, sliding windows with their own RoPE base), tested
+ * by feature, never by architecture name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
@@ -174,16 +174,20 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
 
 /* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
- * rotations round the way the reference implementation's do. */
-static void rope_table(const llmi_hparams *hp, float base, const llmi_step *st, float *table) {
+ * rotations round the way the reference implementation's do. A model's
+ * rope_freqs (Llama 3.1) divides pair i's angle by its factor (freq_div,
+ * or NULL). */
+static void rope_table(const llmi_hparams *hp, float base, const float *freq_div,
+                       const llmi_step *st, float *table) {
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < st->n_rows; r++) {
         float *cs = table + (size_t)r * hp->rope_dim;
         float theta = (float)st->pos[r];
         for (uint32_t i = 0; i < half; i++) {
-            cs[2 * i] = cosf(theta);
-            cs[2 * i + 1] = sinf(theta);
+            float angle = freq_div ? theta / freq_div[i] : theta;
+            cs[2 * i] = cosf(angle);
+            cs[2 * i + 1] = sinf(angle);
             theta *= scale;
         }
     }
@@ -191,9 +195,10 @@ static void rope_table(const llmi_hparams *hp, float base, const llmi_step *st, 
 
 static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
-    rope_table(hp, hp->rope_base, st, f->rope_cs);
+    const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
+    rope_table(hp, hp->rope_base, freq_div, st, f->rope_cs);
     if (f->rope_cs_swa)
-        rope_table(hp, hp->features.swa_rope_base, st, f->rope_cs_swa);
+        rope_table(hp, hp->features.swa_rope_base, freq_div, st, f->rope_cs_swa);
 }
 
 static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint32_t n_heads) {
