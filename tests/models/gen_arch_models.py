@@ -50,6 +50,8 @@ SHAPES = {
     "attn_k_norm.weight": ("head",),
     "attn_qkv.weight": ("embd", "qkv"),
     "attn_output.weight": ("q", "embd"),
+    "post_attention_norm.weight": ("embd",),
+    "post_ffw_norm.weight": ("embd",),
     "ffn_norm.weight": ("embd",),
     "ffn_gate.weight": ("embd", "ff"),
     "ffn_up.weight": ("embd", "ff"),
@@ -78,6 +80,7 @@ BIASES = ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
 QK_NORM = ["attn_q_norm.weight", "attn_k_norm.weight"]
 PHI3_LAYER = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
               "ffn_up_fused.weight", "ffn_down.weight"]
+POST_NORMS = ["post_attention_norm.weight", "post_ffw_norm.weight"]
 MODEL_TIED = ["token_embd.weight", "output_norm.weight"]
 MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 
@@ -100,7 +103,9 @@ MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 #             these weights, which sets how the C test multiplies and its
 #             tolerance: "f32" (F32 weights: kept f32), "f16" (F16 weights:
 #             rounded to f16; we keep f32) or "8bit" (quantized weights:
-#             quantized to 8 bits, as our default path does)
+#             quantized to 8 bits, as our default path does) or
+#             "f32-gelu-f16" (F32 weights and f32 activations, but GeGLU's gelu
+#             read from llama.cpp's f16 table: GGML_GELU_FP16)
 MODELS = [
     {
         "name": "llama", "arch": "llama", "seed": 101,
@@ -167,6 +172,18 @@ MODELS = [
         "rope_base": 10000.0, "eps": 1e-5, "context": 256,
         "matrix": "F32", "activations": "f32",
         "layer": LLAMA_LAYER, "model": MODEL_TIED + ["rope_freqs.weight"],
+    },
+    {
+        # Gemma 3: QK-norm, post-norms, GeGLU, sqrt(n_embd) embedding scale,
+        # tied output; a 5-position window on layers 0-4 and 6 (layer 5
+        # global) over sequences of up to 40, and the windowed layers' own
+        # rope base (10000) against the file's 1e6.
+        "name": "gemma3", "arch": "gemma3", "seed": 109,
+        "n_layer": 7, "n_embd": 64, "n_head": 4, "n_head_kv": 1, "head_dim": 32, "n_ff": 128,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "keys": {"attention.sliding_window": 5},
+        "matrix": "F32", "activations": "f32-gelu-f16",
+        "layer": LLAMA_LAYER + QK_NORM + POST_NORMS, "model": MODEL_TIED,
     },
 ]
 
