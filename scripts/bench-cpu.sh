@@ -398,7 +398,7 @@ for rep in $(seq 1 "$REPS"); do
         IFS='|' read -r label path opts <<<"$spec"
         opts="$opts --kv $KV"
         # The working-set bandwidth: arrays as large as what a token reads.
-        ws_mb=$(($(stat -c %s "$path") / 1048576 + 1))
+        ws_mb=$(($(stat -L -c %s "$path") / 1048576 + 1))
         record "\"rep\": $rep, \"what\": \"bandwidth_ws\", \"model\": \"$label\", \"threads\": 2" \
             "$BUILD/llm-bench-cpu" --bandwidth -t 2 --size-mb "$ws_mb" --seconds 1
         for t in $THREADS; do
