@@ -45,6 +45,7 @@ SPECIAL = {
     "mistral-v1-system": ("<s>", "</s>"),
     "mistral-v3": ("<s>", "</s>"),
     "phi3": ("<s>", "<|endoftext|>"),
+    "phi3-early": ("<s>", "<|endoftext|>"),
 }
 
 CONVERSATIONS = [
