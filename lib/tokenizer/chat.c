@@ -166,11 +166,16 @@ typedef enum family {
 } family;
 
 static const char *const family_names[] = {
-    [F_NONE] = "unknown",       [F_CHATML] = "ChatML",
-    [F_QWEN25] = "Qwen2.5",     [F_QWEN3] = "Qwen3",
-    [F_LLAMA3] = "Llama 3",     [F_LLAMA2] = "Llama 2",
-    [F_GEMMA] = "Gemma",        [F_MISTRAL_V1] = "Mistral v1",
-    [F_MISTRAL_V1_SYSTEM] = "Mistral v1", [F_MISTRAL_V3] = "Mistral v3",
+    [F_NONE] = "unknown",
+    [F_CHATML] = "ChatML",
+    [F_QWEN25] = "Qwen2.5",
+    [F_QWEN3] = "Qwen3",
+    [F_LLAMA3] = "Llama 3",
+    [F_LLAMA2] = "Llama 2",
+    [F_GEMMA] = "Gemma",
+    [F_MISTRAL_V1] = "Mistral v1",
+    [F_MISTRAL_V1_SYSTEM] = "Mistral v1",
+    [F_MISTRAL_V3] = "Mistral v3",
     [F_PHI3] = "Phi-3",
 };
 
@@ -350,7 +355,8 @@ static void put_qwen3_assistant(const ctx *c, size_t i, size_t last_query) {
             before = (span){open + 7, before.n - (size_t)(open + 7 - before.s)};
         reasoning = lstrip_nl(before);
         const char *last_close = find_last_in(content, "</think>");
-        content = lstrip_nl((span){last_close + 8, content.n - (size_t)(last_close + 8 - content.s)});
+        content =
+            lstrip_nl((span){last_close + 8, content.n - (size_t)(last_close + 8 - content.s)});
     }
     if (i > last_query && (i + 1 == c->n || reasoning.n > 0)) {
         put_turn(c, "assistant", (span){"<think>\n", 8});

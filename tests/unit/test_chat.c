@@ -79,7 +79,9 @@ static llmi_tokenizer *make_with(const char *tmpl, const char *bos, const char *
     llmi_free(data);
     return t;
 }
-static llmi_tokenizer *make(const char *tmpl) { return make_with(tmpl, "<|begin_of_text|>", "</s>"); }
+static llmi_tokenizer *make(const char *tmpl) {
+    return make_with(tmpl, "<|begin_of_text|>", "</s>");
+}
 
 static const llm_chat_message user_only[] = {{"user", "Hello!"}};
 static const llm_chat_message sys_user[] = {{"system", "Be brief."}, {"user", "Hi"}};
@@ -176,6 +178,22 @@ static void test_unsupported(void **state) {
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
                "not recognised");
     llmi_tokenizer_free(t);
+    /* Mistral v7 ([SYSTEM_PROMPT]), v3-Tekken ("[INST]" without the space)
+     * and ChatML templates with their own <think> handling (QwQ) are not
+     * rendered in a near form: refused */
+    static const char *const refused[] = {
+        "{{ bos_token }}{{ '[SYSTEM_PROMPT]' + s + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + c + "
+        "'[/INST]' }}",
+        "{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- \"[INST]\" + message[\"content\"] + "
+        "\"[/INST]\" }}",
+        "{{'<|im_start|>' + m.role + '\\n'}}{% set c = m.content.split('</think>')[-1] %}",
+    };
+    for (size_t i = 0; i < N(refused); i++) {
+        t = make(refused[i]);
+        EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n),
+                   LLM_ERR_UNSUPPORTED, "not recognised");
+        llmi_tokenizer_free(t);
+    }
     /* Phi-4 uses <|im_start|> with <|im_sep|>: not ChatML */
     t = make("{{'<|im_start|>' + message['role'] + '<|im_sep|>'}}");
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
@@ -287,8 +305,7 @@ static void check_case(const char *family, const llmi_tokenizer *t, const chat_c
     size_t len = 0;
     st = llmi_chat_apply(t, c->m, c->n, c->gen, buf, need, &len);
     if (st != LLM_OK)
-        fail_msg("%s/%s gen=%d: %d \"%s\"", family, c->name, c->gen, (int)st,
-                 llmi_error_message());
+        fail_msg("%s/%s gen=%d: %d \"%s\"", family, c->name, c->gen, (int)st, llmi_error_message());
     if (len != strlen(want) || memcmp(buf, want, len) != 0)
         fail_msg("%s/%s gen=%d:\n got  \"%s\"\n want \"%s\"", family, c->name, c->gen, buf, want);
     free(buf);
