@@ -119,7 +119,7 @@ $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 
 # The main job: fetch the model, build, generate.
-PROMPT ?= What is the capital of France?
+PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)
 	$(BUILD)/llm-run -m $(MODEL) --chat -p "$(PROMPT)" -n 64
 
