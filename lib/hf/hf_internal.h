@@ -1,0 +1,53 @@
+/* What the files of lib/hf share: the safetensors reader and the
+ * config.json mapping. Nothing outside lib/hf (and its tests and fuzz
+ * target) includes it. */
+#ifndef LLMI_HF_INTERNAL_H
+#define LLMI_HF_INTERNAL_H
+
+#include "hf/hf.h"
+
+#include <stdbool.h>
+
+/* Safetensors headers beyond this are refused (the reference implementation's
+ * bound), so a hostile length cannot make us parse gigabytes of JSON. */
+#define LLMI_ST_MAX_HEADER (100u * 1000u * 1000u)
+
+typedef struct llmi_st_tensor {
+    char *name;
+    llmi_ttype type;       /* F32, F16 or BF16 */
+    uint32_t n_dims;       /* 1..4 */
+    uint64_t shape[4];     /* as the file lists it: shape[n_dims - 1] is contiguous */
+    const uint8_t *data;   /* inside the file's memory */
+    size_t nbytes;
+} llmi_st_tensor;
+
+/* One .safetensors file: its memory (mapped or read) and its tensors,
+ * sorted by name. */
+typedef struct llmi_st_file {
+    const uint8_t *base;
+    size_t size;
+    void *map;             /* mmap'd (size bytes), or NULL */
+    void *buf;             /* llmi_malloc_aligned copy, or NULL */
+    llmi_st_tensor *tensors;
+    size_t n_tensors;
+} llmi_st_file;
+
+/* Checks and indexes a safetensors image: the 8-byte header length, the
+ * JSON header, every tensor's dtype, shape and data_offsets (inside the
+ * data section, sizes agreeing, no overlaps, no duplicate names;
+ * __metadata__ ignored). `what` names the file in messages. On success
+ * *tensors (sorted by name) is freed with llmi_st_tensors_free. */
+llm_status llmi_st_parse(const void *data, size_t size, const char *what,
+                         llmi_st_tensor **tensors, size_t *n_tensors);
+void llmi_st_tensors_free(llmi_st_tensor *t, size_t n);
+/* Binary search in a sorted table; NULL when absent. */
+const llmi_st_tensor *llmi_st_find(const llmi_st_tensor *t, size_t n, const char *name);
+
+/* Opens and parses `path` (mapped when use_mmap, else read into aligned
+ * memory); `what` names it in messages. */
+llm_status llmi_st_open(const char *path, const char *what, bool use_mmap, llmi_st_file *f);
+/* Frees the table and the memory still held (a mapping or buffer handed
+ * to llmi_gguf_parts is set to NULL by the caller first). */
+void llmi_st_close(llmi_st_file *f);
+
+#endif
