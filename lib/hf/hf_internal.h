@@ -50,4 +50,37 @@ llm_status llmi_st_open(const char *path, const char *what, bool use_mmap, llmi_
  * to llmi_gguf_parts is set to NULL by the caller first). */
 void llmi_st_close(llmi_st_file *f);
 
+/* How a Hugging Face model class maps onto GGUF: the converter's choices. */
+typedef enum llmi_hf_family {
+    LLMI_HF_LLAMA,
+    LLMI_HF_MISTRAL,
+    LLMI_HF_QWEN2,
+    LLMI_HF_QWEN3,
+    LLMI_HF_GEMMA3,
+    LLMI_HF_PHI3,
+    LLMI_HF_QWEN3MOE,
+    LLMI_HF_MIXTRAL,
+} llmi_hf_family;
+
+/* config.json, checked. Sizes are those the converter writes as
+ * "<arch>.*" keys; head_dim is config's or hidden_size / heads. */
+typedef struct llmi_hf_config {
+    llmi_hf_family family;
+    const char *arch;      /* GGUF general.architecture */
+    bool permute_qk;       /* q/k rows reordered for adjacent-pair rope (Llama) */
+    bool norm_plus_one;    /* norm weights stored as w - 1 (Gemma) */
+    bool post_attn_is_ffn_norm; /* post_attention_layernorm is the pre-FFN norm */
+    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+    bool explicit_head_dim;
+    float rms_eps, rope_theta;
+    bool tie_embeddings;
+    uint32_t sliding_window; /* 0: none */
+    uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE only */
+} llmi_hf_config;
+
+/* Parses config.json's text; messages name "config.json" and the field. */
+llm_status llmi_hf_config_parse(const char *json, size_t len, llmi_hf_config *c);
+/* Writes general.architecture and the "<arch>.*" keys. */
+llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w);
+
 #endif
