@@ -83,4 +83,19 @@ llm_status llmi_hf_config_parse(const char *json, size_t len, llmi_hf_config *c)
 /* Writes general.architecture and the "<arch>.*" keys. */
 llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w);
 
+/* One checkpoint tensor and the file it is in (for messages). */
+typedef struct llmi_hf_source {
+    const char *name;
+    const llmi_st_tensor *t;
+    const char *file;
+} llmi_hf_source;
+
+/* Adds every source tensor to `parts` under its GGUF name, checked against
+ * the config's sizes and transformed as the converter transforms it (q/k
+ * rows permuted, vectors widened to F32, Gemma norms + 1, experts stacked);
+ * untransformed matrices point into the files' memory. *file_type gets
+ * general.file_type from token_embd's type. */
+llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *src, size_t n,
+                               llmi_gguf_parts *parts, uint32_t *file_type);
+
 #endif
