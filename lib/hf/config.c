@@ -22,8 +22,7 @@ typedef struct family_row {
 
 static const family_row families[] = {
     {"LlamaForCausalLM", "llama", LLMI_HF_LLAMA, "llama", true, false, true, false, 10000.0f},
-    {"MistralForCausalLM", "mistral", LLMI_HF_MISTRAL, "llama", true, false, true, false,
-     10000.0f},
+    {"MistralForCausalLM", "mistral", LLMI_HF_MISTRAL, "llama", true, false, true, false, 10000.0f},
     {"Qwen2ForCausalLM", "qwen2", LLMI_HF_QWEN2, "qwen2", false, false, true, false, 10000.0f},
     {"Qwen3ForCausalLM", "qwen3", LLMI_HF_QWEN3, "qwen3", false, false, true, false, 10000.0f},
     {"Gemma3ForCausalLM", "gemma3_text", LLMI_HF_GEMMA3, "gemma3", false, true, false, false,
@@ -143,7 +142,7 @@ static llm_status check_dtype(const cJSON *root) {
         if (strcmp(s, "float32") && strcmp(s, "float16") && strcmp(s, "bfloat16"))
             return llmi_error(LLM_ERR_UNSUPPORTED,
                               CFG ": field '%s' is '%s' (float32, float16 and bfloat16 are "
-                              "supported)",
+                                  "supported)",
                               keys[i], s);
     }
     return LLM_OK;
@@ -193,7 +192,7 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
         if (c->n_embd % c->n_head != 0)
             return llmi_error(LLM_ERR_BAD_FORMAT,
                               CFG ": hidden_size %u is not a multiple of num_attention_heads %u "
-                              "and head_dim is not given",
+                                  "and head_dim is not given",
                               c->n_embd, c->n_head);
         c->head_dim = c->n_embd / c->n_head;
     }
@@ -202,7 +201,7 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
     if (c->n_head_kv > c->n_head || c->n_head % c->n_head_kv != 0)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           CFG ": num_attention_heads %u is not a multiple of "
-                          "num_key_value_heads %u",
+                              "num_key_value_heads %u",
                           c->n_head, c->n_head_kv);
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     /* transformers' default for these classes except Gemma is untied */

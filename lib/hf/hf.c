@@ -165,9 +165,8 @@ static llm_status open_single(hf_folder *h) {
     bool present = stat(path, &sb) == 0;
     llmi_free(path);
     if (!present)
-        return llmi_error(LLM_ERR_IO,
-                          "the folder has neither model.safetensors nor "
-                          "model.safetensors.index.json");
+        return llmi_error(LLM_ERR_IO, "the folder has neither model.safetensors nor "
+                                      "model.safetensors.index.json");
     LLMI_TRY(open_file(h, "model.safetensors", &fi));
     const llmi_st_file *f = &h->files[fi];
     if (f->n_tensors) {
@@ -176,7 +175,8 @@ static llm_status open_single(hf_folder *h) {
             return llmi_oom("tensor list");
     }
     for (size_t i = 0; i < f->n_tensors; i++)
-        h->src[h->n_src++] = (llmi_hf_source){f->tensors[i].name, &f->tensors[i], h->file_names[fi]};
+        h->src[h->n_src++] =
+            (llmi_hf_source){f->tensors[i].name, &f->tensors[i], h->file_names[fi]};
     return LLM_OK;
 }
 
@@ -306,26 +306,60 @@ static llm_status copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv) {
                 st = llmi_oom("key copy");
         if (st == LLM_OK)
             st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, kv->arr_len);
-        for (uint64_t i = 0; v && i < kv->arr_len; i++) llmi_free(v[i]);
+        for (uint64_t i = 0; v && i < kv->arr_len; i++)
+            llmi_free(v[i]);
         llmi_free(v);
         return st;
     }
     if (kv->type == LLMI_GGUF_ARRAY)
         return llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_len);
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-            float f32; bool b; uint64_t u64; int64_t i64; double f64; } v;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        float f32;
+        bool b;
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+    } v;
     switch (kv->type) {
-    case LLMI_GGUF_U8: v.u8 = (uint8_t)kv->scalar.u; break;
-    case LLMI_GGUF_I8: v.i8 = (int8_t)kv->scalar.i; break;
-    case LLMI_GGUF_U16: v.u16 = (uint16_t)kv->scalar.u; break;
-    case LLMI_GGUF_I16: v.i16 = (int16_t)kv->scalar.i; break;
-    case LLMI_GGUF_U32: v.u32 = (uint32_t)kv->scalar.u; break;
-    case LLMI_GGUF_I32: v.i32 = (int32_t)kv->scalar.i; break;
-    case LLMI_GGUF_F32: v.f32 = (float)kv->scalar.f; break;
-    case LLMI_GGUF_BOOL: v.b = kv->scalar.b; break;
-    case LLMI_GGUF_U64: v.u64 = kv->scalar.u; break;
-    case LLMI_GGUF_I64: v.i64 = kv->scalar.i; break;
-    default: v.f64 = kv->scalar.f; break;
+    case LLMI_GGUF_U8:
+        v.u8 = (uint8_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I8:
+        v.i8 = (int8_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U16:
+        v.u16 = (uint16_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I16:
+        v.i16 = (int16_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U32:
+        v.u32 = (uint32_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I32:
+        v.i32 = (int32_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_F32:
+        v.f32 = (float)kv->scalar.f;
+        break;
+    case LLMI_GGUF_BOOL:
+        v.b = kv->scalar.b;
+        break;
+    case LLMI_GGUF_U64:
+        v.u64 = kv->scalar.u;
+        break;
+    case LLMI_GGUF_I64:
+        v.i64 = kv->scalar.i;
+        break;
+    default:
+        v.f64 = kv->scalar.f;
+        break;
     }
     return llmi_gguf_w_scalar(w, key, kv->type, &v);
 }
@@ -353,9 +387,11 @@ static llm_status tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
 /* general.name: the folder's last component, as the converter's default. */
 static llm_status name_key(const char *folder, llmi_gguf_writer *w) {
     size_t n = strlen(folder);
-    while (n > 1 && folder[n - 1] == '/') n--;
+    while (n > 1 && folder[n - 1] == '/')
+        n--;
     size_t b = n;
-    while (b > 0 && folder[b - 1] != '/') b--;
+    while (b > 0 && folder[b - 1] != '/')
+        b--;
     char *name = llmi_strndup(folder + b, n - b);
     if (!name)
         return llmi_oom("model name");

@@ -14,10 +14,10 @@
 
 typedef struct llmi_st_tensor {
     char *name;
-    llmi_ttype type;       /* F32, F16 or BF16 */
-    uint32_t n_dims;       /* 1..4 */
-    uint64_t shape[4];     /* as the file lists it: shape[n_dims - 1] is contiguous */
-    const uint8_t *data;   /* inside the file's memory */
+    llmi_ttype type;     /* F32, F16 or BF16 */
+    uint32_t n_dims;     /* 1..4 */
+    uint64_t shape[4];   /* as the file lists it: shape[n_dims - 1] is contiguous */
+    const uint8_t *data; /* inside the file's memory */
     size_t nbytes;
 } llmi_st_tensor;
 
@@ -26,8 +26,8 @@ typedef struct llmi_st_tensor {
 typedef struct llmi_st_file {
     const uint8_t *base;
     size_t size;
-    void *map;             /* mmap'd (size bytes), or NULL */
-    void *buf;             /* llmi_malloc_aligned copy, or NULL */
+    void *map; /* mmap'd (size bytes), or NULL */
+    void *buf; /* llmi_malloc_aligned copy, or NULL */
     llmi_st_tensor *tensors;
     size_t n_tensors;
 } llmi_st_file;
@@ -37,8 +37,8 @@ typedef struct llmi_st_file {
  * data section, sizes agreeing, no overlaps, no duplicate names;
  * __metadata__ ignored). `what` names the file in messages. On success
  * *tensors (sorted by name) is freed with llmi_st_tensors_free. */
-llm_status llmi_st_parse(const void *data, size_t size, const char *what,
-                         llmi_st_tensor **tensors, size_t *n_tensors);
+llm_status llmi_st_parse(const void *data, size_t size, const char *what, llmi_st_tensor **tensors,
+                         size_t *n_tensors);
 void llmi_st_tensors_free(llmi_st_tensor *t, size_t n);
 /* Binary search in a sorted table; NULL when absent. */
 const llmi_st_tensor *llmi_st_find(const llmi_st_tensor *t, size_t n, const char *name);
@@ -66,15 +66,15 @@ typedef enum llmi_hf_family {
  * "<arch>.*" keys; head_dim is config's or hidden_size / heads. */
 typedef struct llmi_hf_config {
     llmi_hf_family family;
-    const char *arch;      /* GGUF general.architecture */
-    bool permute_qk;       /* q/k rows reordered for adjacent-pair rope (Llama) */
-    bool norm_plus_one;    /* norm weights stored as w - 1 (Gemma) */
+    const char *arch;           /* GGUF general.architecture */
+    bool permute_qk;            /* q/k rows reordered for adjacent-pair rope (Llama) */
+    bool norm_plus_one;         /* norm weights stored as w - 1 (Gemma) */
     bool post_attn_is_ffn_norm; /* post_attention_layernorm is the pre-FFN norm */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
     bool explicit_head_dim;
     float rms_eps, rope_theta;
     bool tie_embeddings;
-    uint32_t sliding_window; /* 0: none */
+    uint32_t sliding_window;                    /* 0: none */
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE only */
 } llmi_hf_config;
 

@@ -53,7 +53,6 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const llmi_st_tensor *)a)->name, ((const llmi_st_tensor *)b)->name);
 }
 
-
 static int by_offset(const void *a, const void *b) {
     const llmi_st_tensor *x = *(const llmi_st_tensor *const *)a;
     const llmi_st_tensor *y = *(const llmi_st_tensor *const *)b;
@@ -99,11 +98,12 @@ static llm_status parse_entry(const cJSON *e, const char *what, const uint8_t *d
     int nd = cJSON_GetArraySize(shape);
     if (nd < 1 || nd > 4)
         return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "%s: tensor '%s' has %d dimensions in 'shape' (1..4 are supported)",
-                          what, nm, nd);
+                          "%s: tensor '%s' has %d dimensions in 'shape' (1..4 are supported)", what,
+                          nm, nd);
     t->n_dims = (uint32_t)nd;
     uint64_t elems = 1;
-    for (int d = 0; d < 4; d++) t->shape[d] = 1;
+    for (int d = 0; d < 4; d++)
+        t->shape[d] = 1;
     int d = 0;
     const cJSON *dim;
     cJSON_ArrayForEach(dim, shape) {
@@ -145,7 +145,8 @@ static llm_status check_layout(llmi_st_tensor *t, size_t n, const char *what) {
     const llmi_st_tensor **order = llmi_calloc(n, sizeof *order);
     if (!order)
         return llmi_oom("safetensors offset index");
-    for (size_t i = 0; i < n; i++) order[i] = &t[i];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &t[i];
     qsort(order, n, sizeof *order, by_offset);
     llm_status st = LLM_OK;
     for (size_t i = 1; i < n && st == LLM_OK; i++) {
@@ -166,8 +167,8 @@ static llm_status check_layout(llmi_st_tensor *t, size_t n, const char *what) {
     return LLM_OK;
 }
 
-llm_status llmi_st_parse(const void *data, size_t size, const char *what,
-                         llmi_st_tensor **tensors, size_t *n_tensors) {
+llm_status llmi_st_parse(const void *data, size_t size, const char *what, llmi_st_tensor **tensors,
+                         size_t *n_tensors) {
     *tensors = NULL;
     *n_tensors = 0;
     const uint8_t *p = data;
@@ -176,14 +177,16 @@ llm_status llmi_st_parse(const void *data, size_t size, const char *what,
                           "%s: truncated: %zu bytes, the 8-byte header length does not fit", what,
                           size);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | p[i];
     if (hlen > size - 8)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)",
                           what, hlen, size);
     if (hlen > LLMI_ST_MAX_HEADER || hlen < 2)
-        return llmi_error(LLM_ERR_BAD_FORMAT, "%s: header length %" PRIu64 " is out of range (2..%u)",
-                          what, hlen, LLMI_ST_MAX_HEADER);
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "%s: header length %" PRIu64 " is out of range (2..%u)", what, hlen,
+                          LLMI_ST_MAX_HEADER);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)p + 8, (size_t)hlen, &end, false);
     if (!root) {
@@ -198,8 +201,10 @@ llm_status llmi_st_parse(const void *data, size_t size, const char *what,
      * object is not a header we understand. */
     for (const char *q = end; q < (const char *)p + 8 + hlen; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            st = llmi_error(LLM_ERR_BAD_FORMAT, "%s: header has bytes after its JSON object (at "
-                            "byte %zu)", what, (size_t)(q - (const char *)p));
+            st = llmi_error(LLM_ERR_BAD_FORMAT,
+                            "%s: header has bytes after its JSON object (at "
+                            "byte %zu)",
+                            what, (size_t)(q - (const char *)p));
             goto done;
         }
     if (!cJSON_IsObject(root)) {

@@ -11,7 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef enum dim { D_1, D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_VOCAB, D_QKV, D_FF2, D_FFEXP, D_NEXP } dim;
+typedef enum dim {
+    D_1,
+    D_EMBD,
+    D_Q,
+    D_KV,
+    D_FF,
+    D_HEAD,
+    D_VOCAB,
+    D_QKV,
+    D_FF2,
+    D_FFEXP,
+    D_NEXP
+} dim;
 
 typedef enum op {
     OP_KEEP,      /* matrix: as stored; vector: widened to F32 */
@@ -22,8 +34,8 @@ typedef enum op {
 } op;
 
 typedef struct rule {
-    const char *hf;   /* after "model.layers.N." for layer rules */
-    const char *gguf; /* after "blk.N." for layer rules */
+    const char *hf;     /* after "model.layers.N." for layer rules */
+    const char *gguf;   /* after "blk.N." for layer rules */
     uint8_t rows, cols; /* cols D_1: a vector of `rows` elements */
     uint8_t op;
 } rule;
@@ -79,33 +91,55 @@ static const struct {
 static uint64_t dim_size(const llmi_hf_config *c, dim d) {
     uint64_t q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim;
     switch (d) {
-    case D_EMBD: return c->n_embd;
-    case D_Q: return q;
-    case D_KV: return kv;
-    case D_FF: return c->n_ff;
-    case D_HEAD: return c->head_dim;
-    case D_VOCAB: return c->n_vocab;
-    case D_QKV: return q + 2 * kv;
-    case D_FF2: return 2 * (uint64_t)c->n_ff;
-    case D_FFEXP: return c->n_ff_exp;
-    case D_NEXP: return c->n_expert;
-    default: return 1;
+    case D_EMBD:
+        return c->n_embd;
+    case D_Q:
+        return q;
+    case D_KV:
+        return kv;
+    case D_FF:
+        return c->n_ff;
+    case D_HEAD:
+        return c->head_dim;
+    case D_VOCAB:
+        return c->n_vocab;
+    case D_QKV:
+        return q + 2 * kv;
+    case D_FF2:
+        return 2 * (uint64_t)c->n_ff;
+    case D_FFEXP:
+        return c->n_ff_exp;
+    case D_NEXP:
+        return c->n_expert;
+    default:
+        return 1;
     }
 }
 
 static const char *dim_fields(dim d) {
     switch (d) {
-    case D_EMBD: return "hidden_size";
-    case D_Q: return "num_attention_heads * head_dim";
-    case D_KV: return "num_key_value_heads * head_dim";
-    case D_FF: return "intermediate_size";
-    case D_HEAD: return "head_dim";
-    case D_VOCAB: return "vocab_size";
-    case D_QKV: return "(num_attention_heads + 2 * num_key_value_heads) * head_dim";
-    case D_FF2: return "2 * intermediate_size";
-    case D_FFEXP: return "the experts' intermediate size";
-    case D_NEXP: return "the expert count";
-    default: return "1";
+    case D_EMBD:
+        return "hidden_size";
+    case D_Q:
+        return "num_attention_heads * head_dim";
+    case D_KV:
+        return "num_key_value_heads * head_dim";
+    case D_FF:
+        return "intermediate_size";
+    case D_HEAD:
+        return "head_dim";
+    case D_VOCAB:
+        return "vocab_size";
+    case D_QKV:
+        return "(num_attention_heads + 2 * num_key_value_heads) * head_dim";
+    case D_FF2:
+        return "2 * intermediate_size";
+    case D_FFEXP:
+        return "the experts' intermediate size";
+    case D_NEXP:
+        return "the expert count";
+    default:
+        return "1";
     }
 }
 
@@ -267,13 +301,13 @@ static llm_status stack_experts(experts *e, llmi_gguf_parts *parts) {
         for (int k = 0; k < EXP_KINDS; k++) {
             const llmi_hf_source *first = *exp_slot(e, l, k, 0);
             uint32_t have = 0;
-            for (uint32_t x = 0; x < e->n_expert; x++) have += *exp_slot(e, l, k, x) != NULL;
+            for (uint32_t x = 0; x < e->n_expert; x++)
+                have += *exp_slot(e, l, k, x) != NULL;
             if (have == 0)
                 continue;
             if (have != e->n_expert || !first)
-                return llmi_error(LLM_ERR_BAD_FORMAT,
-                                  "layer %u has %u of %u experts' %s tensors", l, have,
-                                  e->n_expert, exp_gguf[k]);
+                return llmi_error(LLM_ERR_BAD_FORMAT, "layer %u has %u of %u experts' %s tensors",
+                                  l, have, e->n_expert, exp_gguf[k]);
             size_t each = first->t->nbytes, total;
             if (!llmi_mul_ok(each, e->n_expert, &total))
                 return llmi_error(LLM_ERR_LIMIT, "layer %u experts are too large", l);
@@ -317,7 +351,7 @@ static llm_status map_one(const llmi_hf_config *c, experts *e, const llmi_hf_sou
                 continue;
             if (ru->op == OP_SKIP)
                 return LLM_OK;
-            const char *g = ru->gguf ? ru->gguf
+            const char *g = ru->gguf                   ? ru->gguf
                             : c->post_attn_is_ffn_norm ? "ffn_norm.weight"
                                                        : "post_attention_norm.weight";
             snprintf(gguf, sizeof gguf, "blk.%u.%s", layer, g);

@@ -5,8 +5,10 @@
 
 llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
     (void)w;
-    return llmi_error(LLM_ERR_UNSUPPORTED, "%s/tokenizer.json: reading tokenizer.json is not "
-                      "implemented in this build", folder ? folder : "?");
+    return llmi_error(LLM_ERR_UNSUPPORTED,
+                      "%s/tokenizer.json: reading tokenizer.json is not "
+                      "implemented in this build",
+                      folder ? folder : "?");
 }
 
 llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t tokenizer_len,

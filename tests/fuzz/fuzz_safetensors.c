@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     FUZZ_CHECK(size >= 8, "accepted %zu bytes", size);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | data[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | data[i];
     FUZZ_CHECK(hlen <= size - 8, "header length %llu", (unsigned long long)hlen);
     const uint8_t *lo = data + 8 + hlen, *hi = data + size;
     for (size_t i = 0; i < n; i++) {
@@ -36,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    "type %d", a->type);
         FUZZ_CHECK(a->n_dims >= 1 && a->n_dims <= 4, "n_dims %u", a->n_dims);
         unsigned long long elems = 1;
-        for (uint32_t d = 0; d < a->n_dims; d++) elems *= a->shape[d];
+        for (uint32_t d = 0; d < a->n_dims; d++)
+            elems *= a->shape[d];
         FUZZ_CHECK(elems * esize(a->type) == a->nbytes, "'%s': size %zu", a->name, a->nbytes);
         FUZZ_CHECK(a->data >= lo && a->data <= hi && a->nbytes <= (size_t)(hi - a->data),
                    "'%s' outside the data section", a->name);

@@ -39,7 +39,8 @@ static int setup(void **state) {
     mkdir(g_tmp, 0755);
     struct stat sb;
     if (stat(model_path("hf-llama-f32.gguf"), &sb) != 0) {
-        fprintf(stderr, "test_hf: %s missing (make test-models)\n", model_path("hf-llama-f32.gguf"));
+        fprintf(stderr, "test_hf: %s missing (make test-models)\n",
+                model_path("hf-llama-f32.gguf"));
         return -1;
     }
     return 0;
@@ -60,7 +61,8 @@ static void same_tensors(const llmi_gguf *a, const llmi_gguf *b, const char *wha
             fail_msg("%s: no tensor '%s'", what, name);
         assert_int_equal(ta->type, tb->type);
         assert_int_equal(ta->n_dims, tb->n_dims);
-        for (int d = 0; d < 4; d++) assert_int_equal(ta->ne[d], tb->ne[d]);
+        for (int d = 0; d < 4; d++)
+            assert_int_equal(ta->ne[d], tb->ne[d]);
         assert_int_equal(ta->nbytes, tb->nbytes);
         if (memcmp(ta->data, tb->data, tb->nbytes) != 0)
             fail_msg("%s: tensor '%s' differs from the converted GGUF", what, name);
@@ -83,12 +85,12 @@ static bool kv_equal(const llmi_gguf_kv *a, const llmi_gguf_kv *b) {
                 return false;
         return true;
     }
-    size_t es = a->arr_type == LLMI_GGUF_U8 || a->arr_type == LLMI_GGUF_I8 ||
-                        a->arr_type == LLMI_GGUF_BOOL
-                    ? 1
-                : a->arr_type == LLMI_GGUF_U16 || a->arr_type == LLMI_GGUF_I16 ? 2
-                : a->arr_type >= LLMI_GGUF_U64                                  ? 8
-                                                                                : 4;
+    size_t es =
+        a->arr_type == LLMI_GGUF_U8 || a->arr_type == LLMI_GGUF_I8 || a->arr_type == LLMI_GGUF_BOOL
+            ? 1
+        : a->arr_type == LLMI_GGUF_U16 || a->arr_type == LLMI_GGUF_I16 ? 2
+        : a->arr_type >= LLMI_GGUF_U64                                 ? 8
+                                                                       : 4;
     return memcmp(a->arr_data, b->arr_data, es * a->arr_len) == 0;
 }
 
@@ -124,7 +126,8 @@ static float *logits_of(const llm_model *m, const llm_token *toks, int n) {
     size_t V = m->hp.n_vocab;
     float *logits = malloc((size_t)n * V * sizeof *logits);
     llmi_batch_row rows[16];
-    for (int i = 0; i < n; i++) rows[i] = (llmi_batch_row){toks[i], (uint32_t)i, &seq, true};
+    for (int i = 0; i < n; i++)
+        rows[i] = (llmi_batch_row){toks[i], (uint32_t)i, &seq, true};
     assert_int_equal(llmi_engine_run(s->eng, rows, (uint32_t)n, logits), LLM_OK);
     llmi_kv_seq_destroy(s->kv, &seq);
     llmi_session_free(s);
@@ -151,7 +154,8 @@ static void check_pair(const char *folder_name, const char *gguf_name, bool use_
     float *lf = logits_of(mf, toks, n), *lg = logits_of(mg, toks, n);
     size_t count = (size_t)n * mg->hp.n_vocab;
     bool finite = true;
-    for (size_t i = 0; i < count; i++) finite &= isfinite(lg[i]) != 0;
+    for (size_t i = 0; i < count; i++)
+        finite &= isfinite(lg[i]) != 0;
     assert_true(finite);
     if (memcmp(lf, lg, count * sizeof *lf) != 0)
         fail_msg("%s: logits differ from the converted GGUF's", folder_name);
@@ -162,8 +166,12 @@ static void check_pair(const char *folder_name, const char *gguf_name, bool use_
     llmi_hf_test_tokenizer_source(NULL);
 }
 
-static void test_llama_f32(void **state) { check_pair("hf-llama-f32", "hf-llama-f32.gguf", true, true); }
-static void test_llama_f16(void **state) { check_pair("hf-llama-f16", "hf-llama-f16.gguf", true, true); }
+static void test_llama_f32(void **state) {
+    check_pair("hf-llama-f32", "hf-llama-f32.gguf", true, true);
+}
+static void test_llama_f16(void **state) {
+    check_pair("hf-llama-f16", "hf-llama-f16.gguf", true, true);
+}
 static void test_llama_bf16(void **state) {
     check_pair("hf-llama-bf16", "hf-llama-bf16.gguf", true, true);
 }
@@ -171,7 +179,9 @@ static void test_sharded_read(void **state) {
     /* read instead of mapped, and split over two shards with an index */
     check_pair("hf-llama-bf16-sharded", "hf-llama-bf16.gguf", false, false);
 }
-static void test_qwen2_f32(void **state) { check_pair("hf-qwen2-f32", "hf-qwen2-f32.gguf", true, true); }
+static void test_qwen2_f32(void **state) {
+    check_pair("hf-qwen2-f32", "hf-qwen2-f32.gguf", true, true);
+}
 
 /* ---- the public API on a folder ---- */
 
@@ -255,7 +265,8 @@ static void put_safetensors(const char *dir, const char *name, const char *heade
     size_t hl = strlen(header), pad = (8 - hl % 8) % 8, n = 8 + hl + pad + data_bytes;
     uint8_t *b = calloc(1, n);
     uint64_t len = hl + pad;
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(len >> (8 * i));
     memcpy(b + 8, header, hl);
     memset(b + 8 + hl, ' ', pad);
     put_file(dir, name, b, n);
@@ -312,10 +323,11 @@ static void test_bad_config(void **state) {
     put_safetensors(d, "model.safetensors", EMBD_OK, 128);
     put_text(d, "config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 4,");
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "JSON");
-    put_text(d, "config.json", "{\"architectures\": [\"LlamaForCausalLM\"], "
-                               "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
-                               "\"num_attention_heads\": 2, \"rms_norm_eps\": 1e-5, "
-                               "\"vocab_size\": 8}");
+    put_text(d, "config.json",
+             "{\"architectures\": [\"LlamaForCausalLM\"], "
+             "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+             "\"num_attention_heads\": 2, \"rms_norm_eps\": 1e-5, "
+             "\"vocab_size\": 8}");
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'hidden_size'");
     put_config(d, "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\"}");
     expect(d, LLM_ERR_UNSUPPORTED, "config.json", "GPT2LMHeadModel");
@@ -453,11 +465,11 @@ static void test_alloc_failures(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_f32),       cmocka_unit_test(test_llama_f16),
-        cmocka_unit_test(test_llama_bf16),      cmocka_unit_test(test_sharded_read),
-        cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_public_api_generates),
-        cmocka_unit_test(test_bad_config),      cmocka_unit_test(test_bad_safetensors),
-        cmocka_unit_test(test_bad_index),       cmocka_unit_test(test_is_folder),
+        cmocka_unit_test(test_llama_f32),      cmocka_unit_test(test_llama_f16),
+        cmocka_unit_test(test_llama_bf16),     cmocka_unit_test(test_sharded_read),
+        cmocka_unit_test(test_qwen2_f32),      cmocka_unit_test(test_public_api_generates),
+        cmocka_unit_test(test_bad_config),     cmocka_unit_test(test_bad_safetensors),
+        cmocka_unit_test(test_bad_index),      cmocka_unit_test(test_is_folder),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
