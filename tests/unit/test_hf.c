@@ -186,6 +186,8 @@ static void test_qwen2_f32(void **state) {
 /* ---- the public API on a folder ---- */
 
 typedef struct collected {
+    llm_token prompt[32];
+    size_t n_prompt;
     llm_token tok[64];
     uint32_t n;
 } collected;
@@ -204,10 +206,12 @@ static void generate_tokens(const char *path, collected *c) {
         fail_msg("%s: %s", path, llm_last_error());
     llm_session *s = NULL;
     assert_int_equal(llm_session_create(m, NULL, &s), LLM_OK);
-    llm_token prompt[32];
-    size_t n = 0;
-    const char *text = "The capital of France is";
-    assert_int_equal(llm_tokenize(m, text, strlen(text), 0, prompt, 32, &n), LLM_OK);
+    const char *text = "The capital of France is 12345 caf\xc3\xa9 <|im_start|>";
+    assert_int_equal(llm_tokenize(m, text, strlen(text), LLM_TOKENIZE_PARSE_SPECIAL, c->prompt, 32,
+                                  &c->n_prompt),
+                     LLM_OK);
+    llm_token *prompt = c->prompt;
+    size_t n = c->n_prompt;
     llm_generate_params gp;
     llm_generate_params_init(&gp);
     gp.max_new_tokens = 12;
@@ -220,18 +224,20 @@ static void generate_tokens(const char *path, collected *c) {
     llm_model_free(m);
 }
 
+/* End to end: the folder's own tokenizer.json (no test hook), the public
+ * API; the prompt's tokens and the greedy continuation equal the GGUF's. */
 static void test_public_api_generates(void **state) {
     char folder[1024], gguf[1024];
     snprintf(folder, sizeof folder, "%s", model_path("hf-qwen2-f32"));
     snprintf(gguf, sizeof gguf, "%s", model_path("hf-qwen2-f32.gguf"));
-    llmi_hf_test_tokenizer_source(gguf);
     collected a, b;
     generate_tokens(folder, &a);
     generate_tokens(gguf, &b);
     assert_int_equal(a.n, 12);
     assert_int_equal(b.n, 12);
+    assert_int_equal(a.n_prompt, b.n_prompt);
+    assert_memory_equal(a.prompt, b.prompt, sizeof a.prompt[0] * a.n_prompt);
     assert_memory_equal(a.tok, b.tok, sizeof a.tok[0] * a.n);
-    llmi_hf_test_tokenizer_source(NULL);
 }
 
 /* ---- malformed folders ---- */
