@@ -131,6 +131,8 @@ static llm_status open_file(hf_folder *h, const char *name, size_t *index) {
     char *path = join(h->folder, name);
     if (!h->file_names[i] || !path) {
         llmi_free(path);
+        llmi_free(h->file_names[i]);
+        h->file_names[i] = NULL;
         return llmi_oom("shard name");
     }
     h->n_files++;
