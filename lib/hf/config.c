@@ -182,8 +182,13 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
     LLMI_TRY(get_u32(root, "num_attention_heads", true, &c->n_head, NULL));
     LLMI_TRY(get_u32(root, "vocab_size", true, &c->n_vocab, NULL));
     c->n_head_kv = c->n_head;
-    LLMI_TRY(get_u32(root, "num_key_value_heads", false, &c->n_head_kv, NULL));
+    LLMI_TRY(get_u32(root, "num_key_value_heads", false, &c->n_head_kv, &c->explicit_head_kv));
     LLMI_TRY(get_u32(root, "head_dim", false, &c->head_dim, &c->explicit_head_dim));
+    /* Gemma 3's config class defaults head_dim to 256, whatever the sizes */
+    if (!c->explicit_head_dim && f->family == LLMI_HF_GEMMA3) {
+        c->head_dim = 256;
+        c->explicit_head_dim = true;
+    }
     LLMI_TRY(get_u32(root, "max_position_embeddings", false, &c->n_ctx, NULL));
     LLMI_TRY(get_f32(root, "rms_norm_eps", true, 0.0f, 1.0f, &c->rms_eps));
     c->rope_theta = f->default_rope_theta;
@@ -251,7 +256,8 @@ llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w) {
     LLMI_TRY(w_arch_u32(w, a, "embedding_length", c->n_embd));
     LLMI_TRY(w_arch_u32(w, a, "feed_forward_length", c->n_ff));
     LLMI_TRY(w_arch_u32(w, a, "attention.head_count", c->n_head));
-    LLMI_TRY(w_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv));
+    if (c->explicit_head_kv)
+        LLMI_TRY(w_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv));
     LLMI_TRY(w_arch_f32(w, a, "rope.freq_base", c->rope_theta));
     LLMI_TRY(w_arch_f32(w, a, "attention.layer_norm_rms_epsilon", c->rms_eps));
     if (c->explicit_head_dim) {
@@ -264,7 +270,8 @@ llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w) {
     }
     if (c->family == LLMI_HF_PHI3)
         LLMI_TRY(w_arch_u32(w, a, "rope.dimension_count", c->n_embd / c->n_head));
-    if (c->sliding_window)
+    /* the converter writes Phi-3's window even when it is none (0) */
+    if (c->sliding_window || c->family == LLMI_HF_PHI3)
         LLMI_TRY(w_arch_u32(w, a, "attention.sliding_window", c->sliding_window));
     if (c->n_expert) {
         LLMI_TRY(w_arch_u32(w, a, "expert_count", c->n_expert));

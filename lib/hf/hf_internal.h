@@ -71,7 +71,7 @@ typedef struct llmi_hf_config {
     bool norm_plus_one;         /* norm weights stored as w - 1 (Gemma) */
     bool post_attn_is_ffn_norm; /* post_attention_layernorm is the pre-FFN norm */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
-    bool explicit_head_dim;
+    bool explicit_head_dim, explicit_head_kv;
     float rms_eps, rope_theta;
     bool tie_embeddings;
     uint32_t sliding_window;                    /* 0: none */

@@ -265,6 +265,175 @@ def write_folder(folder: Path, cfg: dict, shards: list, tok: tuple) -> None:
     os.replace(tmp, folder)
 
 
+# ---- name mapping only: architectures without a row in the model table yet ----
+# Small vocabularies and no tokenizer: test_hf compares the folder's tensors
+# and non-tokenizer keys with these GGUF files, not logits.
+
+MAP_VOCAB = 64
+
+
+def to_gguf_tensor(w: gguf.GGUFWriter, name: str, t: "Stored", raw=None) -> None:
+    raw = np.ascontiguousarray(t.raw if raw is None else raw)
+    if raw.ndim == 1:
+        w.add_tensor(name, t.as_f32() if raw is t.raw else raw)
+    elif t.dtype == "BF16":
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(name, raw)
+
+
+def mapping_model(kind: str):
+    """(class, model_type, gguf arch, dtype, config extras, hf tensors, gguf tensors, keys)."""
+    rng = np.random.default_rng({"qwen3": 11, "gemma3": 12, "phi3": 13, "qwen3moe": 14, "mixtral": 15}[kind])
+    dtype = {"qwen3": "F32", "gemma3": "BF16", "phi3": "F16", "qwen3moe": "F32", "mixtral": "F16"}[kind]
+    hidden, heads, kv_heads, ff, layers = 32, 4, 2, 64, 2
+    head_dim = 16 if kind in ("qwen3", "qwen3moe", "gemma3") else hidden // heads
+    q, kv = heads * head_dim, kv_heads * head_dim
+    n_exp, n_used, ff_exp = 4, 2, 16
+
+    def st(shape, scale=0.3, offset=0.0):
+        return Stored(offset + scale * rng.standard_normal(shape).astype(np.float32), dtype)
+
+    hf, out = {}, []   # out: (gguf name, Stored, transformed raw or None)
+
+    def pair(hname, gname, t, raw=None):
+        hf[hname] = t
+        out.append((gname, t, raw))
+
+    pair("model.embed_tokens.weight", "token_embd.weight", st((MAP_VOCAB, hidden), 1.0))
+    pair("model.norm.weight", "output_norm.weight", st(hidden, 0.1, 1.0))
+    if kind in ("phi3", "mixtral", "qwen3moe"):
+        pair("lm_head.weight", "output.weight", st((MAP_VOCAB, hidden)))
+    for l in range(layers):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        pair(p + "input_layernorm.weight", b + "attn_norm.weight", st(hidden, 0.1, 1.0))
+        if kind == "phi3":
+            pair(p + "self_attn.qkv_proj.weight", b + "attn_qkv.weight", st((q + 2 * kv, hidden)))
+        else:
+            wq, wk = st((q, hidden)), st((kv, hidden))
+            pq = permute(wq.raw, heads) if kind == "mixtral" else None
+            pk = permute(wk.raw, kv_heads) if kind == "mixtral" else None
+            pair(p + "self_attn.q_proj.weight", b + "attn_q.weight", wq, pq)
+            pair(p + "self_attn.k_proj.weight", b + "attn_k.weight", wk, pk)
+            pair(p + "self_attn.v_proj.weight", b + "attn_v.weight", st((kv, hidden)))
+        pair(p + "self_attn.o_proj.weight", b + "attn_output.weight", st((hidden, q)))
+        if kind in ("qwen3", "qwen3moe", "gemma3"):
+            pair(p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", st(head_dim, 0.1, 1.0))
+            pair(p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", st(head_dim, 0.1, 1.0))
+        if kind == "gemma3":
+            pair(p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", st(hidden, 0.1))
+            pair(p + "pre_feedforward_layernorm.weight", b + "ffn_norm.weight", st(hidden, 0.1))
+            pair(p + "post_feedforward_layernorm.weight", b + "post_ffw_norm.weight", st(hidden, 0.1))
+        else:
+            pair(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", st(hidden, 0.1, 1.0))
+        if kind == "phi3":
+            pair(p + "mlp.gate_up_proj.weight", b + "ffn_up.weight", st((2 * ff, hidden)))
+            pair(p + "mlp.down_proj.weight", b + "ffn_down.weight", st((hidden, ff)))
+        elif kind in ("qwen3moe", "mixtral"):
+            moe = "mlp" if kind == "qwen3moe" else "block_sparse_moe"
+            pair(f"{p}{moe}.gate.weight", b + "ffn_gate_inp.weight", st((n_exp, hidden)))
+            fe = ff_exp if kind == "qwen3moe" else ff
+            names = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"} if kind == "qwen3moe"
+                     else {"gate": "w1", "up": "w3", "down": "w2"})
+            for part, hname in names.items():
+                shape = (hidden, fe) if part == "down" else (fe, hidden)
+                experts = [st(shape) for _ in range(n_exp)]
+                for e, t in enumerate(experts):
+                    hf[f"{p}{moe}.experts.{e}.{hname}.weight"] = t
+                stacked = Stored.__new__(Stored)
+                stacked.dtype, stacked.raw = dtype, np.stack([t.raw for t in experts])
+                out.append((b + f"ffn_{part}_exps.weight", stacked, None))
+        else:
+            pair(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", st((ff, hidden)))
+            pair(p + "mlp.up_proj.weight", b + "ffn_up.weight", st((ff, hidden)))
+            pair(p + "mlp.down_proj.weight", b + "ffn_down.weight", st((hidden, ff)))
+    # Gemma: the converter adds 1 to every *norm.weight in the checkpoint's
+    # dtype (torch rounds the sum to bfloat16), then widens to F32.
+    if kind == "gemma3":
+        fixed = []
+        for gname, t, raw in out:
+            if gname.endswith("norm.weight"):
+                shifted = Stored.__new__(Stored)
+                shifted.dtype, shifted.raw = "F32", bf16_to_f32(bf16_bits(t.as_f32() + np.float32(1.0)))
+                fixed.append((gname, shifted, None))
+            else:
+                fixed.append((gname, t, raw))
+        out = fixed
+    cls = {"qwen3": ("Qwen3ForCausalLM", "qwen3"), "gemma3": ("Gemma3ForCausalLM", "gemma3_text"),
+           "phi3": ("Phi3ForCausalLM", "phi3"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+           "mixtral": ("MixtralForCausalLM", "mixtral")}[kind]
+    cfg = {"architectures": [cls[0]], "model_type": cls[1], "hidden_size": hidden, "intermediate_size": ff,
+           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 50000.0,
+           "vocab_size": MAP_VOCAB, "tie_word_embeddings": kind in ("qwen3", "gemma3"),
+           "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype]}
+    if kind in ("qwen3", "qwen3moe", "gemma3"):
+        cfg["head_dim"] = head_dim
+    if kind == "gemma3":
+        cfg["sliding_window"] = 16
+    if kind == "phi3":
+        cfg["sliding_window"] = None
+    if kind == "qwen3moe":
+        cfg.update(num_experts=n_exp, num_experts_per_tok=n_used, moe_intermediate_size=ff_exp)
+    if kind == "mixtral":
+        cfg.update(num_local_experts=n_exp, num_experts_per_tok=n_used, sliding_window=None)
+    arch = {"qwen3": "qwen3", "gemma3": "gemma3", "phi3": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}[kind]
+
+    def keys(w: gguf.GGUFWriter) -> None:
+        w.add_block_count(layers)
+        w.add_context_length(4096)
+        w.add_embedding_length(hidden)
+        w.add_feed_forward_length(ff)
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv_heads)
+        w.add_rope_freq_base(50000.0)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_file_type({"F32": 0, "F16": 1, "BF16": 32}[dtype])
+        if "head_dim" in cfg:
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
+        if kind == "gemma3":
+            w.add_sliding_window(16)
+        if kind == "phi3":
+            w.add_rope_dimension_count(hidden // heads)
+            w.add_sliding_window(0)
+        if kind == "mixtral":
+            w.add_vocab_size(MAP_VOCAB)
+            w.add_rope_dimension_count(head_dim)
+        if kind in ("qwen3moe", "mixtral"):
+            w.add_expert_count(n_exp)
+            w.add_expert_used_count(n_used)
+        if kind == "qwen3moe":
+            w.add_expert_feed_forward_length(ff_exp)
+
+    return arch, dtype, cfg, hf, out, keys
+
+
+def write_mapping_model(out_dir: Path, kind: str) -> None:
+    arch, dtype, cfg, hf, out, keys = mapping_model(kind)
+    name = f"hfmap-{kind}"
+    folder = out_dir / name
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    write_safetensors(tmp / "model.safetensors", hf)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    path = out_dir / f"{name}.gguf"
+    gtmp = path.with_name(path.name + ".tmp")
+    w = gguf.GGUFWriter(str(gtmp), arch)
+    w.add_name(name)
+    keys(w)
+    for gname, t, raw in out:
+        to_gguf_tensor(w, gname, t, raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(gtmp, path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -293,6 +462,8 @@ def main() -> int:
             half = len(names) // 2
             write_folder(a.out / f"{name}-sharded", cfg,
                          [{k: tensors[k] for k in names[:half]}, {k: tensors[k] for k in names[half:]}], tok)
+    for kind in ("qwen3", "gemma3", "phi3", "qwen3moe", "mixtral"):
+        write_mapping_model(a.out, kind)
     atomic_write(stamp, digest.encode())
     return 0
 
