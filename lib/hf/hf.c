@@ -469,7 +469,5 @@ llm_status llmi_hf_open(const char *folder, bool use_mmap, llmi_gguf **out) {
     }
     llmi_gguf_parts_release(parts);
     llmi_gguf_writer_free(w);
-    if (st != LLM_OK)
-        llmi_error_prefix("Hugging Face folder '%s'", folder);
-    return st;
+    return st; /* callers prefix the folder's path, as for a GGUF file */
 }
