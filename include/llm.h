@@ -222,7 +222,11 @@ LLM_API void llm_model_params_init_sized(llm_model_params *params, size_t struct
 LLM_LEGACY_INIT(llm_model_params)
 
 /**
- * Loads a GGUF model. `params` may be NULL for defaults.
+ * Loads a GGUF model, or a Hugging Face checkpoint folder (a directory
+ * holding config.json, model.safetensors or shards listed by
+ * model.safetensors.index.json, and tokenizer.json), read as the GGUF file
+ * llama.cpp's converter would make of it (docs/models.md). `params` may be
+ * NULL for defaults.
  * Every offset, size and count of the file is checked before use; a malformed
  * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED,
  * a file that cannot be read ::LLM_ERR_IO, and one that cannot be mapped or

@@ -3,7 +3,10 @@
  * (docs/bench.md, "CPU speed versus llama.cpp").
  *
  *   llm-quantize IN.gguf OUT.gguf TYPE
- *       Every tensor with two or more dimensions (the matrices, token_embd
+ *   llm-quantize FOLDER OUT.gguf TYPE
+ *       IN may be a Hugging Face checkpoint folder (config.json,
+ *       safetensors, tokenizer.json), read as the GGUF llama.cpp's
+ *       converter would make of it (lib/hf). Every tensor with two or more dimensions (the matrices, token_embd
  *       included) is dequantized row by row and written in TYPE; 1-D tensors
  *       (norm scales) keep their type. Every metadata key is copied in
  *       order; general.file_type is set to TYPE's.
@@ -30,6 +33,7 @@
 #include "core/quant.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "hf/hf.h"
 #include "model/testmodel.h"
 
 #include <errno.h>
@@ -39,7 +43,7 @@
 #include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: llm-quantize IN.gguf OUT.gguf TYPE\n"
+    fprintf(f, "usage: llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
                "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
                "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
                "SHAPE: llama-3.2-1b, tiny\n");
@@ -272,7 +276,9 @@ static int count_layers(const llmi_gguf *g) {
 
 static int requantize(const char *in, const char *out, llmi_ttype to, bool mixed) {
     llmi_gguf *g = NULL;
-    llm_status st = llmi_gguf_open(in, true, &g);
+    /* A Hugging Face folder is read as the GGUF the converter would write. */
+    llm_status st = llmi_hf_is_folder(in) ? llmi_hf_open(in, true, &g)
+                                          : llmi_gguf_open(in, true, &g);
     if (st != LLM_OK)
         return fail(in, st);
     llmi_gguf_writer *w = NULL;

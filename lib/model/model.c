@@ -2,6 +2,8 @@
  * every shape checked against them, and the tokenizer. */
 #include "model/model.h"
 
+#include "hf/hf.h"
+
 #include <math.h>
 #include <stdio.h>
 
@@ -392,7 +394,8 @@ llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
     if (!m) return llmi_oom("model");
-    llm_status st = llmi_gguf_open(path, use_mmap, &m->file);
+    llm_status st = llmi_hf_is_folder(path) ? llmi_hf_open(path, use_mmap, &m->file)
+                                            : llmi_gguf_open(path, use_mmap, &m->file);
     if (st != LLM_OK) goto fail;
     if ((st = load_arch(m, arch)) != LLM_OK) goto fail;
     if ((st = load_hparams(m)) != LLM_OK) goto fail;
