@@ -311,7 +311,7 @@ static llm_status w_experts(llmi_gguf_writer *w, const llmi_testmodel_params *p,
 #define NM(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
     const uint64_t router[3] = {e, ne, 1}, in[3] = {e, ff, ne}, out[3] = {ff, e, ne};
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_gate_inp.weight"), LLMI_T_F32, 2, router, false,
-                           10 * s));
+                           4 * s));
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_gate_exps.weight"), p->type, 3, in, false, s));
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_up_exps.weight"), p->type, 3, in, false, s));
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_down_exps.weight"), p->type, 3, out, false, s));
