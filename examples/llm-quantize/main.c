@@ -5,8 +5,9 @@
  *   llm-quantize IN.gguf OUT.gguf TYPE
  *       Every tensor with two or more dimensions (the matrices, token_embd
  *       included) is dequantized row by row and written in TYPE; 1-D tensors
- *       (norm scales) keep their type. Every metadata key is copied in
- *       order; general.file_type is set to TYPE's.
+ *       (norm scales) and MoE routers (blk.N.ffn_gate_inp) keep their type.
+ *       Every metadata key is copied in order; general.file_type is set to
+ *       TYPE's.
  *   llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]
  *       A random-weight Llama (lib/model/testmodel.h) with SHAPE's layer
  *       sizes: llama-3.2-1b (16 layers, n_embd 2048, 32 heads, 8 KV heads,
@@ -226,7 +227,11 @@ static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, ll
     if (!name)
         return llmi_oom("tensor name");
     llm_status st;
-    llmi_ttype type = t->n_dims >= 2 ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
+    /* MoE routers keep their type, as llama.cpp's quantizer keeps them:
+     * they are small, and rounding them moves which experts rows pick. */
+    bool router = strstr(name, "ffn_gate_inp.") != NULL;
+    llmi_ttype type =
+        t->n_dims >= 2 && !router ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
     if (type == t->type) {
         c->kept++;
     } else {
