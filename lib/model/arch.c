@@ -33,6 +33,14 @@ const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES] = {
                            LLMI_DIM_EXPERT, LLMI_FFN_MOE},
     [LLMI_ROLE_DOWN_EXPS] = {"blk.%u.ffn_down_exps.weight", "down_exps", LLMI_DIM_FF_EXP,
                              LLMI_DIM_EMBD, LLMI_DIM_EXPERT, LLMI_FFN_MOE},
+    [LLMI_ROLE_SHEXP_GATE_INP] = {"blk.%u.ffn_gate_inp_shexp.weight", "shexp_gate_inp",
+                                  LLMI_DIM_EMBD, LLMI_DIM_ONE, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_GATE_SHEXP] = {"blk.%u.ffn_gate_shexp.weight", "gate_shexp", LLMI_DIM_EMBD,
+                              LLMI_DIM_FF_SHEXP, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_UP_SHEXP] = {"blk.%u.ffn_up_shexp.weight", "up_shexp", LLMI_DIM_EMBD,
+                            LLMI_DIM_FF_SHEXP, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_DOWN_SHEXP] = {"blk.%u.ffn_down_shexp.weight", "down_shexp", LLMI_DIM_FF_SHEXP,
+                              LLMI_DIM_EMBD, .ffn = LLMI_FFN_MOE},
 };
 
 const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
@@ -52,6 +60,9 @@ const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
 #define MOE_LAYER                                                                                  \
     [LLMI_ROLE_FFN_ROUTER] = LLMI_REQUIRED, [LLMI_ROLE_GATE_EXPS] = LLMI_REQUIRED,                 \
     [LLMI_ROLE_UP_EXPS] = LLMI_REQUIRED, [LLMI_ROLE_DOWN_EXPS] = LLMI_REQUIRED
+#define SHARED_EXPERT                                                                              \
+    [LLMI_ROLE_SHEXP_GATE_INP] = LLMI_REQUIRED, [LLMI_ROLE_GATE_SHEXP] = LLMI_REQUIRED,            \
+    [LLMI_ROLE_UP_SHEXP] = LLMI_REQUIRED, [LLMI_ROLE_DOWN_SHEXP] = LLMI_REQUIRED
 #define DECODER_MODEL                                                                              \
     [LLMI_ROLE_TOKEN_EMBD] = LLMI_REQUIRED, [LLMI_ROLE_OUTPUT_NORM] = LLMI_REQUIRED,               \
     [LLMI_ROLE_OUTPUT] = LLMI_OPTIONAL
@@ -77,6 +88,18 @@ static const llmi_arch arch_table[] = {
                   [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED, [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED},
         .model = {DECODER_MODEL},
         .rope = LLMI_ROPE_HALVES,
+    },
+    {
+        /* Qwen1.5-MoE and Qwen2-MoE: Qwen2's attention, routed experts whose
+         * weights are not renormalized, and a gated shared expert. */
+        .name = "qwen2moe",
+        .layer = {DECODER_LAYER, MOE_LAYER, SHARED_EXPERT, [LLMI_ROLE_Q_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED, [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+        .experts = LLMI_REQUIRED,
+        .expert_ff = LLMI_EXPERT_FF_KEY,
+        .expert_weights_norm = false,
     },
     {
         /* Qwen3-MoE (Qwen3-30B-A3B and kin): Qwen3's attention (QK-norm, no

@@ -50,6 +50,12 @@ typedef enum llmi_layer_role {
     LLMI_ROLE_GATE_EXPS,      /* n_expert x [n_embd -> n_ff_exp] */
     LLMI_ROLE_UP_EXPS,        /* n_expert x [n_embd -> n_ff_exp] */
     LLMI_ROLE_DOWN_EXPS,      /* n_expert x [n_ff_exp -> n_embd] */
+    /* A shared expert every row goes through besides its routed ones
+     * (Qwen2-MoE), its output scaled by sigmoid(shexp_gate_inp . x). */
+    LLMI_ROLE_SHEXP_GATE_INP, /* [n_embd]: a vector, one scalar per row */
+    LLMI_ROLE_GATE_SHEXP,     /* [n_embd -> n_ff_shexp] */
+    LLMI_ROLE_UP_SHEXP,       /* [n_embd -> n_ff_shexp] */
+    LLMI_ROLE_DOWN_SHEXP,     /* [n_ff_shexp -> n_embd] */
     LLMI_LAYER_ROLES
 } llmi_layer_role;
 
@@ -80,6 +86,7 @@ typedef enum llmi_dim {
     LLMI_DIM_VOCAB,   /* n_vocab (from token_embd's rows) */
     LLMI_DIM_EXPERT,  /* n_expert */
     LLMI_DIM_FF_EXP,  /* n_ff_exp: one expert's hidden width */
+    LLMI_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
 } llmi_dim;
 
 /* Which FFN a layer role belongs to: the file's <arch>.expert_count picks
@@ -185,6 +192,9 @@ typedef struct llmi_features {
      * sum when expert_weights_norm). */
     uint32_t n_expert, n_expert_used, n_ff_exp;
     bool expert_weights_norm;
+    /* <arch>.expert_shared_feed_forward_length, by default n_ff; used only
+     * by a model with the shared-expert weights. */
+    uint32_t n_ff_shexp;
 } llmi_features;
 
 /* The row for `name` (general.architecture), or NULL. */

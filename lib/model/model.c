@@ -36,7 +36,7 @@ static llm_status check_dim(const char *what, uint32_t v, uint32_t max) {
 static llm_status load_experts(llm_model *m) {
     const llmi_arch *a = m->arch;
     llmi_features *f = &m->hp.features;
-    f->n_expert = f->n_expert_used = f->n_ff_exp = 0;
+    f->n_expert = f->n_expert_used = f->n_ff_exp = f->n_ff_shexp = 0;
     f->expert_weights_norm = false;
     if (a->experts == LLMI_ABSENT) return LLM_OK;
     LLMI_TRY(get_arch_u32(m, "expert_count", a->experts == LLMI_REQUIRED, &f->n_expert));
@@ -58,6 +58,9 @@ static llm_status load_experts(llm_model *m) {
         LLMI_TRY(get_arch_u32(m, "expert_feed_forward_length", false, &f->n_ff_exp));
     }
     LLMI_TRY(check_dim("expert_feed_forward_length", f->n_ff_exp, 1u << 18));
+    f->n_ff_shexp = m->hp.n_ff;
+    LLMI_TRY(get_arch_u32(m, "expert_shared_feed_forward_length", false, &f->n_ff_shexp));
+    LLMI_TRY(check_dim("expert_shared_feed_forward_length", f->n_ff_shexp, 1u << 18));
     f->expert_weights_norm = a->expert_weights_norm;
     return LLM_OK;
 }
@@ -198,6 +201,7 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     case LLMI_DIM_VOCAB: return hp->n_vocab;
     case LLMI_DIM_EXPERT: return hp->features.n_expert;
     case LLMI_DIM_FF_EXP: return hp->features.n_ff_exp;
+    case LLMI_DIM_FF_SHEXP: return hp->features.n_ff_shexp;
     default: return 1;
     }
 }
@@ -370,7 +374,7 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
     }
     if (ft->n_expert) {
         const uint64_t moe[] = {ft->n_expert, ft->n_expert_used, ft->n_ff_exp,
-                                ft->expert_weights_norm};
+                                ft->expert_weights_norm, ft->n_ff_shexp};
         for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) fp_u64(&f, moe[i]);
     }
     const llmi_gguf *g = m->file;

@@ -183,7 +183,7 @@ static llm_status check_params(const llmi_testmodel_params *p) {
                           " into even-sized heads",
                           p->n_embd, p->n_head, p->n_head_kv);
     if (p->n_embd % ti->block || p->n_ff % ti->block || (p->n_head * head_dim(p)) % ti->block ||
-        ff_exp(p) % ti->block)
+        ff_exp(p) % ti->block || p->n_ff_shexp % ti->block)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u, n_ff %u and n_head * head_dim must be multiples"
                           " of %s's block %u",
@@ -191,7 +191,7 @@ static llm_status check_params(const llmi_testmodel_params *p) {
     if (!p->arch || !*p->arch || strlen(p->arch) > 24)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad architecture name");
     if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024 || p->n_vocab_pad > 1u << 20 ||
-        p->n_expert > 1024 || p->n_ff_exp > 1u << 20)
+        p->n_expert > 1024 || p->n_ff_exp > 1u << 20 || p->n_ff_shexp > 1u << 20)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: sizes too large");
     if (!(p->rope_base > 0) || !(p->rms_eps > 0) || !isfinite(p->weight_scale))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad rope_base/rms_eps/scale");
@@ -266,6 +266,8 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
         LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_used_count"), p->n_expert_used));
         if (p->n_ff_exp)
             LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_feed_forward_length"), p->n_ff_exp));
+        if (p->n_ff_shexp)
+            LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_shared_feed_forward_length"), p->n_ff_shexp));
     }
 #undef AK
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false));
@@ -315,6 +317,14 @@ static llm_status w_experts(llmi_gguf_writer *w, const llmi_testmodel_params *p,
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_gate_exps.weight"), p->type, 3, in, false, s));
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_up_exps.weight"), p->type, 3, in, false, s));
     LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_down_exps.weight"), p->type, 3, out, false, s));
+    if (p->n_ff_shexp) {
+        uint32_t fs = p->n_ff_shexp;
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_gate_inp_shexp.weight"), LLMI_T_F32, e, 1, false,
+                          s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_gate_shexp.weight"), p->type, e, fs, false, s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_up_shexp.weight"), p->type, e, fs, false, s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_down_shexp.weight"), p->type, fs, e, false, s));
+    }
 #undef NM
     return LLM_OK;
 }
@@ -403,6 +413,8 @@ static llm_status build(const llmi_testmodel_params *p, llmi_gguf_writer **out) 
         big = p->n_embd;
     if (p->n_expert && (size_t)p->n_expert * ff_exp(p) > big)
         big = (size_t)p->n_expert * ff_exp(p);
+    if (p->n_ff_shexp > big)
+        big = p->n_ff_shexp;
     buf = llmi_calloc(big * p->n_embd, sizeof *buf);
     if (!buf) {
         st = llmi_oom("testmodel scratch");

@@ -48,6 +48,10 @@ typedef struct llmi_testmodel_params {
     uint32_t n_expert_used;   /* 1..n_expert (not checked: tests write bad files) */
     uint32_t n_ff_exp;        /* 0: experts are n_ff wide and no key is written; else
                                  <arch>.expert_feed_forward_length */
+    uint32_t n_ff_shexp;      /* > 0 (with n_expert): a shared expert of this width,
+                                 blk.N.ffn_{gate,up,down}_shexp and the vector
+                                 blk.N.ffn_gate_inp_shexp, and the key
+                                 <arch>.expert_shared_feed_forward_length */
 } llmi_testmodel_params;
 
 void llmi_testmodel_params_init(llmi_testmodel_params *p);

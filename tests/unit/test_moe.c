@@ -113,6 +113,23 @@ static void ref_moe(const llm_model *m, const ref_spec *spec, int l, const doubl
         matvec(down + (size_t)e * E * F, E, F, g, y);
         for (int i = 0; i < E; i++) out[i] += w * y[i];
     }
+    /* Qwen2-MoE's shared expert, gated by a sigmoid. */
+    double *sh_inp = tensor(m, "blk.%d.ffn_gate_inp_shexp.weight", l);
+    if (sh_inp) {
+        int FS = (int)m->hp.features.n_ff_shexp;
+        double *sg = tensor(m, "blk.%d.ffn_gate_shexp.weight", l);
+        double *su = tensor(m, "blk.%d.ffn_up_shexp.weight", l);
+        double *sd = tensor(m, "blk.%d.ffn_down_shexp.weight", l);
+        double *hg = malloc(FS * sizeof *hg), *hu = malloc(FS * sizeof *hu), gate_logit = 0;
+        matvec(sg, FS, E, xn, hg);
+        matvec(su, FS, E, xn, hu);
+        for (int i = 0; i < FS; i++) hg[i] = hg[i] / (1 + exp(-hg[i])) * hu[i];
+        matvec(sd, E, FS, hg, y);
+        for (int i = 0; i < E; i++) gate_logit += sh_inp[i] * xn[i];
+        for (int i = 0; i < E; i++) out[i] += y[i] / (1 + exp(-gate_logit));
+        free(sg); free(su); free(sd); free(hg); free(hu);
+    }
+    free(sh_inp);
     free(router); free(gate); free(up); free(down);
     free(p); free(g); free(u); free(y); free(order);
 }
@@ -139,6 +156,9 @@ static double *ref_forward(const llm_model *m, const ref_spec *spec, const llm_t
             double *wq = tensor(m, "blk.%d.attn_q.weight", l);
             double *wk = tensor(m, "blk.%d.attn_k.weight", l);
             double *wv = tensor(m, "blk.%d.attn_v.weight", l);
+            double *bq = tensor(m, "blk.%d.attn_q.bias", l);
+            double *bk = tensor(m, "blk.%d.attn_k.bias", l);
+            double *bv = tensor(m, "blk.%d.attn_v.bias", l);
             double *qn = tensor(m, "blk.%d.attn_q_norm.weight", l);
             double *kn = tensor(m, "blk.%d.attn_k_norm.weight", l);
             double *wo = tensor(m, "blk.%d.attn_output.weight", l);
@@ -148,6 +168,10 @@ static double *ref_forward(const llm_model *m, const ref_spec *spec, const llm_t
             matvec(wq, qd, E, xn, q);
             matvec(wk, kvd, E, xn, kt);
             matvec(wv, kvd, E, xn, vt);
+            if (bq)
+                for (int i = 0; i < qd; i++) q[i] += bq[i];
+            if (bk)
+                for (int i = 0; i < kvd; i++) kt[i] += bk[i], vt[i] += bv[i];
             if (qn)
                 for (int h = 0; h < nh; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, eps);
             if (kn)
@@ -177,7 +201,7 @@ static double *ref_forward(const llm_model *m, const ref_spec *spec, const llm_t
             rmsnorm(xn, x, fn, E, eps);
             ref_moe(m, spec, l, xn, tmp);
             for (int i = 0; i < E; i++) x[i] += tmp[i];
-            double *all[] = {an, wq, wk, wv, qn, kn, wo, fn};
+            double *all[] = {an, wq, wk, wv, bq, bk, bv, qn, kn, wo, fn};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         rmsnorm(xn, x, out_norm, E, eps);
@@ -250,7 +274,8 @@ static void init_params(llmi_testmodel_params *p, const char *arch, uint64_t see
     p->n_ff_exp = 32;
 }
 
-/* A MoE row for test files: attention, then a routed FFN only. */
+/* A MoE row for test files: attention, then a routed FFN (and a shared
+ * expert when the file has one). */
 static llmi_arch moe_row(const char *name) {
     llmi_arch a = {.name = name};
     const llmi_layer_role req[] = {LLMI_ROLE_ATTN_NORM,  LLMI_ROLE_Q,         LLMI_ROLE_K,
@@ -258,6 +283,9 @@ static llmi_arch moe_row(const char *name) {
                                    LLMI_ROLE_FFN_ROUTER, LLMI_ROLE_GATE_EXPS, LLMI_ROLE_UP_EXPS,
                                    LLMI_ROLE_DOWN_EXPS};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) a.layer[req[i]] = LLMI_REQUIRED;
+    const llmi_layer_role shared[] = {LLMI_ROLE_SHEXP_GATE_INP, LLMI_ROLE_GATE_SHEXP,
+                                      LLMI_ROLE_UP_SHEXP, LLMI_ROLE_DOWN_SHEXP};
+    for (size_t i = 0; i < 4; i++) a.layer[shared[i]] = LLMI_OPTIONAL;
     a.model[LLMI_ROLE_TOKEN_EMBD] = LLMI_REQUIRED;
     a.model[LLMI_ROLE_OUTPUT_NORM] = LLMI_REQUIRED;
     a.model[LLMI_ROLE_OUTPUT] = LLMI_OPTIONAL;
@@ -351,6 +379,27 @@ static void test_qwen3moe(void **state) {
            "[64, 64, 8]");
 }
 
+/* Qwen2-MoE: biases, routed experts without renormalization, and a
+ * shared expert of its own width. */
+static void test_qwen2moe(void **state) {
+    (void)state;
+    llmi_testmodel_params p;
+    init_params(&p, "qwen2moe", 37);
+    p.qkv_bias = true;
+    p.n_expert_used = 2;
+    p.n_ff_shexp = 96;
+    ref_spec spec = {.neox = true};
+    llmi_arch off = *llmi_arch_find("qwen2moe");
+    off.layer[LLMI_ROLE_SHEXP_GATE_INP] = off.layer[LLMI_ROLE_GATE_SHEXP] = LLMI_ABSENT;
+    off.layer[LLMI_ROLE_UP_SHEXP] = off.layer[LLMI_ROLE_DOWN_SHEXP] = LLMI_ABSENT;
+    check("qwen2moe: 8 experts, 2 used, shared expert 96 wide", &p, NULL, &spec, &off);
+    assert_false(llmi_arch_find("qwen2moe")->expert_weights_norm);
+
+    /* The shared expert is part of the row: a file without it is refused. */
+    p.n_ff_shexp = 0;
+    expect(&p, NULL, LLM_ERR_BAD_FORMAT, "tensor 'blk.0.ffn_gate_inp_shexp.weight' is missing");
+}
+
 /* Mixtral: a Llama file with experts as wide as feed_forward_length. */
 static void test_mixtral(void **state) {
     (void)state;
@@ -393,8 +442,9 @@ static void test_all_experts(void **state) {
 
 /* ---- the routed FFN on its own ---- */
 
-/* The rows of x through layer 0's routed FFN, all at once and each alone,
- * on 1 and 3 threads, in two batch orders: the same bits every time. */
+/* The rows of x through layer 0's routed FFN and shared expert, all at once
+ * and each alone, on 1 and 3 threads, in two batch orders: the same bits
+ * every time. */
 static void check_batch_invariance(llmi_ttype type, uint32_t n_embd, uint32_t n_ff_exp) {
     llmi_testmodel_params p;
     init_params(&p, "test-moe-batch", 36);
@@ -405,6 +455,7 @@ static void check_batch_invariance(llmi_ttype type, uint32_t n_embd, uint32_t n_
     p.n_ff_exp = n_ff_exp;
     p.n_expert = 16;
     p.n_expert_used = 4;
+    p.n_ff_shexp = n_ff_exp;
     p.n_layer = 1;
     llmi_arch row = moe_row("test-moe-batch");
     llm_model *m = NULL;
@@ -504,7 +555,7 @@ static void test_refusals(void **state) {
     init_params(&p, "test-moe-bad", 41);
     p.n_expert = 0;
     expect(&p, &row, LLM_ERR_BAD_FORMAT, "test-moe-bad.expert_count");
-    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "supported: llama, qwen2, qwen3moe");
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "supported: llama, qwen2, qwen2moe, qwen3moe");
     p.arch = "qwen3moe";
     p.qk_norm = true;
     expect(&p, NULL, LLM_ERR_BAD_FORMAT, "qwen3moe.expert_count");
@@ -568,7 +619,8 @@ static void test_fingerprint(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),       cmocka_unit_test(test_batch_invariance),
-        cmocka_unit_test(test_qwen3moe),     cmocka_unit_test(test_mixtral),
+        cmocka_unit_test(test_qwen3moe),     cmocka_unit_test(test_qwen2moe),
+        cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_all_experts),  cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_fingerprint),
     };

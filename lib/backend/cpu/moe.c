@@ -18,6 +18,7 @@
 
 struct llmi_cpu_moe {
     uint32_t max_rows, n_embd, n_expert, n_used, n_ff;
+    uint32_t n_ff_shexp; /* 0: no layer has a shared expert */
     bool norm;
     float *probs;         /* [max_rows][n_expert]: router logits, then softmax */
     uint32_t *chosen;     /* [max_rows][n_used]: experts of each row */
@@ -26,7 +27,7 @@ struct llmi_cpu_moe {
     uint32_t *pair_row;   /* [max_rows * n_used]: the pairs' rows, by expert, rows ascending */
     float *pair_w;        /* [max_rows * n_used] */
     float *xg, *y;        /* [max_rows][n_embd]: gathered inputs, one expert's outputs */
-    float *gate, *up;     /* [max_rows][n_ff] */
+    float *gate, *up;     /* [max_rows][max(n_ff, n_ff_shexp)] */
     void *act_scratch;    /* 8-bit activations of any of the above as matmul input */
 };
 
@@ -52,7 +53,8 @@ static void *alloc_array(size_t rows, size_t cols, size_t size) {
  * at max_rows rows; false when a size overflows. */
 static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out) {
     static const int roles[] = {LLMI_ROLE_FFN_ROUTER, LLMI_ROLE_GATE_EXPS, LLMI_ROLE_UP_EXPS,
-                                LLMI_ROLE_DOWN_EXPS};
+                                LLMI_ROLE_DOWN_EXPS,  LLMI_ROLE_GATE_SHEXP, LLMI_ROLE_UP_SHEXP,
+                                LLMI_ROLE_DOWN_SHEXP};
     size_t need = 0;
     if (max_rows > INT32_MAX) return false;
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
@@ -80,6 +82,9 @@ llm_status llmi_cpu_moe_create(const llm_model *m, uint32_t max_rows, llmi_cpu_m
     moe->n_used = ft->n_expert_used;
     moe->n_ff = ft->n_ff_exp;
     moe->norm = ft->expert_weights_norm;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].w[LLMI_ROLE_GATE_SHEXP].data) moe->n_ff_shexp = ft->n_ff_shexp;
+    uint32_t ff_buf = moe->n_ff > moe->n_ff_shexp ? moe->n_ff : moe->n_ff_shexp;
     size_t pairs = (size_t)max_rows * moe->n_used;
     moe->probs = alloc_array(max_rows, moe->n_expert, sizeof(float));
     moe->chosen = alloc_array(pairs, 1, sizeof(uint32_t));
@@ -89,8 +94,8 @@ llm_status llmi_cpu_moe_create(const llm_model *m, uint32_t max_rows, llmi_cpu_m
     moe->pair_w = alloc_array(pairs, 1, sizeof(float));
     moe->xg = alloc_array(max_rows, moe->n_embd, sizeof(float));
     moe->y = alloc_array(max_rows, moe->n_embd, sizeof(float));
-    moe->gate = alloc_array(max_rows, moe->n_ff, sizeof(float));
-    moe->up = alloc_array(max_rows, moe->n_ff, sizeof(float));
+    moe->gate = alloc_array(max_rows, ff_buf, sizeof(float));
+    moe->up = alloc_array(max_rows, ff_buf, sizeof(float));
     size_t act_bytes = 0;
     if (!act_scratch_size(m, max_rows, &act_bytes)) {
         llmi_cpu_moe_free(moe);
@@ -198,6 +203,27 @@ static void input_matmul(llmi_cpu_moe *moe, llmi_pool *pool, bool f32, moe_input
     llmi_matmul_act(pool, w, &in->act, y);
 }
 
+/* out += sigmoid(shexp_gate_inp . x) * down(silu(gate x) * up x) for each
+ * of the n rows: Qwen2-MoE's shared expert, after the routed ones. */
+static void shared_expert(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_weight *W,
+                          const float *x, uint32_t n, bool f32_activations, float *out) {
+    const uint32_t E = moe->n_embd, F = moe->n_ff_shexp;
+    moe_input in;
+    input_begin(&in, x, n, E);
+    input_matmul(moe, pool, f32_activations, &in, &W[LLMI_ROLE_GATE_SHEXP], moe->gate);
+    input_matmul(moe, pool, f32_activations, &in, &W[LLMI_ROLE_UP_SHEXP], moe->up);
+    for (uint32_t r = 0; r < n; r++)
+        llmi_silu_mul(moe->gate + (size_t)r * F, moe->up + (size_t)r * F, (int)F);
+    input_begin(&in, moe->gate, n, F);
+    input_matmul(moe, pool, f32_activations, &in, &W[LLMI_ROLE_DOWN_SHEXP], moe->y);
+    const float *gate_inp = W[LLMI_ROLE_SHEXP_GATE_INP].data;
+    for (uint32_t r = 0; r < n; r++) {
+        float g = llmi_dot_f32(x + (size_t)r * E, gate_inp, (int)E);
+        llmi_axpy_f32(out + (size_t)r * E, 1.0f / (1.0f + expf(-g)), moe->y + (size_t)r * E,
+                      (int)E);
+    }
+}
+
 void llmi_cpu_moe_run(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_layer *L, const float *x,
                       uint32_t n, bool f32_activations, float *out) {
     const uint32_t E = moe->n_embd, F = moe->n_ff;
@@ -227,4 +253,5 @@ void llmi_cpu_moe_run(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_layer *L, c
             llmi_axpy_f32(out + (size_t)moe->pair_row[begin + i] * E, moe->pair_w[begin + i],
                           moe->y + (size_t)i * E, (int)E);
     }
+    if (W[LLMI_ROLE_GATE_SHEXP].data) shared_expert(moe, pool, W, x, n, f32_activations, out);
 }

@@ -5,7 +5,8 @@
  *   p = softmax(router x) over the n_expert experts;
  *   S = the n_expert_used experts of largest p (ties: lower index first);
  *   w_e = p_e, divided by sum over S of p when expert_weights_norm;
- *   out = sum over e in S, in ascending e, of w_e * down_e(silu(gate_e x) * up_e x).
+ *   out = sum over e in S, in ascending e, of w_e * down_e(silu(gate_e x) * up_e x)
+ *         [+ sigmoid(shexp_gate_inp . x) * shared(x), when the layer has a shared expert].
  * Work is batched by expert: the rows routed to an expert are gathered and
  * multiplied at once, so each expert's weights are read once per step and
  * experts no row picked are not read. A row's result depends only on the
