@@ -206,15 +206,15 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     }
 }
 
-/* A matrix, or for a stacked role `stack` matrices of one shape one after
- * the other (GGUF ne[2]); then w describes one of them and holds the whole
+/* A matrix (stack 0), or `stack` matrices of one shape one after the
+ * other (GGUF ne[2]); then w describes one of them and holds the whole
  * stack's data (llmi_stack_slice). */
 static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_tensor *t,
-                             uint64_t cols, uint64_t rows, uint64_t stack, bool stacked,
-                             llmi_weight *w) {
-    uint32_t dims = stacked ? 3 : 2;
-    if (t->n_dims != dims || t->ne[0] != cols || t->ne[1] != rows || (stacked && t->ne[2] != stack)) {
-        if (stacked)
+                             uint64_t cols, uint64_t rows, uint64_t stack, llmi_weight *w) {
+    bool shape_ok = t->n_dims == (stack ? 3u : 2u) && t->ne[0] == cols && t->ne[1] == rows &&
+                    (!stack || t->ne[2] == stack);
+    if (!shape_ok) {
+        if (stack)
             return llmi_error(LLM_ERR_BAD_FORMAT,
                               "tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected "
                               "[%llu, %llu, %llu] (columns, rows, experts)",
@@ -237,7 +237,7 @@ static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_ten
     w->rows = (int64_t)rows;
     w->cols = (int64_t)cols;
     w->row_bytes = llmi_ttype_row_bytes(t->type, cols);
-    m->n_params += rows * cols * stack;
+    m->n_params += rows * cols * (stack ? stack : 1);
     m->weight_bytes += t->nbytes;
     return LLM_OK;
 }
@@ -278,9 +278,8 @@ static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need n
     if (!t) return LLM_OK;
     uint64_t in = role_dim(&m->hp, role->in);
     if (role->out == LLMI_DIM_ONE) return map_vector(m, name, t, in, w);
-    bool stacked = role->stack != LLMI_DIM_ONE;
-    return map_matrix(m, name, t, in, role_dim(&m->hp, role->out),
-                      stacked ? role_dim(&m->hp, role->stack) : 1, stacked, w);
+    uint64_t stack = role->stack == LLMI_DIM_ONE ? 0 : role_dim(&m->hp, role->stack);
+    return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), stack, w);
 }
 
 static llm_status map_weights(llm_model *m) {
