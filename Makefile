@@ -152,7 +152,7 @@ $(TEST_VENV)/.stamp: tests/requirements.txt
 	$(TEST_VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	@touch $@
 test-venv: $(TEST_VENV)/.stamp
-test-models: $(TEST_VENV)/.stamp
+test-models: $(TEST_VENV)/.stamp $(MODEL)
 	@mkdir -p $(TEST_MODELS)
 	@for g in $(sort $(wildcard tests/models/gen_*.py)); do \
 		$(TEST_VENV)/bin/python $$g --out $(TEST_MODELS) || exit 1; \

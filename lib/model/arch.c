@@ -25,6 +25,9 @@ const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES] = {
                         .ffn = LLMI_FFN_DENSE},
     [LLMI_ROLE_POST_FFN_NORM] = {"blk.%u.post_ffw_norm.weight", "post_ffn_norm", LLMI_DIM_EMBD,
                                  LLMI_DIM_ONE},
+    [LLMI_ROLE_QKV] = {"blk.%u.attn_qkv.weight", "qkv", LLMI_DIM_EMBD, LLMI_DIM_QKV},
+    [LLMI_ROLE_GATE_UP] = {"blk.%u.ffn_up.weight", "gate_up", LLMI_DIM_EMBD, LLMI_DIM_FF2,
+                           .ffn = LLMI_FFN_DENSE},
     [LLMI_ROLE_FFN_ROUTER] = {"blk.%u.ffn_gate_inp.weight", "router", LLMI_DIM_EMBD,
                               LLMI_DIM_EXPERT, .ffn = LLMI_FFN_MOE},
     [LLMI_ROLE_GATE_EXPS] = {"blk.%u.ffn_gate_exps.weight", "gate_exps", LLMI_DIM_EMBD,
@@ -47,6 +50,11 @@ const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
     [LLMI_ROLE_TOKEN_EMBD] = {"token_embd.weight", "token_embd", LLMI_DIM_EMBD, LLMI_DIM_VOCAB},
     [LLMI_ROLE_OUTPUT_NORM] = {"output_norm.weight", "output_norm", LLMI_DIM_EMBD, LLMI_DIM_ONE},
     [LLMI_ROLE_OUTPUT] = {"output.weight", "output", LLMI_DIM_EMBD, LLMI_DIM_VOCAB},
+    [LLMI_ROLE_ROPE_FREQS] = {"rope_freqs.weight", "rope_freqs", LLMI_DIM_ROPE_HALF, LLMI_DIM_ONE},
+    [LLMI_ROLE_ROPE_FACTORS_LONG] = {"rope_factors_long.weight", "rope_factors_long",
+                                     LLMI_DIM_ROPE_HALF, LLMI_DIM_ONE},
+    [LLMI_ROLE_ROPE_FACTORS_SHORT] = {"rope_factors_short.weight", "rope_factors_short",
+                                      LLMI_DIM_ROPE_HALF, LLMI_DIM_ONE},
 };
 
 /* The pre-norm decoder every row starts from: attention and SwiGLU FFN,
@@ -70,12 +78,12 @@ const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
 static const llmi_arch arch_table[] = {
     {
         /* Llama 1-3, SmolLM, Mistral 7B as converted by llama.cpp. Q/K/V
-         * biases are optional, as in llama.cpp's loader. Mixtral is a Llama
-         * file with experts, each as wide as feed_forward_length. */
+         * biases are optional, as in llama.cpp's loader; Llama 3.1 and 3.2
+         * files carry rope_freqs. */
         .name = "llama",
         .layer = {DECODER_LAYER, MOE_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_OPTIONAL,
                   [LLMI_ROLE_K_BIAS] = LLMI_OPTIONAL, [LLMI_ROLE_V_BIAS] = LLMI_OPTIONAL},
-        .model = {DECODER_MODEL},
+        .model = {DECODER_MODEL, [LLMI_ROLE_ROPE_FREQS] = LLMI_OPTIONAL},
         .rope = LLMI_ROPE_ADJACENT,
         .experts = LLMI_OPTIONAL,
         .expert_ff = LLMI_EXPERT_FF_IS_FF,
@@ -87,6 +95,27 @@ static const llmi_arch arch_table[] = {
         .layer = {DECODER_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_REQUIRED,
                   [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED, [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED},
         .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+    },
+    {
+        /* Qwen3 (dense): Llama with QK-norm and neox rope, no biases. */
+        .name = "qwen3",
+        .layer = {DECODER_LAYER, [LLMI_ROLE_Q_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_NORM] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+    },
+    {
+        /* Phi-3 and Phi-4: Q/K/V fused in attn_qkv, gate and up fused in
+         * ffn_up, neox rope. Its <name>.attention.sliding_window key is
+         * ignored, as llama.cpp does (it disables Phi-3's window). The
+         * LongRoPE factors of the 128k models are refused when present. */
+        .name = "phi3",
+        .layer = {[LLMI_ROLE_ATTN_NORM] = LLMI_REQUIRED, [LLMI_ROLE_QKV] = LLMI_REQUIRED,
+                  [LLMI_ROLE_O] = LLMI_REQUIRED, [LLMI_ROLE_FFN_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_GATE_UP] = LLMI_REQUIRED, [LLMI_ROLE_DOWN] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL, [LLMI_ROLE_ROPE_FACTORS_LONG] = LLMI_OPTIONAL,
+                  [LLMI_ROLE_ROPE_FACTORS_SHORT] = LLMI_OPTIONAL},
         .rope = LLMI_ROPE_HALVES,
     },
     {

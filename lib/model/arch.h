@@ -42,6 +42,10 @@ typedef enum llmi_layer_role {
     LLMI_ROLE_UP,             /* [n_embd -> n_ff] */
     LLMI_ROLE_DOWN,           /* [n_ff -> n_embd] */
     LLMI_ROLE_POST_FFN_NORM,  /* norm of the FFN output before the residual add */
+    /* Fused weights (Phi-3), split at load into row views of the roles
+     * above, so the forward pass never sees them: */
+    LLMI_ROLE_QKV,     /* [n_embd -> q | k | v rows]: views Q, K, V */
+    LLMI_ROLE_GATE_UP, /* [n_embd -> 2 * n_ff], gate rows first: views GATE, UP */
     /* Mixture of experts (docs/architectures.md): the router and the
      * experts' SwiGLU weights, one matrix per expert stacked in a 3-D tensor
      * (GGUF ne[2] = expert). They replace GATE, UP and DOWN in a model whose
@@ -64,6 +68,13 @@ typedef enum llmi_model_role {
     LLMI_ROLE_TOKEN_EMBD,  /* [n_embd -> n_vocab]: row t is token t's embedding */
     LLMI_ROLE_OUTPUT_NORM, /* final norm, [n_embd] */
     LLMI_ROLE_OUTPUT,      /* [n_embd -> n_vocab]; OPTIONAL = tied to token_embd when absent */
+    /* [rope_dim / 2]: rotation pair i turns by theta_i / f_i (Llama 3.1's
+     * long-context frequency scaling, precomputed by the converter) */
+    LLMI_ROLE_ROPE_FREQS,
+    /* [rope_dim / 2] each: Phi-3 LongRoPE factors, picked by context
+     * length together with an attention scale. Refused when present. */
+    LLMI_ROLE_ROPE_FACTORS_LONG,
+    LLMI_ROLE_ROPE_FACTORS_SHORT,
     LLMI_MODEL_ROLES
 } llmi_model_role;
 
@@ -84,6 +95,9 @@ typedef enum llmi_dim {
     LLMI_DIM_FF,      /* n_ff */
     LLMI_DIM_HEAD,    /* head_dim */
     LLMI_DIM_VOCAB,   /* n_vocab (from token_embd's rows) */
+    LLMI_DIM_QKV,     /* (n_head + 2 * n_head_kv) * head_dim */
+    LLMI_DIM_FF2,     /* 2 * n_ff */
+    LLMI_DIM_ROPE_HALF, /* rope_dim / 2 */
     LLMI_DIM_EXPERT,  /* n_expert */
     LLMI_DIM_FF_EXP,  /* n_ff_exp: one expert's hidden width */
     LLMI_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
@@ -199,7 +213,7 @@ typedef struct llmi_features {
 
 /* The row for `name` (general.architecture), or NULL. */
 const llmi_arch *llmi_arch_find(const char *name);
-/* Writes "llama, qwen2" (every row's name, in table order) to buf for
+/* Writes "llama, qwen2, ..." (every row's name, in table order) to buf for
  * messages; truncated to fit cap (> 0). */
 void llmi_arch_supported_list(char *buf, size_t cap);
 /* LLM_OK, or LLM_ERR_UNSUPPORTED naming the first feature in `f` that the

@@ -202,6 +202,9 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     case LLMI_DIM_EXPERT: return hp->features.n_expert;
     case LLMI_DIM_FF_EXP: return hp->features.n_ff_exp;
     case LLMI_DIM_FF_SHEXP: return hp->features.n_ff_shexp;
+    case LLMI_DIM_QKV: return (uint64_t)(hp->n_head + 2 * (uint64_t)hp->n_head_kv) * hp->head_dim;
+    case LLMI_DIM_FF2: return 2 * (uint64_t)hp->n_ff;
+    case LLMI_DIM_ROPE_HALF: return hp->rope_dim / 2;
     default: return 1;
     }
 }
@@ -282,6 +285,44 @@ static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need n
     return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), stack, w);
 }
 
+/* Rows [row0, row0 + rows) of a mapped matrix as a weight of their own:
+ * rows are contiguous, so a view is a pointer offset, never a copy. Views
+ * add nothing to n_params or weight_bytes (the fused tensor counted). */
+static llmi_weight row_view(const llmi_weight *w, int64_t row0, int64_t rows) {
+    llmi_weight v = *w;
+    v.data = (const uint8_t *)w->data + (size_t)row0 * w->row_bytes;
+    v.rows = rows;
+    return v;
+}
+
+/* A fused weight the row names becomes views of the roles the forward
+ * pass reads; its shape was checked against the sum of theirs. */
+static void split_fused(const llmi_hparams *hp, llmi_layer *L) {
+    llmi_weight *W = L->w;
+    if (W[LLMI_ROLE_QKV].data) {
+        int64_t q = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+        W[LLMI_ROLE_Q] = row_view(&W[LLMI_ROLE_QKV], 0, q);
+        W[LLMI_ROLE_K] = row_view(&W[LLMI_ROLE_QKV], q, kv);
+        W[LLMI_ROLE_V] = row_view(&W[LLMI_ROLE_QKV], q + kv, kv);
+    }
+    if (W[LLMI_ROLE_GATE_UP].data) {
+        W[LLMI_ROLE_GATE] = row_view(&W[LLMI_ROLE_GATE_UP], 0, hp->n_ff);
+        W[LLMI_ROLE_UP] = row_view(&W[LLMI_ROLE_GATE_UP], hp->n_ff, hp->n_ff);
+    }
+}
+
+/* Frequency divisors must be finite and positive: the forward pass
+ * divides by them. */
+static llm_status check_rope_freqs(const llmi_weight *w) {
+    const float *f = w->data;
+    for (int64_t i = 0; f && i < w->cols; i++)
+        if (!(f[i] > 0.0f && f[i] < INFINITY))
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "tensor 'rope_freqs.weight' has factor %g at %lld (must be > 0)",
+                              (double)f[i], (long long)i);
+    return LLM_OK;
+}
+
 static llm_status map_weights(llm_model *m) {
     llmi_hparams *hp = &m->hp;
     const llmi_gguf_tensor *emb;
@@ -291,18 +332,27 @@ static llm_status map_weights(llm_model *m) {
     hp->n_vocab = (uint32_t)emb->ne[1];
     for (int r = 0; r < LLMI_MODEL_ROLES; r++)
         LLMI_TRY(map_role(m, &llmi_model_roles[r], (llmi_need)m->arch->model[r], 0, &m->w[r]));
+    LLMI_TRY(check_rope_freqs(&m->w[LLMI_ROLE_ROPE_FREQS]));
+    for (int r = LLMI_ROLE_ROPE_FACTORS_LONG; r <= LLMI_ROLE_ROPE_FACTORS_SHORT; r++)
+        if (m->w[r].data)
+            return llmi_error(LLM_ERR_UNSUPPORTED,
+                              "tensor '%s' (LongRoPE scaling of 128k-context models) is not "
+                              "supported yet",
+                              llmi_model_roles[r].name);
     hp->tied_embeddings = m->w[LLMI_ROLE_OUTPUT].data == NULL;
     if (hp->tied_embeddings) m->w[LLMI_ROLE_OUTPUT] = m->w[LLMI_ROLE_TOKEN_EMBD];
     m->layers = llmi_calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return llmi_oom("layer table");
     /* A model has one kind of FFN: the other kind's roles are not looked up. */
     llmi_role_ffn skip = hp->features.n_expert ? LLMI_FFN_DENSE : LLMI_FFN_MOE;
-    for (uint32_t i = 0; i < hp->n_layer; i++)
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
         for (int r = 0; r < LLMI_LAYER_ROLES; r++) {
             llmi_need need = (llmi_need)m->arch->layer[r];
             if (llmi_layer_roles[r].ffn == skip) need = LLMI_ABSENT;
             LLMI_TRY(map_role(m, &llmi_layer_roles[r], need, i, &m->layers[i].w[r]));
         }
+        split_fused(hp, &m->layers[i]);
+    }
     return LLM_OK;
 }
 

@@ -398,7 +398,8 @@ static void test_refusals(void **state) {
     (void)state;
     llmi_testmodel_params p;
     init_params(&p, "gpt-99", 21);
-    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "'gpt-99' is not supported (supported: llama, qwen2, qwen2moe, qwen3moe)");
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED,
+           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe)");
 
     /* A row whose name is not the file's. */
     llmi_arch other = base_row("llama");
@@ -444,16 +445,20 @@ static void test_table(void **state) {
     (void)state;
     char list[256];
     llmi_arch_supported_list(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen2moe, qwen3moe");
+    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe");
     char small[8];
     llmi_arch_supported_list(small, sizeof small);
     assert_string_equal(small, "llama, ");
-    const char *names[] = {"llama", "qwen2"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *names[] = {"llama", "qwen2", "qwen3", "phi3"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const llmi_arch *a = llmi_arch_find(names[i]);
         assert_non_null(a);
         assert_string_equal(a->name, names[i]);
-        assert_int_equal(a->layer[LLMI_ROLE_Q], LLMI_REQUIRED);
+        /* Q, K and V come separately or fused, never both. */
+        bool fused = a->layer[LLMI_ROLE_QKV] == LLMI_REQUIRED;
+        assert_int_equal(a->layer[LLMI_ROLE_Q], fused ? LLMI_ABSENT : LLMI_REQUIRED);
+        assert_int_equal(a->layer[LLMI_ROLE_UP],
+                         a->layer[LLMI_ROLE_GATE_UP] == LLMI_REQUIRED ? LLMI_ABSENT : LLMI_REQUIRED);
         assert_int_equal(a->model[LLMI_ROLE_OUTPUT], LLMI_OPTIONAL);
     }
     assert_null(llmi_arch_find("llama2"));

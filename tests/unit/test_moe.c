@@ -555,7 +555,7 @@ static void test_refusals(void **state) {
     init_params(&p, "test-moe-bad", 41);
     p.n_expert = 0;
     expect(&p, &row, LLM_ERR_BAD_FORMAT, "test-moe-bad.expert_count");
-    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "supported: llama, qwen2, qwen2moe, qwen3moe");
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe");
     p.arch = "qwen3moe";
     p.qk_norm = true;
     expect(&p, NULL, LLM_ERR_BAD_FORMAT, "qwen3moe.expert_count");

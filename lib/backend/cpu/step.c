@@ -6,7 +6,7 @@
  *   logits = Woutput * norm(x)
  * with the steps the model's architecture row switches on (model/arch.h:
  * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap,
- * a routed mixture-of-experts FFN in moe.c),
+ * rope frequency divisors, a routed mixture-of-experts FFN in moe.c),
  * tested by feature, never by architecture name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
@@ -176,17 +176,20 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
 
 /* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
- * rotations round the way the reference implementation's do. */
+ * rotations round the way the reference implementation's do. A model's
+ * rope_freqs (Llama 3.1) divides pair i's angle by its factor. */
 static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
+    const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < st->n_rows; r++) {
         float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
         float theta = (float)st->pos[r];
         for (uint32_t i = 0; i < half; i++) {
-            cs[2 * i] = cosf(theta);
-            cs[2 * i + 1] = sinf(theta);
+            float angle = freq_div ? theta / freq_div[i] : theta;
+            cs[2 * i] = cosf(angle);
+            cs[2 * i + 1] = sinf(angle);
             theta *= scale;
         }
     }
