@@ -20,21 +20,23 @@ struct llmi_cpu_moe {
     uint32_t max_rows, n_embd, n_expert, n_used, n_ff;
     uint32_t n_ff_shexp; /* 0: no layer has a shared expert */
     bool norm;
-    float *probs;         /* [max_rows][n_expert]: router logits, then softmax */
-    uint32_t *chosen;     /* [max_rows][n_used]: experts of each row */
-    float *chosen_w;      /* [max_rows][n_used]: their weights */
-    uint32_t *first;      /* [n_expert + 1]: expert e's pairs are first[e] .. first[e+1]-1 */
-    uint32_t *pair_row;   /* [max_rows * n_used]: the pairs' rows, by expert, rows ascending */
-    float *pair_w;        /* [max_rows * n_used] */
-    float *xg, *y;        /* [max_rows][n_embd]: gathered inputs, one expert's outputs */
-    float *gate, *up;     /* [max_rows][max(n_ff, n_ff_shexp)] */
-    void *act_scratch;    /* 8-bit activations of any of the above as matmul input */
+    float *probs;       /* [max_rows][n_expert]: router logits, then softmax */
+    uint32_t *chosen;   /* [max_rows][n_used]: experts of each row */
+    float *chosen_w;    /* [max_rows][n_used]: their weights */
+    uint32_t *first;    /* [n_expert + 1]: expert e's pairs are first[e] .. first[e+1]-1 */
+    uint32_t *pair_row; /* [max_rows * n_used]: the pairs' rows, by expert, rows ascending */
+    float *pair_w;      /* [max_rows * n_used] */
+    float *xg, *y;      /* [max_rows][n_embd]: gathered inputs, one expert's outputs */
+    float *gate, *up;   /* [max_rows][max(n_ff, n_ff_shexp)] */
+    void *act_scratch;  /* 8-bit activations of any of the above as matmul input */
 };
 
 void llmi_cpu_moe_free(llmi_cpu_moe *moe) {
-    if (!moe) return;
+    if (!moe)
+        return;
     float *bufs[] = {moe->probs, moe->chosen_w, moe->pair_w, moe->xg, moe->y, moe->gate, moe->up};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) llmi_free_aligned(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        llmi_free_aligned(bufs[i]);
     llmi_free_aligned(moe->chosen);
     llmi_free_aligned(moe->first);
     llmi_free_aligned(moe->pair_row);
@@ -45,25 +47,30 @@ void llmi_cpu_moe_free(llmi_cpu_moe *moe) {
 /* rows * cols elements of `size` bytes, or NULL (overflow or out of memory). */
 static void *alloc_array(size_t rows, size_t cols, size_t size) {
     size_t n, bytes;
-    if (!llmi_mul_ok(rows, cols, &n) || !llmi_mul_ok(n, size, &bytes)) return NULL;
+    if (!llmi_mul_ok(rows, cols, &n) || !llmi_mul_ok(n, size, &bytes))
+        return NULL;
     return llmi_malloc_aligned(bytes ? bytes : 1);
 }
 
 /* The largest 8-bit activation scratch any matmul of the routed FFN needs
  * at max_rows rows; false when a size overflows. */
 static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out) {
-    static const int roles[] = {LLMI_ROLE_FFN_ROUTER, LLMI_ROLE_GATE_EXPS, LLMI_ROLE_UP_EXPS,
+    static const int roles[] = {LLMI_ROLE_FFN_ROUTER, LLMI_ROLE_GATE_EXPS,  LLMI_ROLE_UP_EXPS,
                                 LLMI_ROLE_DOWN_EXPS,  LLMI_ROLE_GATE_SHEXP, LLMI_ROLE_UP_SHEXP,
                                 LLMI_ROLE_DOWN_SHEXP};
     size_t need = 0;
-    if (max_rows > INT32_MAX) return false;
+    if (max_rows > INT32_MAX)
+        return false;
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const llmi_weight *w = &m->layers[l].w[roles[i]];
-            if (!w->data) continue;
+            if (!w->data)
+                continue;
             size_t b = llmi_act_scratch_bytes(w->type, w->cols, (int)max_rows);
-            if (b == 0 && llmi_act_type(w->type) != LLMI_T_F32) return false;
-            if (b > need) need = b;
+            if (b == 0 && llmi_act_type(w->type) != LLMI_T_F32)
+                return false;
+            if (b > need)
+                need = b;
         }
     *out = need;
     return true;
@@ -75,7 +82,8 @@ llm_status llmi_cpu_moe_create(const llm_model *m, uint32_t max_rows, llmi_cpu_m
     if (ft->n_expert == 0 || ft->n_expert_used == 0 || ft->n_expert_used > ft->n_expert)
         return llmi_error(LLM_ERR_INTERNAL, "routed FFN for a model without experts");
     llmi_cpu_moe *moe = llmi_calloc(1, sizeof *moe);
-    if (!moe) return llmi_oom("routed FFN");
+    if (!moe)
+        return llmi_oom("routed FFN");
     moe->max_rows = max_rows;
     moe->n_embd = m->hp.n_embd;
     moe->n_expert = ft->n_expert;
@@ -83,7 +91,8 @@ llm_status llmi_cpu_moe_create(const llm_model *m, uint32_t max_rows, llmi_cpu_m
     moe->n_ff = ft->n_ff_exp;
     moe->norm = ft->expert_weights_norm;
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
-        if (m->layers[l].w[LLMI_ROLE_GATE_SHEXP].data) moe->n_ff_shexp = ft->n_ff_shexp;
+        if (m->layers[l].w[LLMI_ROLE_GATE_SHEXP].data)
+            moe->n_ff_shexp = ft->n_ff_shexp;
     uint32_t ff_buf = moe->n_ff > moe->n_ff_shexp ? moe->n_ff : moe->n_ff_shexp;
     size_t pairs = (size_t)max_rows * moe->n_used;
     moe->probs = alloc_array(max_rows, moe->n_expert, sizeof(float));
@@ -101,7 +110,8 @@ llm_status llmi_cpu_moe_create(const llm_model *m, uint32_t max_rows, llmi_cpu_m
         llmi_cpu_moe_free(moe);
         return llmi_error(LLM_ERR_LIMIT, "routed FFN: %u rows per batch is too many", max_rows);
     }
-    if (act_bytes) moe->act_scratch = llmi_malloc_aligned(act_bytes);
+    if (act_bytes)
+        moe->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!moe->probs || !moe->chosen || !moe->chosen_w || !moe->first || !moe->pair_row ||
         !moe->pair_w || !moe->xg || !moe->y || !moe->gate || !moe->up ||
         (act_bytes && !moe->act_scratch)) {
@@ -139,11 +149,15 @@ void llmi_moe_select(const float *probs, uint32_t n_expert, uint32_t n_used, boo
         prev = best;
         prev_key = best_key;
     }
-    if (!norm) return;
+    if (!norm)
+        return;
     float sum = 0.0f;
-    for (uint32_t j = 0; j < n_used; j++) sum += weights[j];
-    if (sum < MOE_WEIGHT_SUM_MIN) sum = MOE_WEIGHT_SUM_MIN;
-    for (uint32_t j = 0; j < n_used; j++) weights[j] /= sum;
+    for (uint32_t j = 0; j < n_used; j++)
+        sum += weights[j];
+    if (sum < MOE_WEIGHT_SUM_MIN)
+        sum = MOE_WEIGHT_SUM_MIN;
+    for (uint32_t j = 0; j < n_used; j++)
+        weights[j] /= sum;
 }
 
 /* Routes the n rows and lists the (row, weight) pairs of each expert. */
@@ -156,8 +170,10 @@ static void route(llmi_cpu_moe *moe, uint32_t n) {
                         moe->chosen_w + (size_t)r * k);
     }
     memset(moe->first, 0, ((size_t)ne + 1) * sizeof *moe->first);
-    for (size_t i = 0; i < (size_t)n * k; i++) moe->first[moe->chosen[i] + 1]++;
-    for (uint32_t e = 0; e < ne; e++) moe->first[e + 1] += moe->first[e];
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        moe->first[moe->chosen[i] + 1]++;
+    for (uint32_t e = 0; e < ne; e++)
+        moe->first[e + 1] += moe->first[e];
     /* first[e] doubles as expert e's fill cursor and ends at first[e+1];
      * shifted back below. Rows go in ascending order within an expert. */
     for (uint32_t r = 0; r < n; r++)
@@ -166,7 +182,8 @@ static void route(llmi_cpu_moe *moe, uint32_t n) {
             moe->pair_row[at] = r;
             moe->pair_w[at] = moe->chosen_w[(size_t)r * k + j];
         }
-    for (uint32_t e = ne; e > 0; e--) moe->first[e] = moe->first[e - 1];
+    for (uint32_t e = ne; e > 0; e--)
+        moe->first[e] = moe->first[e - 1];
     moe->first[0] = 0;
 }
 
@@ -205,8 +222,8 @@ static void input_matmul(llmi_cpu_moe *moe, llmi_pool *pool, bool f32, moe_input
 
 /* out += sigmoid(shexp_gate_inp . x) * down(silu(gate x) * up x) for each
  * of the n rows: Qwen2-MoE's shared expert, after the routed ones. */
-static void shared_expert(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_weight *W,
-                          const float *x, uint32_t n, bool f32_activations, float *out) {
+static void shared_expert(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_weight *W, const float *x,
+                          uint32_t n, bool f32_activations, float *out) {
     const uint32_t E = moe->n_embd, F = moe->n_ff_shexp;
     moe_input in;
     input_begin(&in, x, n, E);
@@ -235,7 +252,8 @@ void llmi_cpu_moe_run(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_layer *L, c
     memset(out, 0, (size_t)n * E * sizeof *out);
     for (uint32_t e = 0; e < moe->n_expert; e++) {
         const uint32_t begin = moe->first[e], cnt = moe->first[e + 1] - begin;
-        if (cnt == 0) continue;
+        if (cnt == 0)
+            continue;
         for (uint32_t i = 0; i < cnt; i++)
             memcpy(moe->xg + (size_t)i * E, x + (size_t)moe->pair_row[begin + i] * E,
                    E * sizeof *x);
@@ -253,5 +271,6 @@ void llmi_cpu_moe_run(llmi_cpu_moe *moe, llmi_pool *pool, const llmi_layer *L, c
             llmi_axpy_f32(out + (size_t)moe->pair_row[begin + i] * E, moe->pair_w[begin + i],
                           moe->y + (size_t)i * E, (int)E);
     }
-    if (W[LLMI_ROLE_GATE_SHEXP].data) shared_expert(moe, pool, W, x, n, f32_activations, out);
+    if (W[LLMI_ROLE_GATE_SHEXP].data)
+        shared_expert(moe, pool, W, x, n, f32_activations, out);
 }
