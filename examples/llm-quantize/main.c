@@ -8,12 +8,17 @@
  *       safetensors, tokenizer.json), read as the GGUF llama.cpp's
  *       converter would make of it (lib/hf). Every tensor with two or more dimensions (the matrices, token_embd
  *       included) is dequantized row by row and written in TYPE; 1-D tensors
- *       (norm scales) keep their type. Every metadata key is copied in
- *       order; general.file_type is set to TYPE's.
+ *       (norm scales) and MoE routers (blk.N.ffn_gate_inp) keep their type.
+ *       Every metadata key is copied in order; general.file_type is set to
+ *       TYPE's.
  *   llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]
  *       A random-weight Llama (lib/model/testmodel.h) with SHAPE's layer
  *       sizes: llama-3.2-1b (16 layers, n_embd 2048, 32 heads, 8 KV heads,
- *       n_ff 8192, tied embeddings, vocabulary 128256) or tiny. The
+ *       n_ff 8192, tied embeddings, vocabulary 128256), tiny, or the pair
+ *       moe-bench / moe-bench-dense: 4 Llama layers of n_embd 1024 (16
+ *       heads, 4 KV heads) with 64 experts of width 256, 8 used (Mixtral
+ *       layout, Qwen3-30B-A3B's ratios), and the same with one dense FFN of
+ *       width 2048 = 8 x 256, i.e. equal active parameters. The
  *       vocabulary is the test model's 307 tokens padded with unused tokens
  *       to N (default: SHAPE's), so the LM head costs what it costs in the
  *       real model.
@@ -46,7 +51,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
                "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
                "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
-               "SHAPE: llama-3.2-1b, tiny\n");
+               "SHAPE: llama-3.2-1b, tiny, moe-bench, moe-bench-dense\n");
 }
 
 static int fail(const char *what, llm_status st) {
@@ -226,7 +231,11 @@ static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, ll
     if (!name)
         return llmi_oom("tensor name");
     llm_status st;
-    llmi_ttype type = t->n_dims >= 2 ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
+    /* MoE routers keep their type, as llama.cpp's quantizer keeps them:
+     * they are small, and rounding them moves which experts rows pick. */
+    bool router = strstr(name, "ffn_gate_inp.") != NULL;
+    llmi_ttype type =
+        t->n_dims >= 2 && !router ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
     if (type == t->type) {
         c->kept++;
     } else {
@@ -329,6 +338,19 @@ static int random_model(const char *shape, const char *out, llmi_ttype type, lon
         p.weight_scale = 0.02f;
         p.name = "random llama-3.2-1b shape";
         shape_vocab = 128256;
+    } else if (strcmp(shape, "moe-bench") == 0 || strcmp(shape, "moe-bench-dense") == 0) {
+        bool moe = strcmp(shape, "moe-bench") == 0;
+        p.n_layer = 4;
+        p.n_embd = 1024;
+        p.n_head = 16;
+        p.n_head_kv = 4;
+        p.n_ff = moe ? 256 : 2048;
+        p.n_expert = moe ? 64 : 0;
+        p.n_expert_used = moe ? 8 : 0;
+        p.n_ctx = 4096;
+        p.weight_scale = 0.03f;
+        p.name = moe ? "random MoE benchmark shape" : "random dense benchmark shape";
+        shape_vocab = (long)llmi_testmodel_n_vocab();
     } else if (strcmp(shape, "tiny") == 0) {
         p.name = "random tiny llama";
         shape_vocab = (long)llmi_testmodel_n_vocab();

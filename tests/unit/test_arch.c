@@ -398,7 +398,8 @@ static void test_refusals(void **state) {
     (void)state;
     llmi_testmodel_params p;
     init_params(&p, "gpt-99", 21);
-    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3)");
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED,
+           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe)");
 
     /* A row whose name is not the file's. */
     llmi_arch other = base_row("llama");
@@ -444,7 +445,7 @@ static void test_table(void **state) {
     (void)state;
     char list[256];
     llmi_arch_supported_list(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, phi3");
+    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe");
     char small[8];
     llmi_arch_supported_list(small, sizeof small);
     assert_string_equal(small, "llama, ");
