@@ -45,7 +45,7 @@
     {                                                                                              \
         .act_type = act,                                                                           \
         .f32 = LEVELS(&llmi_rows_dequant_f32, &llmi_rows_dequant_f32, &llmi_rows_dequant_f32),     \
-        .q = LEVELS(&llmi_qrows_##t##_c, &llmi_qrows_##t##_c, &llmi_qrows_##t##_c),                \
+        .q = LEVELS(&llmi_qrows_##t##_c, &llmi_qrows_##t##_avx2, &llmi_qrows_##t##_vnni),          \
     }
 
 #define K_WEIGHT(t)                                                                                \

@@ -136,8 +136,10 @@ extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_row
 
 /* kernels_q8_x86.c (its quantizer serves both SIMD levels) */
 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
-extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2;
-extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni;
+extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2,
+    llmi_qrows_q5_0_avx2, llmi_qrows_q5_1_avx2;
+extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni,
+    llmi_qrows_q5_0_vnni, llmi_qrows_q5_1_vnni;
 
 /* kernels_k_x86.c */
 extern const llmi_qrows_impl llmi_qrows_q4_k_avx2, llmi_qrows_q6_k_avx2;
