@@ -435,7 +435,7 @@ static V5I void v5_pack(int qt, const uint8_t *row0, size_t rs, int nv, int64_t 
                     const __m512i pick_lo = _mm512_set1_epi32(0x01010101 * (j / 2));
                     const __m512i pick_hi = _mm512_set1_epi32(0x01010101 * (2 + j / 2));
                     const __m512i lane = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
-                    const __m512i bit = _mm512_set1_epi32(0x08040201 << (4 * (j % 2)));
+                    const __m512i bit = _mm512_set1_epi32((int32_t)(0x08040201u << (4 * (j % 2))));
                     const __m512i blo = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_lo));
                     const __m512i bhi = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_hi));
                     lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(blo, bit), lo, sixteen);
