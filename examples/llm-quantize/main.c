@@ -23,15 +23,15 @@
  *       to N (default: SHAPE's), so the LM head costs what it costs in the
  *       real model.
  *
- * TYPE is F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K or Q4_K_M. Q4_K_M is
- * a mix in the spirit of llama.cpp's (simplified): output.weight and
+ * TYPE is F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K or
+ * Q4_K_M. Q4_K_M is a mix in the spirit of llama.cpp's (simplified): output.weight and
  * token_embd.weight in Q6_K; attn_v and ffn_down in Q6_K in the layers
  * where llama.cpp's use_more_bits() holds (the first and last eighth of the
  * layers and every third one between), in Q4_K elsewhere; every other
  * matrix in Q4_K. K-quants need rows of a multiple of 256 elements: a
  * matrix whose rows are not (SmolLM2's n_embd of 576, for one) falls back
- * to Q4_1 for Q4_K and to Q8_0 for Q6_K (llama.cpp falls back to Q5_0 and
- * Q8_0; this library has no Q5_0). With --random, Q4_K_M means Q4_K.
+ * to Q5_0 for Q4_K and to Q8_0 for Q6_K, as llama.cpp's does. With
+ * --random, Q4_K_M means Q4_K.
  *
  * This tool uses library internals and links the static archive. Exit
  * status: 0 ok, 1 usage error, 2 runtime error. */
@@ -50,7 +50,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
                "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
-               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
+               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
                "SHAPE: llama-3.2-1b, tiny, moe-bench, moe-bench-dense\n");
 }
 
@@ -65,8 +65,9 @@ static bool parse_type(const char *s, llmi_ttype *out, bool *mixed) {
         const char *name;
         llmi_ttype type;
     } types[] = {{"F32", LLMI_T_F32},   {"F16", LLMI_T_F16},   {"BF16", LLMI_T_BF16},
-                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q8_0", LLMI_T_Q8_0},
-                 {"Q4_K", LLMI_T_Q4_K}, {"Q6_K", LLMI_T_Q6_K}, {"Q4_K_M", LLMI_T_Q4_K}};
+                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q5_0", LLMI_T_Q5_0},
+                 {"Q5_1", LLMI_T_Q5_1}, {"Q8_0", LLMI_T_Q8_0}, {"Q4_K", LLMI_T_Q4_K},
+                 {"Q6_K", LLMI_T_Q6_K}, {"Q4_K_M", LLMI_T_Q4_K}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcasecmp(s, types[i].name) == 0) {
             *out = types[i].type;
@@ -96,7 +97,7 @@ static llmi_ttype matrix_type(const char *name, uint64_t ne0, llmi_ttype to, boo
             t = LLMI_T_Q6_K;
     }
     if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q4_K)
-        t = LLMI_T_Q4_1;
+        t = LLMI_T_Q5_0;
     else if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q6_K)
         t = LLMI_T_Q8_0;
     return t;
@@ -120,6 +121,10 @@ static uint32_t file_type(llmi_ttype t, bool mixed) {
         return 3;
     case LLMI_T_Q8_0:
         return 7;
+    case LLMI_T_Q5_0:
+        return 8;
+    case LLMI_T_Q5_1:
+        return 9;
     case LLMI_T_BF16:
         return 32;
     default:

@@ -293,8 +293,8 @@ static llm_status parse_tensor_info(reader *r, llmi_gguf_tensor *t, uint64_t ind
     if (!ti)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "tensor '%.*s' has type %" PRIu32
-                          " (%s), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
-                          "Q6_K are)",
+                          " (%s), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                          "Q8_0, Q4_K, Q6_K are)",
                           nl, nm, type, ggml_type_name(type));
     t->type = (llmi_ttype)type;
     if (t->ne[0] % ti->block != 0)

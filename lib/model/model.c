@@ -234,7 +234,7 @@ static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_ten
     if (!has_kernel(t->type))
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "tensor '%s' has type %u, which has no kernel (F32, F16, BF16, Q4_0, "
-                          "Q4_1, Q8_0, Q4_K, Q6_K have)",
+                          "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K have)",
                           name, (unsigned)t->type);
     LLMI_TRY(check_aligned(name, t));
     w->data = t->data;

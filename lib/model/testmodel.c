@@ -160,6 +160,10 @@ static uint32_t file_type(llmi_ttype t) {
         return 3;
     case LLMI_T_Q8_0:
         return 7;
+    case LLMI_T_Q5_0:
+        return 8;
+    case LLMI_T_Q5_1:
+        return 9;
     case LLMI_T_BF16:
         return 32;
     default:
