@@ -124,7 +124,7 @@ $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 
 # The main job: fetch the model, build, generate.
-PROMPT ?= What is the capital of France?
+PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)
 	$(BUILD)/llm-run -m $(MODEL) --chat -p "$(PROMPT)" -n 64
 
@@ -266,7 +266,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
@@ -280,6 +280,7 @@ FUZZ_MAXLEN_model := 65536
 FUZZ_MAXLEN_tokenize := 4096
 FUZZ_MAXLEN_chat := 4096
 FUZZ_MAXLEN_state := 16384
+FUZZ_MAXLEN_safetensors := 16384
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \
@@ -312,6 +313,7 @@ fuzz: fuzz-build
 			-max_total_time=$(FUZZ_SECONDS) -max_len=$$(case $$t in \
 			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
 			tokenize) echo $(FUZZ_MAXLEN_tokenize);; state) echo $(FUZZ_MAXLEN_state);; \
+			safetensors) echo $(FUZZ_MAXLEN_safetensors);; \
 			*) echo $(FUZZ_MAXLEN_chat);; esac) \
 			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
 			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \

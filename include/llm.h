@@ -222,7 +222,11 @@ LLM_API void llm_model_params_init_sized(llm_model_params *params, size_t struct
 LLM_LEGACY_INIT(llm_model_params)
 
 /**
- * Loads a GGUF model. `params` may be NULL for defaults.
+ * Loads a GGUF model, or a Hugging Face checkpoint folder (a directory
+ * holding config.json, model.safetensors or shards listed by
+ * model.safetensors.index.json, and tokenizer.json), read as the GGUF file
+ * llama.cpp's converter would make of it (docs/models.md). `params` may be
+ * NULL for defaults.
  * Every offset, size and count of the file is checked before use; a malformed
  * file gives ::LLM_ERR_BAD_FORMAT, an unsupported one ::LLM_ERR_UNSUPPORTED,
  * a file that cannot be read ::LLM_ERR_IO, and one that cannot be mapped or
@@ -345,11 +349,14 @@ typedef struct llm_chat_message {
 } llm_chat_message;
 
 /**
- * Renders messages with the model's chat template (ChatML and Llama 3 are
- * recognised from the template the model carries). With
- * `add_generation_prompt` the text ends where the assistant's reply starts.
- * A model without a template, or with one not recognised, gives
- * ::LLM_ERR_UNSUPPORTED. A too small buffer gives ::LLM_ERR_BUFFER_TOO_SMALL
+ * Renders messages with the model's chat template, recognised from the
+ * template the model carries and rendered as that template renders it
+ * (ChatML, Llama 2 and 3, Qwen2.5, Qwen3, Gemma, Mistral, Phi-3: the list is
+ * in docs/api.md). With `add_generation_prompt` the text ends where the
+ * assistant's reply starts. A model without a template, or with one not
+ * recognised, gives ::LLM_ERR_UNSUPPORTED; a conversation the template
+ * refuses (roles that do not alternate, say) gives
+ * ::LLM_ERR_INVALID_ARGUMENT with the reason. A too small buffer gives ::LLM_ERR_BUFFER_TOO_SMALL
  * and `*n_bytes` = the capacity needed, NUL included.
  */
 LLM_API llm_status llm_chat_template_apply(const llm_model *model,

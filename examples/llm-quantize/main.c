@@ -3,33 +3,42 @@
  * (docs/bench.md, "CPU speed versus llama.cpp").
  *
  *   llm-quantize IN.gguf OUT.gguf TYPE
- *       Every tensor with two or more dimensions (the matrices, token_embd
+ *   llm-quantize FOLDER OUT.gguf TYPE
+ *       IN may be a Hugging Face checkpoint folder (config.json,
+ *       safetensors, tokenizer.json), read as the GGUF llama.cpp's
+ *       converter would make of it (lib/hf). Every tensor with two or more dimensions (the matrices, token_embd
  *       included) is dequantized row by row and written in TYPE; 1-D tensors
- *       (norm scales) keep their type. Every metadata key is copied in
- *       order; general.file_type is set to TYPE's.
+ *       (norm scales) and MoE routers (blk.N.ffn_gate_inp) keep their type.
+ *       Every metadata key is copied in order; general.file_type is set to
+ *       TYPE's.
  *   llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]
  *       A random-weight Llama (lib/model/testmodel.h) with SHAPE's layer
  *       sizes: llama-3.2-1b (16 layers, n_embd 2048, 32 heads, 8 KV heads,
- *       n_ff 8192, tied embeddings, vocabulary 128256) or tiny. The
+ *       n_ff 8192, tied embeddings, vocabulary 128256), tiny, or the pair
+ *       moe-bench / moe-bench-dense: 4 Llama layers of n_embd 1024 (16
+ *       heads, 4 KV heads) with 64 experts of width 256, 8 used (Mixtral
+ *       layout, Qwen3-30B-A3B's ratios), and the same with one dense FFN of
+ *       width 2048 = 8 x 256, i.e. equal active parameters. The
  *       vocabulary is the test model's 307 tokens padded with unused tokens
  *       to N (default: SHAPE's), so the LM head costs what it costs in the
  *       real model.
  *
- * TYPE is F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K or Q4_K_M. Q4_K_M is
- * a mix in the spirit of llama.cpp's (simplified): output.weight and
+ * TYPE is F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K or
+ * Q4_K_M. Q4_K_M is a mix in the spirit of llama.cpp's (simplified): output.weight and
  * token_embd.weight in Q6_K; attn_v and ffn_down in Q6_K in the layers
  * where llama.cpp's use_more_bits() holds (the first and last eighth of the
  * layers and every third one between), in Q4_K elsewhere; every other
  * matrix in Q4_K. K-quants need rows of a multiple of 256 elements: a
  * matrix whose rows are not (SmolLM2's n_embd of 576, for one) falls back
- * to Q4_1 for Q4_K and to Q8_0 for Q6_K (llama.cpp falls back to Q5_0 and
- * Q8_0; this library has no Q5_0). With --random, Q4_K_M means Q4_K.
+ * to Q5_0 for Q4_K and to Q8_0 for Q6_K, as llama.cpp's does. With
+ * --random, Q4_K_M means Q4_K.
  *
  * This tool uses library internals and links the static archive. Exit
  * status: 0 ok, 1 usage error, 2 runtime error. */
 #include "core/quant.h"
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "hf/hf.h"
 #include "model/testmodel.h"
 
 #include <errno.h>
@@ -39,10 +48,10 @@
 #include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: llm-quantize IN.gguf OUT.gguf TYPE\n"
+    fprintf(f, "usage: llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
                "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
-               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
-               "SHAPE: llama-3.2-1b, tiny\n");
+               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
+               "SHAPE: llama-3.2-1b, tiny, moe-bench, moe-bench-dense\n");
 }
 
 static int fail(const char *what, llm_status st) {
@@ -56,8 +65,9 @@ static bool parse_type(const char *s, llmi_ttype *out, bool *mixed) {
         const char *name;
         llmi_ttype type;
     } types[] = {{"F32", LLMI_T_F32},   {"F16", LLMI_T_F16},   {"BF16", LLMI_T_BF16},
-                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q8_0", LLMI_T_Q8_0},
-                 {"Q4_K", LLMI_T_Q4_K}, {"Q6_K", LLMI_T_Q6_K}, {"Q4_K_M", LLMI_T_Q4_K}};
+                 {"Q4_0", LLMI_T_Q4_0}, {"Q4_1", LLMI_T_Q4_1}, {"Q5_0", LLMI_T_Q5_0},
+                 {"Q5_1", LLMI_T_Q5_1}, {"Q8_0", LLMI_T_Q8_0}, {"Q4_K", LLMI_T_Q4_K},
+                 {"Q6_K", LLMI_T_Q6_K}, {"Q4_K_M", LLMI_T_Q4_K}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcasecmp(s, types[i].name) == 0) {
             *out = types[i].type;
@@ -87,7 +97,7 @@ static llmi_ttype matrix_type(const char *name, uint64_t ne0, llmi_ttype to, boo
             t = LLMI_T_Q6_K;
     }
     if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q4_K)
-        t = LLMI_T_Q4_1;
+        t = LLMI_T_Q5_0;
     else if (ne0 % LLMI_QK_K != 0 && t == LLMI_T_Q6_K)
         t = LLMI_T_Q8_0;
     return t;
@@ -111,6 +121,10 @@ static uint32_t file_type(llmi_ttype t, bool mixed) {
         return 3;
     case LLMI_T_Q8_0:
         return 7;
+    case LLMI_T_Q5_0:
+        return 8;
+    case LLMI_T_Q5_1:
+        return 9;
     case LLMI_T_BF16:
         return 32;
     default:
@@ -222,7 +236,11 @@ static llm_status copy_tensor(llmi_gguf_writer *w, const llmi_gguf_tensor *t, ll
     if (!name)
         return llmi_oom("tensor name");
     llm_status st;
-    llmi_ttype type = t->n_dims >= 2 ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
+    /* MoE routers keep their type, as llama.cpp's quantizer keeps them:
+     * they are small, and rounding them moves which experts rows pick. */
+    bool router = strstr(name, "ffn_gate_inp.") != NULL;
+    llmi_ttype type =
+        t->n_dims >= 2 && !router ? matrix_type(name, t->ne[0], to, mixed, n_layer) : t->type;
     if (type == t->type) {
         c->kept++;
     } else {
@@ -272,7 +290,9 @@ static int count_layers(const llmi_gguf *g) {
 
 static int requantize(const char *in, const char *out, llmi_ttype to, bool mixed) {
     llmi_gguf *g = NULL;
-    llm_status st = llmi_gguf_open(in, true, &g);
+    /* A Hugging Face folder is read as the GGUF the converter would write. */
+    llm_status st = llmi_hf_is_folder(in) ? llmi_hf_open(in, true, &g)
+                                          : llmi_gguf_open(in, true, &g);
     if (st != LLM_OK)
         return fail(in, st);
     llmi_gguf_writer *w = NULL;
@@ -323,6 +343,19 @@ static int random_model(const char *shape, const char *out, llmi_ttype type, lon
         p.weight_scale = 0.02f;
         p.name = "random llama-3.2-1b shape";
         shape_vocab = 128256;
+    } else if (strcmp(shape, "moe-bench") == 0 || strcmp(shape, "moe-bench-dense") == 0) {
+        bool moe = strcmp(shape, "moe-bench") == 0;
+        p.n_layer = 4;
+        p.n_embd = 1024;
+        p.n_head = 16;
+        p.n_head_kv = 4;
+        p.n_ff = moe ? 256 : 2048;
+        p.n_expert = moe ? 64 : 0;
+        p.n_expert_used = moe ? 8 : 0;
+        p.n_ctx = 4096;
+        p.weight_scale = 0.03f;
+        p.name = moe ? "random MoE benchmark shape" : "random dense benchmark shape";
+        shape_vocab = (long)llmi_testmodel_n_vocab();
     } else if (strcmp(shape, "tiny") == 0) {
         p.name = "random tiny llama";
         shape_vocab = (long)llmi_testmodel_n_vocab();

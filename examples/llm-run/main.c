@@ -187,6 +187,14 @@ static llm_status make_prompt(const llm_model *m, const options *o, llm_token **
         st = *out ? llm_tokenize(m, text, strlen(text), flags, *out, need, n)
                   : LLM_ERR_OUT_OF_MEMORY;
     }
+    /* Templates that write bos_token themselves (Llama, Gemma, Mistral)
+     * would otherwise start the prompt with two BOS tokens. */
+    llm_model_info info = {sizeof info};
+    if (st == LLM_OK && o->chat && *n >= 2 && llm_model_get_info(m, &info) == LLM_OK &&
+        info.bos != LLM_TOKEN_NONE && (*out)[0] == info.bos && (*out)[1] == info.bos) {
+        memmove(*out, *out + 1, (*n - 1) * sizeof **out);
+        (*n)--;
+    }
     free(templated);
     return st;
 }

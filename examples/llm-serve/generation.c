@@ -195,6 +195,14 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
                            &g->prompt, &g->n_prompt, err);
         free(text);
         if (!ok) goto fail;
+        /* Templates that write bos_token themselves (Llama, Gemma, Mistral)
+         * would otherwise start the prompt with two BOS tokens. */
+        llm_model_info info = {sizeof info};
+        if (chat && g->n_prompt >= 2 && llm_model_get_info(srv->model, &info) == LLM_OK &&
+            info.bos != LLM_TOKEN_NONE && g->prompt[0] == info.bos && g->prompt[1] == info.bos) {
+            memmove(g->prompt, g->prompt + 1, (g->n_prompt - 1) * sizeof *g->prompt);
+            g->n_prompt--;
+        }
     }
     if (!g->n_prompt) {
         serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",

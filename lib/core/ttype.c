@@ -7,6 +7,8 @@ static const llmi_ttype_info info_f16 = {"F16", 1, 2, true};
 static const llmi_ttype_info info_bf16 = {"BF16", 1, 2, true};
 static const llmi_ttype_info info_q4_0 = {"Q4_0", LLMI_QK, sizeof(llmi_block_q4_0), true};
 static const llmi_ttype_info info_q4_1 = {"Q4_1", LLMI_QK, sizeof(llmi_block_q4_1), true};
+static const llmi_ttype_info info_q5_0 = {"Q5_0", LLMI_QK, sizeof(llmi_block_q5_0), true};
+static const llmi_ttype_info info_q5_1 = {"Q5_1", LLMI_QK, sizeof(llmi_block_q5_1), true};
 static const llmi_ttype_info info_q8_0 = {"Q8_0", LLMI_QK, sizeof(llmi_block_q8_0), true};
 static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_1), false};
 static const llmi_ttype_info info_q4_k = {"Q4_K", LLMI_QK_K, sizeof(llmi_block_q4_k), true};
@@ -16,6 +18,8 @@ static const llmi_ttype_info info_q8_k = {"Q8_K", LLMI_QK_K, sizeof(llmi_block_q
 /* The block structs must have no padding, or files would not map onto them. */
 _Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(llmi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(llmi_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(llmi_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 _Static_assert(sizeof(llmi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(llmi_block_q8_1) == 36, "Q8_1 block is 36 bytes");
 _Static_assert(sizeof(llmi_block_q4_k) == 144, "Q4_K block is 144 bytes");
@@ -34,6 +38,10 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
         return &info_q4_0;
     case LLMI_T_Q4_1:
         return &info_q4_1;
+    case LLMI_T_Q5_0:
+        return &info_q5_0;
+    case LLMI_T_Q5_1:
+        return &info_q5_1;
     case LLMI_T_Q8_0:
         return &info_q8_0;
     case LLMI_T_Q8_1:

@@ -14,6 +14,8 @@ typedef enum llmi_ttype {
     LLMI_T_F16 = 1,
     LLMI_T_Q4_0 = 2,
     LLMI_T_Q4_1 = 3,
+    LLMI_T_Q5_0 = 6,
+    LLMI_T_Q5_1 = 7,
     LLMI_T_Q8_0 = 8,
     LLMI_T_Q8_1 = 9,
     LLMI_T_Q4_K = 12,
@@ -31,6 +33,12 @@ typedef struct { uint16_t d; int8_t qs[LLMI_QK]; } llmi_block_q8_0;             
  * Q4_1 weights; no model stores its weights in it). */
 typedef struct { uint16_t d, s; int8_t qs[LLMI_QK]; } llmi_block_q8_1;
 /* In Q4 blocks byte j holds element j in its low nibble and j+16 in its high. */
+/* Q5 blocks add a fifth bit per element: element j's is bit j of qh read as
+ * a little-endian uint32; the low 4 bits sit in qs as in Q4. qh is bytes, so
+ * the blocks keep GGUF's 2-byte alignment (22 and 24 bytes).
+ * Q5_0: x = d*(q-16); Q5_1: x = d*q + m. */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[LLMI_QK / 2]; } llmi_block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[LLMI_QK / 2]; } llmi_block_q5_1;
 
 /* K-quants: super-blocks of 256 elements with per-sub-block integer scales.
  *

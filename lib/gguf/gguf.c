@@ -4,6 +4,7 @@
  * allocation is sized from them, so a hostile header cannot make us allocate
  * more than a small multiple of the file size. */
 #include "gguf/gguf.h"
+#include "gguf/gguf_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,13 +23,6 @@
 /* Longest name quoted in an error message. */
 #define NAME_MAX_PRINT 128
 
-/* The public struct comes first so a llmi_gguf * is the allocation itself. */
-typedef struct gguf_impl {
-    llmi_gguf pub;
-    const llmi_gguf_kv **kv_sorted; /* by key: binary search and duplicate check */
-    const llmi_gguf_tensor **t_sorted;
-    bool owned_aligned;
-} gguf_impl;
 
 typedef struct reader {
     const uint8_t *p;
@@ -299,8 +293,8 @@ static llm_status parse_tensor_info(reader *r, llmi_gguf_tensor *t, uint64_t ind
     if (!ti)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "tensor '%.*s' has type %" PRIu32
-                          " (%s), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
-                          "Q6_K are)",
+                          " (%s), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                          "Q8_0, Q4_K, Q6_K are)",
                           nl, nm, type, ggml_type_name(type));
     t->type = (llmi_ttype)type;
     if (t->ne[0] % ti->block != 0)
@@ -358,7 +352,7 @@ static llm_status index_kv(gguf_impl *gi) {
     return LLM_OK;
 }
 
-static llm_status index_tensors(gguf_impl *gi) {
+llm_status llmi_gguf_index_tensors(gguf_impl *gi) {
     const llmi_gguf *g = &gi->pub;
     if (g->n_tensors == 0)
         return LLM_OK;
@@ -407,7 +401,7 @@ static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
     return LLM_OK;
 }
 
-static llm_status parse(gguf_impl *gi) {
+llm_status llmi_gguf_parse(gguf_impl *gi) {
     llmi_gguf *g = &gi->pub;
     reader r = {.p = g->base, .size = g->size};
     if (r.size < 4)
@@ -456,7 +450,7 @@ static llm_status parse(gguf_impl *gi) {
     }
     for (uint64_t i = 0; i < g->n_tensors; i++)
         LLMI_TRY(parse_tensor_info(&r, &g->tensors[i], i, g->alignment));
-    LLMI_TRY(index_tensors(gi));
+    LLMI_TRY(llmi_gguf_index_tensors(gi));
 
     /* The data section starts at the next multiple of the alignment. */
     size_t pad = (g->alignment - r.pos % g->alignment) % g->alignment;
@@ -481,7 +475,7 @@ static llm_status parse(gguf_impl *gi) {
     return LLM_OK;
 }
 
-static void gguf_free(gguf_impl *gi) {
+void llmi_gguf_impl_free(gguf_impl *gi) {
     if (!gi)
         return;
     llmi_gguf *g = &gi->pub;
@@ -496,10 +490,11 @@ static void gguf_free(gguf_impl *gi) {
         munmap((void *)g->base, g->size);
     if (gi->owned_aligned)
         llmi_free_aligned(g->owned);
+    llmi_gguf_parts_release(gi->parts);
     llmi_free(gi);
 }
 
-void llmi_gguf_close(llmi_gguf *g) { gguf_free((gguf_impl *)g); }
+void llmi_gguf_close(llmi_gguf *g) { llmi_gguf_impl_free((gguf_impl *)g); }
 
 llm_status llmi_gguf_open_memory(const void *data, size_t size, llmi_gguf **out) {
     if (!out)
@@ -512,9 +507,9 @@ llm_status llmi_gguf_open_memory(const void *data, size_t size, llmi_gguf **out)
         return llmi_oom("GGUF handle");
     gi->pub.base = data;
     gi->pub.size = size;
-    llm_status st = parse(gi);
+    llm_status st = llmi_gguf_parse(gi);
     if (st != LLM_OK) {
-        gguf_free(gi);
+        llmi_gguf_impl_free(gi);
         return st;
     }
     *out = &gi->pub;
@@ -597,7 +592,7 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
     }
     close(fd);
     fd = -1;
-    st = parse(gi);
+    st = llmi_gguf_parse(gi);
     if (st != LLM_OK) {
         llmi_error_prefix("'%s'", path);
         goto fail;
@@ -607,7 +602,7 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
 fail:
     if (fd >= 0)
         close(fd);
-    gguf_free(gi);
+    llmi_gguf_impl_free(gi);
     return st;
 }
 

@@ -114,4 +114,31 @@ llm_status llmi_gguf_w_tensor_raw(llmi_gguf_writer *w, const char *name, llmi_tt
 llm_status llmi_gguf_writer_save(llmi_gguf_writer *w, const char *path);
 llm_status llmi_gguf_writer_to_memory(llmi_gguf_writer *w, void **data, size_t *size); /* llmi_free */
 
+/* ---- assembled from parts ----
+ * A gguf whose metadata comes from a writer and whose tensors point into
+ * memory handed over to it (file mappings, buffers): how other checkpoint
+ * formats (lib/hf) are read as GGUF without copying their weights. The parts
+ * collect that memory and the tensor table; llmi_gguf_parts_finish turns
+ * them into an llmi_gguf that owns everything until llmi_gguf_close. */
+typedef struct llmi_gguf_parts llmi_gguf_parts;
+llm_status llmi_gguf_parts_create(llmi_gguf_parts **out);
+/* Unmaps and frees everything handed over; NULL is a no-op. */
+void llmi_gguf_parts_release(llmi_gguf_parts *p);
+/* Hands over a mapping from mmap (munmap'd on release); on failure it is
+ * unmapped at once, so the caller never keeps it. */
+llm_status llmi_gguf_parts_keep_mapping(llmi_gguf_parts *p, void *addr, size_t len);
+/* Hands over a buffer from llmi_malloc_aligned (llmi_free_aligned on
+ * release); on failure it is freed at once. */
+llm_status llmi_gguf_parts_keep_buffer(llmi_gguf_parts *p, void *buf);
+/* Adds a tensor (name copied; ne[0] is the contiguous dimension, as in
+ * GGUF) whose `nbytes` bytes at `data` live in memory handed over, or
+ * static. nbytes must equal the size the type and shape give. */
+llm_status llmi_gguf_parts_tensor(llmi_gguf_parts *p, const char *name, llmi_ttype type,
+                                  uint32_t n_dims, const uint64_t *ne, const void *data,
+                                  size_t nbytes);
+/* Builds the gguf from the writer's metadata (a writer holding tensors is
+ * refused) and the parts' tensors, which must have distinct names. Consumes
+ * `p` whatever the outcome; the writer stays the caller's. */
+llm_status llmi_gguf_parts_finish(llmi_gguf_parts *p, llmi_gguf_writer *meta, llmi_gguf **out);
+
 #endif

@@ -44,4 +44,11 @@ llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t t
                                             const char *config_json, size_t config_len,
                                             llmi_gguf_writer *w);
 
+#ifdef LLMI_TEST_HOOKS
+/* Takes the tokenizer.* keys from this GGUF file instead of the folder's
+ * tokenizer.json (NULL: from the folder again), so weight and config tests
+ * do not depend on the tokenizer.json reader. */
+void llmi_hf_test_tokenizer_source(const char *gguf_path);
+#endif
+
 #endif

@@ -17,13 +17,33 @@ const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES] = {
     [LLMI_ROLE_POST_ATTN_NORM] = {"blk.%u.post_attention_norm.weight", "post_attn_norm",
                                   LLMI_DIM_EMBD, LLMI_DIM_ONE},
     [LLMI_ROLE_FFN_NORM] = {"blk.%u.ffn_norm.weight", "ffn_norm", LLMI_DIM_EMBD, LLMI_DIM_ONE},
-    [LLMI_ROLE_GATE] = {"blk.%u.ffn_gate.weight", "gate", LLMI_DIM_EMBD, LLMI_DIM_FF},
-    [LLMI_ROLE_UP] = {"blk.%u.ffn_up.weight", "up", LLMI_DIM_EMBD, LLMI_DIM_FF},
-    [LLMI_ROLE_DOWN] = {"blk.%u.ffn_down.weight", "down", LLMI_DIM_FF, LLMI_DIM_EMBD},
+    [LLMI_ROLE_GATE] = {"blk.%u.ffn_gate.weight", "gate", LLMI_DIM_EMBD, LLMI_DIM_FF,
+                        .ffn = LLMI_FFN_DENSE},
+    [LLMI_ROLE_UP] = {"blk.%u.ffn_up.weight", "up", LLMI_DIM_EMBD, LLMI_DIM_FF,
+                      .ffn = LLMI_FFN_DENSE},
+    [LLMI_ROLE_DOWN] = {"blk.%u.ffn_down.weight", "down", LLMI_DIM_FF, LLMI_DIM_EMBD,
+                        .ffn = LLMI_FFN_DENSE},
     [LLMI_ROLE_POST_FFN_NORM] = {"blk.%u.post_ffw_norm.weight", "post_ffn_norm", LLMI_DIM_EMBD,
                                  LLMI_DIM_ONE},
     [LLMI_ROLE_QKV] = {"blk.%u.attn_qkv.weight", "qkv", LLMI_DIM_EMBD, LLMI_DIM_QKV},
-    [LLMI_ROLE_GATE_UP] = {"blk.%u.ffn_up.weight", "gate_up", LLMI_DIM_EMBD, LLMI_DIM_FF2},
+    [LLMI_ROLE_GATE_UP] = {"blk.%u.ffn_up.weight", "gate_up", LLMI_DIM_EMBD, LLMI_DIM_FF2,
+                           .ffn = LLMI_FFN_DENSE},
+    [LLMI_ROLE_FFN_ROUTER] = {"blk.%u.ffn_gate_inp.weight", "router", LLMI_DIM_EMBD,
+                              LLMI_DIM_EXPERT, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_GATE_EXPS] = {"blk.%u.ffn_gate_exps.weight", "gate_exps", LLMI_DIM_EMBD,
+                             LLMI_DIM_FF_EXP, LLMI_DIM_EXPERT, LLMI_FFN_MOE},
+    [LLMI_ROLE_UP_EXPS] = {"blk.%u.ffn_up_exps.weight", "up_exps", LLMI_DIM_EMBD, LLMI_DIM_FF_EXP,
+                           LLMI_DIM_EXPERT, LLMI_FFN_MOE},
+    [LLMI_ROLE_DOWN_EXPS] = {"blk.%u.ffn_down_exps.weight", "down_exps", LLMI_DIM_FF_EXP,
+                             LLMI_DIM_EMBD, LLMI_DIM_EXPERT, LLMI_FFN_MOE},
+    [LLMI_ROLE_SHEXP_GATE_INP] = {"blk.%u.ffn_gate_inp_shexp.weight", "shexp_gate_inp",
+                                  LLMI_DIM_EMBD, LLMI_DIM_ONE, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_GATE_SHEXP] = {"blk.%u.ffn_gate_shexp.weight", "gate_shexp", LLMI_DIM_EMBD,
+                              LLMI_DIM_FF_SHEXP, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_UP_SHEXP] = {"blk.%u.ffn_up_shexp.weight", "up_shexp", LLMI_DIM_EMBD,
+                            LLMI_DIM_FF_SHEXP, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_DOWN_SHEXP] = {"blk.%u.ffn_down_shexp.weight", "down_shexp", LLMI_DIM_FF_SHEXP,
+                              LLMI_DIM_EMBD, .ffn = LLMI_FFN_MOE},
 };
 
 const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
@@ -44,6 +64,13 @@ const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
     [LLMI_ROLE_K] = LLMI_REQUIRED, [LLMI_ROLE_V] = LLMI_REQUIRED, [LLMI_ROLE_O] = LLMI_REQUIRED,   \
     [LLMI_ROLE_FFN_NORM] = LLMI_REQUIRED, [LLMI_ROLE_GATE] = LLMI_REQUIRED,                        \
     [LLMI_ROLE_UP] = LLMI_REQUIRED, [LLMI_ROLE_DOWN] = LLMI_REQUIRED
+/* The routed FFN that replaces gate/up/down when the file has experts. */
+#define MOE_LAYER                                                                                  \
+    [LLMI_ROLE_FFN_ROUTER] = LLMI_REQUIRED, [LLMI_ROLE_GATE_EXPS] = LLMI_REQUIRED,                 \
+    [LLMI_ROLE_UP_EXPS] = LLMI_REQUIRED, [LLMI_ROLE_DOWN_EXPS] = LLMI_REQUIRED
+#define SHARED_EXPERT                                                                              \
+    [LLMI_ROLE_SHEXP_GATE_INP] = LLMI_REQUIRED, [LLMI_ROLE_GATE_SHEXP] = LLMI_REQUIRED,            \
+    [LLMI_ROLE_UP_SHEXP] = LLMI_REQUIRED, [LLMI_ROLE_DOWN_SHEXP] = LLMI_REQUIRED
 #define DECODER_MODEL                                                                              \
     [LLMI_ROLE_TOKEN_EMBD] = LLMI_REQUIRED, [LLMI_ROLE_OUTPUT_NORM] = LLMI_REQUIRED,               \
     [LLMI_ROLE_OUTPUT] = LLMI_OPTIONAL
@@ -57,12 +84,15 @@ static const llmi_arch arch_table[] = {
          * carries one; llama.cpp's converter writes none for this
          * architecture. */
         .name = "llama",
-        .layer = {DECODER_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_OPTIONAL,
+        .layer = {DECODER_LAYER, MOE_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_OPTIONAL,
                   [LLMI_ROLE_K_BIAS] = LLMI_OPTIONAL, [LLMI_ROLE_V_BIAS] = LLMI_OPTIONAL},
         .model = {DECODER_MODEL, [LLMI_ROLE_ROPE_FREQS] = LLMI_OPTIONAL},
         .rope = LLMI_ROPE_ADJACENT,
         .swa = LLMI_SWA_ALL,
         .swa_optional = true,
+        .experts = LLMI_OPTIONAL,
+        .expert_ff = LLMI_EXPERT_FF_IS_FF,
+        .expert_weights_norm = true,
     },
     {
         /* Qwen2 and Qwen2.5: Llama with Q/K/V biases and neox rope. */
@@ -92,6 +122,31 @@ static const llmi_arch arch_table[] = {
         .model = {DECODER_MODEL, [LLMI_ROLE_ROPE_FACTORS_LONG] = LLMI_OPTIONAL,
                   [LLMI_ROLE_ROPE_FACTORS_SHORT] = LLMI_OPTIONAL},
         .rope = LLMI_ROPE_HALVES,
+    },
+    {
+        /* Qwen1.5-MoE and Qwen2-MoE: Qwen2's attention, routed experts whose
+         * weights are not renormalized, and a gated shared expert. */
+        .name = "qwen2moe",
+        .layer = {DECODER_LAYER, MOE_LAYER, SHARED_EXPERT, [LLMI_ROLE_Q_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED, [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+        .experts = LLMI_REQUIRED,
+        .expert_ff = LLMI_EXPERT_FF_KEY,
+        .expert_weights_norm = false,
+    },
+    {
+        /* Qwen3-MoE (Qwen3-30B-A3B and kin): Qwen3's attention (QK-norm, no
+         * biases, neox rope) and a routed FFN in every layer, no shared
+         * expert. */
+        .name = "qwen3moe",
+        .layer = {DECODER_LAYER, MOE_LAYER, [LLMI_ROLE_Q_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_NORM] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .rope = LLMI_ROPE_HALVES,
+        .experts = LLMI_REQUIRED,
+        .expert_ff = LLMI_EXPERT_FF_KEY,
+        .expert_weights_norm = true,
     },
     {
         /* Gemma 3 (text): QK-norm, norms after attention and FFN as well as
@@ -144,5 +199,7 @@ llm_status llmi_arch_check(const llmi_features *f) {
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "attention logit soft-capping is not implemented yet (cap %g)",
                           (double)f->attn_softcap);
+    if (f->n_expert && f->ffn_act != LLMI_FFN_SWIGLU)
+        return llmi_error(LLM_ERR_UNSUPPORTED, "experts with a GeGLU FFN are not implemented yet");
     return LLM_OK;
 }

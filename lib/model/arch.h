@@ -46,6 +46,20 @@ typedef enum llmi_layer_role {
      * above, so the forward pass never sees them: */
     LLMI_ROLE_QKV,     /* [n_embd -> q | k | v rows]: views Q, K, V */
     LLMI_ROLE_GATE_UP, /* [n_embd -> 2 * n_ff], gate rows first: views GATE, UP */
+    /* Mixture of experts (docs/architectures.md): the router and the
+     * experts' SwiGLU weights, one matrix per expert stacked in a 3-D tensor
+     * (GGUF ne[2] = expert). They replace GATE, UP and DOWN in a model whose
+     * file has <arch>.expert_count. */
+    LLMI_ROLE_FFN_ROUTER,     /* [n_embd -> n_expert]: one logit per expert */
+    LLMI_ROLE_GATE_EXPS,      /* n_expert x [n_embd -> n_ff_exp] */
+    LLMI_ROLE_UP_EXPS,        /* n_expert x [n_embd -> n_ff_exp] */
+    LLMI_ROLE_DOWN_EXPS,      /* n_expert x [n_ff_exp -> n_embd] */
+    /* A shared expert every row goes through besides its routed ones
+     * (Qwen2-MoE), its output scaled by sigmoid(shexp_gate_inp . x). */
+    LLMI_ROLE_SHEXP_GATE_INP, /* [n_embd]: a vector, one scalar per row */
+    LLMI_ROLE_GATE_SHEXP,     /* [n_embd -> n_ff_shexp] */
+    LLMI_ROLE_UP_SHEXP,       /* [n_embd -> n_ff_shexp] */
+    LLMI_ROLE_DOWN_SHEXP,     /* [n_ff_shexp -> n_embd] */
     LLMI_LAYER_ROLES
 } llmi_layer_role;
 
@@ -84,13 +98,27 @@ typedef enum llmi_dim {
     LLMI_DIM_QKV,     /* (n_head + 2 * n_head_kv) * head_dim */
     LLMI_DIM_FF2,     /* 2 * n_ff */
     LLMI_DIM_ROPE_HALF, /* rope_dim / 2 */
+    LLMI_DIM_EXPERT,  /* n_expert */
+    LLMI_DIM_FF_EXP,  /* n_ff_exp: one expert's hidden width */
+    LLMI_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
 } llmi_dim;
+
+/* Which FFN a layer role belongs to: the file's <arch>.expert_count picks
+ * one, and the roles of the other are not looked up. */
+typedef enum llmi_role_ffn {
+    LLMI_FFN_ANY = 0, /* not an FFN weight: always looked up */
+    LLMI_FFN_DENSE,   /* only in a model without experts */
+    LLMI_FFN_MOE,     /* only in a model with experts */
+} llmi_role_ffn;
 
 typedef struct llmi_role_info {
     const char *name;   /* GGUF tensor name; layer roles have one %u, the layer index */
     const char *label;  /* short name for messages: "q_norm" */
     llmi_dim in, out;   /* matrix: in = columns (GGUF ne[0]), out = rows;
                            vector (out == LLMI_DIM_ONE): in elements, always F32 */
+    llmi_dim stack;     /* LLMI_DIM_ONE (0): a 2-D matrix or a vector; else a stack of that
+                           many matrices, GGUF ne[2], each [in -> out] (llmi_stack_slice) */
+    llmi_role_ffn ffn;
 } llmi_role_info;
 
 extern const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES];
@@ -110,6 +138,13 @@ typedef enum llmi_rope_layout {
     LLMI_ROPE_ADJACENT = 0, /* pairs (2i, 2i+1): llama.cpp's "norm" rope, Llama GGUFs */
     LLMI_ROPE_HALVES = 1,   /* pairs (i, i + d/2): "neox" rope, Qwen2 and others */
 } llmi_rope_layout;
+
+/* How wide one expert's FFN is. */
+typedef enum llmi_expert_ff {
+    LLMI_EXPERT_FF_IS_FF = 0, /* n_ff, <arch>.feed_forward_length (llama.cpp's Mixtral) */
+    LLMI_EXPERT_FF_KEY = 1,   /* <arch>.expert_feed_forward_length, by default
+                                 n_ff / expert_used_count (Qwen MoE) */
+} llmi_expert_ff;
 
 typedef enum llmi_embd_scale {
     LLMI_EMBD_SCALE_NONE = 0,
@@ -153,6 +188,13 @@ typedef struct llmi_arch {
      * for the global layers. Gemma 3 trains its local layers with 10000
      * while rope.freq_base (1e6) is the global layers'. */
     float swa_rope_base;
+    /* Mixture of experts: whether the file has <name>.expert_count (and
+     * <name>.expert_used_count): LLMI_ABSENT = never (the keys are ignored),
+     * OPTIONAL = a dense or a MoE model (Llama files hold Mixtral),
+     * REQUIRED = always. The FFN roles follow (llmi_role_ffn). */
+    llmi_need experts;
+    llmi_expert_ff expert_ff;
+    bool expert_weights_norm; /* the top-k weights divided by their sum */
 } llmi_arch;
 
 /* What one loaded model's forward pass does beyond the weights' presence:
@@ -167,6 +209,15 @@ typedef struct llmi_features {
     llmi_swa_kind swa;   /* LLMI_SWA_NONE when an optional window key is absent */
     uint32_t swa_period, swa_window; /* swa_window: positions a windowed layer sees */
     float swa_rope_base; /* RoPE base of windowed layers (the file's base if the row has none) */
+    /* Mixture of experts; n_expert 0 = a dense FFN. Each row's FFN output is
+     * sum over its n_expert_used best experts of weight * expert(x), the
+     * weights being the router's softmax at those experts (divided by their
+     * sum when expert_weights_norm). */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
+    bool expert_weights_norm;
+    /* <arch>.expert_shared_feed_forward_length, by default n_ff; used only
+     * by a model with the shared-expert weights. */
+    uint32_t n_ff_shexp;
 } llmi_features;
 
 /* Whether layer `layer` attends to a window of recent positions only: a

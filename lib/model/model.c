@@ -2,6 +2,8 @@
  * every shape checked against them, and the tokenizer. */
 #include "model/model.h"
 
+#include "hf/hf.h"
+
 #include <math.h>
 #include <stdio.h>
 
@@ -31,6 +33,40 @@ static llm_status check_dim(const char *what, uint32_t v, uint32_t max) {
     return LLM_OK;
 }
 
+/* The expert keys, as llama.cpp reads them: a file without expert_count is
+ * dense, one with it needs expert_used_count in 1..expert_count. */
+static llm_status load_experts(llm_model *m) {
+    const llmi_arch *a = m->arch;
+    llmi_features *f = &m->hp.features;
+    f->n_expert = f->n_expert_used = f->n_ff_exp = f->n_ff_shexp = 0;
+    f->expert_weights_norm = false;
+    if (a->experts == LLMI_ABSENT) return LLM_OK;
+    LLMI_TRY(get_arch_u32(m, "expert_count", a->experts == LLMI_REQUIRED, &f->n_expert));
+    if (f->n_expert == 0) {
+        if (a->experts == LLMI_REQUIRED)
+            return llmi_error(LLM_ERR_BAD_FORMAT, "%s.expert_count is 0", m->hp.arch);
+        return LLM_OK;
+    }
+    /* llama.cpp's limit (LLAMA_MAX_EXPERTS). */
+    LLMI_TRY(check_dim("expert_count", f->n_expert, 512));
+    LLMI_TRY(get_arch_u32(m, "expert_used_count", true, &f->n_expert_used));
+    if (f->n_expert_used == 0 || f->n_expert_used > f->n_expert)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "%s.expert_used_count = %u is out of range (1..expert_count %u)",
+                          m->hp.arch, f->n_expert_used, f->n_expert);
+    f->n_ff_exp = m->hp.n_ff;
+    if (a->expert_ff == LLMI_EXPERT_FF_KEY) {
+        f->n_ff_exp = m->hp.n_ff / f->n_expert_used;
+        LLMI_TRY(get_arch_u32(m, "expert_feed_forward_length", false, &f->n_ff_exp));
+    }
+    LLMI_TRY(check_dim("expert_feed_forward_length", f->n_ff_exp, 1u << 18));
+    f->n_ff_shexp = m->hp.n_ff;
+    LLMI_TRY(get_arch_u32(m, "expert_shared_feed_forward_length", false, &f->n_ff_shexp));
+    LLMI_TRY(check_dim("expert_shared_feed_forward_length", f->n_ff_shexp, 1u << 18));
+    f->expert_weights_norm = a->expert_weights_norm;
+    return LLM_OK;
+}
+
 /* The row's choices with the values of the keys it names. */
 static llm_status load_features(llm_model *m) {
     const llmi_arch *a = m->arch;
@@ -48,6 +84,7 @@ static llm_status load_features(llm_model *m) {
         !(f->logit_softcap >= 0.0f && f->logit_softcap < 1e6f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "soft-cap %g / %g is out of range",
                           (double)f->attn_softcap, (double)f->logit_softcap);
+    LLMI_TRY(load_experts(m));
     f->swa = a->swa;
     f->swa_period = a->swa_period;
     f->swa_rope_base = a->swa_rope_base > 0.0f ? a->swa_rope_base : m->hp.rope_base;
@@ -192,6 +229,9 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     case LLMI_DIM_FF: return hp->n_ff;
     case LLMI_DIM_HEAD: return hp->head_dim;
     case LLMI_DIM_VOCAB: return hp->n_vocab;
+    case LLMI_DIM_EXPERT: return hp->features.n_expert;
+    case LLMI_DIM_FF_EXP: return hp->features.n_ff_exp;
+    case LLMI_DIM_FF_SHEXP: return hp->features.n_ff_shexp;
     case LLMI_DIM_QKV: return (uint64_t)(hp->n_head + 2 * (uint64_t)hp->n_head_kv) * hp->head_dim;
     case LLMI_DIM_FF2: return 2 * (uint64_t)hp->n_ff;
     case LLMI_DIM_ROPE_HALF: return hp->rope_dim / 2;
@@ -199,17 +239,30 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     }
 }
 
+/* A matrix (stack 0), or `stack` matrices of one shape one after the
+ * other (GGUF ne[2]); then w describes one of them and holds the whole
+ * stack's data (llmi_stack_slice). */
 static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_tensor *t,
-                             uint64_t cols, uint64_t rows, llmi_weight *w) {
-    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+                             uint64_t cols, uint64_t rows, uint64_t stack, llmi_weight *w) {
+    bool shape_ok = t->n_dims == (stack ? 3u : 2u) && t->ne[0] == cols && t->ne[1] == rows &&
+                    (!stack || t->ne[2] == stack);
+    if (!shape_ok) {
+        if (stack)
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected "
+                              "[%llu, %llu, %llu] (columns, rows, experts)",
+                              name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                              (unsigned long long)t->ne[2], t->n_dims, (unsigned long long)cols,
+                              (unsigned long long)rows, (unsigned long long)stack);
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "tensor '%s' has shape [%llu, %llu] (%u dims), expected [%llu, %llu]",
                           name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                           t->n_dims, (unsigned long long)cols, (unsigned long long)rows);
+    }
     if (!has_kernel(t->type))
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "tensor '%s' has type %u, which has no kernel (F32, F16, BF16, Q4_0, "
-                          "Q4_1, Q8_0, Q4_K, Q6_K have)",
+                          "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K have)",
                           name, (unsigned)t->type);
     LLMI_TRY(check_aligned(name, t));
     w->data = t->data;
@@ -217,7 +270,7 @@ static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_ten
     w->rows = (int64_t)rows;
     w->cols = (int64_t)cols;
     w->row_bytes = llmi_ttype_row_bytes(t->type, cols);
-    m->n_params += rows * cols;
+    m->n_params += rows * cols * (stack ? stack : 1);
     m->weight_bytes += t->nbytes;
     return LLM_OK;
 }
@@ -258,7 +311,8 @@ static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need n
     if (!t) return LLM_OK;
     uint64_t in = role_dim(&m->hp, role->in);
     if (role->out == LLMI_DIM_ONE) return map_vector(m, name, t, in, w);
-    return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), w);
+    uint64_t stack = role->stack == LLMI_DIM_ONE ? 0 : role_dim(&m->hp, role->stack);
+    return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), stack, w);
 }
 
 /* Rows [row0, row0 + rows) of a mapped matrix as a weight of their own:
@@ -319,10 +373,14 @@ static llm_status map_weights(llm_model *m) {
     if (hp->tied_embeddings) m->w[LLMI_ROLE_OUTPUT] = m->w[LLMI_ROLE_TOKEN_EMBD];
     m->layers = llmi_calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return llmi_oom("layer table");
+    /* A model has one kind of FFN: the other kind's roles are not looked up. */
+    llmi_role_ffn skip = hp->features.n_expert ? LLMI_FFN_DENSE : LLMI_FFN_MOE;
     for (uint32_t i = 0; i < hp->n_layer; i++) {
-        for (int r = 0; r < LLMI_LAYER_ROLES; r++)
-            LLMI_TRY(map_role(m, &llmi_layer_roles[r], (llmi_need)m->arch->layer[r], i,
-                              &m->layers[i].w[r]));
+        for (int r = 0; r < LLMI_LAYER_ROLES; r++) {
+            llmi_need need = (llmi_need)m->arch->layer[r];
+            if (llmi_layer_roles[r].ffn == skip) need = LLMI_ABSENT;
+            LLMI_TRY(map_role(m, &llmi_layer_roles[r], need, i, &m->layers[i].w[r]));
+        }
         split_fused(hp, &m->layers[i]);
     }
     return LLM_OK;
@@ -394,6 +452,11 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                                  fp_f32(ft->swa ? ft->swa_rope_base : 0.0f)};
         for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
     }
+    if (ft->n_expert) {
+        const uint64_t moe[] = {ft->n_expert, ft->n_expert_used, ft->n_ff_exp,
+                                ft->expert_weights_norm, ft->n_ff_shexp};
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) fp_u64(&f, moe[i]);
+    }
     const llmi_gguf *g = m->file;
     fp_u64(&f, g->n_tensors);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -421,7 +484,8 @@ llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
     if (!m) return llmi_oom("model");
-    llm_status st = llmi_gguf_open(path, use_mmap, &m->file);
+    llm_status st = llmi_hf_is_folder(path) ? llmi_hf_open(path, use_mmap, &m->file)
+                                            : llmi_gguf_open(path, use_mmap, &m->file);
     if (st != LLM_OK) goto fail;
     if ((st = load_arch(m, arch)) != LLM_OK) goto fail;
     if ((st = load_hparams(m)) != LLM_OK) goto fail;

@@ -26,6 +26,15 @@ typedef struct llmi_layer {
     llmi_weight w[LLMI_LAYER_ROLES];
 } llmi_layer;
 
+/* Matrix e of a stacked role's weight (llmi_role_info.stack, e.g. expert e
+ * of LLMI_ROLE_GATE_EXPS): the stack's view has one matrix's rows and cols,
+ * and its data holds the matrices one after the other. */
+static inline llmi_weight llmi_stack_slice(const llmi_weight *stack, uint32_t e) {
+    llmi_weight w = *stack;
+    w.data = (const uint8_t *)stack->data + (size_t)e * (size_t)stack->rows * stack->row_bytes;
+    return w;
+}
+
 struct llm_model {
     llmi_gguf *file;
     const llmi_arch *arch; /* its row of the architecture table */

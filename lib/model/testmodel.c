@@ -67,6 +67,10 @@ static uint32_t head_dim(const llmi_testmodel_params *p) {
     return p->head_dim ? p->head_dim : p->n_embd / p->n_head;
 }
 
+static uint32_t ff_exp(const llmi_testmodel_params *p) {
+    return p->n_ff_exp ? p->n_ff_exp : p->n_ff;
+}
+
 /* splitmix64: tiny, seedable with any value, identical everywhere. */
 static uint64_t next_u64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -156,6 +160,10 @@ static uint32_t file_type(llmi_ttype t) {
         return 3;
     case LLMI_T_Q8_0:
         return 7;
+    case LLMI_T_Q5_0:
+        return 8;
+    case LLMI_T_Q5_1:
+        return 9;
     case LLMI_T_BF16:
         return 32;
     default:
@@ -178,14 +186,16 @@ static llm_status check_params(const llmi_testmodel_params *p) {
                           "testmodel: n_embd %u, n_head %u, n_head_kv %u do not divide evenly"
                           " into even-sized heads",
                           p->n_embd, p->n_head, p->n_head_kv);
-    if (p->n_embd % ti->block || p->n_ff % ti->block || (p->n_head * head_dim(p)) % ti->block)
+    if (p->n_embd % ti->block || p->n_ff % ti->block || (p->n_head * head_dim(p)) % ti->block ||
+        ff_exp(p) % ti->block || p->n_ff_shexp % ti->block)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "testmodel: n_embd %u, n_ff %u and n_head * head_dim must be multiples"
                           " of %s's block %u",
                           p->n_embd, p->n_ff, ti->name, ti->block);
     if (!p->arch || !*p->arch || strlen(p->arch) > 24)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad architecture name");
-    if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024 || p->n_vocab_pad > 1u << 20)
+    if (p->n_embd > 65536 || p->n_ff > 1u << 20 || p->n_layer > 1024 || p->n_vocab_pad > 1u << 20 ||
+        p->n_expert > 1024 || p->n_ff_exp > 1u << 20 || p->n_ff_shexp > 1u << 20)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: sizes too large");
     if (!(p->rope_base > 0) || !(p->rms_eps > 0) || !isfinite(p->weight_scale))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "testmodel: bad rope_base/rms_eps/scale");
@@ -259,6 +269,14 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
         LLMI_TRY(llmi_gguf_w_str(w, AK("rope.scaling.type"), "linear"));
         LLMI_TRY(llmi_gguf_w_f32(w, AK("rope.scaling.factor"), p->rope_scaling));
     }
+    if (p->n_expert) {
+        LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_count"), p->n_expert));
+        LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_used_count"), p->n_expert_used));
+        if (p->n_ff_exp)
+            LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_feed_forward_length"), p->n_ff_exp));
+        if (p->n_ff_shexp)
+            LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_shared_feed_forward_length"), p->n_ff_shexp));
+    }
 #undef AK
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", false));
     LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));
@@ -277,13 +295,46 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
 
 /* Fills `buf` with n values and adds it as tensor `name`. Norm scales sit
  * around 1 so activations keep their size through the layers. */
-static llm_status w_random(llmi_gguf_writer *w, uint64_t *rng, float *buf, const char *name,
-                           llmi_ttype type, uint64_t ne0, uint64_t ne1, bool norm, float scale) {
-    uint64_t ne[2] = {ne0, ne1};
-    size_t n = (size_t)(ne0 * ne1);
+static llm_status w_random_dims(llmi_gguf_writer *w, uint64_t *rng, float *buf, const char *name,
+                                llmi_ttype type, uint32_t n_dims, const uint64_t ne[3], bool norm,
+                                float scale) {
+    size_t n = (size_t)(ne[0] * ne[1] * ne[2]);
     for (size_t i = 0; i < n; i++)
         buf[i] = norm ? 1.0f + 0.1f * next_sym(rng) : scale * next_sym(rng);
-    return llmi_gguf_w_tensor(w, name, norm ? LLMI_T_F32 : type, ne1 > 1 ? 2 : 1, ne, buf);
+    return llmi_gguf_w_tensor(w, name, norm ? LLMI_T_F32 : type, n_dims, ne, buf);
+}
+
+static llm_status w_random(llmi_gguf_writer *w, uint64_t *rng, float *buf, const char *name,
+                           llmi_ttype type, uint64_t ne0, uint64_t ne1, bool norm, float scale) {
+    const uint64_t ne[3] = {ne0, ne1, 1};
+    return w_random_dims(w, rng, buf, name, type, ne1 > 1 ? 2 : 1, ne, norm, scale);
+}
+
+/* The routed FFN of layer l in place of ffn_gate/up/down. The router is
+ * F32, as llama.cpp's quantizer keeps it; its rows are scaled up so the
+ * softmax is far from uniform and routing matters. */
+static llm_status w_experts(llmi_gguf_writer *w, const llmi_testmodel_params *p, uint64_t *rng,
+                            float *buf, uint32_t l) {
+    uint32_t e = p->n_embd, ff = ff_exp(p), ne = p->n_expert;
+    float s = p->weight_scale;
+    char nm[64];
+#define NM(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
+    const uint64_t router[3] = {e, ne, 1}, in[3] = {e, ff, ne}, out[3] = {ff, e, ne};
+    LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_gate_inp.weight"), LLMI_T_F32, 2, router, false,
+                           4 * s));
+    LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_gate_exps.weight"), p->type, 3, in, false, s));
+    LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_up_exps.weight"), p->type, 3, in, false, s));
+    LLMI_TRY(w_random_dims(w, rng, buf, NM("ffn_down_exps.weight"), p->type, 3, out, false, s));
+    if (p->n_ff_shexp) {
+        uint32_t fs = p->n_ff_shexp;
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_gate_inp_shexp.weight"), LLMI_T_F32, e, 1, false,
+                          s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_gate_shexp.weight"), p->type, e, fs, false, s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_up_shexp.weight"), p->type, e, fs, false, s));
+        LLMI_TRY(w_random(w, rng, buf, NM("ffn_down_shexp.weight"), p->type, fs, e, false, s));
+    }
+#undef NM
+    return LLM_OK;
 }
 
 /* The optional per-layer tensors the params ask for (after the others, so
@@ -332,12 +383,16 @@ static llm_status w_tensors(llmi_gguf_writer *w, const llmi_testmodel_params *p,
             {"attn_v", 0, 1, false},   {"attn_output", 3, 0, false}, {"ffn_norm", 0, 0, true},
             {"ffn_gate", 0, 2, false}, {"ffn_up", 0, 2, false},      {"ffn_down", 2, 0, false},
         };
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        /* The first six parts are attention and ffn_norm; the dense FFN follows. */
+        size_t n_parts = p->n_expert ? 6 : sizeof parts / sizeof parts[0];
+        for (size_t i = 0; i < n_parts; i++) {
             uint32_t dims[4] = {e, kv, p->n_ff, q};
             snprintf(nm, sizeof nm, "blk.%u.%s.weight", l, parts[i].suffix);
             uint64_t ne1 = parts[i].norm ? 1 : dims[parts[i].out];
             LLMI_TRY(w_random(w, &rng, buf, nm, t, dims[parts[i].in], ne1, parts[i].norm, s));
         }
+        if (p->n_expert)
+            LLMI_TRY(w_experts(w, p, &rng, buf, l));
         LLMI_TRY(w_features(w, p, &rng, buf, l));
     }
     LLMI_TRY(w_random(w, &rng, buf, "output_norm.weight", t, e, 1, true, s));
@@ -364,6 +419,10 @@ static llm_status build(const llmi_testmodel_params *p, llmi_gguf_writer **out) 
         big = kv;
     if (p->n_embd > big)
         big = p->n_embd;
+    if (p->n_expert && (size_t)p->n_expert * ff_exp(p) > big)
+        big = (size_t)p->n_expert * ff_exp(p);
+    if (p->n_ff_shexp > big)
+        big = p->n_ff_shexp;
     buf = llmi_calloc(big * p->n_embd, sizeof *buf);
     if (!buf) {
         st = llmi_oom("testmodel scratch");

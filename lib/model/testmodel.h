@@ -41,6 +41,18 @@ typedef struct llmi_testmodel_params {
     float logit_softcap;      /* > 0: <arch>.final_logit_softcapping */
     uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window */
     float rope_scaling;       /* > 0: <arch>.rope.scaling.type "linear" and .factor */
+    /* > 0: a mixture-of-experts FFN in every layer instead of the dense
+     * one: <arch>.expert_count / expert_used_count, blk.N.ffn_gate_inp
+     * ([n_embd -> n_expert]) and blk.N.ffn_{gate,up,down}_exps (3-D, ne[2] =
+     * expert). n_ff stays <arch>.feed_forward_length. */
+    uint32_t n_expert;
+    uint32_t n_expert_used;   /* 1..n_expert (not checked: tests write bad files) */
+    uint32_t n_ff_exp;        /* 0: experts are n_ff wide and no key is written; else
+                                 <arch>.expert_feed_forward_length */
+    uint32_t n_ff_shexp;      /* > 0 (with n_expert): a shared expert of this width,
+                                 blk.N.ffn_{gate,up,down}_shexp and the vector
+                                 blk.N.ffn_gate_inp_shexp, and the key
+                                 <arch>.expert_shared_feed_forward_length */
 } llmi_testmodel_params;
 
 void llmi_testmodel_params_init(llmi_testmodel_params *p);

@@ -31,9 +31,9 @@
  * Tests:
  *   table           the table under test comes from the registry, has a
  *                   supported version and every required entry;
- *   weights/<type>  F32, F16, BF16, Q8_0, Q4_0, Q4_1 (n_embd 96, 6 heads,
- *                   2 KV heads, vocabulary 307) and Q4_K, Q6_K (n_embd 256,
- *                   n_ff 256, 1 KV head): mixed steps agree;
+ *   weights/<type>  F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (n_embd
+ *                   96, 6 heads, 2 KV heads, vocabulary 307) and Q4_K, Q6_K
+ *                   (n_embd 256, n_ff 256, 1 KV head): mixed steps agree;
  *   odd_shapes      n_embd 72 / 48 / 160, head_dim set apart from n_embd,
  *                   MQA and no GQA, 3 layers, tied embeddings, vocabulary
  *                   320 / 308, block sizes 16, 5, 7;
@@ -284,7 +284,8 @@ typedef struct type_case {
 
 static const type_case k_types[] = {
     {LLMI_T_F32, "F32"},   {LLMI_T_F16, "F16"},   {LLMI_T_BF16, "BF16"}, {LLMI_T_Q8_0, "Q8_0"},
-    {LLMI_T_Q4_0, "Q4_0"}, {LLMI_T_Q4_1, "Q4_1"}, {LLMI_T_Q4_K, "Q4_K"}, {LLMI_T_Q6_K, "Q6_K"},
+    {LLMI_T_Q4_0, "Q4_0"}, {LLMI_T_Q4_1, "Q4_1"}, {LLMI_T_Q5_0, "Q5_0"}, {LLMI_T_Q5_1, "Q5_1"},
+    {LLMI_T_Q4_K, "Q4_K"}, {LLMI_T_Q6_K, "Q6_K"},
 };
 
 static void test_weights(void **state) {
@@ -1015,6 +1016,8 @@ int main(void) {
         TYPE_TEST(5),
         TYPE_TEST(6),
         TYPE_TEST(7),
+        TYPE_TEST(8),
+        TYPE_TEST(9),
         cmocka_unit_test(test_odd_shapes),
         KV_TEST(0),
         KV_TEST(1),
@@ -1030,14 +1033,16 @@ int main(void) {
         cmocka_unit_test(test_copier_failure),
     };
     /* readable names: weights/F16, kv/bf16 */
-    static char names[11][32];
-    for (size_t i = 0; i < 8; i++) {
+    enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
+    _Static_assert(N_TYPES == 10, "one TYPE_TEST per k_types entry");
+    static char names[N_TYPES + 3][32];
+    for (size_t i = 0; i < N_TYPES; i++) {
         snprintf(names[i], sizeof names[i], "weights/%s", k_types[i].name);
         tests[1 + i].name = names[i];
     }
     for (size_t i = 0; i < 3; i++) {
-        snprintf(names[8 + i], sizeof names[8 + i], "kv/%s", k_kv[i].name);
-        tests[10 + i].name = names[8 + i];
+        snprintf(names[N_TYPES + i], sizeof names[N_TYPES + i], "kv/%s", k_kv[i].name);
+        tests[2 + N_TYPES + i].name = names[N_TYPES + i];
     }
     if (getenv("LLM_TEST_FILTER"))
         cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));

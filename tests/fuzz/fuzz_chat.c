@@ -11,7 +11,13 @@
  * LLM_ERR_INVALID_UTF8. Otherwise the output must equal the rendering
  * computed here independently (which contains every role and content, the
  * Llama 3 contents trimmed as Jinja's trim filter does), the size query
- * must report its length, and a buffer one byte short must be refused. */
+ * must report its length, and a buffer one byte short must be refused.
+ *
+ * The other template families (Qwen2.5, Qwen3, Llama 2, Gemma, Mistral,
+ * Phi-3; their renderings are checked against jinja2 in test_chat) run too,
+ * through minimal templates holding the text that selects each one: either
+ * a rejection with LLM_ERR_INVALID_ARGUMENT, or a size query and a rendering
+ * that agree with each other. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "gguf/gguf.h"
 #include "model/testmodel.h"
@@ -20,7 +26,7 @@
 #include "fuzz_util.h"
 
 enum { MAX_MSG = 64 };
-enum kind { CHATML, CHATML_SMOL, LLAMA3 };
+enum kind { CHATML, CHATML_SMOL, LLAMA3, OTHER_FAMILY };
 
 static const char smol_system[] = "<|im_start|>system\nYou are a helpful AI assistant named "
                                   "SmolLM, trained by Hugging Face<|im_end|>\n";
@@ -35,11 +41,26 @@ static const char llama3_tmpl[] =
     "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
+/* What lib/tokenizer/chat.c recognises each remaining family by. */
+static const char *const other_family_tmpls[] = {
+    "{{ bos_token }}<start_of_turn>first_user_prefix",           /* Gemma 3 */
+    "{{ bos_token }}<start_of_turn>System role not supported",   /* Gemma 2 */
+    "<|im_start|><tool_response>messages[0]['role'] == 'system'" /* Qwen2.5 */
+    "{{ '<|im_start|>system\\nDefault.<|im_end|>\\n' }}",
+    "<|im_start|>last_query_index</think>",                       /* Qwen3 */
+    "<<SYS>>[INST]{{ bos_token + '[INST] ' + content.strip() }}", /* Llama 2 */
+    "{{ bos_token }}'[INST] ' + message['content'] + ' [/INST]'", /* Mistral v1 */
+    "{{ bos_token }}[INST]' [INST] ' + system_message",           /* Mistral v0.2 */
+    "{{ bos_token }}[AVAILABLE_TOOLS]\"[INST] \"",                /* Mistral v3 */
+    "<|system|><|user|><|assistant|><|end|>eos_token",            /* Phi-3 */
+    "{{ bos_token }}<|user|><|assistant|><|end|>",                /* Phi-3, first release */
+};
+
 typedef struct tok_case {
     llmi_tokenizer *t;
     enum kind kind;
 } tok_case;
-static tok_case g_cases[4];
+static tok_case g_cases[4 + sizeof other_family_tmpls / sizeof *other_family_tmpls];
 static int g_n_cases;
 
 static llmi_tokenizer *from_buffer(void *data, size_t size) {
@@ -101,6 +122,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     g_cases[g_n_cases++] = (tok_case){with_template(chatml_tmpl), CHATML};
     g_cases[g_n_cases++] = (tok_case){with_template(llama3_tmpl), LLAMA3};
+    for (size_t i = 0; i < sizeof other_family_tmpls / sizeof *other_family_tmpls; i++)
+        g_cases[g_n_cases++] = (tok_case){with_template(other_family_tmpls[i]), OTHER_FAMILY};
     return 0;
 }
 
@@ -211,6 +234,30 @@ static void expected(enum kind k, const llm_chat_message *m, size_t n, bool gen,
         puts_(b, "<|im_start|>assistant\n");
 }
 
+/* A family without an independent rendering here: the template's own
+ * rejection, or a rendering of exactly the size the query reported. */
+static void check_other_family(const llmi_tokenizer *t, const llm_chat_message *msgs, size_t n,
+                               bool gen, llm_status st, size_t need) {
+    if (st == LLM_ERR_INVALID_ARGUMENT) {
+        FUZZ_CHECK(strstr(llmi_error_message(), "template"), "rejection without a reason: %s",
+                   llmi_error_message());
+        return;
+    }
+    FUZZ_CHECK(st == LLM_ERR_BUFFER_TOO_SMALL && need >= 1, "size query gave %d (%s)", st,
+               llmi_error_message());
+    char *buf = malloc(need);
+    size_t got = 0;
+    if (need > 1)
+        FUZZ_CHECK(llmi_chat_apply(t, msgs, n, gen, buf, need - 1, &got) ==
+                           LLM_ERR_BUFFER_TOO_SMALL &&
+                       got == need,
+                   "one byte short: %zu", got);
+    st = llmi_chat_apply(t, msgs, n, gen, buf, need, &got);
+    FUZZ_CHECK(st == LLM_OK && got + 1 == need && buf[got] == '\0' && strlen(buf) <= got,
+               "render %d, %zu bytes of %zu", st, got, need);
+    free(buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0)
         return 0;
@@ -248,6 +295,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         llm_status st = llmi_chat_apply(t, msgs, n, gen, NULL, 0, &need);
         if (!valid) {
             FUZZ_CHECK(st == LLM_ERR_INVALID_UTF8, "invalid UTF-8 gave %d", st);
+            continue;
+        }
+        if (g_cases[c].kind == OTHER_FAMILY) {
+            check_other_family(t, msgs, n, gen, st, need);
             continue;
         }
         FUZZ_CHECK(st == LLM_ERR_BUFFER_TOO_SMALL, "size query gave %d (%s)", st,

@@ -238,6 +238,42 @@ static void state_seeds(void) {
     llmi_model_free(m);
 }
 
+/* ---- safetensors: header length, JSON header (padded to 8), data ---- */
+
+static void st_seed(const char *name, const char *header, size_t data_bytes) {
+    size_t hl = strlen(header), pad = (8 - hl % 8) % 8, n = 8 + hl + pad + data_bytes;
+    unsigned char *b = calloc(1, n);
+    if (!b)
+        die("safetensors seed");
+    uint64_t len = hl + pad;
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(len >> (8 * i));
+    memcpy(b + 8, header, hl);
+    memset(b + 8 + hl, ' ', pad);
+    save("safetensors", name, b, n);
+    free(b);
+}
+
+static void safetensors_seeds(void) {
+    st_seed("one-f32.safetensors",
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 16);
+    st_seed("metadata.safetensors",
+            "{\"__metadata__\":{\"format\":\"pt\"},\"a.bias\":{\"dtype\":\"F16\",\"shape\":[3],"
+            "\"data_offsets\":[0,6]},\"b.weight\":{\"dtype\":\"BF16\",\"shape\":[1,2,2],"
+            "\"data_offsets\":[6,14]}}",
+            14);
+    st_seed("empty-tensor.safetensors",
+            "{\"e\":{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[0,0]},\"x\":{\"dtype\":"
+            "\"F16\",\"shape\":[4],\"data_offsets\":[0,8]}}",
+            8);
+    st_seed("no-tensors.safetensors", "{}", 0);
+    st_seed("bad-dtype.safetensors",
+            "{\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8);
+    st_seed("overlap.safetensors",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":"
+            "\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+            12);
+}
+
 /* ---- tokenize and chat: text ---- */
 
 static void text_seed(const char *target, const char *name, const char *text, size_t n) {
@@ -258,6 +294,7 @@ int main(int argc, char **argv) {
     model_seed("q4_0.gguf", LLMI_T_Q4_0, 32, 32, 1, true);
 
     state_seeds();
+    safetensors_seeds();
 
     TEXT("tokenize", "english.txt",
          "Hello world! The quick brown fox jumps over the lazy dog.\n"

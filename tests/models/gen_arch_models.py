@@ -63,6 +63,16 @@ SHAPES = {
     "rope_freqs.weight": ("rope_half",),
     "rope_factors_long.weight": ("rope_half",),
     "rope_factors_short.weight": ("rope_half",),
+    # Mixture of experts: the router, each expert's matrix stacked on a third
+    # dimension (ne[2] = expert), and Qwen2-MoE's shared expert with its gate.
+    "ffn_gate_inp.weight": ("embd", "expert"),
+    "ffn_gate_exps.weight": ("embd", "ff_exp", "expert"),
+    "ffn_up_exps.weight": ("embd", "ff_exp", "expert"),
+    "ffn_down_exps.weight": ("ff_exp", "embd", "expert"),
+    "ffn_gate_inp_shexp.weight": ("embd",),
+    "ffn_gate_shexp.weight": ("embd", "ff_shexp"),
+    "ffn_up_shexp.weight": ("embd", "ff_shexp"),
+    "ffn_down_shexp.weight": ("ff_shexp", "embd"),
     # malformed on purpose, for the loader's error tests
     "attn_qkv_short.weight": ("embd", "q"),
     "ffn_up_unfused.weight": ("embd", "ff"),
@@ -81,6 +91,10 @@ QK_NORM = ["attn_q_norm.weight", "attn_k_norm.weight"]
 PHI3_LAYER = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
               "ffn_up_fused.weight", "ffn_down.weight"]
 POST_NORMS = ["post_attention_norm.weight", "post_ffw_norm.weight"]
+MOE_LAYER = LLAMA_LAYER[:6] + ["ffn_gate_inp.weight", "ffn_gate_exps.weight",
+                               "ffn_up_exps.weight", "ffn_down_exps.weight"]
+SHARED_EXPERT = ["ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+                 "ffn_down_shexp.weight"]
 MODEL_TIED = ["token_embd.weight", "output_norm.weight"]
 MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 
@@ -93,6 +107,10 @@ MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 #   rope_base, eps, context
 #   matrix    GGUF type of the 2-D weights: "F32", "F16" or "Q8_0"
 #   embd      type of token_embd (default: matrix)
+#   f32       keys of SHAPES written F32 whatever `matrix` says (MoE routers,
+#             which llama.cpp's quantizer keeps F32)
+#   n_expert, n_ff_exp, n_ff_shexp   MoE sizes ("expert", "ff_exp" (default
+#             n_ff), "ff_shexp" (default n_ff)); the keys go in `keys`
 #   layer     tensors of every layer (keys of SHAPES, "blk.N." added)
 #   model     tensors outside the layers
 #   keys      extra metadata {key: value}; "<arch>." is prepended unless the
@@ -174,6 +192,51 @@ MODELS = [
         "layer": LLAMA_LAYER, "model": MODEL_TIED + ["rope_freqs.weight"],
     },
     {
+        # Qwen3-MoE: QK-norm, neox rope, 8 experts of width 32 (not
+        # feed_forward_length), 2 used, renormalized.
+        "name": "qwen3moe", "arch": "qwen3moe", "seed": 111,
+        "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "head_dim": 32,
+        "n_ff": 96, "n_expert": 8, "n_ff_exp": 32,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "keys": {"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 32},
+        "layer": MOE_LAYER + QK_NORM, "model": MODEL_UNTIED,
+    },
+    {
+        # Qwen2-MoE: Q/K/V biases, 8 experts of width 32, 2 used, weights not
+        # renormalized, and a shared expert of width 96 behind a sigmoid gate.
+        "name": "qwen2moe", "arch": "qwen2moe", "seed": 112,
+        "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2,
+        "n_ff": 128, "n_expert": 8, "n_ff_exp": 32, "n_ff_shexp": 96,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "keys": {"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 32,
+                 "expert_shared_feed_forward_length": 96},
+        "layer": MOE_LAYER + BIASES + SHARED_EXPERT, "model": MODEL_UNTIED,
+    },
+    {
+        # Mixtral as llama.cpp writes it: a Llama file with 4 experts as wide
+        # as feed_forward_length, 2 used, renormalized.
+        "name": "mixtral", "arch": "llama", "seed": 113,
+        "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 64, "n_expert": 4,
+        "rope_base": 1000000.0, "eps": 1e-5, "context": 256,
+        "matrix": "F32", "activations": "f32",
+        "keys": {"expert_count": 4, "expert_used_count": 2},
+        "layer": MOE_LAYER, "model": MODEL_TIED,
+    },
+    {
+        # The same in Q8_0 with an F32 router. 8-bit activations move router
+        # probabilities by a few 1e-3, enough to flip a routing decision that
+        # close and with it a position's logits by a few 1e-2 std; this seed
+        # has none that close (tests/models/README.md).
+        "name": "mixtral-q8_0", "arch": "llama", "seed": 114,
+        "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 64, "n_expert": 4,
+        "rope_base": 1000000.0, "eps": 1e-5, "context": 256,
+        "matrix": "Q8_0", "f32": ["ffn_gate_inp.weight"], "activations": "8bit",
+        "keys": {"expert_count": 4, "expert_used_count": 2},
+        "layer": MOE_LAYER, "model": MODEL_TIED,
+    },
+    {
         # Gemma 3: QK-norm, post-norms, GeGLU, sqrt(n_embd) embedding scale,
         # tied output; a 5-position window on layers 0-4 and 6 (layer 5
         # global) over sequences of up to 40, and the windowed layers' own
@@ -222,6 +285,8 @@ def sizes(m):
         "embd": m["n_embd"], "q": m["n_head"] * head, "kv": m["n_head_kv"] * head,
         "head": head, "ff": m["n_ff"], "ff2": 2 * m["n_ff"], "vocab": m["n_vocab"],
         "rope_half": head // 2,
+        "expert": m.get("n_expert", 0), "ff_exp": m.get("n_ff_exp", m["n_ff"]),
+        "ff_shexp": m.get("n_ff_shexp", m["n_ff"]),
     }
     d["qkv"] = d["q"] + 2 * d["kv"]
     return d
@@ -242,7 +307,7 @@ def tensor_values(rng, key, shape):
             # frequencies' factors large so the scaling shows.
             return np.linspace(1.0, 8.0, shape[0]).astype(np.float32)
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)  # biases
-    fan_in = shape[1]  # numpy shape is (rows, cols) = (out, in)
+    fan_in = shape[-1]  # numpy shape is ([experts,] rows, cols) = ([experts,] out, in)
     if base in ("token_embd", "output"):
         scale = 0.3
     else:
@@ -323,7 +388,7 @@ def build_model(m, path, reader):
     for name, key in names:
         shape = tuple(d[s] for s in reversed(SHAPES[key]))  # numpy order: (rows, cols)
         values = tensor_values(rng, key, shape)
-        if len(shape) == 1:
+        if len(shape) == 1 or key in m.get("f32", ()):
             w.add_tensor(name, values)
         elif key == "token_embd.weight":
             add_matrix(w, name, values, m.get("embd", m["matrix"]))

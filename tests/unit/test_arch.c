@@ -531,7 +531,7 @@ static void test_refusals(void **state) {
     llmi_testmodel_params p;
     init_params(&p, "gpt-99", 21);
     expect(&p, NULL, LLM_ERR_UNSUPPORTED,
-           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)");
+           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3)");
 
     /* A row whose name is not the file's. */
     llmi_arch other = base_row("llama");
@@ -585,7 +585,7 @@ static void test_table(void **state) {
     (void)state;
     char list[256];
     llmi_arch_supported_list(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, phi3, gemma3");
+    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3");
     char small[8];
     llmi_arch_supported_list(small, sizeof small);
     assert_string_equal(small, "llama, ");

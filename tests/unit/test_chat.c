@@ -2,6 +2,9 @@
  * message) and Llama 3, rendered exactly as Jinja renders the templates
  * (expected strings from jinja2 3.1.6 on the same templates), generation
  * prompts, unsupported or missing templates, argument and buffer errors.
+ * Every recognised family is compared byte for byte with what jinja2 renders
+ * from the models' own templates (tests/models/gen_chat_templates.py writes
+ * the conversations and the expected texts into $LLM_TEST_MODELS/chat/).
  * Tokenizers are built in memory with the GGUF writer; the real model's
  * template is checked too when LLM_TEST_MODEL names a readable file. */
 #include "core/core.h"
@@ -49,10 +52,10 @@ static const char llama3_tmpl[] =
     "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
-/* A SentencePiece vocabulary whose BOS is <|begin_of_text|>, with `tmpl`
- * as tokenizer.chat_template (none when NULL). */
-static llmi_tokenizer *make(const char *tmpl) {
-    static const char *const tokens[] = {"<unk>", "<|begin_of_text|>", "</s>", "a", "b"};
+/* A SentencePiece vocabulary whose BOS (id 1) and EOS (id 2) have the given
+ * texts, with `tmpl` as tokenizer.chat_template (none when NULL). */
+static llmi_tokenizer *make_with(const char *tmpl, const char *bos, const char *eos) {
+    const char *const tokens[] = {"<unk>", bos, eos, "a", "b"};
     static const int32_t types[] = {LLMI_TOKTYPE_UNKNOWN, LLMI_TOKTYPE_CONTROL,
                                     LLMI_TOKTYPE_CONTROL, LLMI_TOKTYPE_NORMAL, LLMI_TOKTYPE_NORMAL};
     llmi_gguf_writer *w;
@@ -64,6 +67,8 @@ static llmi_tokenizer *make(const char *tmpl) {
     OK(llmi_gguf_w_str(w, "tokenizer.ggml.model", "llama"));
     OK(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, 5));
     OK(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 5));
+    OK(llmi_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1));
+    OK(llmi_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2));
     if (tmpl)
         OK(llmi_gguf_w_str(w, "tokenizer.chat_template", tmpl));
     OK(llmi_gguf_writer_to_memory(w, &data, &size));
@@ -73,6 +78,9 @@ static llmi_tokenizer *make(const char *tmpl) {
     llmi_gguf_close(g);
     llmi_free(data);
     return t;
+}
+static llmi_tokenizer *make(const char *tmpl) {
+    return make_with(tmpl, "<|begin_of_text|>", "</s>");
 }
 
 static const llm_chat_message user_only[] = {{"user", "Hello!"}};
@@ -170,6 +178,22 @@ static void test_unsupported(void **state) {
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
                "not recognised");
     llmi_tokenizer_free(t);
+    /* Mistral v7 ([SYSTEM_PROMPT]), v3-Tekken ("[INST]" without the space)
+     * and ChatML templates with their own <think> handling (QwQ) are not
+     * rendered in a near form: refused */
+    static const char *const refused[] = {
+        "{{ bos_token }}{{ '[SYSTEM_PROMPT]' + s + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + c + "
+        "'[/INST]' }}",
+        "{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- \"[INST]\" + message[\"content\"] + "
+        "\"[/INST]\" }}",
+        "{{'<|im_start|>' + m.role + '\\n'}}{% set c = m.content.split('</think>')[-1] %}",
+    };
+    for (size_t i = 0; i < N(refused); i++) {
+        t = make(refused[i]);
+        EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n),
+                   LLM_ERR_UNSUPPORTED, "not recognised");
+        llmi_tokenizer_free(t);
+    }
     /* Phi-4 uses <|im_start|> with <|im_sep|>: not ChatML */
     t = make("{{'<|im_start|>' + message['role'] + '<|im_sep|>'}}");
     EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
@@ -212,6 +236,156 @@ static void test_errors_and_buffers(void **state) {
     llmi_tokenizer_free(t);
 }
 
+/* --- every family against jinja2 (gen_chat_templates.py) --------------- */
+
+/* The families gen_chat_templates.py renders; a missing file fails. */
+static const char *const families[] = {
+    "chatml", "smollm2", "qwen2",      "qwen2.5",           "qwen3",      "llama3", "llama2",
+    "gemma2", "gemma3",  "mistral-v1", "mistral-v1-system", "mistral-v3", "phi3",   "phi3-early",
+};
+
+#define MAX_MSGS 8
+
+/* Decodes the hex text of a line's field into a new NUL-terminated string. */
+static char *unhex(const char *h, size_t n) {
+    assert_true(n % 2 == 0);
+    char *s = malloc(n / 2 + 1);
+    assert_non_null(s);
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(h + 2 * i, "%2x", &v), 1);
+        s[i] = (char)v;
+    }
+    s[n / 2] = '\0';
+    return s;
+}
+
+/* The next space-separated field of *p (a line without its newline). */
+static char *field(const char **p, const char *end) {
+    const char *b = *p;
+    while (*p < end && **p != ' ')
+        (*p)++;
+    size_t n = (size_t)(*p - b);
+    if (*p < end)
+        (*p)++;
+    return unhex(b, n);
+}
+
+typedef struct chat_case {
+    char name[64];
+    bool gen;
+    size_t n;
+    llm_chat_message m[MAX_MSGS];
+} chat_case;
+
+static void free_case(chat_case *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        free((char *)c->m[i].role);
+        free((char *)c->m[i].content);
+    }
+    c->n = 0;
+}
+
+/* Renders one case and compares it with the template's own outcome. */
+static void check_case(const char *family, const llmi_tokenizer *t, const chat_case *c,
+                       bool rejected, const char *want) {
+    size_t need = 0;
+    llm_status st = llmi_chat_apply(t, c->m, c->n, c->gen, NULL, 0, &need);
+    if (rejected) {
+        if (st != LLM_ERR_INVALID_ARGUMENT || !strstr(llmi_error_message(), "template"))
+            fail_msg("%s/%s gen=%d: the template raises (%s) but we gave %d \"%s\"", family,
+                     c->name, c->gen, want, (int)st, llmi_error_message());
+        return;
+    }
+    if (st != LLM_ERR_BUFFER_TOO_SMALL)
+        fail_msg("%s/%s gen=%d: sizing gave %d \"%s\"", family, c->name, c->gen, (int)st,
+                 llmi_error_message());
+    char *buf = malloc(need);
+    assert_non_null(buf);
+    size_t len = 0;
+    st = llmi_chat_apply(t, c->m, c->n, c->gen, buf, need, &len);
+    if (st != LLM_OK)
+        fail_msg("%s/%s gen=%d: %d \"%s\"", family, c->name, c->gen, (int)st, llmi_error_message());
+    if (len != strlen(want) || memcmp(buf, want, len) != 0)
+        fail_msg("%s/%s gen=%d:\n got  \"%s\"\n want \"%s\"", family, c->name, c->gen, buf, want);
+    free(buf);
+}
+
+static void check_family(const char *dir, const char *family) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat/%s.txt", dir, family);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("%s: missing (run make test-models)", path);
+    char *tmpl = NULL, *bos = NULL, *eos = NULL;
+    llmi_tokenizer *t = NULL;
+    chat_case c = {0};
+    size_t n_cases = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    while ((got = getline(&line, &cap, f)) > 0) {
+        const char *p = line, *end = line + got - (line[got - 1] == '\n');
+        const char *key = p;
+        while (p < end && *p != ' ')
+            p++;
+        size_t lk = (size_t)(p - key);
+        if (p < end)
+            p++;
+#define KEY(k) (lk == strlen(k) && memcmp(key, k, lk) == 0)
+        if (KEY("template")) {
+            tmpl = field(&p, end);
+        } else if (KEY("bos") || KEY("eos")) {
+            /* a model without the token: a placeholder its template never reads */
+            char *v = *p == '-' ? strdup(KEY("bos") ? "<no-bos>" : "<no-eos>") : field(&p, end);
+            *(KEY("bos") ? &bos : &eos) = v;
+        } else if (KEY("case")) {
+            if (!t) {
+                assert_non_null(tmpl);
+                assert_non_null(bos);
+                assert_non_null(eos);
+                t = make_with(tmpl, bos, eos);
+            }
+            free_case(&c);
+            const char *b = p;
+            while (p < end && *p != ' ')
+                p++;
+            snprintf(c.name, sizeof c.name, "%.*s", (int)(p - b), b);
+            c.gen = p + 1 < end && p[1] == '1';
+        } else if (KEY("msg")) {
+            assert_true(c.n < MAX_MSGS);
+            c.m[c.n].role = field(&p, end);
+            c.m[c.n].content = field(&p, end);
+            c.n++;
+        } else if (KEY("want") || KEY("reject")) {
+            char *v = field(&p, end);
+            check_case(family, t, &c, KEY("reject"), v);
+            free(v);
+            n_cases++;
+        } else {
+            fail_msg("%s: unexpected line \"%.*s\"", path, (int)lk, key);
+        }
+#undef KEY
+    }
+    free(line);
+    fclose(f);
+    free_case(&c);
+    assert_true(n_cases > 20);
+    llmi_tokenizer_free(t);
+    free(tmpl);
+    free(bos);
+    free(eos);
+}
+
+static void test_families_against_jinja(void **state) {
+    (void)state;
+    const char *dir = getenv("LLM_TEST_MODELS");
+    if (!dir)
+        skip();
+    for (size_t i = 0; i < N(families); i++)
+        check_family(dir, families[i]);
+}
+
 static void test_real_model(void **state) {
     (void)state;
     const char *path = getenv("LLM_TEST_MODEL");
@@ -237,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_unsupported),
         cmocka_unit_test(test_errors_and_buffers),
+        cmocka_unit_test(test_families_against_jinja),
         cmocka_unit_test(test_real_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

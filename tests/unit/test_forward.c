@@ -220,7 +220,7 @@ static void check_type(llmi_ttype type, int n_head, int n_head_kv, bool tied) {
      * of a dot product's size on these random weights; 9 roundings in
      * sequence (4 per layer, 2 layers, and the output) add up in quadrature
      * to 1-2% of the logit range (measured: 1.0e-2 for Q8_0, 1.4e-2 for
-     * Q4_0, 1.6e-2 for Q4_1). 5e-2 leaves a factor 3 of margin and still
+     * Q4_0, 1.6e-2 for Q4_1, 1.3e-2 for Q5_0, 1.4e-2 for Q5_1). 5e-2 leaves a factor 3 of margin and still
      * fails a wrong scale, nibble order or block (30% and more); the
      * integer kernels themselves are checked exactly in test_qdot.c. */
     const double tol = llmi_act_type(type) == LLMI_T_F32 ? 1e-4 : 5e-2;
@@ -243,6 +243,8 @@ static void test_bf16(void **s) { (void)s; check_type(LLMI_T_BF16, 4, 1, false);
 static void test_q8_0(void **s) { (void)s; check_type(LLMI_T_Q8_0, 4, 2, true); }
 static void test_q4_0(void **s) { (void)s; check_type(LLMI_T_Q4_0, 2, 2, false); }
 static void test_q4_1(void **s) { (void)s; check_type(LLMI_T_Q4_1, 4, 2, false); }
+static void test_q5_0(void **s) { (void)s; check_type(LLMI_T_Q5_0, 4, 2, true); }
+static void test_q5_1(void **s) { (void)s; check_type(LLMI_T_Q5_1, 4, 1, false); }
 
 /* Max |a-b| relative to the largest |b|. */
 static double max_rel_diff(const float *a, const float *b, size_t n) {
@@ -385,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_f32),  cmocka_unit_test(test_f16),
         cmocka_unit_test(test_bf16), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1),
+        cmocka_unit_test(test_q5_0), cmocka_unit_test(test_q5_1),
         cmocka_unit_test(test_mixed_sequences), cmocka_unit_test(test_bad_rows),
         cmocka_unit_test(test_kv_f16_bf16),
     };

@@ -47,12 +47,13 @@ static float rng_float(uint64_t *s) {
     return f == 0.0f ? 0.5f : f;
 }
 
-static const llmi_ttype all_types[] = {LLMI_T_F32,  LLMI_T_F16,  LLMI_T_BF16,
-                                       LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0};
+static const llmi_ttype all_types[] = {LLMI_T_F32,  LLMI_T_F16,  LLMI_T_BF16, LLMI_T_Q4_0,
+                                       LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1, LLMI_T_Q8_0};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
 static int is_block_type(llmi_ttype t) {
-    return t == LLMI_T_Q4_0 || t == LLMI_T_Q4_1 || t == LLMI_T_Q8_0;
+    return t == LLMI_T_Q4_0 || t == LLMI_T_Q4_1 || t == LLMI_T_Q5_0 || t == LLMI_T_Q5_1 ||
+           t == LLMI_T_Q8_0;
 }
 
 typedef struct {
@@ -215,6 +216,14 @@ static void test_matmul_q4_1(void **state) {
     (void)state;
     matmul_vs_reference(LLMI_T_Q4_1);
 }
+static void test_matmul_q5_0(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_Q5_0);
+}
+static void test_matmul_q5_1(void **state) {
+    (void)state;
+    matmul_vs_reference(LLMI_T_Q5_1);
+}
 static void test_matmul_q8_0(void **state) {
     (void)state;
     matmul_vs_reference(LLMI_T_Q8_0);
@@ -275,7 +284,8 @@ static void test_matmul_deterministic(void **state) {
  * that are not multiples of the row tile, columns with a partial last step.
  * Per level, token t's outputs must not depend on the batch it is computed
  * in; the AVX-512 kernels must give the portable kernels' bits (the same
- * arithmetic). */
+ * arithmetic), except for Q5 weights, whose f32 path dequantizes and takes
+ * each level's own llmi_dot_f32. */
 static void test_matmul_gemm_tiles(void **state) {
     (void)state;
     /* The last shapes span several row blocks of the AVX-512 kernels. */
@@ -305,7 +315,7 @@ static void test_matmul_gemm_tiles(void **state) {
                 llmi_kernels_set_level(level);
                 float *ref = nan_buf(n_big * rows);
                 llmi_matmul(NULL, &tw.w, x, n_big, ref); /* one thread: all rows in one part */
-                if (level == LLMI_KLEVEL_AVX512 &&
+                if (level == LLMI_KLEVEL_AVX512 && type != LLMI_T_Q5_0 && type != LLMI_T_Q5_1 &&
                     memcmp(ref, ref0, sizeof(float) * (size_t)(n_big * rows)) != 0)
                     fail_msg("%s %lldx%lld level %d: not the portable kernels' bits (seed 0x%llx)",
                              llmi_ttype_get(type)->name, (long long)rows, (long long)cols, level,
@@ -357,7 +367,7 @@ static void test_kernel_levels(void **state) {
     assert_int_equal(llmi_kernels_level(), best);
     for (size_t i = 0; i < N_TYPES; i++)
         assert_true(llmi_kernels_type_supported(all_types[i]));
-    assert_false(llmi_kernels_type_supported(6));
+    assert_false(llmi_kernels_type_supported(10)); /* Q2_K */
     assert_false(llmi_kernels_type_supported(1000));
 }
 
@@ -804,6 +814,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_levels),    cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),       cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_q4_0),      cmocka_unit_test(test_matmul_q4_1),
+        cmocka_unit_test(test_matmul_q5_0),      cmocka_unit_test(test_matmul_q5_1),
         cmocka_unit_test(test_matmul_q8_0),      cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_matmul_gemm_tiles), cmocka_unit_test(test_matmul_bad_cols),
         cmocka_unit_test(test_dot_axpy),

@@ -26,7 +26,7 @@ static void test_weight_types_agree(void **state) {
         assert_int_equal(llmi_kernels_type_supported(t), weight);
         n_weight += weight;
     }
-    assert_int_equal(n_weight, 8); /* F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K */
+    assert_int_equal(n_weight, 10); /* F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K */
 }
 
 static void test_entries_complete(void **state) {

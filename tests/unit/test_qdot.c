@@ -4,7 +4,7 @@
  * the library's code: activations are rounded to Q8_0/Q8_1 blocks the way
  * llama.cpp's x86 quantize_row_q8_0/_q8_1 do (127/amax, round half to even,
  * computed below without rintf), and each output is
- *   sum_b (float)(d_w * d_x) * isum_b  [+ m_w * s_x for Q4_1]
+ *   sum_b (float)(d_w * d_x) * isum_b  [+ m_w * s_x for Q4_1 and Q5_1]
  * with exact integer isum_b, summed in double.
  *
  * Bound: the kernels differ from it only by float rounding of the per-lane
@@ -60,10 +60,14 @@ static float *nan_buf(int64_t n) {
     return y;
 }
 
-static const llmi_ttype q_types[] = {LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0};
+static const llmi_ttype q_types[] = {LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1,
+                                     LLMI_T_Q8_0};
 #define N_QTYPES (sizeof q_types / sizeof q_types[0])
 static const int toks[] = {1, 2, 3, 5, 8, 17};
 #define N_TOKS (sizeof toks / sizeof toks[0])
+
+/* Weight types with a per-block minimum m (x = d*q + m). */
+static int has_min(llmi_ttype t) { return t == LLMI_T_Q4_1 || t == LLMI_T_Q5_1; }
 
 /* Activations: random rows of varied magnitude, and in every row some
  * blocks made to hit the edge cases of the rounding. */
@@ -173,7 +177,7 @@ static void make_weight(test_weight *tw, llmi_ttype type, int64_t rows, int64_t 
             uint8_t *blk = row + (size_t)b * bs;
             uint16_t h = llmi_f32_to_f16(mag * rng_float(&seed));
             memcpy(blk, &h, 2);
-            if (type == LLMI_T_Q4_1) {
+            if (has_min(type)) {
                 h = llmi_f32_to_f16(-8.0f * mag * (rng_float(&seed) + 0.2f));
                 memcpy(blk + 2, &h, 2);
             }
@@ -188,14 +192,28 @@ static float h2f(const uint8_t *p) {
     return llmi_f16_to_f32(h);
 }
 
-/* Weight block b of a row as integers, its d and (Q4_1) m. */
+/* Weight block b of a row as integers, its d and (Q4_1, Q5_1) m. GGUF's
+ * layouts, spelled out here rather than taken from ttype.h: Q5_0 = d, qh[4],
+ * qs[16]; Q5_1 = d, m, qh[4], qs[16]; element j's fifth bit is bit j of qh
+ * read as a little-endian uint32. */
 static void ref_wblock(llmi_ttype type, const uint8_t *row, int64_t b, int *w, float *d, float *m) {
     const uint8_t *blk = row + (size_t)b * llmi_ttype_get(type)->block_bytes;
     *d = h2f(blk);
-    *m = 0.0f;
+    *m = has_min(type) ? h2f(blk + 2) : 0.0f;
     if (type == LLMI_T_Q8_0) {
         for (int j = 0; j < 32; j++)
             w[j] = (int8_t)blk[2 + j];
+        return;
+    }
+    if (type == LLMI_T_Q5_0 || type == LLMI_T_Q5_1) {
+        const uint8_t *qh = blk + (type == LLMI_T_Q5_1 ? 4 : 2), *qs = qh + 4;
+        const uint32_t h =
+            qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+        const int off = type == LLMI_T_Q5_0 ? 16 : 0;
+        for (int j = 0; j < 32; j++) {
+            const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+            w[j] = (nib + 16 * (int)((h >> j) & 1)) - off;
+        }
         return;
     }
     const uint8_t *qs = blk + (type == LLMI_T_Q4_1 ? 4 : 2);
@@ -204,8 +222,6 @@ static void ref_wblock(llmi_ttype type, const uint8_t *row, int64_t b, int *w, f
         w[j] = (qs[j] & 15) - off;
         w[j + 16] = (qs[j] >> 4) - off;
     }
-    if (type == LLMI_T_Q4_1)
-        *m = h2f(blk + 2);
 }
 
 /* Checks y (n_tok x rows) against the formula; returns the worst
@@ -235,7 +251,7 @@ static double check_formula(const test_weight *tw, const float *x, int n_tok, co
                 const float dd = dw * llmi_f16_to_f32(xq->d); /* rounded to float */
                 ref += (double)dd * (double)isum;
                 mag += fabs((double)dd) * (double)asum;
-                if (type == LLMI_T_Q4_1) {
+                if (has_min(type)) {
                     const double ms = (double)mw * llmi_f16_to_f32(xq->s);
                     ref += ms;
                     mag += fabs(ms);
@@ -341,6 +357,8 @@ static void test_act_types(void **state) {
     assert_int_equal(llmi_act_type(LLMI_T_Q4_0), LLMI_T_Q8_0);
     assert_int_equal(llmi_act_type(LLMI_T_Q8_0), LLMI_T_Q8_0);
     assert_int_equal(llmi_act_type(LLMI_T_Q4_1), LLMI_T_Q8_1);
+    assert_int_equal(llmi_act_type(LLMI_T_Q5_0), LLMI_T_Q8_0);
+    assert_int_equal(llmi_act_type(LLMI_T_Q5_1), LLMI_T_Q8_1);
     assert_int_equal(llmi_act_type(LLMI_T_F32), LLMI_T_F32);
     assert_int_equal(llmi_act_type(LLMI_T_F16), LLMI_T_F32);
     assert_int_equal(llmi_act_type(LLMI_T_BF16), LLMI_T_F32);
@@ -452,6 +470,14 @@ static void test_matmul_act_q4_1(void **state) {
     (void)state;
     matmul_vs_formula(LLMI_T_Q4_1);
 }
+static void test_matmul_act_q5_0(void **state) {
+    (void)state;
+    matmul_vs_formula(LLMI_T_Q5_0);
+}
+static void test_matmul_act_q5_1(void **state) {
+    (void)state;
+    matmul_vs_formula(LLMI_T_Q5_1);
+}
 static void test_matmul_act_q8_0(void **state) {
     (void)state;
     matmul_vs_formula(LLMI_T_Q8_0);
@@ -483,7 +509,7 @@ static void test_matmul_act_exact(void **state) {
                 for (int64_t b = 0; b < nb; b++) {
                     uint16_t h = llmi_f32_to_f16(dws[rng_next(&seed) % 4]);
                     memcpy(row + (size_t)b * bs, &h, 2);
-                    if (type == LLMI_T_Q4_1) {
+                    if (has_min(type)) {
                         h = llmi_f32_to_f16(mws[rng_next(&seed) % 4]);
                         memcpy(row + (size_t)b * bs + 2, &h, 2);
                     }
@@ -516,7 +542,7 @@ static void test_matmul_act_exact(void **state) {
                                 isum += (long)w[j] * xb[b].qs[j];
                             }
                             acc += (double)(dw * llmi_f16_to_f32(xb[b].d)) * (double)isum;
-                            if (type == LLMI_T_Q4_1)
+                            if (has_min(type))
                                 acc += (double)mw * llmi_f16_to_f32(xb[b].s);
                         }
                         ref[t * rows + r] = (float)acc;
@@ -734,6 +760,8 @@ int main(void) {
         cmocka_unit_test(test_act_quantize),
         cmocka_unit_test(test_matmul_act_q4_0),
         cmocka_unit_test(test_matmul_act_q4_1),
+        cmocka_unit_test(test_matmul_act_q5_0),
+        cmocka_unit_test(test_matmul_act_q5_1),
         cmocka_unit_test(test_matmul_act_q8_0),
         cmocka_unit_test(test_matmul_act_exact),
         cmocka_unit_test(test_matmul_act_deterministic),

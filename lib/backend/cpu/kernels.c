@@ -8,6 +8,7 @@
  * w[16c + l] * x[16c + l] for c = 0, 1, ... with fused multiply-adds (the
  * last step zero-padded), then the tree lane i + lane i+8, + 4, + 2, + 1. */
 #include "backend/cpu/kernels_impl.h"
+#include "core/quant.h"
 
 #include <math.h>
 
@@ -124,6 +125,45 @@ C_ROWS(rows_bf16, LLMI_KT_BF16)
 C_ROWS(rows_q4_0, LLMI_KT_Q4_0)
 C_ROWS(rows_q4_1, LLMI_KT_Q4_1)
 C_ROWS(rows_q8_0, LLMI_KT_Q8_0)
+
+/* ---- the dequantizing f32 path (K-quants, Q5) ------------------------------ */
+
+#define DQ_TILE 8
+#define DQ_SPAN 256       /* elements dequantized at a time: a K-quant super-block */
+#define DQ_SPAN_BYTES 256 /* bytes of the widest span, a Q6_K super-block (210) */
+_Static_assert(sizeof(llmi_block_q6_k) <= DQ_SPAN_BYTES &&
+                   8 * sizeof(llmi_block_q5_1) <= DQ_SPAN_BYTES,
+               "a span's blocks fit the copy");
+
+/* y[t*ldy + r] for r in [r0, r1), t < nt <= DQ_TILE, token t at x + t*cols:
+ * per span of DQ_SPAN elements (or the row's last, shorter one, whole
+ * blocks), acc[t] += llmi_dot_f32(dequantized span, x). */
+static void dq_rows(const llmi_weight *W, int64_t r0, int64_t r1, const float *x, int nt, float *y,
+                    int64_t ldy) {
+    const llmi_ttype_info *ti = llmi_ttype_get(W->type);
+    const int64_t cols = W->cols;
+    const int64_t span = DQ_SPAN - DQ_SPAN % ti->block;
+    const size_t span_bytes = (size_t)(span / ti->block) * ti->block_bytes;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+        float acc[DQ_TILE] = {0};
+        for (int64_t c0 = 0, off = 0; c0 < cols; c0 += span, off += (int64_t)span_bytes) {
+            const int64_t n = cols - c0 < span ? cols - c0 : span;
+            float w[DQ_SPAN];
+            /* A copy: the reference reads blocks through their structs, and
+             * rows need not be aligned. */
+            _Alignas(16) uint8_t blk[DQ_SPAN_BYTES];
+            memcpy(blk, row + off, (size_t)(n / ti->block) * ti->block_bytes);
+            llmi_dequantize_row(W->type, blk, w, n);
+            for (int t = 0; t < nt; t++)
+                acc[t] += llmi_dot_f32(w, x + t * cols + c0, (int)n);
+        }
+        for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = acc[t];
+    }
+}
+
+const llmi_rows_impl llmi_rows_dequant_f32 = {DQ_TILE, dq_rows};
 
 static float c_dot(const float *a, const float *b, int n) {
     float s[8] = {0};

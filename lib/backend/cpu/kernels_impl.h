@@ -36,7 +36,13 @@ enum {
 
 /* Dense index of the integer kernel templates of kernels_q8.c and
  * kernels_q8_x86.c. */
-enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_COUNT };
+enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_Q5_0, LLMI_QT_Q5_1, LLMI_QT_COUNT };
+
+/* Types with a per-block minimum m (x = d*q + m), which pair with Q8_1
+ * activations and add m_w * s_x per block. */
+static inline int llmi_qt_has_min(int qt) { return qt == LLMI_QT_Q4_1 || qt == LLMI_QT_Q5_1; }
+/* Types whose block holds a 5th bit per weight in qh[4]. */
+static inline int llmi_qt_is_q5(int qt) { return qt == LLMI_QT_Q5_0 || qt == LLMI_QT_Q5_1; }
 
 /* Token t's f32 activations at x + t*w->cols. */
 typedef void (*llmi_rows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,
@@ -103,20 +109,22 @@ const llmi_kernel_set *llmi_kernels_current(void);
  * Names: llmi_rows_<weight>_<level> on f32 activations, llmi_qrows_... on
  * quantized ones, llmi_aquant_... activation quantizers. */
 
-/* kernels.c */
+/* kernels.c. llmi_rows_dequant_f32 is the f32 path of K-quants and Q5
+ * weights: it dequantizes with quant.c's reference (ggml's values, bit for
+ * bit) and takes llmi_dot_f32 at the current level, so one implementation
+ * serves every level. */
 extern const llmi_rows_impl llmi_rows_f32_c, llmi_rows_f16_c, llmi_rows_bf16_c, llmi_rows_q4_0_c,
     llmi_rows_q4_1_c, llmi_rows_q8_0_c;
+extern const llmi_rows_impl llmi_rows_dequant_f32;
 
 /* kernels_q8.c */
 void llmi_aquant_q8_c(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
-extern const llmi_qrows_impl llmi_qrows_q4_0_c, llmi_qrows_q4_1_c, llmi_qrows_q8_0_c;
+extern const llmi_qrows_impl llmi_qrows_q4_0_c, llmi_qrows_q4_1_c, llmi_qrows_q8_0_c,
+    llmi_qrows_q5_0_c, llmi_qrows_q5_1_c;
 
-/* kernels_k.c. The f32 path of K-quants dequantizes with quant.c's
- * reference and takes llmi_dot_f32 at the current level, so one
- * implementation serves every level. */
+/* kernels_k.c */
 void llmi_aquant_q8_k(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 extern const llmi_qrows_impl llmi_qrows_q4_k_c, llmi_qrows_q6_k_c;
-extern const llmi_rows_impl llmi_rows_kquant_f32;
 
 #if defined(LLMI_KERNELS_X86)
 /* kernels_x86.c */
@@ -128,8 +136,10 @@ extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_row
 
 /* kernels_q8_x86.c (its quantizer serves both SIMD levels) */
 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
-extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2;
-extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni;
+extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2,
+    llmi_qrows_q5_0_avx2, llmi_qrows_q5_1_avx2;
+extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni,
+    llmi_qrows_q5_0_vnni, llmi_qrows_q5_1_vnni;
 
 /* kernels_k_x86.c */
 extern const llmi_qrows_impl llmi_qrows_q4_k_avx2, llmi_qrows_q6_k_avx2;

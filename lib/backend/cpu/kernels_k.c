@@ -16,15 +16,12 @@
  * isum_i over lanes (still exact) and differ only in the order of the
  * float sums.
  *
- * The f32 path (llmi_matmul with f32_activations) dequantizes each
- * super-block with quant.c's reference (ggml's values, bit for bit) and
- * takes the level's f32 dot product with each token. */
+ * Their f32 path (llmi_matmul) is kernels.c's llmi_rows_dequant_f32. */
 #include "backend/cpu/kernels_impl.h"
 #include "core/quant.h"
 
 #define QK_K LLMI_QK_K
 #define C_TILE 4
-#define F32_TILE 8
 
 /* ---- activations ---------------------------------------------------------- */
 
@@ -147,33 +144,3 @@ static void c_rows_q6_k(const llmi_weight *W, int64_t r0, int64_t r1, const uint
 
 const llmi_qrows_impl llmi_qrows_q4_k_c = {C_TILE, c_rows_q4_k};
 const llmi_qrows_impl llmi_qrows_q6_k_c = {C_TILE, c_rows_q6_k};
-
-/* ---- the f32-activation path ---------------------------------------------- */
-
-/* y[t*ldy + r] for r in [r0, r1), t < nt <= F32_TILE, token t at x + t*cols. */
-static void f32_rows(const llmi_weight *W, int64_t r0, int64_t r1, const float *x, int nt, float *y,
-                     int64_t ldy) {
-    const int64_t cols = W->cols, nb = cols / QK_K;
-    const size_t bb = llmi_ttype_get(W->type)->block_bytes;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-        float acc[F32_TILE] = {0};
-        for (int64_t i = 0; i < nb; i++) {
-            float w[QK_K];
-            /* memcpy: the reference reads blocks through their struct, and
-             * rows need not be aligned. */
-            union {
-                llmi_block_q4_k q4;
-                llmi_block_q6_k q6;
-            } blk;
-            memcpy(&blk, row + (size_t)i * bb, bb);
-            llmi_dequantize_row(W->type, &blk, w, QK_K);
-            for (int t = 0; t < nt; t++)
-                acc[t] += llmi_dot_f32(w, x + t * cols + QK_K * i, QK_K);
-        }
-        for (int t = 0; t < nt; t++)
-            y[t * ldy + r] = acc[t];
-    }
-}
-
-const llmi_rows_impl llmi_rows_kquant_f32 = {F32_TILE, f32_rows};

@@ -1,4 +1,4 @@
-/* The 8-bit activation path for Q4_0, Q4_1 and Q8_0 weights (kernels.h,
+/* The 8-bit activation path for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights (kernels.h,
  * "8-bit activations"): Q8_0/Q8_1 activation quantization and the portable
  * integer kernels. kernels_dispatch.c picks them by weight type and level.
  *
@@ -6,7 +6,7 @@
  * (kernels_q8_x86.c) and the only implementation off x86-64. They compute
  * each block's integer sum in full and then, block after block, fold it into
  * one float accumulator with a fused multiply-add,
- *   acc = fma((float)isum_b, d_w * d_x, acc)   [Q4_1: acc = fma(m_w, s_x, acc)]
+ *   acc = fma((float)isum_b, d_w * d_x, acc)   [Q4_1, Q5_1: acc = fma(m_w, s_x, acc)]
  * which is llama.cpp's generic formula with the sums in block order. The
  * AVX-512 VNNI kernels (a GEMM with one row per lane) do exactly this, so
  * they give the same bits; the AVX2 ones split the sums over lanes. */
@@ -69,7 +69,19 @@ void llmi_aquant_q8_c(const float *x, int64_t nb, int q81, uint8_t *row, size_t 
     memset(row + used, 0, row_bytes - used);
 }
 
-/* Block b of a weight row as 32 integers; *dw the scale, *mw Q4_1's m. */
+/* The 32 five-bit values of a Q5 block: nibbles as in Q4, bit j of the
+ * little-endian qh for element j; minus `bias` (16 for Q5_0, 0 for Q5_1). */
+static void c_q5_values(const uint8_t *qh, const uint8_t *qs, int bias, int8_t *w) {
+    const uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        w[j] = (int8_t)(((qs[j] & 15) | ((h >> j) & 1) << 4) - bias);
+        w[j + 16] = (int8_t)(((qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4) - bias);
+    }
+}
+
+/* Block b of a weight row as 32 integers; *dw the scale, *mw the m of
+ * Q4_1 and Q5_1. */
 static void c_wblock(int qt, const uint8_t *row, int64_t b, int8_t *w, float *dw, float *mw) {
     switch (qt) {
     case LLMI_QT_Q4_0: {
@@ -90,6 +102,21 @@ static void c_wblock(int qt, const uint8_t *row, int64_t b, int8_t *w, float *dw
             w[j] = (int8_t)(qs[j] & 15);
             w[j + 16] = (int8_t)(qs[j] >> 4);
         }
+        *dw = llmi_f16_to_f32(ld16(blk));
+        *mw = llmi_f16_to_f32(ld16(blk + 2));
+        break;
+    }
+    case LLMI_QT_Q5_0: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q5_0);
+        c_q5_values(blk + offsetof(llmi_block_q5_0, qh), blk + offsetof(llmi_block_q5_0, qs), 16,
+                    w);
+        *dw = llmi_f16_to_f32(ld16(blk));
+        *mw = 0.0f;
+        break;
+    }
+    case LLMI_QT_Q5_1: {
+        const uint8_t *blk = row + b * (int64_t)sizeof(llmi_block_q5_1);
+        c_q5_values(blk + offsetof(llmi_block_q5_1, qh), blk + offsetof(llmi_block_q5_1, qs), 0, w);
         *dw = llmi_f16_to_f32(ld16(blk));
         *mw = llmi_f16_to_f32(ld16(blk + 2));
         break;
@@ -122,7 +149,7 @@ static void c_qrows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const 
                     isum += w[j] * xt[j];
                 /* |isum| < 2^24: exact in float. */
                 acc[t] = fmaf((float)isum, dw * dx[b], acc[t]);
-                if (qt == LLMI_QT_Q4_1)
+                if (llmi_qt_has_min(qt))
                     acc[t] = fmaf(mw, dx[nb + b], acc[t]);
             }
         }
@@ -140,3 +167,5 @@ static void c_qrows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const 
 C_QROWS(qrows_q4_0, LLMI_QT_Q4_0)
 C_QROWS(qrows_q4_1, LLMI_QT_Q4_1)
 C_QROWS(qrows_q8_0, LLMI_QT_Q8_0)
+C_QROWS(qrows_q5_0, LLMI_QT_Q5_0)
+C_QROWS(qrows_q5_1, LLMI_QT_Q5_1)

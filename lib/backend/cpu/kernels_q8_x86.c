@@ -1,14 +1,15 @@
 /* Integer kernels for quantized weights x 8-bit activations (kernels.h,
  * "8-bit activations"): AVX2 (maddubs + madd) and AVX-512 VNNI (vpdpbusd).
  *
- * AVX2 multiplies bytes as unsigned x signed. Q4_1's nibbles are unsigned
- * already; for the signed weights of Q4_0 (nibble - 8) and Q8_0 it uses
+ * AVX2 multiplies bytes as unsigned x signed. Q4_1's and Q5_1's values are
+ * unsigned already; for the signed weights of Q4_0 (nibble - 8), Q5_0
+ * (5-bit value - 16) and Q8_0 it uses
  * llama.cpp's sign trick, |w| x (x with w's sign), computed once per weight
  * block (|w|) and once per token (the sign). The integer lanes (4 products
  * each, exact) are converted to float and accumulated with
  * fma(lanes, d_w * d_x, acc); a block's scale product is formed in float
  * before, as llama.cpp does. Even and odd blocks have separate accumulators;
- * Q4_1's m_w * s_x terms are summed in vectors over the blocks and added to
+ * the m_w * s_x terms of Q4_1 and Q5_1 are summed in vectors over the blocks and added to
  * them before the final reduction. Scales: the first 4 bytes of each block
  * (f16 d, and Q4_1's f16 m) are fetched with vpgatherdd and converted for 64
  * blocks at a time, and the products d_w * d_x for every token of the tile
@@ -55,13 +56,22 @@
 static inline size_t block_bytes(int qt) {
     return qt == LLMI_QT_Q4_0   ? sizeof(llmi_block_q4_0)
            : qt == LLMI_QT_Q4_1 ? sizeof(llmi_block_q4_1)
+           : qt == LLMI_QT_Q5_0 ? sizeof(llmi_block_q5_0)
+           : qt == LLMI_QT_Q5_1 ? sizeof(llmi_block_q5_1)
                                 : sizeof(llmi_block_q8_0);
 }
 
 static inline size_t qs_offset(int qt) {
     return qt == LLMI_QT_Q4_0   ? offsetof(llmi_block_q4_0, qs)
            : qt == LLMI_QT_Q4_1 ? offsetof(llmi_block_q4_1, qs)
+           : qt == LLMI_QT_Q5_0 ? offsetof(llmi_block_q5_0, qs)
+           : qt == LLMI_QT_Q5_1 ? offsetof(llmi_block_q5_1, qs)
                                 : offsetof(llmi_block_q8_0, qs);
+}
+
+/* Q5 only: where the block's qh[4] (the fifth bits) start. */
+static inline size_t qh_offset(int qt) {
+    return qt == LLMI_QT_Q5_0 ? offsetof(llmi_block_q5_0, qh) : offsetof(llmi_block_q5_1, qh);
 }
 
 /* ---- AVX2 ------------------------------------------------------------------ */
@@ -128,22 +138,37 @@ A2 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, s
     memset(row + used, 0, row_bytes - used);
 }
 
-/* The 32 weights of a block as bytes in element order: signed for Q4_0
- * (nibble - 8) and Q8_0, unsigned nibbles for Q4_1. */
-static A2I __m256i a2_wbytes(int qt, const uint8_t *qs) {
+/* The 32 weights of the block at blk as bytes in element order: signed for
+ * Q4_0 (nibble - 8), Q5_0 (value - 16) and Q8_0, unsigned for Q4_1 and Q5_1. */
+static A2I __m256i a2_wbytes(int qt, const uint8_t *blk) {
+    const uint8_t *qs = blk + qs_offset(qt);
     if (qt == LLMI_QT_Q8_0)
         return LOADU256(qs);
     const __m128i q = LOADU128(qs);
-    const __m256i v = _mm256_and_si256(
+    __m256i v = _mm256_and_si256(
         _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
         _mm256_set1_epi8(15));
-    return qt == LLMI_QT_Q4_0 ? _mm256_sub_epi8(v, _mm256_set1_epi8(8)) : v;
+    if (llmi_qt_is_q5(qt)) {
+        /* Byte j takes byte j/8 of qh, then keeps bit j%8 of it: 16 where
+         * element j's fifth bit is set. */
+        int32_t qh;
+        memcpy(&qh, blk + qh_offset(qt), 4);
+        const __m256i spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(qh),
+            _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+        const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    return qt == LLMI_QT_Q4_0   ? _mm256_sub_epi8(v, _mm256_set1_epi8(8))
+           : qt == LLMI_QT_Q5_0 ? _mm256_sub_epi8(v, _mm256_set1_epi8(16))
+                                : v;
 }
 
 /* Segment setup: converts the weight scales of blocks b0..b0+n-1 and forms
- * dd[t][i] = d_w * d_x for each token; Q4_1 adds m_w * s_x into ms[t].
- * A block's first 4 bytes hold its f16 d in the low half and Q4_1's m (other
- * types: quants) in the high half. A gather is the cheapest way to get them:
+ * dd[t][i] = d_w * d_x for each token; Q4_1 and Q5_1 add m_w * s_x into
+ * ms[t]. A block's first 4 bytes hold its f16 d in the low half and its m
+ * (other types: quants or qh) in the high half. A gather is the cheapest way to get them:
  * storing them one by one and loading a vector back stalls, as the store
  * buffer cannot forward many small stores into one load. */
 static A2I void a2_segment(int qt, int nt, const uint8_t *row, int64_t b0, int n,
@@ -162,7 +187,7 @@ static A2I void a2_segment(int qt, int nt, const uint8_t *row, int64_t b0, int n
         const __m256 dw = _mm256_cvtph_ps(
             _mm_packus_epi32(_mm256_castsi256_si128(vd), _mm256_extracti128_si256(vd, 1)));
         __m256 mw = _mm256_setzero_ps();
-        if (qt == LLMI_QT_Q4_1) {
+        if (llmi_qt_has_min(qt)) {
             const __m256i vm = _mm256_srli_epi32(v, 16);
             mw = _mm256_cvtph_ps(
                 _mm_packus_epi32(_mm256_castsi256_si128(vm), _mm256_extracti128_si256(vm, 1)));
@@ -171,7 +196,7 @@ static A2I void a2_segment(int qt, int nt, const uint8_t *row, int64_t b0, int n
         for (int t = 0; t < nt; t++) {
             const __m256 dx = _mm256_maskload_ps(xd[t] + b0 + i, m);
             _mm256_store_ps(dd[t] + i, _mm256_mul_ps(dw, dx));
-            if (qt == LLMI_QT_Q4_1)
+            if (llmi_qt_has_min(qt))
                 ms[t] = _mm256_fmadd_ps(mw, _mm256_maskload_ps(xd[t] + nb + b0 + i, m), ms[t]);
         }
     }
@@ -180,13 +205,13 @@ static A2I void a2_segment(int qt, int nt, const uint8_t *row, int64_t b0, int n
 /* Block b (index i in its segment) times up to A2_TILE tokens into acc. */
 static A2I void a2_step(int qt, int nt, const uint8_t *row, int64_t b, int i,
                         const int8_t *const *xqs, float (*dd)[SEG], __m256 *acc) {
-    const __m256i w = a2_wbytes(qt, row + (size_t)b * block_bytes(qt) + qs_offset(qt));
-    const __m256i aw = qt == LLMI_QT_Q4_1 ? w : _mm256_sign_epi8(w, w);
+    const __m256i w = a2_wbytes(qt, row + (size_t)b * block_bytes(qt));
+    const __m256i aw = llmi_qt_has_min(qt) ? w : _mm256_sign_epi8(w, w);
     const __m256i ones = _mm256_set1_epi16(1);
     LLMI_UNROLL
     for (int t = 0; t < nt; t++) {
         __m256i xv = _mm256_load_si256((const __m256i *)(const void *)(xqs[t] + b * QK));
-        if (qt != LLMI_QT_Q4_1)
+        if (!llmi_qt_has_min(qt))
             xv = _mm256_sign_epi8(xv, w);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dd[t][i]), acc[t]);
@@ -221,7 +246,7 @@ static A2I void a2_qrows(int qt, int nt, const llmi_weight *W, int64_t r0, int64
         LLMI_UNROLL
         for (int t = 0; t < nt; t++) {
             __m256 s = _mm256_add_ps(acc0[t], acc1[t]);
-            if (qt == LLMI_QT_Q4_1)
+            if (llmi_qt_has_min(qt))
                 s = _mm256_add_ps(s, ms[t]);
             y[t * ldy + r] = a2_hsum(s);
         }
@@ -249,10 +274,14 @@ static A2I void a2_qrows(int qt, int nt, const llmi_weight *W, int64_t r0, int64
 A2_QROWS(a2_qrows_q4_0, LLMI_QT_Q4_0)
 A2_QROWS(a2_qrows_q4_1, LLMI_QT_Q4_1)
 A2_QROWS(a2_qrows_q8_0, LLMI_QT_Q8_0)
+A2_QROWS(a2_qrows_q5_0, LLMI_QT_Q5_0)
+A2_QROWS(a2_qrows_q5_1, LLMI_QT_Q5_1)
 
 const llmi_qrows_impl llmi_qrows_q4_0_avx2 = {A2_TILE, a2_qrows_q4_0};
 const llmi_qrows_impl llmi_qrows_q4_1_avx2 = {A2_TILE, a2_qrows_q4_1};
 const llmi_qrows_impl llmi_qrows_q8_0_avx2 = {A2_TILE, a2_qrows_q8_0};
+const llmi_qrows_impl llmi_qrows_q5_0_avx2 = {A2_TILE, a2_qrows_q5_0};
+const llmi_qrows_impl llmi_qrows_q5_1_avx2 = {A2_TILE, a2_qrows_q5_1};
 
 /* ---- AVX-512 VNNI: a register-blocked GEMM ------------------------------------
  *
@@ -261,12 +290,12 @@ const llmi_qrows_impl llmi_qrows_q8_0_avx2 = {A2_TILE, a2_qrows_q8_0};
  * 4q..4q+3), so one vpdpbusd with 4 activation bytes of a token broadcast
  * adds 4 products to the block sums of 16 rows at once; 8 of them give 16
  * exact isum_b. Then, for the 16 rows at once,
- *   acc = fma((float)isum_b, d_w * d_x, acc)   [Q4_1: acc = fma(m_w, s_x, acc)]
+ *   acc = fma((float)isum_b, d_w * d_x, acc)   [Q4_1, Q5_1: acc = fma(m_w, s_x, acc)]
  * which is the portable kernels' arithmetic lane by lane (the same bits), with
  * no horizontal sums and no per-token fix-ups. vpdpbusd multiplies unsigned
- * by signed bytes: Q4_1's nibbles are unsigned already; Q4_0 (nibble - 8)
- * and Q8_0 weights get +128, which adds 128 * sum(x) to the block sum; the
- * sum starts from the activation row's c = -128 * sum(x) instead of 0.
+ * by signed bytes: Q4_1's and Q5_1's values are unsigned already; Q4_0
+ * (nibble - 8), Q5_0 (value - 16) and Q8_0 weights get +128, which adds 128 * sum(x) to the block
+ * sum; the sum starts from the activation row's c = -128 * sum(x) instead of 0.
  *
  * Blocking: the micro-kernel keeps V5_R groups x V5_N tokens of float
  * accumulators and as many block sums in registers: per 4-byte step it loads
@@ -286,7 +315,7 @@ const llmi_qrows_impl llmi_qrows_q8_0_avx2 = {A2_TILE, a2_qrows_q8_0};
 #define V5_SB_BYTES (512 * 1024) /* outputs per row super-block */
 
 /* Panel bytes per group and block: 8 x 64 weight bytes, 16 f32 d (and m). */
-static inline int v5_pb(int qt) { return qt == LLMI_QT_Q4_1 ? 640 : 576; }
+static inline int v5_pb(int qt) { return llmi_qt_has_min(qt) ? 640 : 576; }
 
 /* Repacks blocks b0 .. b0+kc-1 of the 16 rows starting at row0 (row stride
  * rs; only the first nv exist, the other lanes repeat the last one) into
@@ -306,19 +335,27 @@ static V5I void v5_pack(int qt, const uint8_t *row0, size_t rs, int nv, int64_t 
     const __m512i gidx = _mm512_load_si512(idx);
     for (int kb = 0; kb < kc; kb++, out += pb) {
         const size_t off = (size_t)kb * bs;
-        /* Scales: each block's first 4 bytes (f16 d, then Q4_1's f16 m).
-         * Copying them through memory instead stalls on store forwarding. */
-        __m512i v;
+        /* Scales: each block's first 4 bytes (f16 d, then the f16 m of
+         * Q4_1 and Q5_1); Q5's qh. Copying them through memory instead
+         * stalls on store forwarding. */
+        __m512i v, vh = _mm512_setzero_si512();
         if (gather) {
             v = _mm512_i32gather_epi32(gidx, rp[0] + off, 1);
+            if (llmi_qt_is_q5(qt))
+                vh = _mm512_i32gather_epi32(gidx, rp[0] + off + qh_offset(qt), 1);
         } else {
-            alignas(64) uint32_t h[16];
-            for (int i = 0; i < 16; i++)
+            alignas(64) uint32_t h[16], hh[16];
+            for (int i = 0; i < 16; i++) {
                 memcpy(&h[i], rp[i] + off, 4);
+                if (llmi_qt_is_q5(qt))
+                    memcpy(&hh[i], rp[i] + off + qh_offset(qt), 4);
+            }
             v = _mm512_load_si512(h);
+            if (llmi_qt_is_q5(qt))
+                vh = _mm512_load_si512(hh);
         }
         _mm512_store_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
-        if (qt == LLMI_QT_Q4_1)
+        if (llmi_qt_has_min(qt))
             _mm512_store_ps(out + 576,
                             _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
         if (qt == LLMI_QT_Q8_0) {
@@ -381,12 +418,30 @@ static V5I void v5_pack(int qt, const uint8_t *row0, size_t rs, int nv, int64_t 
             const __m512i w[4] = {
                 _mm512_shuffle_i64x2(p0, p1, 0x44), _mm512_shuffle_i64x2(p0, p1, 0xEE),
                 _mm512_shuffle_i64x2(q0, q1, 0x44), _mm512_shuffle_i64x2(q0, q1, 0xEE)};
-            const __m512i m4 = _mm512_set1_epi8(15), o = _mm512_set1_epi8(120);
+            /* The unsigned bytes vpdpbusd takes: Q4_0 and Q5_0 are offset
+             * by 128 (nibble + 120, value + 112). */
+            const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+            const __m512i o = _mm512_set1_epi8(qt == LLMI_QT_Q5_0 ? 112 : 120);
             LLMI_UNROLL
             for (int j = 0; j < 4; j++) {
                 __m512i lo = _mm512_and_si512(w[j], m4);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w[j], 4), m4);
-                if (qt == LLMI_QT_Q4_0) {
+                if (llmi_qt_is_q5(qt)) {
+                    /* Lane r's byte k of lo is element 4j+k, of hi element
+                     * 16+4j+k: its fifth bit is bit 4j+k (resp. 16+4j+k) of
+                     * row r's qh. Each byte takes the qh byte holding that
+                     * bit (byte j/2, resp. 2 + j/2, of its own dword), then
+                     * tests it. */
+                    const __m512i pick_lo = _mm512_set1_epi32(0x01010101 * (j / 2));
+                    const __m512i pick_hi = _mm512_set1_epi32(0x01010101 * (2 + j / 2));
+                    const __m512i lane = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+                    const __m512i bit = _mm512_set1_epi32((int32_t)(0x08040201u << (4 * (j % 2))));
+                    const __m512i blo = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_lo));
+                    const __m512i bhi = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_hi));
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(blo, bit), lo, sixteen);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(bhi, bit), hi, sixteen);
+                }
+                if (qt == LLMI_QT_Q4_0 || qt == LLMI_QT_Q5_0) {
                     lo = _mm512_add_epi8(lo, o);
                     hi = _mm512_add_epi8(hi, o);
                 }
@@ -428,7 +483,7 @@ static V5I void v5_tile(int qt, int R, int N, const uint8_t *panel, size_t gs, i
         LLMI_UNROLL
         for (int t = 0; t < N; t++) {
             /* Q8_0 rows: c at the place of Q8_1's s (kernels.h). */
-            const __m512i c0 = qt == LLMI_QT_Q4_1
+            const __m512i c0 = llmi_qt_has_min(qt)
                                    ? _mm512_setzero_si512()
                                    : _mm512_set1_epi32(((const int32_t *)(xd[t] + nb))[kb]);
             LLMI_UNROLL
@@ -456,7 +511,7 @@ static V5I void v5_tile(int qt, int R, int N, const uint8_t *panel, size_t gs, i
         LLMI_UNROLL
         for (int g = 0; g < R; g++) {
             dw[g] = _mm512_load_ps(pk + (size_t)g * gs + 512);
-            mw[g] = qt == LLMI_QT_Q4_1 ? _mm512_load_ps(pk + (size_t)g * gs + 576) : dw[g];
+            mw[g] = llmi_qt_has_min(qt) ? _mm512_load_ps(pk + (size_t)g * gs + 576) : dw[g];
         }
         LLMI_UNROLL
         for (int t = 0; t < N; t++) {
@@ -465,7 +520,7 @@ static V5I void v5_tile(int qt, int R, int N, const uint8_t *panel, size_t gs, i
             for (int g = 0; g < R; g++) {
                 acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw[g], dx),
                                             acc[g][t]);
-                if (qt == LLMI_QT_Q4_1)
+                if (llmi_qt_has_min(qt))
                     acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(xd[t][nb + kb]), acc[g][t]);
             }
         }
@@ -501,24 +556,22 @@ typedef void (*v5_tile_fn)(const uint8_t *panel, size_t gs, int kc, const uint8_
 V5_TILES(Q4_0)
 V5_TILES(Q4_1)
 V5_TILES(Q8_0)
+V5_TILES(Q5_0)
+V5_TILES(Q5_1)
 #define V5_TILE_ROW(QT)                                                                            \
     [LLMI_QT_##QT] = {                                                                             \
         {v5_tile_##QT##_1_1, v5_tile_##QT##_1_2, v5_tile_##QT##_1_3, v5_tile_##QT##_1_4},          \
         {v5_tile_##QT##_2_1, v5_tile_##QT##_2_2, v5_tile_##QT##_2_3, v5_tile_##QT##_2_4},          \
     }
 static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
-    V5_TILE_ROW(Q4_0),
-    V5_TILE_ROW(Q4_1),
-    V5_TILE_ROW(Q8_0),
+    V5_TILE_ROW(Q4_0), V5_TILE_ROW(Q4_1), V5_TILE_ROW(Q8_0), V5_TILE_ROW(Q5_0), V5_TILE_ROW(Q5_1),
 };
 
 /* Prefetches the weight bytes of rows [rg, re), blocks [b1, b1 + kc] (one
  * block more: the next panel's first bytes may share its line). */
 static inline void v5_prefetch(const llmi_weight *W, int64_t rg, int64_t re, int64_t b1, int64_t nb,
                                int kc) {
-    const size_t bs = W->type == LLMI_T_Q4_0   ? sizeof(llmi_block_q4_0)
-                      : W->type == LLMI_T_Q4_1 ? sizeof(llmi_block_q4_1)
-                                               : sizeof(llmi_block_q8_0);
+    const size_t bs = llmi_ttype_get(W->type)->block_bytes;
     const int64_t be = b1 + kc + 1 < nb ? b1 + kc + 1 : nb;
     for (int64_t r = rg; r < re; r++) {
         const char *p = (const char *)W->data + (size_t)r * W->row_bytes;
@@ -592,10 +645,14 @@ static V5I void v5_gemm(int qt, const llmi_weight *W, int64_t r0, int64_t r1, co
 V5_GEMM(v5_gemm_q4_0, LLMI_QT_Q4_0)
 V5_GEMM(v5_gemm_q4_1, LLMI_QT_Q4_1)
 V5_GEMM(v5_gemm_q8_0, LLMI_QT_Q8_0)
+V5_GEMM(v5_gemm_q5_0, LLMI_QT_Q5_0)
+V5_GEMM(v5_gemm_q5_1, LLMI_QT_Q5_1)
 
 const llmi_qrows_impl llmi_qrows_q4_0_vnni = {INT_MAX, v5_gemm_q4_0};
 const llmi_qrows_impl llmi_qrows_q4_1_vnni = {INT_MAX, v5_gemm_q4_1};
 const llmi_qrows_impl llmi_qrows_q8_0_vnni = {INT_MAX, v5_gemm_q8_0};
+const llmi_qrows_impl llmi_qrows_q5_0_vnni = {INT_MAX, v5_gemm_q5_0};
+const llmi_qrows_impl llmi_qrows_q5_1_vnni = {INT_MAX, v5_gemm_q5_1};
 
 #else
 /* ISO C forbids an empty translation unit. */

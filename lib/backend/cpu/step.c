@@ -6,14 +6,16 @@
  *   logits = Woutput * norm(x)
  * with the steps the model's architecture row switches on (model/arch.h:
  * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap,
- * rope frequency divisors, sliding windows with their own RoPE base), tested
- * by feature, never by architecture name.
+ * rope frequency divisors, sliding windows with their own RoPE base, a routed
+ * mixture-of-experts FFN in moe.c), tested by feature, never by architecture
+ * name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
  * read it (Q, K, V; gate, up). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/moe.h"
 #include "core/quant.h"
 
 #include <math.h>
@@ -39,6 +41,7 @@ struct cpu_forward {
     llmi_ttype act_type;
     llmi_act act;
     bool f32_activations; /* skip 8-bit activations (tests against llama.cpp) */
+    llmi_cpu_moe *moe;    /* the routed FFN's scratch; NULL without experts */
 };
 
 static void free_buffers(cpu_forward *f) {
@@ -51,6 +54,8 @@ static void free_buffers(cpu_forward *f) {
     }
     llmi_free_aligned(f->act_scratch);
     f->act_scratch = NULL;
+    llmi_cpu_moe_free(f->moe);
+    f->moe = NULL;
 }
 
 /* Scratch for the activations of every matmul of the model at max_rows rows:
@@ -127,6 +132,11 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
         (act_bytes && !f->act_scratch)) {
         llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
+    }
+    llm_status st = hp->features.n_expert ? llmi_cpu_moe_create(m, max_rows, &f->moe) : LLM_OK;
+    if (st != LLM_OK) {
+        llmi_cpu_step_free(f);
+        return st;
     }
     *out = f;
     return LLM_OK;
@@ -340,10 +350,9 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
                          (int)hp->n_embd);
 }
 
-static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
+/* f->hout = the dense FFN of the normed rows f->xb. */
+static void dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
-    const llmi_weight *W = L->w;
-    norm_rows(f->xb, f->x, &W[LLMI_ROLE_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     act_begin(f, f->xb, n, hp->n_embd);
     act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
     act_matmul(f, &W[LLMI_ROLE_UP], f->up);
@@ -353,6 +362,16 @@ static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
                                                        f->up + (size_t)r * hp->n_ff, (int)hp->n_ff);
     act_begin(f, f->gate, n, hp->n_ff);
     act_matmul(f, &W[LLMI_ROLE_DOWN], f->hout);
+}
+
+static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
+    const llmi_hparams *hp = &f->m->hp;
+    const llmi_weight *W = L->w;
+    norm_rows(f->xb, f->x, &W[LLMI_ROLE_FFN_NORM], n, hp->n_embd, hp->rms_eps);
+    if (W[LLMI_ROLE_FFN_ROUTER].data)
+        llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
+    else
+        dense_ffn(f, W, n);
     if (W[LLMI_ROLE_POST_FFN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)

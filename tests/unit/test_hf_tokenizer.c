@@ -1,0 +1,412 @@
+/* tokenizer.json -> tokenizer.ggml.* keys (lib/hf/tokenizer_json.c).
+ *
+ * Against independent references: the folders tests/models/gen_tokenizers.py
+ * writes under $LLM_TEST_MODELS/tok/ (tokenizer.json rebuilt with the
+ * `tokenizers` package from the SmolLM2 and Gemma 3 GGUF vocabularies, plus
+ * the ids `tokenizers` gives for a varied text set): our tokenizer loaded
+ * from the derived keys must give those ids and decode them as `tokenizers`
+ * does; the derived keys must equal the ones llama.cpp's converter wrote into
+ * the GGUF file ($LLM_TEST_MODEL_DIR or the folder of $LLM_TEST_MODEL), and
+ * the tokenizer loaded from that file must give the same ids. Each part skips
+ * when its inputs are absent. Then bad input on small inline JSON. */
+#define LLMI_TOKENIZER_INTERNAL
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "hf/hf.h"
+#include "tokenizer/tokenizer.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define OK(expr) assert_int_equal((expr), LLM_OK)
+
+#define EXPECT_ERR(expr, status, substr)                                                           \
+    do {                                                                                           \
+        llm_status st_ = (expr);                                                                   \
+        if (st_ != (status) || !strstr(llmi_error_message(), (substr)))                            \
+            fail_msg("%s: got %d \"%s\", want %d containing \"%s\"", #expr, (int)st_,              \
+                     llmi_error_message(), (int)(status), substr);                                 \
+    } while (0)
+
+/* A tokenizer with the GGUF it was loaded from. */
+typedef struct loaded {
+    void *data;
+    llmi_gguf *g;
+    llmi_tokenizer *tok;
+} loaded;
+
+static void unload(loaded *l) {
+    llmi_tokenizer_free(l->tok);
+    llmi_gguf_close(l->g);
+    llmi_free(l->data);
+    memset(l, 0, sizeof *l);
+}
+
+/* Runs the writer's keys through a GGUF in memory, as the folder loader
+ * does. */
+static llm_status load_keys(llmi_gguf_writer *w, loaded *l) {
+    size_t size = 0;
+    llm_status st = llmi_gguf_writer_to_memory(w, &l->data, &size);
+    if (st == LLM_OK)
+        st = llmi_gguf_open_memory(l->data, size, &l->g);
+    if (st == LLM_OK)
+        st = llmi_tokenizer_load(l->g, &l->tok);
+    return st;
+}
+
+static llm_status load_folder(const char *folder, loaded *l) {
+    memset(l, 0, sizeof *l);
+    llmi_gguf_writer *w = NULL;
+    llm_status st = llmi_gguf_writer_create(&w);
+    if (st == LLM_OK)
+        st = llmi_hf_tokenizer_keys(folder, w);
+    if (st == LLM_OK)
+        st = load_keys(w, l);
+    llmi_gguf_writer_free(w);
+    return st;
+}
+
+static llm_status load_json(const char *tok_json, const char *cfg_json, loaded *l) {
+    memset(l, 0, sizeof *l);
+    llmi_gguf_writer *w = NULL;
+    llm_status st = llmi_gguf_writer_create(&w);
+    if (st == LLM_OK)
+        st = llmi_hf_tokenizer_keys_from_json(tok_json, strlen(tok_json), cfg_json,
+                                              cfg_json ? strlen(cfg_json) : 0, w);
+    if (st == LLM_OK)
+        st = load_keys(w, l);
+    llmi_gguf_writer_free(w);
+    return st;
+}
+
+/* $LLM_TEST_MODELS/tok/<name>, or NULL (the caller skips). */
+static char *tok_folder(const char *name) {
+    const char *base = getenv("LLM_TEST_MODELS");
+    static char path[4096];
+    if (!base)
+        return NULL;
+    snprintf(path, sizeof path, "%s/tok/%s/ids.txt", base, name);
+    if (access(path, R_OK) != 0)
+        return NULL;
+    snprintf(path, sizeof path, "%s/tok/%s", base, name);
+    return path;
+}
+
+/* The GGUF file the folder was made from, or NULL. */
+static const char *gguf_file(const char *file, char *buf, size_t cap) {
+    const char *dir = getenv("LLM_TEST_MODEL_DIR");
+    char tmp[4096];
+    if (!dir) {
+        const char *m = getenv("LLM_TEST_MODEL");
+        if (!m)
+            return NULL;
+        snprintf(tmp, sizeof tmp, "%s", m);
+        char *slash = strrchr(tmp, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(tmp, sizeof tmp, ".");
+        dir = tmp;
+    }
+    snprintf(buf, cap, "%s/%s", dir, file);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+static size_t unhex(const char *h, char *out) {
+    if (strcmp(h, "-") == 0)
+        return 0;
+    size_t n = 0;
+    for (; h[0] && h[1]; h += 2) {
+        unsigned v;
+        sscanf(h, "%2x", &v);
+        out[n++] = (char)v;
+    }
+    return n;
+}
+
+/* ---- arrays of keys ---- */
+
+static void expect_same_strs(const llmi_gguf *a, const llmi_gguf *b, const char *key) {
+    const llmi_gguf_kv *ka = NULL, *kb = NULL;
+    OK(llmi_gguf_get_arr(a, key, true, LLMI_GGUF_STRING, &ka));
+    OK(llmi_gguf_get_arr(b, key, true, LLMI_GGUF_STRING, &kb));
+    assert_int_equal(ka->arr_len, kb->arr_len);
+    for (uint64_t i = 0; i < ka->arr_len; i++) {
+        llmi_str x = ka->arr_strs[i], y = kb->arr_strs[i];
+        if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len) != 0)
+            fail_msg("%s[%llu]: '%.*s' vs '%.*s'", key, (unsigned long long)i, (int)x.len, x.ptr,
+                     (int)y.len, y.ptr);
+    }
+}
+
+static void expect_same_i32s(const llmi_gguf *a, const llmi_gguf *b, const char *key) {
+    const llmi_gguf_kv *ka = NULL, *kb = NULL;
+    OK(llmi_gguf_get_arr(a, key, true, LLMI_GGUF_I32, &ka));
+    OK(llmi_gguf_get_arr(b, key, true, LLMI_GGUF_I32, &kb));
+    assert_int_equal(ka->arr_len, kb->arr_len);
+    for (uint64_t i = 0; i < ka->arr_len; i++) {
+        int32_t x, y;
+        memcpy(&x, ka->arr_data + 4 * i, 4);
+        memcpy(&y, kb->arr_data + 4 * i, 4);
+        if (x != y)
+            fail_msg("%s[%llu]: %d vs %d", key, (unsigned long long)i, x, y);
+    }
+}
+
+static void expect_same_u32(const llmi_gguf *a, const llmi_gguf *b, const char *key) {
+    uint32_t x = 0xffffffffu, y = 0xffffffffu;
+    OK(llmi_gguf_get_u32(a, key, false, &x));
+    OK(llmi_gguf_get_u32(b, key, false, &y));
+    if (x != y)
+        fail_msg("%s: %u vs %u", key, x, y);
+}
+
+static void expect_same_bool(const llmi_gguf *a, const llmi_gguf *b, const char *key) {
+    bool x = false, y = false;
+    OK(llmi_gguf_get_bool(a, key, false, &x));
+    OK(llmi_gguf_get_bool(b, key, false, &y));
+    if (x != y)
+        fail_msg("%s: %d vs %d", key, x, y);
+}
+
+/* ---- against tokenizers and the GGUF ---- */
+
+static void check_vocabulary(const char *name, const char *gguf_name, bool sentencepiece) {
+    const char *folder = tok_folder(name);
+    if (!folder)
+        skip();
+    loaded hf;
+    if (load_folder(folder, &hf) != LLM_OK)
+        fail_msg("%s: %s", folder, llmi_error_message());
+    char path_buf[4096];
+    const char *path = gguf_file(gguf_name, path_buf, sizeof path_buf);
+    loaded file = {0};
+    if (path) {
+        if (llmi_gguf_open(path, true, &file.g) != LLM_OK) {
+            print_message("%s: cannot open (%s); compared with tokenizers only\n", path,
+                          llmi_error_message());
+            path = NULL;
+        }
+    }
+    if (path) {
+        OK(llmi_tokenizer_load(file.g, &file.tok));
+        expect_same_strs(hf.g, file.g, "tokenizer.ggml.tokens");
+        expect_same_i32s(hf.g, file.g, "tokenizer.ggml.token_type");
+        if (!sentencepiece) {
+            expect_same_strs(hf.g, file.g, "tokenizer.ggml.merges");
+            llmi_str a, b;
+            OK(llmi_gguf_get_str(hf.g, "tokenizer.ggml.pre", true, &a));
+            OK(llmi_gguf_get_str(file.g, "tokenizer.ggml.pre", true, &b));
+            assert_true(a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0);
+            expect_same_strs(hf.g, file.g, "tokenizer.ggml.merges");
+        }
+        expect_same_u32(hf.g, file.g, "tokenizer.ggml.bos_token_id");
+        expect_same_u32(hf.g, file.g, "tokenizer.ggml.eos_token_id");
+        expect_same_u32(hf.g, file.g, "tokenizer.ggml.unknown_token_id");
+        expect_same_u32(hf.g, file.g, "tokenizer.ggml.padding_token_id");
+        expect_same_bool(hf.g, file.g, "tokenizer.ggml.add_bos_token");
+        expect_same_bool(hf.g, file.g, "tokenizer.ggml.add_space_prefix");
+    } else {
+        print_message("%s: GGUF file absent; compared with tokenizers only\n", gguf_name);
+    }
+
+    char ids_path[4200];
+    snprintf(ids_path, sizeof ids_path, "%s/ids.txt", folder);
+    FILE *f = fopen(ids_path, "r");
+    assert_non_null(f);
+    size_t cap = 1 << 16;
+    char *line = malloc(cap), *text = malloc(cap), *want_dec = malloc(cap), *got_dec = malloc(cap);
+    llm_token *want = malloc(cap * sizeof(llm_token)), *got = malloc(cap * sizeof(llm_token));
+    assert_true(line && text && want_dec && got_dec && want && got);
+    int rows = 0, failures = 0;
+    while (fgets(line, (int)cap, f)) {
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        char *colon = strstr(line, " : ");
+        assert_non_null(colon);
+        *colon = 0;
+        int add_special = 0;
+        char hex_text[1 << 14], hex_dec[1 << 14];
+        assert_int_equal(sscanf(line, "%d %16383s %16383s", &add_special, hex_text, hex_dec), 3);
+        size_t len = unhex(hex_text, text), dec_len = unhex(hex_dec, want_dec);
+        size_t n_want = 0;
+        for (char *p = colon + 3, *end; *p && *p != '\n'; p = end) {
+            want[n_want++] = (llm_token)strtol(p, &end, 10);
+            while (*end == ' ')
+                end++;
+        }
+        uint32_t flags = LLM_TOKENIZE_PARSE_SPECIAL | (add_special ? LLM_TOKENIZE_ADD_SPECIAL : 0);
+        size_t n_got = 0;
+        OK(llmi_tokenize(hf.tok, text, len, flags, got, cap, &n_got));
+        rows++;
+        if (n_got != n_want || memcmp(got, want, n_got * sizeof(llm_token)) != 0) {
+            print_error("%s: '%.*s' (add_special %d): %zu ids, want %zu; first difference at %zu\n",
+                        name, (int)len, text, add_special, n_got, n_want, (size_t)0);
+            failures++;
+            continue;
+        }
+        size_t n_dec = 0;
+        OK(llmi_detokenize(hf.tok, want, n_want, LLM_DETOKENIZE_SPECIAL, got_dec, cap, &n_dec));
+        if (n_dec != dec_len || memcmp(got_dec, want_dec, dec_len) != 0) {
+            print_error("%s: decode of '%.*s' gives '%.*s', tokenizers '%.*s'\n", name, (int)len,
+                        text, (int)n_dec, got_dec, (int)dec_len, want_dec);
+            failures++;
+        }
+        if (file.tok) {
+            OK(llmi_tokenize(file.tok, text, len, flags, got, cap, &n_got));
+            if (n_got != n_want || memcmp(got, want, n_got * sizeof(llm_token)) != 0) {
+                print_error("%s: '%.*s': the GGUF's tokenizer differs\n", name, (int)len, text);
+                failures++;
+            }
+        }
+    }
+    fclose(f);
+    print_message("%s: %d texts\n", name, rows);
+    free(line);
+    free(text);
+    free(want_dec);
+    free(got_dec);
+    free(want);
+    free(got);
+    unload(&hf);
+    unload(&file);
+    assert_true(rows > 30);
+    assert_int_equal(failures, 0);
+}
+
+static void test_smollm2(void **state) {
+    (void)state;
+    check_vocabulary("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", false);
+}
+
+static void test_gemma3(void **state) {
+    (void)state;
+    check_vocabulary("gemma3", "gemma-3-270m-q4_k_m.gguf", true);
+}
+
+/* ---- small inline tokenizer.json files ---- */
+
+#define BL_PRE                                                                                     \
+    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"                       \
+    "\"trim_offsets\":true,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"}"
+
+/* A byte-level vocabulary: the 256 byte characters are not all there, so
+ * only ASCII letters tokenize. */
+static const char small_bpe[] =
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":5,\"content\":\"<|end|>\","
+    "\"special\":true},{\"id\":6,\"content\":\"<tool>\",\"special\":false}],"
+    "\"normalizer\":null," BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,"
+    "\"ab\":2,\"\\u0120\":3,\"\\u0120ab\":4,\"<|end|>\":5,\"<tool>\":6},"
+    "\"merges\":[\"a b\",[\"\\u0120\",\"ab\"]]}}";
+
+static void test_small_bpe(void **state) {
+    (void)state;
+    static const char cfg[] =
+        "{\"bos_token\":null,\"eos_token\":{\"content\":\"<|end|>\",\"special\":true},"
+        "\"add_bos_token\":false,\"add_eos_token\":true,\"chat_template\":["
+        "{\"name\":\"default\",\"template\":\"T1\"},{\"name\":\"rag\",\"template\":\"T2\"}]}";
+    loaded l;
+    if (load_json(small_bpe, cfg, &l) != LLM_OK)
+        fail_msg("%s", llmi_error_message());
+    llmi_str s;
+    OK(llmi_gguf_get_str(l.g, "tokenizer.ggml.pre", true, &s));
+    assert_true(llmi_str_eq(s, "gpt-2"));
+    OK(llmi_gguf_get_str(l.g, "tokenizer.chat_template.rag", true, &s));
+    assert_true(llmi_str_eq(s, "T2"));
+    assert_string_equal(llmi_tokenizer_chat_template(l.tok), "T1");
+    assert_int_equal(llmi_tokenizer_eos(l.tok), 5);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 5), LLMI_TOKTYPE_CONTROL);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 6), LLMI_TOKTYPE_USER_DEFINED);
+    assert_false(llmi_tokenizer_add_bos(l.tok));
+    assert_true(llmi_tokenizer_add_eos(l.tok));
+    llm_token ids[8];
+    size_t n = 0;
+    OK(llmi_tokenize(l.tok, "ab ab<tool>", 11, LLM_TOKENIZE_ADD_SPECIAL, ids, 8, &n));
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 4);
+    assert_int_equal(ids[2], 6);
+    assert_int_equal(ids[3], 5);
+    unload(&l);
+}
+
+typedef struct bad_case {
+    const char *json, *config;
+    llm_status status;
+    const char *message;
+} bad_case;
+
+static void test_bad_input(void **state) {
+    (void)state;
+    static const bad_case cases[] = {
+        {"{\"model\":", NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: malformed JSON"},
+        {"[1,2]", NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: the top level"},
+        {"{\"version\":\"1.0\"}", NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: model is missing"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"merges\":[]}}", NULL, LLM_ERR_BAD_FORMAT,
+         "tokenizer.json: model.vocab is missing"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},"
+         "\"merges\":[\"a c\"]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: model.merges[0] names 'c'"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},"
+         "\"merges\":[\"a b\"]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "model.merges[0] names 'ab'"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},"
+         "\"merges\":[7]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "model.merges[0] is not a pair"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":9},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: model.vocab['b'] is not a token id"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":-1},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "model.vocab['b']"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0.5},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "model.vocab['b']"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: model.vocab: id 0 is given to both"},
+        {"{\"added_tokens\":[{\"id\":1,\"content\":\"x\"},{\"id\":1,\"content\":\"y\"}]," BL_PRE
+         ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: added_tokens: id 1 is given twice"},
+        {"{\"added_tokens\":[{\"id\":\"1\",\"content\":\"x\"}]," BL_PRE
+         ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: added_tokens: an entry"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}", NULL,
+         LLM_ERR_UNSUPPORTED, "model.type 'Unigram'"},
+        {"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\"\\\\w+\"},\"behavior\":\"Isolated\",\"invert\":false},"
+         "{\"type\":\"ByteLevel\",\"use_regex\":false}]},"
+         "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         NULL, LLM_ERR_UNSUPPORTED, "pre_tokenizer regex '\\w+' is not known"},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", NULL,
+         LLM_ERR_UNSUPPORTED, "neither byte-level nor SentencePiece-style"},
+        {small_bpe, "{\"eos_token\":5}", LLM_ERR_BAD_FORMAT, "tokenizer_config.json: eos_token"},
+        {small_bpe, "{\"chat_template\":7}", LLM_ERR_BAD_FORMAT,
+         "tokenizer_config.json: chat_template"},
+        {small_bpe, "{\"chat_template\":[{\"name\":\"x\"}]}", LLM_ERR_BAD_FORMAT,
+         "tokenizer_config.json: chat_template: an entry"},
+        {small_bpe, "{", LLM_ERR_BAD_FORMAT, "tokenizer_config.json: malformed JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        loaded l;
+        llm_status st = load_json(cases[i].json, cases[i].config, &l);
+        if (st != cases[i].status || !strstr(llmi_error_message(), cases[i].message))
+            fail_msg("case %zu: got %d \"%s\", want %d containing \"%s\"", i, (int)st,
+                     llmi_error_message(), (int)cases[i].status, cases[i].message);
+        unload(&l);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_small_bpe),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
