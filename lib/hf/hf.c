@@ -154,6 +154,16 @@ static int src_cmp(const void *a, const void *b) {
     return strcmp(((const llmi_hf_source *)a)->name, ((const llmi_hf_source *)b)->name);
 }
 
+/* The converter's order: shards by file name, each shard's tensors by name
+ * (the order the safetensors package lists them). Tensors are listed in the
+ * assembled GGUF in this order, as the converter writes them, so the two
+ * give the same model fingerprint. */
+static int src_converter_cmp(const void *a, const void *b) {
+    const llmi_hf_source *x = a, *y = b;
+    int by_file = strcmp(x->file, y->file);
+    return by_file ? by_file : strcmp(x->name, y->name);
+}
+
 static llm_status open_single(hf_folder *h) {
     h->files = llmi_calloc(1, sizeof *h->files);
     h->file_names = llmi_calloc(1, sizeof *h->file_names);
@@ -230,6 +240,7 @@ static llm_status open_index(hf_folder *h, const char *json, size_t len) {
                             h->src[i].name);
             goto done;
         }
+    qsort(h->src, h->n_src, sizeof *h->src, src_converter_cmp);
 done:
     cJSON_Delete(root);
     return st;

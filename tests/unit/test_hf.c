@@ -149,8 +149,15 @@ static void check_pair(const char *folder_name, const char *gguf_name, bool use_
     assert_int_equal(llmi_model_load(gguf, true, &mg), LLM_OK);
     same_tensors(mf->file, mg->file, folder_name);
     same_metadata(mf->file, mg->file, folder_name, same_name);
-    const llm_token toks[] = {1, 504, 3458, 282, 4649, 314, 17, 9, 48000, 2};
+    /* tensors listed in the converter's order: the same model identity, so
+     * state files move between a folder and its GGUF */
+    if (mf->fingerprint != mg->fingerprint)
+        fail_msg("%s: fingerprint %016llx, the converted GGUF's %016llx", folder_name,
+                 (unsigned long long)mf->fingerprint, (unsigned long long)mg->fingerprint);
+    llm_token toks[] = {1, 504, 3458, 282, 4649, 314, 17, 9, 48000, 2};
     int n = (int)(sizeof toks / sizeof toks[0]);
+    for (int i = 0; i < n; i++)
+        toks[i] %= (llm_token)mg->hp.n_vocab;
     float *lf = logits_of(mf, toks, n), *lg = logits_of(mg, toks, n);
     size_t count = (size_t)n * mg->hp.n_vocab;
     bool finite = true;
@@ -182,9 +189,27 @@ static void test_sharded_read(void **state) {
 static void test_qwen2_f32(void **state) {
     check_pair("hf-qwen2-f32", "hf-qwen2-f32.gguf", true, true);
 }
+static void test_llama3_rope_scaling(void **state) {
+    /* rope_scaling type llama3: rope_freqs.weight computed from config.json
+     * equals the converter's (numpy transcription), and is used */
+    check_pair("hf-llama3-f32", "hf-llama3-f32.gguf", true, true);
+    llm_model *m = NULL;
+    llmi_hf_test_tokenizer_source(model_path("hf-llama3-f32.gguf"));
+    assert_int_equal(llmi_model_load(model_path("hf-llama3-f32"), true, &m), LLM_OK);
+    llmi_hf_test_tokenizer_source(NULL);
+    assert_non_null(m->w[LLMI_ROLE_ROPE_FREQS].data);
+    llmi_model_free(m);
+}
+/* Rows added after the mapping: now down to the logits. */
+static void test_qwen3_logits(void **state) {
+    check_pair("hfmap-qwen3", "hfmap-qwen3.gguf", true, true);
+}
+static void test_phi3_logits(void **state) {
+    check_pair("hfmap-phi3", "hfmap-phi3.gguf", false, true);
+}
 
-/* Architectures whose rows are not in the model table yet: the folder read
- * as GGUF (tensors and keys) equals the converter-made file. */
+/* Every mapped class, rows in the model table or not: the folder read as
+ * GGUF (tensors and keys) equals the converter-made file. */
 static void check_mapping(const char *kind) {
     char folder[1024], gguf[1100], name[64];
     snprintf(name, sizeof name, "hfmap-%s", kind);
@@ -366,8 +391,17 @@ static void test_bad_config(void **state) {
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "num_key_value_heads");
     put_config(d, "{\"hidden_size\": 4.5}");
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'hidden_size'");
-    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}");
-    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "rope_scaling");
+    put_config(d, "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "rope_scaling type 'linear'", "forward pass");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "'yarn'");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\"}}");
+    expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'rope_scaling.factor'");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 4.0}}");
+    expect(d, LLM_ERR_BAD_FORMAT, "config.json", "high_freq_factor");
+    put_config(d, "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+                  "\"rope_scaling\": {\"rope_type\": \"llama3\"}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "Llama models only");
     put_config(d, "{\"torch_dtype\": \"int8\"}");
     expect(d, LLM_ERR_UNSUPPORTED, "config.json", "torch_dtype");
 }
@@ -498,7 +532,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_f32),       cmocka_unit_test(test_llama_f16),
         cmocka_unit_test(test_llama_bf16),      cmocka_unit_test(test_sharded_read),
-        cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_public_api_generates),
+        cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_llama3_rope_scaling),
+        cmocka_unit_test(test_qwen3_logits),    cmocka_unit_test(test_phi3_logits),
+        cmocka_unit_test(test_public_api_generates),
         cmocka_unit_test(test_map_qwen3),       cmocka_unit_test(test_map_gemma3),
         cmocka_unit_test(test_map_phi3),        cmocka_unit_test(test_map_qwen3moe),
         cmocka_unit_test(test_map_mixtral),     cmocka_unit_test(test_bad_config),
