@@ -216,7 +216,7 @@ def copy_tokenizer_keys(reader: gguf.GGUFReader, w: gguf.GGUFWriter) -> None:
 
 
 def write_gguf(path: Path, arch: str, name: str, dtype: str, n_vocab: int, tensors: dict,
-               reader: gguf.GGUFReader, rope_scaling=None) -> None:
+               reader: gguf.GGUFReader, rope_scaling=None, shards=None) -> None:
     d = DIMS
     hd = d["hidden"] // d["heads"]
     tmp = path.with_name(path.name + ".tmp")
@@ -240,7 +240,9 @@ def write_gguf(path: Path, arch: str, name: str, dtype: str, n_vocab: int, tenso
     copy_tokenizer_keys(reader, w)
     if rope_scaling:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(100000.0, hd, rope_scaling))
-    for hf in sorted(tensors):
+    # the converter reads shard after shard (file names sorted), each
+    # shard's tensors in the order safe_open().keys() gives: sorted
+    for hf in [n for shard in (shards or [tensors]) for n in sorted(shard)]:
         t = tensors[hf]
         gname = gguf_name(hf)
         if t.raw.ndim == 1:
@@ -513,10 +515,14 @@ def main() -> int:
         write_folder(a.out / name, cfg, [tensors], tok)
         write_gguf(a.out / f"{name}.gguf", arch, name, dtype, n_vocab, tensors, reader, scaling)
         if dtype == "BF16":
-            names = sorted(tensors)
+            # split in the checkpoint's order, as transformers shards: the
+            # converter's order (by shard, then by name) is not name order
+            names = list(tensors)
             half = len(names) // 2
-            write_folder(a.out / f"{name}-sharded", cfg,
-                         [{k: tensors[k] for k in names[:half]}, {k: tensors[k] for k in names[half:]}], tok)
+            shards = [{k: tensors[k] for k in names[:half]}, {k: tensors[k] for k in names[half:]}]
+            write_folder(a.out / f"{name}-sharded", cfg, shards, tok)
+            write_gguf(a.out / f"{name}-sharded.gguf", arch, f"{name}-sharded", dtype, n_vocab, tensors,
+                       reader, scaling, shards)
     for kind in ("qwen3", "gemma3", "phi3", "qwen3moe", "mixtral"):
         write_mapping_model(a.out, kind, reader, tok)
     atomic_write(stamp, digest.encode())
