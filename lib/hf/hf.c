@@ -389,12 +389,17 @@ static llm_status test_tokenizer_keys(llmi_gguf_writer *w) {
 }
 #endif
 
-static llm_status tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
+static llm_status tokenizer_keys(const char *folder, const llmi_hf_config *cfg,
+                                 llmi_gguf_writer *w) {
 #ifdef LLMI_TEST_HOOKS
     if (g_test_tokenizer_gguf)
         return test_tokenizer_keys(w);
 #endif
-    return llmi_hf_tokenizer_keys(folder, w);
+    /* the converter's Llama class: every class mapped to "llama" */
+    bool llama = strcmp(cfg->arch, "llama") == 0;
+    llmi_hf_vocab_rules rules = {.prefix_from_config = llama,
+                                 .no_bos = llama && cfg->n_vocab == 49152};
+    return llmi_hf_tokenizer_keys_rules(folder, &rules, w);
 }
 
 /* general.name: the folder's last component, as the converter's default. */
@@ -456,7 +461,7 @@ static llm_status open_folder(hf_folder *h, llmi_gguf_writer *w, llmi_gguf_parts
     LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type));
     LLMI_TRY(hand_over(h, parts));
     LLMI_TRY(generation_keys(h->folder, w));
-    return tokenizer_keys(h->folder, w);
+    return tokenizer_keys(h->folder, &cfg, w);
 }
 
 llm_status llmi_hf_open(const char *folder, bool use_mmap, llmi_gguf **out) {

@@ -276,9 +276,13 @@ def tokenizer_files(reader: gguf.GGUFReader) -> tuple:
                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(t, special=True) for t, ty in zip(tokens, types) if ty == 3])
-    tok_cfg = {"bos_token": tokens[f["tokenizer.ggml.bos_token_id"].contents()],
+    # the fields SmolLM2-135M-Instruct's own tokenizer_config.json has that
+    # the converter reads (no add_bos_token / add_eos_token there)
+    tok_cfg = {"add_prefix_space": False,
+               "bos_token": tokens[f["tokenizer.ggml.bos_token_id"].contents()],
                "eos_token": tokens[f["tokenizer.ggml.eos_token_id"].contents()],
-               "add_bos_token": False, "add_eos_token": False,
+               "unk_token": tokens[f["tokenizer.ggml.unknown_token_id"].contents()],
+               "pad_token": tokens[f["tokenizer.ggml.padding_token_id"].contents()],
                "chat_template": f["tokenizer.chat_template"].contents()}
     return tk.to_str().encode(), json.dumps(tok_cfg, indent=1).encode()
 

@@ -291,6 +291,112 @@ static void test_public_api_generates(void **state) {
     assert_memory_equal(a.tok, b.tok, sizeof a.tok[0] * a.n);
 }
 
+/* The tokenizer keys a Llama-class folder derives from its tokenizer.json
+ * and tokenizer_config.json (SmolLM2's vocabulary and config fields) equal
+ * those llama.cpp's converter wrote into SmolLM2's GGUF, key for key. */
+static void test_folder_tokenizer_keys(void **state) {
+    const char *gguf = getenv("LLM_TEST_MODEL");
+    if (!gguf)
+        skip();
+    llmi_gguf *a = NULL, *b = NULL;
+    if (llmi_hf_open(model_path("hf-llama-f32"), true, &a) != LLM_OK)
+        fail_msg("hf-llama-f32: %s", llmi_error_message());
+    assert_int_equal(llmi_gguf_open(gguf, true, &b), LLM_OK);
+    const llmi_gguf *both[2] = {a, b};
+    int compared = 0;
+    for (int side = 0; side < 2; side++)
+        for (uint64_t i = 0; i < both[side]->n_kv; i++) {
+            const llmi_gguf_kv *k = &both[side]->kv[i];
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)k->key.len, k->key.ptr);
+            if (strncmp(key, "tokenizer.", 10) != 0)
+                continue;
+            const llmi_gguf_kv *other = llmi_gguf_find(both[1 - side], key);
+            if (!other)
+                fail_msg("key '%s' only in the %s", key, side ? "GGUF" : "folder");
+            if (!kv_equal(k, other))
+                fail_msg("key '%s' differs between the folder and the GGUF", key);
+            compared++;
+        }
+    assert_true(compared >= 2 * 12);
+    llmi_gguf_close(a);
+    llmi_gguf_close(b);
+    /* the converter's Qwen2 class has neither Llama rule */
+    if (llmi_hf_open(model_path("hf-qwen2-f32"), true, &a) != LLM_OK)
+        fail_msg("hf-qwen2-f32: %s", llmi_error_message());
+    assert_null(llmi_gguf_find(a, "tokenizer.ggml.add_space_prefix"));
+    assert_null(llmi_gguf_find(a, "tokenizer.ggml.add_bos_token"));
+    llmi_gguf_close(a);
+}
+
+static size_t unhex(const char *h, char *out) {
+    if (h[0] == '-')
+        return 0;
+    size_t n = 0;
+    for (; h[0] && h[1] && h[0] != ' '; h += 2) {
+        unsigned v;
+        sscanf(h, "%2x", &v);
+        out[n++] = (char)v;
+    }
+    return n;
+}
+
+/* End to end through the public API and each folder's own tokenizer.json:
+ * the golden text set tokenizes as llama.cpp tokenized it with SmolLM2's
+ * GGUF (tests/golden/smollm2-tokenize.txt). */
+static void golden_tokenize(const char *folder_name) {
+    char path[1024];
+    const char *data = getenv("LLM_TEST_DATA");
+    snprintf(path, sizeof path, "%s/golden/smollm2-tokenize.txt", data ? data : "tests");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    llm_model *m = NULL;
+    if (llm_model_load(model_path(folder_name), NULL, &m) != LLM_OK)
+        fail_msg("%s: %s", folder_name, llm_last_error());
+    enum { LINE = 65536, MAX_TOK = 1024 };
+    char *line = malloc(LINE), *text = malloc(LINE), *hex = malloc(LINE);
+    llm_token *want = malloc(MAX_TOK * sizeof *want), *got = malloc(MAX_TOK * sizeof *got);
+    assert_true(line && text && hex && want && got);
+    int rows = 0, same = 0;
+    while (fgets(line, LINE, f)) {
+        if (strncmp(line, "tok ", 4) != 0)
+            continue;
+        int special, add_bos, off = 0;
+        if (sscanf(line, "tok %d %d %65535s :%n", &special, &add_bos, hex, &off) != 3)
+            fail_msg("bad row: %s", line);
+        size_t len = unhex(hex, text), n_want = 0, n_got = 0;
+        for (char *p = line + off, *end;; p = end) {
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            assert_true(n_want < MAX_TOK);
+            want[n_want++] = (llm_token)v;
+        }
+        uint32_t flags = (special ? LLM_TOKENIZE_PARSE_SPECIAL : 0) |
+                         (add_bos ? LLM_TOKENIZE_ADD_SPECIAL : 0);
+        assert_int_equal(llm_tokenize(m, text, len, flags, got, MAX_TOK, &n_got), LLM_OK);
+        rows++;
+        if (n_got == n_want && memcmp(got, want, n_got * sizeof *got) == 0)
+            same++;
+        else
+            print_error("%s: '%.*s' (special %d, add_bos %d): %zu ids, llama.cpp %zu\n",
+                        folder_name, (int)len, text, special, add_bos, n_got, n_want);
+    }
+    fclose(f);
+    free(line);
+    free(text);
+    free(hex);
+    free(want);
+    free(got);
+    llm_model_free(m);
+    assert_true(rows >= 80);
+    assert_int_equal(same, rows);
+}
+
+static void test_golden_tokenize_llama_folder(void **state) { golden_tokenize("hf-llama-f32"); }
+static void test_golden_tokenize_qwen2_folder(void **state) { golden_tokenize("hf-qwen2-f32"); }
+
 /* ---- malformed folders ---- */
 
 static const char *tmp_folder(const char *name) {
@@ -536,6 +642,9 @@ int main(void) {
         cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_llama3_rope_scaling),
         cmocka_unit_test(test_qwen3_logits),    cmocka_unit_test(test_phi3_logits),
         cmocka_unit_test(test_public_api_generates),
+        cmocka_unit_test(test_folder_tokenizer_keys),
+        cmocka_unit_test(test_golden_tokenize_llama_folder),
+        cmocka_unit_test(test_golden_tokenize_qwen2_folder),
         cmocka_unit_test(test_map_qwen3),       cmocka_unit_test(test_map_gemma3),
         cmocka_unit_test(test_map_phi3),        cmocka_unit_test(test_map_qwen3moe),
         cmocka_unit_test(test_map_mixtral),     cmocka_unit_test(test_bad_config),
