@@ -57,9 +57,8 @@ typedef struct llmi_hf_vocab_rules {
  * class's rules (NULL: none). */
 llm_status llmi_hf_tokenizer_keys_rules(const char *folder, const llmi_hf_vocab_rules *rules,
                                         llmi_gguf_writer *w);
-llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json,
-                                                  size_t tokenizer_len, const char *config_json,
-                                                  size_t config_len,
+llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, size_t tokenizer_len,
+                                                  const char *config_json, size_t config_len,
                                                   const llmi_hf_vocab_rules *rules,
                                                   llmi_gguf_writer *w);
 

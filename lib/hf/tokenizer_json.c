@@ -161,7 +161,7 @@ static bool is_byte_token(const char *s) {
 static void unspace(char *s) {
     char *o = s;
     for (const char *i = s; *i;) {
-        if (memcmp(i, "\xe2\x96\x81", 3) == 0) {
+        if (strncmp(i, "\xe2\x96\x81", 3) == 0) { /* stops at the terminator */
             *o++ = ' ';
             i += 3;
         } else {
