@@ -712,9 +712,8 @@ llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t t
                                                   config_len, NULL, w);
 }
 
-llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json,
-                                                  size_t tokenizer_len, const char *config_json,
-                                                  size_t config_len,
+llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, size_t tokenizer_len,
+                                                  const char *config_json, size_t config_len,
                                                   const llmi_hf_vocab_rules *rules,
                                                   llmi_gguf_writer *w) {
     if (!w)
