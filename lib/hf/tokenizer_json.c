@@ -57,6 +57,7 @@ typedef struct conv {
     size_t n_merges;
     float *scores; /* SentencePiece-style only */
     llm_token post_first, post_last; /* special tokens the post-processor adds, or -1 */
+    llmi_hf_vocab_rules rules;
 } conv;
 
 static llm_status bad(const char *file, const char *fmt, ...) LLMI_PRINTF(2, 3);
@@ -160,7 +161,7 @@ static bool is_byte_token(const char *s) {
 static void unspace(char *s) {
     char *o = s;
     for (const char *i = s; *i;) {
-        if (memcmp(i, "\xe2\x96\x81", 3) == 0) {
+        if (strncmp(i, "\xe2\x96\x81", 3) == 0) { /* stops at the terminator */
             *o++ = ' ';
             i += 3;
         } else {
@@ -626,8 +627,14 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", c->type, c->n_vocab));
     if (!c->spm)
         LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
-    else
-        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", c->add_space_prefix));
+    bool have_prefix = c->spm, prefix = c->add_space_prefix;
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space");
+    if (c->rules.prefix_from_config && cJSON_IsBool(ap)) {
+        have_prefix = true;
+        prefix = cJSON_IsTrue(ap);
+    }
+    if (have_prefix)
+        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", prefix));
 
     static const struct { const char *field, *key; } ids[] = {
         {"bos_token", "tokenizer.ggml.bos_token_id"},
@@ -651,7 +658,9 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
 
     const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
     const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-    if (cJSON_IsBool(ab))
+    if (c->rules.no_bos)
+        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));
+    else if (cJSON_IsBool(ab))
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(ab)));
     else if (c->post_first >= 0 || c->post_last >= 0)
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token",
@@ -699,11 +708,21 @@ static llm_status parse(const char *file, const char *json, size_t len, cJSON **
 llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t tokenizer_len,
                                             const char *config_json, size_t config_len,
                                             llmi_gguf_writer *w) {
+    return llmi_hf_tokenizer_keys_from_json_rules(tokenizer_json, tokenizer_len, config_json,
+                                                  config_len, NULL, w);
+}
+
+llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, size_t tokenizer_len,
+                                                  const char *config_json, size_t config_len,
+                                                  const llmi_hf_vocab_rules *rules,
+                                                  llmi_gguf_writer *w) {
     if (!w)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "no GGUF writer");
     cJSON *root = NULL, *cfg = NULL;
     conv c;
     memset(&c, 0, sizeof c);
+    if (rules)
+        c.rules = *rules;
     llm_status st = parse(TJ, tokenizer_json, tokenizer_len, &root);
     if (st == LLM_OK && config_json)
         st = parse(TC, config_json, config_len, &cfg);
@@ -774,6 +793,11 @@ static llm_status read_file(const char *folder, const char *name, bool required,
 }
 
 llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
+    return llmi_hf_tokenizer_keys_rules(folder, NULL, w);
+}
+
+llm_status llmi_hf_tokenizer_keys_rules(const char *folder, const llmi_hf_vocab_rules *rules,
+                                        llmi_gguf_writer *w) {
     if (!folder || !w)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "no folder or GGUF writer");
     char *tok = NULL, *cfg = NULL;
@@ -782,7 +806,7 @@ llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
     if (st == LLM_OK)
         st = read_file(folder, TC, false, &cfg, &cfg_len);
     if (st == LLM_OK)
-        st = llmi_hf_tokenizer_keys_from_json(tok, tok_len, cfg, cfg_len, w);
+        st = llmi_hf_tokenizer_keys_from_json_rules(tok, tok_len, cfg, cfg_len, rules, w);
     llmi_free(tok);
     llmi_free(cfg);
     return st;
