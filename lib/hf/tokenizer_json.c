@@ -9,10 +9,12 @@
  * guessed pre-tokenizer tokenizes wrongly without any visible error.
  *
  * SentencePiece-style BPE (byte_fallback, spaces as U+2581) becomes a
- * "llama" model. Its tokenizer merges by score, while tokenizers' BPE
- * merges by rank; giving every token the negated rank of the first merge
- * that produces it makes the two orders agree, and a token that no merge
- * produces gets a score below every rank, so it is merged last, if ever. */
+ * "llama" model that keeps its merges: lib/tokenizer merges such a model by
+ * rank, only listed pairs, as tokenizers' BPE does. Merging by score could
+ * not agree in general (a token with two splits in the vocabulary is
+ * reachable through either), but the scores are still written for other
+ * readers of the keys: the negated rank of the first merge that produces a
+ * token, and for a token no merge produces a score below every rank. */
 #include "hf/hf.h"
 
 #include <cjson/cJSON.h>
@@ -48,8 +50,10 @@ typedef struct conv {
     const cJSON *model;
     uint32_t n_vocab;
     char **text;   /* n_vocab token texts (GGUF spelling), owned */
+    const char **vocab_text; /* model.vocab's spelling (in the cJSON tree), NULL if none */
     int32_t *type; /* n_vocab GGUF token types */
-    uint32_t *map; /* open addressing: id + 1, 0 = empty; keyed by text */
+    /* open addressing: id + 1, 0 = empty; keyed by text and vocab_text */
+    uint32_t *map, *vmap;
     uint32_t map_mask;
     bool spm, byte_fallback, ignore_merges, add_space_prefix;
     const char *pre;
@@ -104,31 +108,41 @@ static uint64_t hash_text(const char *s) {
     return h;
 }
 
-static llm_status map_build(conv *c) {
-    uint32_t cap = 16;
-    while (cap < 2 * c->n_vocab)
-        cap <<= 1;
-    c->map = llmi_calloc(cap, sizeof(uint32_t));
-    if (!c->map)
+static llm_status map_build(const conv *c, const char *const *texts, uint32_t **out) {
+    uint32_t *map = llmi_calloc((size_t)c->map_mask + 1, sizeof(uint32_t));
+    if (!map)
         return llmi_oom("token map");
-    c->map_mask = cap - 1;
     /* The first id of a text wins, as in a Python dict inverted in id order. */
     for (uint32_t id = 0; id < c->n_vocab; id++) {
-        uint32_t i = (uint32_t)hash_text(c->text[id]) & c->map_mask;
-        while (c->map[i] && strcmp(c->text[c->map[i] - 1], c->text[id]) != 0)
+        if (!texts[id])
+            continue;
+        uint32_t i = (uint32_t)hash_text(texts[id]) & c->map_mask;
+        while (map[i] && strcmp(texts[map[i] - 1], texts[id]) != 0)
             i = (i + 1) & c->map_mask;
-        if (!c->map[i])
-            c->map[i] = id + 1;
+        if (!map[i])
+            map[i] = id + 1;
     }
+    *out = map;
     return LLM_OK;
 }
 
-static int32_t map_find(const conv *c, const char *s) {
+static int32_t find_in(const conv *c, const uint32_t *map, const char *const *texts,
+                       const char *s) {
     uint32_t i = (uint32_t)hash_text(s) & c->map_mask;
-    for (; c->map[i]; i = (i + 1) & c->map_mask)
-        if (strcmp(c->text[c->map[i] - 1], s) == 0)
-            return (int32_t)(c->map[i] - 1);
+    for (; map[i]; i = (i + 1) & c->map_mask)
+        if (strcmp(texts[map[i] - 1], s) == 0)
+            return (int32_t)(map[i] - 1);
     return -1;
+}
+
+/* By GGUF spelling (special tokens named in the configuration). */
+static int32_t map_find(const conv *c, const char *s) {
+    return find_in(c, c->map, (const char *const *)c->text, s);
+}
+
+/* By model.vocab spelling (merges). */
+static int32_t vocab_find(const conv *c, const char *s) {
+    return find_in(c, c->vmap, c->vocab_text, s);
 }
 
 /* ---- vocabulary ---- */
@@ -213,8 +227,9 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
     }
     c->n_vocab = n;
     c->text = llmi_calloc(n, sizeof(char *));
+    c->vocab_text = llmi_calloc(n, sizeof(char *));
     c->type = llmi_calloc(n, sizeof(int32_t));
-    if (!c->text || !c->type)
+    if (!c->text || !c->vocab_text || !c->type)
         return llmi_oom("vocabulary");
     cJSON_ArrayForEach(e, vocab) {
         as_id(e, limit, &id);
@@ -222,6 +237,7 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
             return bad(TJ, "model.vocab: id %u is given to both '%s' and '%s'", id, c->text[id],
                        e->string);
         LLMI_TRY(set_text(c, id, e->string));
+        c->vocab_text[id] = e->string;
         c->type[id] = c->spm && c->byte_fallback && is_byte_token(e->string) ? TT_BYTE : TT_NORMAL;
     }
     /* An added token's content replaces the model's text for its id, as in
@@ -258,7 +274,12 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
         LLMI_TRY(set_text(c, i, pad));
         c->type[i] = TT_UNUSED;
     }
-    return map_build(c);
+    uint32_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    c->map_mask = cap - 1;
+    LLMI_TRY(map_build(c, (const char *const *)c->text, &c->map));
+    return map_build(c, c->vocab_text, &c->vmap);
 }
 
 /* ---- merges ---- */
@@ -322,7 +343,8 @@ static llm_status load_merges(conv *c) {
             return llmi_oom("token scores");
         for (uint32_t i = 0; i < c->n_vocab; i++)
             c->scores[i] = UNMERGED_SCORE;
-    } else if (n) {
+    }
+    if (n) {
         c->merges = llmi_calloc(n, sizeof(char *));
         if (!c->merges)
             return llmi_oom("merges");
@@ -340,16 +362,19 @@ static llm_status load_merges(conv *c) {
             break;
         }
         const char *joined = r + strlen(r) + 1;
-        int32_t li = map_find(c, l), ri = map_find(c, r), ji = map_find(c, joined);
+        int32_t li = vocab_find(c, l), ri = vocab_find(c, r), ji = vocab_find(c, joined);
         if (li < 0 || ri < 0 || ji < 0) {
             st = bad(TJ, "model.merges[%zu] names '%s', which is not in model.vocab", rank,
                      li < 0 ? l : ri < 0 ? r : joined);
             break;
         }
-        if (c->spm) {
-            if (c->scores[ji] == UNMERGED_SCORE)
-                c->scores[ji] = -(float)rank;
-        } else {
+        if (c->spm && c->scores[ji] == UNMERGED_SCORE)
+            c->scores[ji] = -(float)rank;
+        /* A GGUF merge line splits at its space, so a token spelt with a
+         * space cannot be written (only user-defined tokens are), and
+         * lib/tokenizer finds tokens by their GGUF spelling. */
+        if (!strchr(l, ' ') && !strchr(r, ' ') && strcmp(l, c->text[li]) == 0 &&
+            strcmp(r, c->text[ri]) == 0) {
             size_t ll = strlen(l), rl = strlen(r);
             char *s = llmi_malloc(ll + rl + 2);
             if (!s) {
@@ -624,9 +649,8 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     if (c->spm)
         LLMI_TRY(llmi_gguf_w_arr_f32(w, "tokenizer.ggml.scores", c->scores, c->n_vocab));
     LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", c->type, c->n_vocab));
-    if (!c->spm)
-        LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
-    else
+    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
+    if (c->spm)
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", c->add_space_prefix));
 
     static const struct { const char *field, *key; } ids[] = {
@@ -672,8 +696,10 @@ static void conv_free(conv *c) {
     for (size_t i = 0; i < c->n_merges; i++)
         llmi_free((void *)c->merges[i]);
     llmi_free(c->text);
+    llmi_free((void *)c->vocab_text);
     llmi_free(c->type);
     llmi_free(c->map);
+    llmi_free(c->vmap);
     llmi_free(c->merges);
     llmi_free(c->scores);
 }

@@ -6,9 +6,9 @@
  * the ids `tokenizers` gives for a varied text set): our tokenizer loaded
  * from the derived keys must give those ids and decode them as `tokenizers`
  * does; the derived keys must equal the ones llama.cpp's converter wrote into
- * the GGUF file ($LLM_TEST_MODEL_DIR or the folder of $LLM_TEST_MODEL), and
- * the tokenizer loaded from that file must give the same ids. Each part skips
- * when its inputs are absent. Then bad input on small inline JSON. */
+ * the GGUF file (its tokenizer.* keys copied into vocab.gguf), and the
+ * tokenizer loaded from those must give the same ids. A test skips when its
+ * folder is absent. Then bad input on small inline JSON. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "core/core.h"
 #include "gguf/gguf.h"
@@ -100,26 +100,6 @@ static char *tok_folder(const char *name) {
     return path;
 }
 
-/* The GGUF file the folder was made from, or NULL. */
-static const char *gguf_file(const char *file, char *buf, size_t cap) {
-    const char *dir = getenv("LLM_TEST_MODEL_DIR");
-    char tmp[4096];
-    if (!dir) {
-        const char *m = getenv("LLM_TEST_MODEL");
-        if (!m)
-            return NULL;
-        snprintf(tmp, sizeof tmp, "%s", m);
-        char *slash = strrchr(tmp, '/');
-        if (slash)
-            *slash = 0;
-        else
-            snprintf(tmp, sizeof tmp, ".");
-        dir = tmp;
-    }
-    snprintf(buf, cap, "%s/%s", dir, file);
-    return access(buf, R_OK) == 0 ? buf : NULL;
-}
-
 static size_t unhex(const char *h, char *out) {
     if (strcmp(h, "-") == 0)
         return 0;
@@ -179,24 +159,18 @@ static void expect_same_bool(const llmi_gguf *a, const llmi_gguf *b, const char 
 
 /* ---- against tokenizers and the GGUF ---- */
 
-static void check_vocabulary(const char *name, const char *gguf_name, bool sentencepiece) {
+static void check_vocabulary(const char *name, bool from_gguf, bool sentencepiece) {
     const char *folder = tok_folder(name);
     if (!folder)
         skip();
     loaded hf;
     if (load_folder(folder, &hf) != LLM_OK)
         fail_msg("%s: %s", folder, llmi_error_message());
-    char path_buf[4096];
-    const char *path = gguf_file(gguf_name, path_buf, sizeof path_buf);
     loaded file = {0};
-    if (path) {
-        if (llmi_gguf_open(path, true, &file.g) != LLM_OK) {
-            print_message("%s: cannot open (%s); compared with tokenizers only\n", path,
-                          llmi_error_message());
-            path = NULL;
-        }
-    }
-    if (path) {
+    if (from_gguf) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/vocab.gguf", folder);
+        OK(llmi_gguf_open(path, true, &file.g));
         OK(llmi_tokenizer_load(file.g, &file.tok));
         expect_same_strs(hf.g, file.g, "tokenizer.ggml.tokens");
         expect_same_i32s(hf.g, file.g, "tokenizer.ggml.token_type");
@@ -214,8 +188,6 @@ static void check_vocabulary(const char *name, const char *gguf_name, bool sente
         expect_same_u32(hf.g, file.g, "tokenizer.ggml.padding_token_id");
         expect_same_bool(hf.g, file.g, "tokenizer.ggml.add_bos_token");
         expect_same_bool(hf.g, file.g, "tokenizer.ggml.add_space_prefix");
-    } else {
-        print_message("%s: GGUF file absent; compared with tokenizers only\n", gguf_name);
     }
 
     char ids_path[4200];
@@ -278,18 +250,26 @@ static void check_vocabulary(const char *name, const char *gguf_name, bool sente
     free(got);
     unload(&hf);
     unload(&file);
-    assert_true(rows > 30);
+    assert_true(rows >= 20);
     assert_int_equal(failures, 0);
 }
 
 static void test_smollm2(void **state) {
     (void)state;
-    check_vocabulary("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", false);
+    check_vocabulary("smollm2", true, false);
 }
 
 static void test_gemma3(void **state) {
     (void)state;
-    check_vocabulary("gemma3", "gemma-3-270m-q4_k_m.gguf", true);
+    check_vocabulary("gemma3", true, true);
+}
+
+/* Merge ranks that disagree with vocabulary order, Llama 2's normalizer
+ * (a space before every fragment), byte fallback, BOS from the
+ * post-processor's template and tokenizer_config.json. */
+static void test_tiny_sentencepiece(void **state) {
+    (void)state;
+    check_vocabulary("tiny-spm", false, true);
 }
 
 /* ---- small inline tokenizer.json files ---- */
@@ -405,6 +385,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_tiny_sentencepiece),
         cmocka_unit_test(test_small_bpe),
         cmocka_unit_test(test_bad_input),
     };
