@@ -318,6 +318,70 @@ static void test_small_bpe(void **state) {
     unload(&l);
 }
 
+/* SentencePiece-style, with the newer Metaspace pre-tokenizer instead of
+ * Llama 2's normalizer. */
+static const char small_spm[] =
+    "{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+    "{\"id\":1,\"content\":\"<s>\",\"special\":true},{\"id\":6,\"content\":\"\\u2581\\u2581\","
+    "\"special\":false}],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Metaspace\","
+    "\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":false},"
+    "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{"
+    "\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"\\u2581\":3,\"x\":4,\"\\u2581x\":5,\"\\u2581\\u2581\":6},"
+    "\"merges\":[[\"\\u2581\",\"x\"],[\"\\u2581\",\"\\u2581\"]]}}";
+
+static void test_small_spm(void **state) {
+    (void)state;
+    loaded l;
+    if (load_json(small_spm, "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", &l) != LLM_OK)
+        fail_msg("%s", llmi_error_message());
+    llmi_str s;
+    OK(llmi_gguf_get_str(l.g, "tokenizer.ggml.model", true, &s));
+    assert_true(llmi_str_eq(s, "llama"));
+    bool prefix = false;
+    OK(llmi_gguf_get_bool(l.g, "tokenizer.ggml.add_space_prefix", true, &prefix));
+    assert_true(prefix);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 0), LLMI_TOKTYPE_CONTROL);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 2), LLMI_TOKTYPE_BYTE);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 4), LLMI_TOKTYPE_NORMAL);
+    /* a user-defined token is stored with spaces, as the converter does */
+    size_t n = 0;
+    const char *text = llmi_tokenizer_token_text(l.tok, 6, &n);
+    assert_int_equal(n, 2);
+    assert_memory_equal(text, "  ", 2);
+    llm_token ids[8];
+    OK(llmi_tokenize(l.tok, "xA", 2, LLM_TOKENIZE_ADD_SPECIAL, ids, 8, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 5);
+    assert_int_equal(ids[2], 2);
+    unload(&l);
+}
+
+/* Every allocation of ours that fails gives LLM_ERR_OUT_OF_MEMORY and leaks
+ * nothing (cJSON allocates with malloc, outside the sweep). */
+static void test_alloc_failures(void **state) {
+    (void)state;
+    const char *inputs[] = {small_bpe, small_spm}, *config = "{\"chat_template\":\"x\"}";
+    for (size_t i = 0; i < 2; i++) {
+        int ok = 0;
+        for (uint64_t k = 1; k < 200 && ok < 3; k++) {
+            llmi_gguf_writer *w = NULL;
+            OK(llmi_gguf_writer_create(&w));
+            llmi_alloc_fail_after(k);
+            llm_status st = llmi_hf_tokenizer_keys_from_json(
+                inputs[i], strlen(inputs[i]), config, strlen(config), w);
+            llmi_alloc_fail_after(0);
+            llmi_gguf_writer_free(w);
+            if (st == LLM_OK)
+                ok++;
+            else if (st != LLM_ERR_OUT_OF_MEMORY)
+                fail_msg("input %zu, allocation %llu: %d %s", i, (unsigned long long)k, (int)st,
+                         llmi_error_message());
+        }
+        assert_true(ok > 0);
+    }
+}
+
 typedef struct bad_case {
     const char *json, *config;
     llm_status status;
@@ -387,6 +451,8 @@ int main(void) {
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_tiny_sentencepiece),
         cmocka_unit_test(test_small_bpe),
+        cmocka_unit_test(test_small_spm),
+        cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
