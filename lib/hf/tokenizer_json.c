@@ -36,7 +36,7 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 #define MAX_VOCAB (1u << 24)
 #define UNMERGED_SCORE (-1e9f)
 
-/* The three pre-tokenizer regexes (as written in tokenizer.json) that match
+/* The pre-tokenizer regexes (as written in tokenizer.json) that match
  * a family of lib/tokenizer/bpe.c. */
 #define RE_LLAMA3                                                                                  \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                     \
@@ -44,7 +44,10 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 #define RE_QWEN2                                                                                   \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2_SHORT "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+/* What tokenizers' ByteLevel uses. The trailing \s+ changes no split: text
+ * that no alternative matches becomes a piece of its own either way. */
+#define RE_GPT2 RE_GPT2_SHORT "|\\s+"
 
 typedef struct conv {
     const cJSON *model;
@@ -470,7 +473,7 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
             c->pre = c->ignore_merges ? "llama-bpe" : "smaug-bpe";
         else if (strcmp(regex, RE_QWEN2) == 0)
             c->pre = "qwen2";
-        else if (strcmp(regex, RE_GPT2) == 0)
+        else if (strcmp(regex, RE_GPT2) == 0 || strcmp(regex, RE_GPT2_SHORT) == 0)
             c->pre = "gpt-2";
         else
             return llmi_error(LLM_ERR_UNSUPPORTED, "%s: pre_tokenizer regex '%.300s' is not known",
@@ -483,6 +486,11 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
                           "configurations",
                           TJ);
     }
+    /* lib/tokenizer takes ignore_merges from the pre-tokenizer's name. */
+    if (c->ignore_merges && strcmp(c->pre, "llama-bpe") != 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "%s: model.ignore_merges is not supported with pre-tokenizer '%s'", TJ,
+                          c->pre);
     return LLM_OK;
 }
 
@@ -522,6 +530,11 @@ static llm_status sentencepiece_pre(conv *c, const cJSON *root) {
         else
             c->add_space_prefix = flag(s, "add_prefix_space", true);
     }
+    if (c->ignore_merges)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "%s: model.ignore_merges is not supported for a SentencePiece-style "
+                          "BPE model",
+                          TJ);
     if (!replaced)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "%s: a byte_fallback BPE model that does not turn spaces into U+2581 is "

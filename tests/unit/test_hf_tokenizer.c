@@ -426,6 +426,9 @@ static void test_bad_input(void **state) {
          "{\"type\":\"ByteLevel\",\"use_regex\":false}]},"
          "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
          NULL, LLM_ERR_UNSUPPORTED, "pre_tokenizer regex '\\w+' is not known"},
+        {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0},"
+         "\"merges\":[]}}",
+         NULL, LLM_ERR_UNSUPPORTED, "model.ignore_merges is not supported with pre-tokenizer 'gpt-2'"},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", NULL,
          LLM_ERR_UNSUPPORTED, "neither byte-level nor SentencePiece-style"},
         {small_bpe, "{\"eos_token\":5}", LLM_ERR_BAD_FORMAT, "tokenizer_config.json: eos_token"},
