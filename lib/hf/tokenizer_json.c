@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TJ "tokenizer.json"
@@ -196,7 +197,31 @@ static llm_status set_text(conv *c, uint32_t id, const char *s) {
     return LLM_OK;
 }
 
-static llm_status load_vocab(conv *c, const cJSON *root) {
+/* tokenizer_config.json's added_tokens_decoder ({"<id>": {"content",
+ * "special"}}), which transformers lays over tokenizer.json: it can mark a
+ * token of the vocabulary special. Entries for other ids or other texts
+ * are left alone. */
+static void config_added_tokens(conv *c, const cJSON *cfg) {
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder");
+    if (!cJSON_IsObject(dec))
+        return;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, dec) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long id = strtoul(e->string, &end, 10);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!end || *end || errno || id >= c->n_vocab || !cJSON_IsString(content) ||
+            strcmp(content->valuestring, c->text[id]) != 0 || c->type[id] == TT_UNUSED)
+            continue;
+        if (flag(e, "special", false) || looks_special(content->valuestring))
+            c->type[id] = TT_CONTROL;
+        else if (c->type[id] == TT_NORMAL)
+            c->type[id] = TT_USER_DEFINED;
+    }
+}
+
+static llm_status load_vocab(conv *c, const cJSON *root, const cJSON *cfg) {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(c->model, "vocab");
     if (!cJSON_IsObject(vocab))
         return bad(TJ, "model.vocab is missing or not an object");
@@ -277,6 +302,7 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
         LLMI_TRY(set_text(c, i, pad));
         c->type[i] = TT_UNUSED;
     }
+    config_added_tokens(c, cfg);
     uint32_t cap = 16;
     while (cap < 2 * n)
         cap <<= 1;
@@ -749,7 +775,7 @@ llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t t
     if (st == LLM_OK)
         st = model_kind(&c, root);
     if (st == LLM_OK)
-        st = load_vocab(&c, root);
+        st = load_vocab(&c, root, cfg);
     if (st == LLM_OK)
         st = load_merges(&c);
     if (st == LLM_OK) {

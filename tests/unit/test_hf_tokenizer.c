@@ -291,6 +291,8 @@ static void test_small_bpe(void **state) {
     (void)state;
     static const char cfg[] =
         "{\"bos_token\":null,\"eos_token\":{\"content\":\"<|end|>\",\"special\":true},"
+        "\"added_tokens_decoder\":{\"1\":{\"content\":\"b\",\"special\":true},"
+        "\"2\":{\"content\":\"not ab\",\"special\":true},\"x\":{},\"99\":{\"content\":\"b\"}},"
         "\"add_bos_token\":false,\"add_eos_token\":true,\"chat_template\":["
         "{\"name\":\"default\",\"template\":\"T1\"},{\"name\":\"rag\",\"template\":\"T2\"}]}";
     loaded l;
@@ -305,6 +307,9 @@ static void test_small_bpe(void **state) {
     assert_int_equal(llmi_tokenizer_eos(l.tok), 5);
     assert_int_equal(llmi_tokenizer_token_type(l.tok, 5), LLMI_TOKTYPE_CONTROL);
     assert_int_equal(llmi_tokenizer_token_type(l.tok, 6), LLMI_TOKTYPE_USER_DEFINED);
+    /* added_tokens_decoder marks "b" special; its other entries do not apply */
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 1), LLMI_TOKTYPE_CONTROL);
+    assert_int_equal(llmi_tokenizer_token_type(l.tok, 2), LLMI_TOKTYPE_NORMAL);
     assert_false(llmi_tokenizer_add_bos(l.tok));
     assert_true(llmi_tokenizer_add_eos(l.tok));
     llm_token ids[8];
