@@ -838,6 +838,38 @@ static llm_status read_file(const char *folder, const char *name, bool required,
     return LLM_OK;
 }
 
+/* Newer checkpoints keep the chat template in chat_template.jinja instead
+ * of tokenizer_config.json; it is read when the config has none. */
+static llm_status template_file(const char *folder, const char *cfg, size_t cfg_len,
+                                llmi_gguf_writer *w) {
+    if (cfg) {
+        cJSON *root = cJSON_ParseWithLength(cfg, cfg_len);
+        bool has = root && cJSON_GetObjectItemCaseSensitive(root, "chat_template") &&
+                   !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "chat_template"));
+        cJSON_Delete(root);
+        if (has)
+            return LLM_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    LLMI_TRY(read_file(folder, "chat_template.jinja", false, &text, &len));
+    if (!text)
+        return LLM_OK;
+    llm_status st = LLM_OK;
+    if (memchr(text, 0, len))
+        st = llmi_error(LLM_ERR_BAD_FORMAT, "chat_template.jinja: holds a NUL byte");
+    char *z = st == LLM_OK ? llmi_realloc(text, len + 1) : NULL;
+    if (st == LLM_OK && !z)
+        st = llmi_oom("chat template");
+    if (z) {
+        text = z;
+        text[len] = 0;
+        st = llmi_gguf_w_str(w, "tokenizer.chat_template", text);
+    }
+    llmi_free(text);
+    return st;
+}
+
 llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
     if (!folder || !w)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "no folder or GGUF writer");
@@ -848,6 +880,8 @@ llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
         st = read_file(folder, TC, false, &cfg, &cfg_len);
     if (st == LLM_OK)
         st = llmi_hf_tokenizer_keys_from_json(tok, tok_len, cfg, cfg_len, w);
+    if (st == LLM_OK)
+        st = template_file(folder, cfg, cfg_len, w);
     llmi_free(tok);
     llmi_free(cfg);
     return st;

@@ -387,6 +387,48 @@ static void test_alloc_failures(void **state) {
     }
 }
 
+static void write_text(const char *dir, const char *name, const char *text) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The folder entry point: files read, a missing tokenizer.json is an I/O
+ * error naming it, chat_template.jinja used when the config has none. */
+static void test_folder(void **state) {
+    (void)state;
+    const char *tmp = getenv("LLM_TEST_TMP");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/hf_tokenizer_XXXXXX", tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+    loaded l;
+    EXPECT_ERR(load_folder(dir, &l), LLM_ERR_IO, "tokenizer.json");
+    unload(&l);
+    write_text(dir, "tokenizer.json", small_bpe);
+    write_text(dir, "chat_template.jinja", "{{ messages }}");
+    OK(load_folder(dir, &l));
+    assert_string_equal(llmi_tokenizer_chat_template(l.tok), "{{ messages }}");
+    unload(&l);
+    write_text(dir, "tokenizer_config.json", "{\"chat_template\":\"from config\"}");
+    OK(load_folder(dir, &l));
+    assert_string_equal(llmi_tokenizer_chat_template(l.tok), "from config");
+    unload(&l);
+    write_text(dir, "tokenizer_config.json", "{\"chat_template\":");
+    EXPECT_ERR(load_folder(dir, &l), LLM_ERR_BAD_FORMAT, "tokenizer_config.json: malformed JSON");
+    unload(&l);
+    char path[4200];
+    static const char *const names[] = {"tokenizer.json", "chat_template.jinja",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 typedef struct bad_case {
     const char *json, *config;
     llm_status status;
@@ -461,6 +503,7 @@ int main(void) {
         cmocka_unit_test(test_small_bpe),
         cmocka_unit_test(test_small_spm),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_folder),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
