@@ -539,10 +539,16 @@ static llm_status sentencepiece_pre(conv *c, const cJSON *root) {
             return llmi_error(LLM_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported", TJ,
                               t ? t : "?");
     }
+    bool spaces_gone = replaced;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     list = steps(pre, "pretokenizers", &single);
     FOR_STEPS(s, list, single) {
         const char *t = type_of(s);
+        /* Gemma's Split on " " after the normalizer has replaced every space
+         * never splits. */
+        if (t && strcmp(t, "Split") == 0 && spaces_gone && !flag(s, "invert", false) &&
+            str_eq(cJSON_GetObjectItemCaseSensitive(s, "pattern"), "String", " "))
+            continue;
         if (!t || strcmp(t, "Metaspace") != 0 || !str_eq(s, "replacement", "\xe2\x96\x81") ||
             flag(s, "split", false))
             return llmi_error(LLM_ERR_UNSUPPORTED,

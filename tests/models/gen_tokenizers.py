@@ -156,6 +156,7 @@ def build_gemma3(g):
     tok = Tokenizer(models.BPE(vocab, merges, unk_token=tokens[g["unk"]], byte_fallback=True,
                                fuse_unk=True, ignore_merges=False))
     tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")  # as transformers writes
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
                                      decoders.Fuse()])
     add_special_tokens(tok, g, True)
