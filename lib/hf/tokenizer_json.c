@@ -178,7 +178,7 @@ static bool is_byte_token(const char *s) {
 static void unspace(char *s) {
     char *o = s;
     for (const char *i = s; *i;) {
-        if (memcmp(i, "\xe2\x96\x81", 3) == 0) {
+        if (strncmp(i, "\xe2\x96\x81", 3) == 0) {
             *o++ = ' ';
             i += 3;
         } else {
