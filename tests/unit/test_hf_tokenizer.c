@@ -331,8 +331,9 @@ static const char small_spm[] =
     "\"special\":false}],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Metaspace\","
     "\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":false},"
     "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{"
-    "\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"\\u2581\":3,\"x\":4,\"\\u2581x\":5,\"\\u2581\\u2581\":6},"
-    "\"merges\":[[\"\\u2581\",\"x\"],[\"\\u2581\",\"\\u2581\"]]}}";
+    "\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"\\u2581\":3,\"x\":4,\"\\u2581x\":5,\"\\u2581\\u2581\":6,"
+    "\"y\":7,\"z\":8,\"yz\":9,\"\\u2581y\":10,\"\\u2581yz\":11},"
+    "\"merges\":[[\"\\u2581\",\"x\"],[\"\\u2581\",\"\\u2581\"],[\"y\",\"z\"],[\"\\u2581\",\"y\"]]}}";
 
 static void test_small_spm(void **state) {
     (void)state;
@@ -359,6 +360,13 @@ static void test_small_spm(void **state) {
     assert_int_equal(ids[0], 1);
     assert_int_equal(ids[1], 5);
     assert_int_equal(ids[2], 2);
+    /* "\u2581yz": y+z merges first (lower rank); no merge joins the space and
+     * "yz", although the vocabulary has "\u2581yz", so BPE stops at two
+     * tokens where merging by score would reach one */
+    OK(llmi_tokenize(l.tok, "yz", 2, 0, ids, 8, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[1], 9);
     unload(&l);
 }
 
