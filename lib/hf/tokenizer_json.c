@@ -19,8 +19,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +29,14 @@
 #define TC "tokenizer_config.json"
 
 /* GGUF token types (tokenizer.ggml.token_type). */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5,
-       TT_BYTE = 6 };
+enum {
+    TT_NORMAL = 1,
+    TT_UNKNOWN = 2,
+    TT_CONTROL = 3,
+    TT_USER_DEFINED = 4,
+    TT_UNUSED = 5,
+    TT_BYTE = 6
+};
 
 /* Ranks stay exact in a float score below 2^24. */
 #define MAX_MERGES (1u << 24)
@@ -45,7 +51,8 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 #define RE_QWEN2                                                                                   \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT2_SHORT "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+#define RE_GPT2_SHORT                                                                              \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 /* What tokenizers' ByteLevel uses. The trailing \s+ changes no split: text
  * that no alternative matches becomes a piece of its own either way. */
 #define RE_GPT2 RE_GPT2_SHORT "|\\s+"
@@ -53,17 +60,17 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 typedef struct conv {
     const cJSON *model;
     uint32_t n_vocab;
-    char **text;   /* n_vocab token texts (GGUF spelling), owned */
+    char **text;             /* n_vocab token texts (GGUF spelling), owned */
     const char **vocab_text; /* model.vocab's spelling (in the cJSON tree), NULL if none */
-    int32_t *type; /* n_vocab GGUF token types */
+    int32_t *type;           /* n_vocab GGUF token types */
     /* open addressing: id + 1, 0 = empty; keyed by text and vocab_text */
     uint32_t *map, *vmap;
     uint32_t map_mask;
     bool spm, byte_fallback, ignore_merges, add_space_prefix;
     const char *pre;
-    const char **merges; /* "left right" strings (byte-level); owned strings */
+    const char **merges; /* "left right" strings as GGUF writes them, owned */
     size_t n_merges;
-    float *scores; /* SentencePiece-style only */
+    float *scores;                   /* SentencePiece-style only */
     llm_token post_first, post_last; /* special tokens the post-processor adds, or -1 */
 } conv;
 
@@ -169,8 +176,8 @@ static bool looks_special(const char *s) {
 
 static bool is_byte_token(const char *s) {
     static const char hex[] = "0123456789abcdefABCDEF";
-    return strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && s[3] &&
-           strchr(hex, s[3]) && s[4] && strchr(hex, s[4]);
+    return strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && s[3] && strchr(hex, s[3]) &&
+           s[4] && strchr(hex, s[4]);
 }
 
 /* Replaces every U+2581 with a space, in place: llama.cpp stores
@@ -394,7 +401,9 @@ static llm_status load_merges(conv *c) {
         int32_t li = vocab_find(c, l), ri = vocab_find(c, r), ji = vocab_find(c, joined);
         if (li < 0 || ri < 0 || ji < 0) {
             st = bad(TJ, "model.merges[%zu] names '%s', which is not in model.vocab", rank,
-                     li < 0 ? l : ri < 0 ? r : joined);
+                     li < 0   ? l
+                     : ri < 0 ? r
+                              : joined);
             break;
         }
         if (c->spm && c->scores[ji] == UNMERGED_SCORE)
@@ -437,8 +446,7 @@ static const cJSON *steps(const cJSON *o, const char *list_key, const cJSON **si
 }
 
 #define FOR_STEPS(it, list, single)                                                                \
-    for (const cJSON *it = (list) ? (list)->child : (single); it;                                  \
-         it = (list) ? it->next : NULL)
+    for (const cJSON *it = (list) ? (list)->child : (single); it; it = (list) ? it->next : NULL)
 
 static bool has_step(const cJSON *o, const char *list_key, const char *type) {
     const cJSON *single, *list = steps(o, list_key, &single);
@@ -474,13 +482,14 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
                                   TJ);
             byte_level = true;
             byte_regex = flag(s, "use_regex", true);
-        } else if (t && strcmp(t, "Digits") == 0 && flag(s, "individual_digits", false) &&
-                   !regex && !byte_level) {
+        } else if (t && strcmp(t, "Digits") == 0 && flag(s, "individual_digits", false) && !regex &&
+                   !byte_level) {
             digits = true;
         } else if (t && strcmp(t, "Split") == 0 && !regex && !byte_level && !digits) {
             const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
             const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
-            if (!cJSON_IsString(re) || !str_eq(s, "behavior", "Isolated") || flag(s, "invert", false))
+            if (!cJSON_IsString(re) || !str_eq(s, "behavior", "Isolated") ||
+                flag(s, "invert", false))
                 return llmi_error(LLM_ERR_UNSUPPORTED,
                                   "%s: pre_tokenizer Split other than an isolating regex is not "
                                   "supported",
@@ -488,8 +497,7 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
             regex = re->valuestring;
         } else {
             return llmi_error(LLM_ERR_UNSUPPORTED,
-                              "%s: pre_tokenizer step '%s' is not supported here", TJ,
-                              t ? t : "?");
+                              "%s: pre_tokenizer step '%s' is not supported here", TJ, t ? t : "?");
         }
     }
     if (!byte_level)
@@ -689,8 +697,8 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model", c->spm ? "llama" : "gpt2"));
     if (!c->spm)
         LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.pre", c->pre));
-    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)c->text,
-                                 c->n_vocab));
+    LLMI_TRY(
+        llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)c->text, c->n_vocab));
     if (c->spm)
         LLMI_TRY(llmi_gguf_w_arr_f32(w, "tokenizer.ggml.scores", c->scores, c->n_vocab));
     LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", c->type, c->n_vocab));
@@ -698,7 +706,9 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     if (c->spm)
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", c->add_space_prefix));
 
-    static const struct { const char *field, *key; } ids[] = {
+    static const struct {
+        const char *field, *key;
+    } ids[] = {
         {"bos_token", "tokenizer.ggml.bos_token_id"},
         {"eos_token", "tokenizer.ggml.eos_token_id"},
         {"unk_token", "tokenizer.ggml.unknown_token_id"},

@@ -24,9 +24,8 @@ static void check_tokenizer(const llmi_tokenizer *t, const char *text, size_t le
     static llm_token ids[CAP];
     static char out[4 * CAP * 64];
     size_t n = 0;
-    llm_status st = llmi_tokenize(t, text, len,
-                                  LLM_TOKENIZE_PARSE_SPECIAL | LLM_TOKENIZE_ADD_SPECIAL, ids, CAP,
-                                  &n);
+    llm_status st = llmi_tokenize(
+        t, text, len, LLM_TOKENIZE_PARSE_SPECIAL | LLM_TOKENIZE_ADD_SPECIAL, ids, CAP, &n);
     FUZZ_CHECK(st == LLM_OK || st == LLM_ERR_INVALID_UTF8 || st == LLM_ERR_BUFFER_TOO_SMALL ||
                    st == LLM_ERR_BAD_FORMAT || st == LLM_ERR_OUT_OF_MEMORY,
                "tokenize: %d %s", (int)st, llmi_error_message());
@@ -71,8 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llmi_gguf_writer *w = NULL;
     if (llmi_gguf_writer_create(&w) != LLM_OK)
         abort();
-    llm_status st = llmi_hf_tokenizer_keys_from_json(tok_copy, tok_len, has_cfg ? cfg_copy : NULL,
-                                                     cfg_len, w);
+    llm_status st =
+        llmi_hf_tokenizer_keys_from_json(tok_copy, tok_len, has_cfg ? cfg_copy : NULL, cfg_len, w);
     FUZZ_CHECK(st == LLM_OK || st == LLM_ERR_BAD_FORMAT || st == LLM_ERR_UNSUPPORTED ||
                    st == LLM_ERR_LIMIT || st == LLM_ERR_OUT_OF_MEMORY,
                "keys: %d %s", (int)st, llmi_error_message());

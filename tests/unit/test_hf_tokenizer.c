@@ -275,7 +275,7 @@ static void test_tiny_sentencepiece(void **state) {
 /* ---- small inline tokenizer.json files ---- */
 
 #define BL_PRE                                                                                     \
-    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"                       \
+    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"                        \
     "\"trim_offsets\":true,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\"}"
 
 /* A byte-level vocabulary: the 256 byte characters are not all there, so
@@ -333,7 +333,8 @@ static const char small_spm[] =
     "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{"
     "\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"\\u2581\":3,\"x\":4,\"\\u2581x\":5,\"\\u2581\\u2581\":6,"
     "\"y\":7,\"z\":8,\"yz\":9,\"\\u2581y\":10,\"\\u2581yz\":11},"
-    "\"merges\":[[\"\\u2581\",\"x\"],[\"\\u2581\",\"\\u2581\"],[\"y\",\"z\"],[\"\\u2581\",\"y\"]]}}";
+    "\"merges\":[[\"\\u2581\",\"x\"],[\"\\u2581\",\"\\u2581\"],[\"y\",\"z\"],[\"\\u2581\",\"y\"]]}"
+    "}";
 
 static void test_small_spm(void **state) {
     (void)state;
@@ -381,8 +382,8 @@ static void test_alloc_failures(void **state) {
             llmi_gguf_writer *w = NULL;
             OK(llmi_gguf_writer_create(&w));
             llmi_alloc_fail_after(k);
-            llm_status st = llmi_hf_tokenizer_keys_from_json(
-                inputs[i], strlen(inputs[i]), config, strlen(config), w);
+            llm_status st = llmi_hf_tokenizer_keys_from_json(inputs[i], strlen(inputs[i]), config,
+                                                             strlen(config), w);
             llmi_alloc_fail_after(0);
             llmi_gguf_writer_free(w);
             if (st == LLM_OK)
@@ -483,7 +484,8 @@ static void test_bad_input(void **state) {
          NULL, LLM_ERR_UNSUPPORTED, "pre_tokenizer regex '\\w+' is not known"},
         {"{" BL_PRE ",\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0},"
          "\"merges\":[]}}",
-         NULL, LLM_ERR_UNSUPPORTED, "model.ignore_merges is not supported with pre-tokenizer 'gpt-2'"},
+         NULL, LLM_ERR_UNSUPPORTED,
+         "model.ignore_merges is not supported with pre-tokenizer 'gpt-2'"},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", NULL,
          LLM_ERR_UNSUPPORTED, "neither byte-level nor SentencePiece-style"},
         {small_bpe, "{\"eos_token\":5}", LLM_ERR_BAD_FORMAT, "tokenizer_config.json: eos_token"},
