@@ -157,7 +157,9 @@ $(TEST_VENV)/.stamp: tests/requirements.txt
 	$(TEST_VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	@touch $@
 test-venv: $(TEST_VENV)/.stamp
-test-models: $(TEST_VENV)/.stamp $(MODEL)
+# gen_tokenizers.py reads the SmolLM2 and Gemma 3 GGUF files (it skips a
+# vocabulary whose file is absent); model-gemma3 fetches the Gemma 3 one.
+test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3
 	@mkdir -p $(TEST_MODELS)
 	@for g in $(sort $(wildcard tests/models/gen_*.py)); do \
 		$(TEST_VENV)/bin/python $$g --out $(TEST_MODELS) || exit 1; \
@@ -236,6 +238,8 @@ install-test:
 	+@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
 
 model: $(MODEL)
+.PHONY: model-gemma3
+model-gemma3:
 $(MODEL): scripts/fetch-model.sh
 	@bash scripts/fetch-model.sh smollm2 $@
 # Gemma 3 270M, Q4_K_M (about 250 MB; docs/architectures.md).
@@ -266,7 +270,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
@@ -281,6 +285,7 @@ FUZZ_MAXLEN_tokenize := 4096
 FUZZ_MAXLEN_chat := 4096
 FUZZ_MAXLEN_state := 16384
 FUZZ_MAXLEN_safetensors := 16384
+FUZZ_MAXLEN_hf_tokenizer := 16384
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \
@@ -314,6 +319,7 @@ fuzz: fuzz-build
 			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
 			tokenize) echo $(FUZZ_MAXLEN_tokenize);; state) echo $(FUZZ_MAXLEN_state);; \
 			safetensors) echo $(FUZZ_MAXLEN_safetensors);; \
+			hf_tokenizer) echo $(FUZZ_MAXLEN_hf_tokenizer);; \
 			*) echo $(FUZZ_MAXLEN_chat);; esac) \
 			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
 			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \

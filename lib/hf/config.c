@@ -112,9 +112,24 @@ static llm_status get_f32(const cJSON *root, const char *key, bool required, flo
     return LLM_OK;
 }
 
-/* Scaled rope changes the forward pass; until it does what the converter's
- * keys ask, a scaled model is refused rather than run with plain rope. */
-static llm_status check_rope_scaling(const cJSON *root) {
+/* A positive number in rope_scaling, `fallback` when absent (the
+ * converter's defaults). */
+static llm_status rope_number(const cJSON *rs, const char *key, double fallback, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    *out = fallback;
+    if (!v || cJSON_IsNull(v))
+        return LLM_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0.0 && v->valuedouble < 1e9))
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          CFG ": field 'rope_scaling.%s' is not a positive number", key);
+    *out = v->valuedouble;
+    return LLM_OK;
+}
+
+/* Scaled rope changes the forward pass: "llama3" is what rope_freqs.weight
+ * expresses (the model table's Llama row reads it); other types are refused
+ * rather than run with plain rope. */
+static llm_status parse_rope_scaling(const cJSON *root, llmi_hf_config *c) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs || cJSON_IsNull(rs))
         return LLM_OK;
@@ -123,11 +138,59 @@ static llm_status check_rope_scaling(const cJSON *root) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!cJSON_IsString(t))
         t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-    if (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0)
+    const char *type = cJSON_IsString(t) ? t->valuestring : "?";
+    if (strcmp(type, "default") == 0)
         return LLM_OK;
-    return llmi_error(LLM_ERR_UNSUPPORTED,
-                      CFG ": rope_scaling type '%s' is not supported yet (only unscaled rope)",
-                      cJSON_IsString(t) ? t->valuestring : "?");
+    if (strcmp(type, "linear") == 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          CFG ": rope_scaling type 'linear' is not supported: the forward pass "
+                              "has no linear position scaling (llama.cpp's rope.scaling.factor)");
+    if (strcmp(type, "llama3") != 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          CFG ": rope_scaling type '%s' is not supported (only 'default' and, "
+                              "for Llama, 'llama3')",
+                          type);
+    /* the converter writes rope_freqs for its Llama class only */
+    if (strcmp(c->arch, "llama") != 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          CFG ": rope_scaling type 'llama3' is supported for Llama models only, "
+                              "not for %s",
+                          c->arch);
+    c->rope_llama3 = true;
+    LLMI_TRY(rope_number(rs, "factor", 8.0, &c->rope_factor));
+    LLMI_TRY(rope_number(rs, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
+    LLMI_TRY(rope_number(rs, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
+    LLMI_TRY(rope_number(rs, "original_max_position_embeddings", 8192.0, &c->rope_orig_ctx));
+    /* equal factors leave no band to blend over (a division by zero) */
+    if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          CFG ": rope_scaling high_freq_factor %g is not above low_freq_factor %g",
+                          c->rope_high_freq_factor, c->rope_low_freq_factor);
+    return LLM_OK;
+}
+
+void llmi_hf_llama3_rope_factors(const llmi_hf_config *c, float *out) {
+    /* Python's scalars meet float32 tensors in the converter: each is
+     * rounded to float32 first, every operation is a float32 operation. */
+    const float base = (float)c->rope_theta, dim = (float)c->head_dim;
+    const float factor = (float)c->rope_factor, low = (float)c->rope_low_freq_factor;
+    const float old_ctx = (float)c->rope_orig_ctx;
+    const float low_wavelen = (float)(c->rope_orig_ctx / c->rope_low_freq_factor);
+    const float high_wavelen = (float)(c->rope_orig_ctx / c->rope_high_freq_factor);
+    const float band = (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
+    const float two_pi = (float)(2.0 * 3.14159265358979323846);
+    for (uint32_t i = 0; i < c->head_dim / 2; i++) {
+        float freq = 1.0f / powf(base, (float)(2 * i) / dim);
+        float wavelen = two_pi / freq;
+        if (wavelen < high_wavelen) {
+            out[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            out[i] = factor;
+        } else {
+            float smooth = (old_ctx / wavelen - low) / band;
+            out[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
 }
 
 static llm_status check_dtype(const cJSON *root) {
@@ -219,7 +282,7 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
     }
     if (f->family == LLMI_HF_MISTRAL || f->family == LLMI_HF_GEMMA3 || f->family == LLMI_HF_PHI3)
         LLMI_TRY(get_u32(root, "sliding_window", false, &c->sliding_window, NULL));
-    LLMI_TRY(check_rope_scaling(root));
+    LLMI_TRY(parse_rope_scaling(root, c));
     LLMI_TRY(check_dtype(root));
     return parse_moe(root, f, c);
 }

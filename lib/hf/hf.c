@@ -154,6 +154,16 @@ static int src_cmp(const void *a, const void *b) {
     return strcmp(((const llmi_hf_source *)a)->name, ((const llmi_hf_source *)b)->name);
 }
 
+/* The converter's order: shards by file name, each shard's tensors by name
+ * (the order the safetensors package lists them). Tensors are listed in the
+ * assembled GGUF in this order, as the converter writes them, so the two
+ * give the same model fingerprint. */
+static int src_converter_cmp(const void *a, const void *b) {
+    const llmi_hf_source *x = a, *y = b;
+    int by_file = strcmp(x->file, y->file);
+    return by_file ? by_file : strcmp(x->name, y->name);
+}
+
 static llm_status open_single(hf_folder *h) {
     h->files = llmi_calloc(1, sizeof *h->files);
     h->file_names = llmi_calloc(1, sizeof *h->file_names);
@@ -230,6 +240,7 @@ static llm_status open_index(hf_folder *h, const char *json, size_t len) {
                             h->src[i].name);
             goto done;
         }
+    qsort(h->src, h->n_src, sizeof *h->src, src_converter_cmp);
 done:
     cJSON_Delete(root);
     return st;
@@ -378,12 +389,17 @@ static llm_status test_tokenizer_keys(llmi_gguf_writer *w) {
 }
 #endif
 
-static llm_status tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
+static llm_status tokenizer_keys(const char *folder, const llmi_hf_config *cfg,
+                                 llmi_gguf_writer *w) {
 #ifdef LLMI_TEST_HOOKS
     if (g_test_tokenizer_gguf)
         return test_tokenizer_keys(w);
 #endif
-    return llmi_hf_tokenizer_keys(folder, w);
+    /* the converter's Llama class: every class mapped to "llama" */
+    bool llama = strcmp(cfg->arch, "llama") == 0;
+    llmi_hf_vocab_rules rules = {.prefix_from_config = llama,
+                                 .no_bos = llama && cfg->n_vocab == 49152};
+    return llmi_hf_tokenizer_keys_rules(folder, &rules, w);
 }
 
 /* general.name: the folder's last component, as the converter's default. */
@@ -445,7 +461,7 @@ static llm_status open_folder(hf_folder *h, llmi_gguf_writer *w, llmi_gguf_parts
     LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type));
     LLMI_TRY(hand_over(h, parts));
     LLMI_TRY(generation_keys(h->folder, w));
-    return tokenizer_keys(h->folder, w);
+    return tokenizer_keys(h->folder, &cfg, w);
 }
 
 llm_status llmi_hf_open(const char *folder, bool use_mmap, llmi_gguf **out) {

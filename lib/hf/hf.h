@@ -44,6 +44,24 @@ llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t t
                                             const char *config_json, size_t config_len,
                                             llmi_gguf_writer *w);
 
+/* What the converter's model class adds to the tokenizer keys. Its Llama
+ * class (Llama, Mistral, Mixtral, SmolLM) writes add_space_prefix from
+ * tokenizer_config.json's add_prefix_space when that is given, and for a
+ * 49152-token vocabulary (SmolLM, Granite small) add_bos_token false. */
+typedef struct llmi_hf_vocab_rules {
+    bool prefix_from_config;
+    bool no_bos;
+} llmi_hf_vocab_rules;
+
+/* llmi_hf_tokenizer_keys and llmi_hf_tokenizer_keys_from_json with a
+ * class's rules (NULL: none). */
+llm_status llmi_hf_tokenizer_keys_rules(const char *folder, const llmi_hf_vocab_rules *rules,
+                                        llmi_gguf_writer *w);
+llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, size_t tokenizer_len,
+                                                  const char *config_json, size_t config_len,
+                                                  const llmi_hf_vocab_rules *rules,
+                                                  llmi_gguf_writer *w);
+
 #ifdef LLMI_TEST_HOOKS
 /* Takes the tokenizer.* keys from this GGUF file instead of the folder's
  * tokenizer.json (NULL: from the folder again), so weight and config tests

@@ -76,12 +76,22 @@ typedef struct llmi_hf_config {
     bool tie_embeddings;
     uint32_t sliding_window;                    /* 0: none */
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE only */
+    /* rope_scaling type "llama3" (Llama 3.1/3.2): becomes rope_freqs.weight */
+    bool rope_llama3;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_orig_ctx;
 } llmi_hf_config;
 
 /* Parses config.json's text; messages name "config.json" and the field. */
 llm_status llmi_hf_config_parse(const char *json, size_t len, llmi_hf_config *c);
 /* Writes general.architecture and the "<arch>.*" keys. */
 llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w);
+
+/* The rope_freqs.weight factors (head_dim / 2 of them) llama.cpp's
+ * converter computes for rope_scaling type "llama3": each pair's angle is
+ * divided by 1 (high frequencies), by `factor` (low) or by a smooth blend
+ * between; float32 arithmetic in the converter's order, so the values are
+ * bitwise the converter's. */
+void llmi_hf_llama3_rope_factors(const llmi_hf_config *c, float *out);
 
 /* One checkpoint tensor and the file it is in (for messages). */
 typedef struct llmi_hf_source {

@@ -244,6 +244,18 @@ static llm_status add_one(const llmi_hf_config *c, const llmi_hf_source *s, cons
     return llmi_gguf_parts_tensor(parts, gguf_name, t->type, 2, ne, data, t->nbytes);
 }
 
+static llm_status add_rope_freqs(const llmi_hf_config *c, llmi_gguf_parts *parts) {
+    size_t n = c->head_dim / 2;
+    llm_status st;
+    float *f = new_buffer(n * sizeof(float), parts, &st);
+    if (!f)
+        return st;
+    llmi_hf_llama3_rope_factors(c, f);
+    uint64_t ne[1] = {n};
+    return llmi_gguf_parts_tensor(parts, "rope_freqs.weight", LLMI_T_F32, 1, ne, f,
+                                  n * sizeof(float));
+}
+
 /* "model.layers.N.<rest>": N and rest; false for other names. */
 static bool split_layer(const char *name, uint32_t *layer, const char **rest) {
     static const char prefix[] = "model.layers.";
@@ -377,6 +389,9 @@ llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *sr
     llm_status st = LLM_OK;
     bool have_embd = false, have_output = false;
     *file_type = 0;
+    /* the converter emits the tensors it computes before the checkpoint's */
+    if (c->rope_llama3)
+        st = add_rope_freqs(c, parts);
     for (size_t i = 0; i < n && st == LLM_OK; i++) {
         st = map_one(c, &e, &src[i], parts);
         if (strcmp(src[i].name, "model.embed_tokens.weight") == 0) {

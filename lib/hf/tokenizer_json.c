@@ -9,32 +9,41 @@
  * guessed pre-tokenizer tokenizes wrongly without any visible error.
  *
  * SentencePiece-style BPE (byte_fallback, spaces as U+2581) becomes a
- * "llama" model. Its tokenizer merges by score, while tokenizers' BPE
- * merges by rank; giving every token the negated rank of the first merge
- * that produces it makes the two orders agree, and a token that no merge
- * produces gets a score below every rank, so it is merged last, if ever. */
+ * "llama" model that keeps its merges: lib/tokenizer merges such a model by
+ * rank, only listed pairs, as tokenizers' BPE does. Merging by score could
+ * not agree in general (a token with two splits in the vocabulary is
+ * reachable through either), but the scores are still written for other
+ * readers of the keys: the negated rank of the first merge that produces a
+ * token, and for a token no merge produces a score below every rank. */
 #include "hf/hf.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TJ "tokenizer.json"
 #define TC "tokenizer_config.json"
 
 /* GGUF token types (tokenizer.ggml.token_type). */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5,
-       TT_BYTE = 6 };
+enum {
+    TT_NORMAL = 1,
+    TT_UNKNOWN = 2,
+    TT_CONTROL = 3,
+    TT_USER_DEFINED = 4,
+    TT_UNUSED = 5,
+    TT_BYTE = 6
+};
 
 /* Ranks stay exact in a float score below 2^24. */
 #define MAX_MERGES (1u << 24)
 #define MAX_VOCAB (1u << 24)
 #define UNMERGED_SCORE (-1e9f)
 
-/* The three pre-tokenizer regexes (as written in tokenizer.json) that match
+/* The pre-tokenizer regexes (as written in tokenizer.json) that match
  * a family of lib/tokenizer/bpe.c. */
 #define RE_LLAMA3                                                                                  \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                     \
@@ -42,21 +51,28 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 #define RE_QWEN2                                                                                   \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "                          \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2_SHORT                                                                              \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+/* What tokenizers' ByteLevel uses. The trailing \s+ changes no split: text
+ * that no alternative matches becomes a piece of its own either way. */
+#define RE_GPT2 RE_GPT2_SHORT "|\\s+"
 
 typedef struct conv {
     const cJSON *model;
     uint32_t n_vocab;
-    char **text;   /* n_vocab token texts (GGUF spelling), owned */
-    int32_t *type; /* n_vocab GGUF token types */
-    uint32_t *map; /* open addressing: id + 1, 0 = empty; keyed by text */
+    char **text;             /* n_vocab token texts (GGUF spelling), owned */
+    const char **vocab_text; /* model.vocab's spelling (in the cJSON tree), NULL if none */
+    int32_t *type;           /* n_vocab GGUF token types */
+    /* open addressing: id + 1, 0 = empty; keyed by text and vocab_text */
+    uint32_t *map, *vmap;
     uint32_t map_mask;
     bool spm, byte_fallback, ignore_merges, add_space_prefix;
     const char *pre;
-    const char **merges; /* "left right" strings (byte-level); owned strings */
+    const char **merges; /* "left right" strings as GGUF writes them, owned */
     size_t n_merges;
-    float *scores; /* SentencePiece-style only */
+    float *scores;                   /* SentencePiece-style only */
     llm_token post_first, post_last; /* special tokens the post-processor adds, or -1 */
+    llmi_hf_vocab_rules rules;
 } conv;
 
 static llm_status bad(const char *file, const char *fmt, ...) LLMI_PRINTF(2, 3);
@@ -104,31 +120,41 @@ static uint64_t hash_text(const char *s) {
     return h;
 }
 
-static llm_status map_build(conv *c) {
-    uint32_t cap = 16;
-    while (cap < 2 * c->n_vocab)
-        cap <<= 1;
-    c->map = llmi_calloc(cap, sizeof(uint32_t));
-    if (!c->map)
+static llm_status map_build(const conv *c, const char *const *texts, uint32_t **out) {
+    uint32_t *map = llmi_calloc((size_t)c->map_mask + 1, sizeof(uint32_t));
+    if (!map)
         return llmi_oom("token map");
-    c->map_mask = cap - 1;
     /* The first id of a text wins, as in a Python dict inverted in id order. */
     for (uint32_t id = 0; id < c->n_vocab; id++) {
-        uint32_t i = (uint32_t)hash_text(c->text[id]) & c->map_mask;
-        while (c->map[i] && strcmp(c->text[c->map[i] - 1], c->text[id]) != 0)
+        if (!texts[id])
+            continue;
+        uint32_t i = (uint32_t)hash_text(texts[id]) & c->map_mask;
+        while (map[i] && strcmp(texts[map[i] - 1], texts[id]) != 0)
             i = (i + 1) & c->map_mask;
-        if (!c->map[i])
-            c->map[i] = id + 1;
+        if (!map[i])
+            map[i] = id + 1;
     }
+    *out = map;
     return LLM_OK;
 }
 
-static int32_t map_find(const conv *c, const char *s) {
+static int32_t find_in(const conv *c, const uint32_t *map, const char *const *texts,
+                       const char *s) {
     uint32_t i = (uint32_t)hash_text(s) & c->map_mask;
-    for (; c->map[i]; i = (i + 1) & c->map_mask)
-        if (strcmp(c->text[c->map[i] - 1], s) == 0)
-            return (int32_t)(c->map[i] - 1);
+    for (; map[i]; i = (i + 1) & c->map_mask)
+        if (strcmp(texts[map[i] - 1], s) == 0)
+            return (int32_t)(map[i] - 1);
     return -1;
+}
+
+/* By GGUF spelling (special tokens named in the configuration). */
+static int32_t map_find(const conv *c, const char *s) {
+    return find_in(c, c->map, (const char *const *)c->text, s);
+}
+
+/* By model.vocab spelling (merges). */
+static int32_t vocab_find(const conv *c, const char *s) {
+    return find_in(c, c->vmap, c->vocab_text, s);
 }
 
 /* ---- vocabulary ---- */
@@ -151,8 +177,8 @@ static bool looks_special(const char *s) {
 
 static bool is_byte_token(const char *s) {
     static const char hex[] = "0123456789abcdefABCDEF";
-    return strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && s[3] &&
-           strchr(hex, s[3]) && s[4] && strchr(hex, s[4]);
+    return strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && s[3] && strchr(hex, s[3]) &&
+           s[4] && strchr(hex, s[4]);
 }
 
 /* Replaces every U+2581 with a space, in place: llama.cpp stores
@@ -160,7 +186,7 @@ static bool is_byte_token(const char *s) {
 static void unspace(char *s) {
     char *o = s;
     for (const char *i = s; *i;) {
-        if (memcmp(i, "\xe2\x96\x81", 3) == 0) {
+        if (strncmp(i, "\xe2\x96\x81", 3) == 0) { /* stops at the terminator */
             *o++ = ' ';
             i += 3;
         } else {
@@ -179,7 +205,31 @@ static llm_status set_text(conv *c, uint32_t id, const char *s) {
     return LLM_OK;
 }
 
-static llm_status load_vocab(conv *c, const cJSON *root) {
+/* tokenizer_config.json's added_tokens_decoder ({"<id>": {"content",
+ * "special"}}), which transformers lays over tokenizer.json: it can mark a
+ * token of the vocabulary special. Entries for other ids or other texts
+ * are left alone. */
+static void config_added_tokens(conv *c, const cJSON *cfg) {
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder");
+    if (!cJSON_IsObject(dec))
+        return;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, dec) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long id = strtoul(e->string, &end, 10);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!end || *end || errno || id >= c->n_vocab || !cJSON_IsString(content) ||
+            strcmp(content->valuestring, c->text[id]) != 0 || c->type[id] == TT_UNUSED)
+            continue;
+        if (flag(e, "special", false) || looks_special(content->valuestring))
+            c->type[id] = TT_CONTROL;
+        else if (c->type[id] == TT_NORMAL)
+            c->type[id] = TT_USER_DEFINED;
+    }
+}
+
+static llm_status load_vocab(conv *c, const cJSON *root, const cJSON *cfg) {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(c->model, "vocab");
     if (!cJSON_IsObject(vocab))
         return bad(TJ, "model.vocab is missing or not an object");
@@ -213,8 +263,9 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
     }
     c->n_vocab = n;
     c->text = llmi_calloc(n, sizeof(char *));
+    c->vocab_text = llmi_calloc(n, sizeof(char *));
     c->type = llmi_calloc(n, sizeof(int32_t));
-    if (!c->text || !c->type)
+    if (!c->text || !c->vocab_text || !c->type)
         return llmi_oom("vocabulary");
     cJSON_ArrayForEach(e, vocab) {
         as_id(e, limit, &id);
@@ -222,6 +273,7 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
             return bad(TJ, "model.vocab: id %u is given to both '%s' and '%s'", id, c->text[id],
                        e->string);
         LLMI_TRY(set_text(c, id, e->string));
+        c->vocab_text[id] = e->string;
         c->type[id] = c->spm && c->byte_fallback && is_byte_token(e->string) ? TT_BYTE : TT_NORMAL;
     }
     /* An added token's content replaces the model's text for its id, as in
@@ -258,7 +310,13 @@ static llm_status load_vocab(conv *c, const cJSON *root) {
         LLMI_TRY(set_text(c, i, pad));
         c->type[i] = TT_UNUSED;
     }
-    return map_build(c);
+    config_added_tokens(c, cfg);
+    uint32_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    c->map_mask = cap - 1;
+    LLMI_TRY(map_build(c, (const char *const *)c->text, &c->map));
+    return map_build(c, c->vocab_text, &c->vmap);
 }
 
 /* ---- merges ---- */
@@ -322,7 +380,8 @@ static llm_status load_merges(conv *c) {
             return llmi_oom("token scores");
         for (uint32_t i = 0; i < c->n_vocab; i++)
             c->scores[i] = UNMERGED_SCORE;
-    } else if (n) {
+    }
+    if (n) {
         c->merges = llmi_calloc(n, sizeof(char *));
         if (!c->merges)
             return llmi_oom("merges");
@@ -340,16 +399,21 @@ static llm_status load_merges(conv *c) {
             break;
         }
         const char *joined = r + strlen(r) + 1;
-        int32_t li = map_find(c, l), ri = map_find(c, r), ji = map_find(c, joined);
+        int32_t li = vocab_find(c, l), ri = vocab_find(c, r), ji = vocab_find(c, joined);
         if (li < 0 || ri < 0 || ji < 0) {
             st = bad(TJ, "model.merges[%zu] names '%s', which is not in model.vocab", rank,
-                     li < 0 ? l : ri < 0 ? r : joined);
+                     li < 0   ? l
+                     : ri < 0 ? r
+                              : joined);
             break;
         }
-        if (c->spm) {
-            if (c->scores[ji] == UNMERGED_SCORE)
-                c->scores[ji] = -(float)rank;
-        } else {
+        if (c->spm && c->scores[ji] == UNMERGED_SCORE)
+            c->scores[ji] = -(float)rank;
+        /* A GGUF merge line splits at its space, so a token spelt with a
+         * space cannot be written (only user-defined tokens are), and
+         * lib/tokenizer finds tokens by their GGUF spelling. */
+        if (!strchr(l, ' ') && !strchr(r, ' ') && strcmp(l, c->text[li]) == 0 &&
+            strcmp(r, c->text[ri]) == 0) {
             size_t ll = strlen(l), rl = strlen(r);
             char *s = llmi_malloc(ll + rl + 2);
             if (!s) {
@@ -383,8 +447,7 @@ static const cJSON *steps(const cJSON *o, const char *list_key, const cJSON **si
 }
 
 #define FOR_STEPS(it, list, single)                                                                \
-    for (const cJSON *it = (list) ? (list)->child : (single); it;                                  \
-         it = (list) ? it->next : NULL)
+    for (const cJSON *it = (list) ? (list)->child : (single); it; it = (list) ? it->next : NULL)
 
 static bool has_step(const cJSON *o, const char *list_key, const char *type) {
     const cJSON *single, *list = steps(o, list_key, &single);
@@ -420,13 +483,14 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
                                   TJ);
             byte_level = true;
             byte_regex = flag(s, "use_regex", true);
-        } else if (t && strcmp(t, "Digits") == 0 && flag(s, "individual_digits", false) &&
-                   !regex && !byte_level) {
+        } else if (t && strcmp(t, "Digits") == 0 && flag(s, "individual_digits", false) && !regex &&
+                   !byte_level) {
             digits = true;
         } else if (t && strcmp(t, "Split") == 0 && !regex && !byte_level && !digits) {
             const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
             const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
-            if (!cJSON_IsString(re) || !str_eq(s, "behavior", "Isolated") || flag(s, "invert", false))
+            if (!cJSON_IsString(re) || !str_eq(s, "behavior", "Isolated") ||
+                flag(s, "invert", false))
                 return llmi_error(LLM_ERR_UNSUPPORTED,
                                   "%s: pre_tokenizer Split other than an isolating regex is not "
                                   "supported",
@@ -434,8 +498,7 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
             regex = re->valuestring;
         } else {
             return llmi_error(LLM_ERR_UNSUPPORTED,
-                              "%s: pre_tokenizer step '%s' is not supported here", TJ,
-                              t ? t : "?");
+                              "%s: pre_tokenizer step '%s' is not supported here", TJ, t ? t : "?");
         }
     }
     if (!byte_level)
@@ -445,7 +508,7 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
             c->pre = c->ignore_merges ? "llama-bpe" : "smaug-bpe";
         else if (strcmp(regex, RE_QWEN2) == 0)
             c->pre = "qwen2";
-        else if (strcmp(regex, RE_GPT2) == 0)
+        else if (strcmp(regex, RE_GPT2) == 0 || strcmp(regex, RE_GPT2_SHORT) == 0)
             c->pre = "gpt-2";
         else
             return llmi_error(LLM_ERR_UNSUPPORTED, "%s: pre_tokenizer regex '%.300s' is not known",
@@ -458,6 +521,11 @@ static llm_status byte_level_pre(conv *c, const cJSON *root) {
                           "configurations",
                           TJ);
     }
+    /* lib/tokenizer takes ignore_merges from the pre-tokenizer's name. */
+    if (c->ignore_merges && strcmp(c->pre, "llama-bpe") != 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "%s: model.ignore_merges is not supported with pre-tokenizer '%s'", TJ,
+                          c->pre);
     return LLM_OK;
 }
 
@@ -480,10 +548,16 @@ static llm_status sentencepiece_pre(conv *c, const cJSON *root) {
             return llmi_error(LLM_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported", TJ,
                               t ? t : "?");
     }
+    bool spaces_gone = replaced;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     list = steps(pre, "pretokenizers", &single);
     FOR_STEPS(s, list, single) {
         const char *t = type_of(s);
+        /* Gemma's Split on " " after the normalizer has replaced every space
+         * never splits. */
+        if (t && strcmp(t, "Split") == 0 && spaces_gone && !flag(s, "invert", false) &&
+            str_eq(cJSON_GetObjectItemCaseSensitive(s, "pattern"), "String", " "))
+            continue;
         if (!t || strcmp(t, "Metaspace") != 0 || !str_eq(s, "replacement", "\xe2\x96\x81") ||
             flag(s, "split", false))
             return llmi_error(LLM_ERR_UNSUPPORTED,
@@ -497,6 +571,11 @@ static llm_status sentencepiece_pre(conv *c, const cJSON *root) {
         else
             c->add_space_prefix = flag(s, "add_prefix_space", true);
     }
+    if (c->ignore_merges)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "%s: model.ignore_merges is not supported for a SentencePiece-style "
+                          "BPE model",
+                          TJ);
     if (!replaced)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "%s: a byte_fallback BPE model that does not turn spaces into U+2581 is "
@@ -619,17 +698,26 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model", c->spm ? "llama" : "gpt2"));
     if (!c->spm)
         LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.pre", c->pre));
-    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)c->text,
-                                 c->n_vocab));
+    LLMI_TRY(
+        llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)c->text, c->n_vocab));
     if (c->spm)
         LLMI_TRY(llmi_gguf_w_arr_f32(w, "tokenizer.ggml.scores", c->scores, c->n_vocab));
     LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", c->type, c->n_vocab));
-    if (!c->spm)
-        LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
-    else
-        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", c->add_space_prefix));
+    /* SentencePiece-style vocabularies keep their merges too: the tokenizer
+     * merges by rank when a "llama" vocabulary carries them (tokenizer.h). */
+    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
+    bool have_prefix = c->spm, prefix = c->add_space_prefix;
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space");
+    if (c->rules.prefix_from_config && cJSON_IsBool(ap)) {
+        have_prefix = true;
+        prefix = cJSON_IsTrue(ap);
+    }
+    if (have_prefix)
+        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", prefix));
 
-    static const struct { const char *field, *key; } ids[] = {
+    static const struct {
+        const char *field, *key;
+    } ids[] = {
         {"bos_token", "tokenizer.ggml.bos_token_id"},
         {"eos_token", "tokenizer.ggml.eos_token_id"},
         {"unk_token", "tokenizer.ggml.unknown_token_id"},
@@ -651,7 +739,9 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
 
     const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
     const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-    if (cJSON_IsBool(ab))
+    if (c->rules.no_bos)
+        LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false));
+    else if (cJSON_IsBool(ab))
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(ab)));
     else if (c->post_first >= 0 || c->post_last >= 0)
         LLMI_TRY(llmi_gguf_w_bool(w, "tokenizer.ggml.add_bos_token",
@@ -672,8 +762,10 @@ static void conv_free(conv *c) {
     for (size_t i = 0; i < c->n_merges; i++)
         llmi_free((void *)c->merges[i]);
     llmi_free(c->text);
+    llmi_free((void *)c->vocab_text);
     llmi_free(c->type);
     llmi_free(c->map);
+    llmi_free(c->vmap);
     llmi_free(c->merges);
     llmi_free(c->scores);
 }
@@ -699,18 +791,28 @@ static llm_status parse(const char *file, const char *json, size_t len, cJSON **
 llm_status llmi_hf_tokenizer_keys_from_json(const char *tokenizer_json, size_t tokenizer_len,
                                             const char *config_json, size_t config_len,
                                             llmi_gguf_writer *w) {
+    return llmi_hf_tokenizer_keys_from_json_rules(tokenizer_json, tokenizer_len, config_json,
+                                                  config_len, NULL, w);
+}
+
+llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, size_t tokenizer_len,
+                                                  const char *config_json, size_t config_len,
+                                                  const llmi_hf_vocab_rules *rules,
+                                                  llmi_gguf_writer *w) {
     if (!w)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "no GGUF writer");
     cJSON *root = NULL, *cfg = NULL;
     conv c;
     memset(&c, 0, sizeof c);
+    if (rules)
+        c.rules = *rules;
     llm_status st = parse(TJ, tokenizer_json, tokenizer_len, &root);
     if (st == LLM_OK && config_json)
         st = parse(TC, config_json, config_len, &cfg);
     if (st == LLM_OK)
         st = model_kind(&c, root);
     if (st == LLM_OK)
-        st = load_vocab(&c, root);
+        st = load_vocab(&c, root, cfg);
     if (st == LLM_OK)
         st = load_merges(&c);
     if (st == LLM_OK) {
@@ -773,7 +875,44 @@ static llm_status read_file(const char *folder, const char *name, bool required,
     return LLM_OK;
 }
 
+/* Newer checkpoints keep the chat template in chat_template.jinja instead
+ * of tokenizer_config.json; it is read when the config has none. */
+static llm_status template_file(const char *folder, const char *cfg, size_t cfg_len,
+                                llmi_gguf_writer *w) {
+    if (cfg) {
+        cJSON *root = cJSON_ParseWithLength(cfg, cfg_len);
+        bool has = root && cJSON_GetObjectItemCaseSensitive(root, "chat_template") &&
+                   !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "chat_template"));
+        cJSON_Delete(root);
+        if (has)
+            return LLM_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    LLMI_TRY(read_file(folder, "chat_template.jinja", false, &text, &len));
+    if (!text)
+        return LLM_OK;
+    llm_status st = LLM_OK;
+    if (memchr(text, 0, len))
+        st = llmi_error(LLM_ERR_BAD_FORMAT, "chat_template.jinja: holds a NUL byte");
+    char *z = st == LLM_OK ? llmi_realloc(text, len + 1) : NULL;
+    if (st == LLM_OK && !z)
+        st = llmi_oom("chat template");
+    if (z) {
+        text = z;
+        text[len] = 0;
+        st = llmi_gguf_w_str(w, "tokenizer.chat_template", text);
+    }
+    llmi_free(text);
+    return st;
+}
+
 llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
+    return llmi_hf_tokenizer_keys_rules(folder, NULL, w);
+}
+
+llm_status llmi_hf_tokenizer_keys_rules(const char *folder, const llmi_hf_vocab_rules *rules,
+                                        llmi_gguf_writer *w) {
     if (!folder || !w)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "no folder or GGUF writer");
     char *tok = NULL, *cfg = NULL;
@@ -782,7 +921,9 @@ llm_status llmi_hf_tokenizer_keys(const char *folder, llmi_gguf_writer *w) {
     if (st == LLM_OK)
         st = read_file(folder, TC, false, &cfg, &cfg_len);
     if (st == LLM_OK)
-        st = llmi_hf_tokenizer_keys_from_json(tok, tok_len, cfg, cfg_len, w);
+        st = llmi_hf_tokenizer_keys_from_json_rules(tok, tok_len, cfg, cfg_len, rules, w);
+    if (st == LLM_OK)
+        st = template_file(folder, cfg, cfg_len, w);
     llmi_free(tok);
     llmi_free(cfg);
     return st;

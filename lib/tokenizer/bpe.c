@@ -154,8 +154,8 @@ static uint64_t mix64(uint64_t x) {
     return x;
 }
 
-static bool merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32_t *rank,
-                       int32_t *result) {
+bool llmi_bpe_merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32_t *rank,
+                         int32_t *result) {
     const llmi_tok_pairmap *m = &t->merges;
     if (!m->keys)
         return false;
@@ -174,7 +174,7 @@ static bool merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32
     }
 }
 
-static llm_status load_merges(llmi_tokenizer *t, const llmi_gguf_kv *kv) {
+llm_status llmi_bpe_load_merges(llmi_tokenizer *t, const llmi_gguf_kv *kv) {
     uint64_t n = kv->arr_len;
     if (n >= (1u << 30))
         return llmi_error(LLM_ERR_LIMIT, "too many merges (%llu)", (unsigned long long)n);
@@ -264,7 +264,7 @@ llm_status llmi_bpe_init(llmi_tokenizer *t, const llmi_gguf *g, const char *pre)
     if (st == LLM_ERR_NOT_FOUND)
         return llmi_error(LLM_ERR_BAD_FORMAT, "missing key 'tokenizer.ggml.merges'");
     LLMI_TRY(st);
-    LLMI_TRY(load_merges(t, kv));
+    LLMI_TRY(llmi_bpe_load_merges(t, kv));
     for (int b = 0; b < 256; b++) {
         char buf[4];
         size_t n = llmi_tok_utf8_encode(llmi_bpe_byte_cp((uint8_t)b), buf);
@@ -436,7 +436,7 @@ static llm_status add_bigram(const llmi_tokenizer *t, scratch *s, int32_t l, int
         return LLM_OK;
     uint32_t rank;
     int32_t result;
-    if (!merge_find(t, il, ir, &rank, &result))
+    if (!llmi_bpe_merge_find(t, il, ir, &rank, &result))
         return LLM_OK;
     return heap_push(s, (bigram){rank, l, r, s->syms[l].n + s->syms[r].n, result});
 }

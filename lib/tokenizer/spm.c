@@ -3,7 +3,12 @@
  * the adjacent pair whose concatenation is the highest-scoring vocabulary
  * entry (leftmost first on ties), and spell characters that are not in the
  * vocabulary with <0xNN> byte tokens. The caller has already turned spaces
- * into U+2581 and added the leading one. */
+ * into U+2581 and added the leading one.
+ *
+ * A file converted from tokenizer.json carries its merges: then a pair
+ * merges only if listed, in rank order, which is Hugging Face's BPE with
+ * byte fallback. Scores alone cannot express that: a token with two splits
+ * in the vocabulary would be reachable through either. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "tokenizer/tokenizer.h"
 
@@ -77,6 +82,16 @@ static llm_status try_add(const llmi_tokenizer *t, work *w, const char *text, in
     if (l < 0 || r < 0)
         return LLM_OK;
     uint32_t size = w->syms[l].n + w->syms[r].n;
+    if (t->merges.keys) {
+        /* Ranks below 2^24 order exactly as floats. */
+        llm_token il = llmi_tok_find(t, text + w->syms[l].off, w->syms[l].n);
+        llm_token ir = llmi_tok_find(t, text + w->syms[r].off, w->syms[r].n);
+        uint32_t rank;
+        int32_t result;
+        if (il < 0 || ir < 0 || !llmi_bpe_merge_find(t, il, ir, &rank, &result) || result < 0)
+            return LLM_OK;
+        return push(w, (bigram){-(float)rank, l, r, size});
+    }
     llm_token id = llmi_tok_find(t, text + w->syms[l].off, size);
     if (id < 0)
         return LLM_OK;

@@ -170,12 +170,21 @@ llm_status llmi_bpe_init(llmi_tokenizer *t, const llmi_gguf *g, const char *pre_
 void llmi_bpe_free(llmi_tokenizer *t);
 llm_status llmi_bpe_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
                              llmi_tokvec *out, size_t *dropped);
+/* The merge table from tokenizer.ggml.merges ("left right" lines; entries
+ * naming unknown tokens are skipped), and a lookup in it: the pair's rank
+ * (line number) and the id of the merged text (-1 if not in the vocabulary). */
+llm_status llmi_bpe_load_merges(llmi_tokenizer *t, const llmi_gguf_kv *kv);
+bool llmi_bpe_merge_find(const llmi_tokenizer *t, llm_token l, llm_token r, uint32_t *rank,
+                         int32_t *result);
 /* GPT-2 bytes_to_unicode: the code point standing for byte b. */
 uint32_t llmi_bpe_byte_cp(uint8_t b);
 /* Inverse: byte of a mapped code point, or -1. */
 int llmi_bpe_cp_byte(uint32_t cp);
 
 /* spm.c: SentencePiece-style BPE on one fragment (spaces already U+2581).
+ * With a merge table (a "llama" file that has tokenizer.ggml.merges, as
+ * tokenizer.json folders give) only listed pairs merge, lowest rank first,
+ * as Hugging Face's BPE does; without one, by score.
  * *dropped = offset of the first byte without a token of its own (dropped,
  * or the unknown token where the vocabulary has one), else SIZE_MAX. */
 llm_status llmi_spm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,

@@ -540,6 +540,13 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
         LLMI_TRY(llmi_bpe_init(t, g, prekv ? name : NULL));
     } else {
         t->pre = LLMI_PRE_NONE;
+        const llmi_gguf_kv *merges = llmi_gguf_find(g, "tokenizer.ggml.merges");
+        if (merges) {
+            if (merges->type != LLMI_GGUF_ARRAY || merges->arr_type != LLMI_GGUF_STRING)
+                return llmi_error(LLM_ERR_BAD_FORMAT,
+                                  "key 'tokenizer.ggml.merges' is not an array of strings");
+            LLMI_TRY(llmi_bpe_load_merges(t, merges));
+        }
         static const char hex[] = "0123456789ABCDEF";
         for (int b = 0; b < 256; b++) {
             char buf[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};

@@ -321,5 +321,47 @@ int main(int argc, char **argv) {
     TEXT("chat", "roles.bin", "\x00user\x1f  hi there \n\0tool\x1f{\"x\": 1}\0system\x1f\t");
     TEXT("chat", "unicode.bin", "\x01\xe3\x80\x80\xc2\xa0 x \xe2\x80\x83\0caf\xc3\xa9\0\0");
     TEXT("chat", "specials.bin", "\x01<|im_start|>assistant\n<|im_end|>\0<|eot_id|>");
+
+    /* hf_tokenizer: tokenizer.json \0 tokenizer_config.json \0 text */
+    TEXT("hf_tokenizer", "gpt2.bin",
+         "{\"added_tokens\":[{\"id\":5,\"content\":\"<|end|>\",\"special\":true},"
+         "{\"id\":6,\"content\":\"<tool>\",\"special\":false}],\"normalizer\":null,"
+         "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+         "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,"
+         "\"b\":1,\"ab\":2,\"\\u0120\":3,\"\\u0120ab\":4,\"<|end|>\":5,\"<tool>\":6},"
+         "\"merges\":[\"a b\",[\"\\u0120\",\"ab\"]]}}\0"
+         "{\"eos_token\":{\"content\":\"<|end|>\"},\"add_eos_token\":true,"
+         "\"chat_template\":[{\"name\":\"default\",\"template\":\"x\"}]}\0"
+         "ab ab<tool> b<|end|>");
+    TEXT("hf_tokenizer", "llama3-split.bin",
+         "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?"
+         "\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|"
+         "\\\\s+(?!\\\\S)|\\\\s+\"},\"behavior\":\"Isolated\",\"invert\":false},"
+         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
+         "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+         "{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]},"
+         "\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"<s>\":0,\"1\":1,"
+         "\"2\":2,\"12\":3,\"x\":4},\"merges\":[\"1 2\"]},"
+         "\"added_tokens\":[{\"id\":0,\"content\":\"<s>\",\"special\":true}]}\0\0"
+         "x12 1212x");
+    TEXT("hf_tokenizer", "spm-metaspace.bin",
+         "{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+         "{\"id\":1,\"content\":\"<s>\",\"special\":true}],\"pre_tokenizer\":{\"type\":"
+         "\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":false},"
+         "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{"
+         "\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"\\u2581\":3,\"x\":4,\"\\u2581x\":5},"
+         "\"merges\":[[\"\\u2581\",\"x\"]]}}\0"
+         "{\"bos_token\":\"<s>\",\"add_bos_token\":true}\0"
+         "x A xx<s>x");
+    TEXT("hf_tokenizer", "spm-prepend.bin",
+         "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\","
+         "\"prepend\":\"\\u2581\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},"
+         "\"content\":\"\\u2581\"}]},\"pre_tokenizer\":null,\"model\":{\"type\":\"BPE\","
+         "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"\\u2581\":1,\"a\":2,\"b\":3,"
+         "\"ab\":4,\"\\u2581ab\":5},\"merges\":[\"a b\",\"\\u2581 ab\"]}}\0{}\0ab ba");
+    TEXT("hf_tokenizer", "unigram.bin",
+         "{\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0.0],"
+         "[\"a\",-1.5]]}}");
     return 0;
 }

@@ -8,7 +8,12 @@ generation_config.json, tokenizer.json, tokenizer_config.json) and as
 <name>.gguf, converted here the way the converter converts: Llama q/k rows
 permuted for adjacent-pair rope (numpy reshape/swapaxes, as the converter
 writes it), 1-D tensors widened to F32, matrices kept in the checkpoint's
-dtype (the converter's --outtype f32/f16/bf16). The vocabulary is
+dtype (the converter's --outtype f32/f16/bf16), tensors added in the
+converter's order (shard by shard, each shard's tensors by name, as the
+safetensors package lists them; computed tensors such as rope_freqs first).
+A Llama with rope_scaling type "llama3" gets rope_freqs.weight computed in
+numpy float32 scalars, transcribing the converter's LlamaModel (torch
+float32 there). The vocabulary is
 SmolLM2-135M's (tokens and merges read from its GGUF with the gguf package,
 tokenizer.json made from them with the tokenizers package).
 
@@ -20,6 +25,7 @@ usage: gen_hf_models.py --out DIR [--smollm2 PATH]
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -136,14 +142,45 @@ def make_weights(arch: str, dtype: str, n_vocab: int, seed: int) -> dict:
     return t
 
 
-def config_json(arch: str, dtype: str, n_vocab: int) -> dict:
+# Llama 3.1's rope_scaling with a short original context, so the tiny
+# model's head (8 dims, rope_theta 1e5) has pairs in all three bands: kept
+# (wavelength < 64), blended (64..256) and divided by factor (> 256).
+LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 256, "rope_type": "llama3"}
+
+
+def llama3_rope_factors(theta: float, dim: int, rs: dict) -> np.ndarray:
+    """The converter's LlamaModel rope_freqs for rope_type llama3. torch
+    there: a float32 tensor of frequencies, Python numbers rounded to
+    float32 where they meet it; here numpy float32 scalars, one element at
+    a time (numpy scalar power is the C library's powf)."""
+    f32 = np.float32
+    factor = rs.get("factor", 8.0)
+    low, high = rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
+    old = rs.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for i in range(0, dim, 2):
+        freq = f32(1.0) / (f32(theta) ** (f32(i) / f32(dim)))
+        wavelen = f32(2 * math.pi) / freq
+        if wavelen < f32(high_wavelen):
+            out.append(f32(1.0))
+        elif wavelen > f32(low_wavelen):
+            out.append(f32(factor))
+        else:
+            smooth = (f32(old) / wavelen - f32(low)) / f32(high - low)
+            out.append(f32(1.0) / ((f32(1.0) - smooth) / f32(factor) + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def config_json(arch: str, dtype: str, n_vocab: int, rope_scaling=None) -> dict:
     d = DIMS
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[arch]
     return {"architectures": [cls], "model_type": arch, "hidden_size": d["hidden"],
             "intermediate_size": d["ff"], "num_hidden_layers": d["layers"],
             "num_attention_heads": d["heads"], "num_key_value_heads": d["kv_heads"],
             "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
-            "rope_scaling": None, "tie_word_embeddings": arch == "llama", "vocab_size": n_vocab,
+            "rope_scaling": rope_scaling, "tie_word_embeddings": arch == "llama", "vocab_size": n_vocab,
             "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
             "bos_token_id": 1, "eos_token_id": 2}
 
@@ -179,7 +216,7 @@ def copy_tokenizer_keys(reader: gguf.GGUFReader, w: gguf.GGUFWriter) -> None:
 
 
 def write_gguf(path: Path, arch: str, name: str, dtype: str, n_vocab: int, tensors: dict,
-               reader: gguf.GGUFReader) -> None:
+               reader: gguf.GGUFReader, rope_scaling=None, shards=None) -> None:
     d = DIMS
     hd = d["hidden"] // d["heads"]
     tmp = path.with_name(path.name + ".tmp")
@@ -201,7 +238,12 @@ def write_gguf(path: Path, arch: str, name: str, dtype: str, n_vocab: int, tenso
     w.add_sampling_top_p(GEN_CONFIG["top_p"])
     w.add_sampling_top_k(GEN_CONFIG["top_k"])
     copy_tokenizer_keys(reader, w)
-    for hf, t in tensors.items():
+    if rope_scaling:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(100000.0, hd, rope_scaling))
+    # the converter reads shard after shard (file names sorted), each
+    # shard's tensors in the order safe_open().keys() gives: sorted
+    for hf in [n for shard in (shards or [tensors]) for n in sorted(shard)]:
+        t = tensors[hf]
         gname = gguf_name(hf)
         if t.raw.ndim == 1:
             w.add_tensor(gname, t.as_f32())
@@ -234,9 +276,13 @@ def tokenizer_files(reader: gguf.GGUFReader) -> tuple:
                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(t, special=True) for t, ty in zip(tokens, types) if ty == 3])
-    tok_cfg = {"bos_token": tokens[f["tokenizer.ggml.bos_token_id"].contents()],
+    # the fields SmolLM2-135M-Instruct's own tokenizer_config.json has that
+    # the converter reads (no add_bos_token / add_eos_token there)
+    tok_cfg = {"add_prefix_space": False,
+               "bos_token": tokens[f["tokenizer.ggml.bos_token_id"].contents()],
                "eos_token": tokens[f["tokenizer.ggml.eos_token_id"].contents()],
-               "add_bos_token": False, "add_eos_token": False,
+               "unk_token": tokens[f["tokenizer.ggml.unknown_token_id"].contents()],
+               "pad_token": tokens[f["tokenizer.ggml.padding_token_id"].contents()],
                "chat_template": f["tokenizer.chat_template"].contents()}
     return tk.to_str().encode(), json.dumps(tok_cfg, indent=1).encode()
 
@@ -265,9 +311,10 @@ def write_folder(folder: Path, cfg: dict, shards: list, tok: tuple) -> None:
     os.replace(tmp, folder)
 
 
-# ---- name mapping only: architectures without a row in the model table yet ----
-# Small vocabularies and no tokenizer: test_hf compares the folder's tensors
-# and non-tokenizer keys with these GGUF files, not logits.
+# ---- architectures mapped beyond llama/qwen2 ----
+# Qwen3 and Phi-3 have rows in the model table: SmolLM2's vocabulary and
+# tokenizer, and test_hf compares logits too. The others (no row yet) have
+# small vocabularies and no tokenizer: tensors and keys only.
 
 MAP_VOCAB = 64
 
@@ -282,7 +329,7 @@ def to_gguf_tensor(w: gguf.GGUFWriter, name: str, t: "Stored", raw=None) -> None
         w.add_tensor(name, raw)
 
 
-def mapping_model(kind: str):
+def mapping_model(kind: str, n_vocab: int):
     """(class, model_type, gguf arch, dtype, config extras, hf tensors, gguf tensors, keys)."""
     rng = np.random.default_rng({"qwen3": 11, "gemma3": 12, "phi3": 13, "qwen3moe": 14, "mixtral": 15}[kind])
     dtype = {"qwen3": "F32", "gemma3": "BF16", "phi3": "F16", "qwen3moe": "F32", "mixtral": "F16"}[kind]
@@ -295,15 +342,17 @@ def mapping_model(kind: str):
         return Stored(offset + scale * rng.standard_normal(shape).astype(np.float32), dtype)
 
     hf, out = {}, []   # out: (gguf name, Stored, transformed raw or None)
+    source = {}        # gguf name -> checkpoint name, for the converter's order
 
     def pair(hname, gname, t, raw=None):
         hf[hname] = t
+        source[gname] = hname
         out.append((gname, t, raw))
 
-    pair("model.embed_tokens.weight", "token_embd.weight", st((MAP_VOCAB, hidden), 1.0))
+    pair("model.embed_tokens.weight", "token_embd.weight", st((n_vocab, hidden), 1.0))
     pair("model.norm.weight", "output_norm.weight", st(hidden, 0.1, 1.0))
     if kind in ("phi3", "mixtral", "qwen3moe"):
-        pair("lm_head.weight", "output.weight", st((MAP_VOCAB, hidden)))
+        pair("lm_head.weight", "output.weight", st((n_vocab, hidden)))
     for l in range(layers):
         p, b = f"model.layers.{l}.", f"blk.{l}."
         pair(p + "input_layernorm.weight", b + "attn_norm.weight", st(hidden, 0.1, 1.0))
@@ -359,13 +408,16 @@ def mapping_model(kind: str):
             else:
                 fixed.append((gname, t, raw))
         out = fixed
+    # checkpoint names in order; stacked experts last (the converter emits
+    # them at each layer's last expert; not compared by position)
+    out.sort(key=lambda o: (o[0] not in source, source.get(o[0], o[0])))
     cls = {"qwen3": ("Qwen3ForCausalLM", "qwen3"), "gemma3": ("Gemma3ForCausalLM", "gemma3_text"),
            "phi3": ("Phi3ForCausalLM", "phi3"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
            "mixtral": ("MixtralForCausalLM", "mixtral")}[kind]
     cfg = {"architectures": [cls[0]], "model_type": cls[1], "hidden_size": hidden, "intermediate_size": ff,
            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
            "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 50000.0,
-           "vocab_size": MAP_VOCAB, "tie_word_embeddings": kind in ("qwen3", "gemma3"),
+           "vocab_size": n_vocab, "tie_word_embeddings": kind in ("qwen3", "gemma3"),
            "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype]}
     if kind in ("qwen3", "qwen3moe", "gemma3"):
         cfg["head_dim"] = head_dim
@@ -398,7 +450,7 @@ def mapping_model(kind: str):
             w.add_rope_dimension_count(hidden // heads)
             w.add_sliding_window(0)
         if kind == "mixtral":
-            w.add_vocab_size(MAP_VOCAB)
+            w.add_vocab_size(n_vocab)
             w.add_rope_dimension_count(head_dim)
         if kind in ("qwen3moe", "mixtral"):
             w.add_expert_count(n_exp)
@@ -409,14 +461,19 @@ def mapping_model(kind: str):
     return arch, dtype, cfg, hf, out, keys
 
 
-def write_mapping_model(out_dir: Path, kind: str) -> None:
-    arch, dtype, cfg, hf, out, keys = mapping_model(kind)
+def write_mapping_model(out_dir: Path, kind: str, reader: gguf.GGUFReader, tok: tuple) -> None:
+    with_tokenizer = kind in ("qwen3", "phi3")
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data) if with_tokenizer else MAP_VOCAB
+    arch, dtype, cfg, hf, out, keys = mapping_model(kind, n_vocab)
     name = f"hfmap-{kind}"
     folder = out_dir / name
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    if with_tokenizer:
+        (tmp / "tokenizer.json").write_bytes(tok[0])
+        (tmp / "tokenizer_config.json").write_bytes(tok[1])
     write_safetensors(tmp / "model.safetensors", hf)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
@@ -425,6 +482,8 @@ def write_mapping_model(out_dir: Path, kind: str) -> None:
     w = gguf.GGUFWriter(str(gtmp), arch)
     w.add_name(name)
     keys(w)
+    if with_tokenizer:
+        copy_tokenizer_keys(reader, w)
     for gname, t, raw in out:
         to_gguf_tensor(w, gname, t, raw)
     w.write_header_to_file()
@@ -450,20 +509,26 @@ def main() -> int:
     reader = gguf.GGUFReader(str(a.smollm2))
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     tok = tokenizer_files(reader)
-    models_ = [("llama", "F32", 1), ("llama", "F16", 2), ("llama", "BF16", 3), ("qwen2", "F32", 4)]
-    for arch, dtype, seed in models_:
-        name = f"hf-{arch}-{dtype.lower()}"
+    models_ = [("llama", "F32", 1, None), ("llama", "F16", 2, None), ("llama", "BF16", 3, None),
+               ("qwen2", "F32", 4, None), ("llama3", "F32", 5, LLAMA3_SCALING)]
+    for kind, dtype, seed, scaling in models_:
+        arch = "llama" if kind == "llama3" else kind
+        name = f"hf-{kind}-{dtype.lower()}"
         tensors = make_weights(arch, dtype, n_vocab, seed)
-        cfg = config_json(arch, dtype, n_vocab)
+        cfg = config_json(arch, dtype, n_vocab, scaling)
         write_folder(a.out / name, cfg, [tensors], tok)
-        write_gguf(a.out / f"{name}.gguf", arch, name, dtype, n_vocab, tensors, reader)
+        write_gguf(a.out / f"{name}.gguf", arch, name, dtype, n_vocab, tensors, reader, scaling)
         if dtype == "BF16":
-            names = sorted(tensors)
+            # split in the checkpoint's order, as transformers shards: the
+            # converter's order (by shard, then by name) is not name order
+            names = list(tensors)
             half = len(names) // 2
-            write_folder(a.out / f"{name}-sharded", cfg,
-                         [{k: tensors[k] for k in names[:half]}, {k: tensors[k] for k in names[half:]}], tok)
+            shards = [{k: tensors[k] for k in names[:half]}, {k: tensors[k] for k in names[half:]}]
+            write_folder(a.out / f"{name}-sharded", cfg, shards, tok)
+            write_gguf(a.out / f"{name}-sharded.gguf", arch, f"{name}-sharded", dtype, n_vocab, tensors,
+                       reader, scaling, shards)
     for kind in ("qwen3", "gemma3", "phi3", "qwen3moe", "mixtral"):
-        write_mapping_model(a.out, kind)
+        write_mapping_model(a.out, kind, reader, tok)
     atomic_write(stamp, digest.encode())
     return 0
 

@@ -149,8 +149,15 @@ static void check_pair(const char *folder_name, const char *gguf_name, bool use_
     assert_int_equal(llmi_model_load(gguf, true, &mg), LLM_OK);
     same_tensors(mf->file, mg->file, folder_name);
     same_metadata(mf->file, mg->file, folder_name, same_name);
-    const llm_token toks[] = {1, 504, 3458, 282, 4649, 314, 17, 9, 48000, 2};
+    /* tensors listed in the converter's order: the same model identity, so
+     * state files move between a folder and its GGUF */
+    if (mf->fingerprint != mg->fingerprint)
+        fail_msg("%s: fingerprint %016llx, the converted GGUF's %016llx", folder_name,
+                 (unsigned long long)mf->fingerprint, (unsigned long long)mg->fingerprint);
+    llm_token toks[] = {1, 504, 3458, 282, 4649, 314, 17, 9, 48000, 2};
     int n = (int)(sizeof toks / sizeof toks[0]);
+    for (int i = 0; i < n; i++)
+        toks[i] %= (llm_token)mg->hp.n_vocab;
     float *lf = logits_of(mf, toks, n), *lg = logits_of(mg, toks, n);
     size_t count = (size_t)n * mg->hp.n_vocab;
     bool finite = true;
@@ -176,15 +183,34 @@ static void test_llama_bf16(void **state) {
     check_pair("hf-llama-bf16", "hf-llama-bf16.gguf", true, true);
 }
 static void test_sharded_read(void **state) {
-    /* read instead of mapped, and split over two shards with an index */
-    check_pair("hf-llama-bf16-sharded", "hf-llama-bf16.gguf", false, false);
+    /* read instead of mapped, and split over two shards with an index; the
+     * converted file lists the tensors shard by shard */
+    check_pair("hf-llama-bf16-sharded", "hf-llama-bf16-sharded.gguf", false, true);
 }
 static void test_qwen2_f32(void **state) {
     check_pair("hf-qwen2-f32", "hf-qwen2-f32.gguf", true, true);
 }
+static void test_llama3_rope_scaling(void **state) {
+    /* rope_scaling type llama3: rope_freqs.weight computed from config.json
+     * equals the converter's (numpy transcription), and is used */
+    check_pair("hf-llama3-f32", "hf-llama3-f32.gguf", true, true);
+    llm_model *m = NULL;
+    llmi_hf_test_tokenizer_source(model_path("hf-llama3-f32.gguf"));
+    assert_int_equal(llmi_model_load(model_path("hf-llama3-f32"), true, &m), LLM_OK);
+    llmi_hf_test_tokenizer_source(NULL);
+    assert_non_null(m->w[LLMI_ROLE_ROPE_FREQS].data);
+    llmi_model_free(m);
+}
+/* Rows added after the mapping: now down to the logits. */
+static void test_qwen3_logits(void **state) {
+    check_pair("hfmap-qwen3", "hfmap-qwen3.gguf", true, true);
+}
+static void test_phi3_logits(void **state) {
+    check_pair("hfmap-phi3", "hfmap-phi3.gguf", false, true);
+}
 
-/* Architectures whose rows are not in the model table yet: the folder read
- * as GGUF (tensors and keys) equals the converter-made file. */
+/* Every mapped class, rows in the model table or not: the folder read as
+ * GGUF (tensors and keys) equals the converter-made file. */
 static void check_mapping(const char *kind) {
     char folder[1024], gguf[1100], name[64];
     snprintf(name, sizeof name, "hfmap-%s", kind);
@@ -264,6 +290,112 @@ static void test_public_api_generates(void **state) {
     assert_memory_equal(a.prompt, b.prompt, sizeof a.prompt[0] * a.n_prompt);
     assert_memory_equal(a.tok, b.tok, sizeof a.tok[0] * a.n);
 }
+
+/* The tokenizer keys a Llama-class folder derives from its tokenizer.json
+ * and tokenizer_config.json (SmolLM2's vocabulary and config fields) equal
+ * those llama.cpp's converter wrote into SmolLM2's GGUF, key for key. */
+static void test_folder_tokenizer_keys(void **state) {
+    const char *gguf = getenv("LLM_TEST_MODEL");
+    if (!gguf)
+        skip();
+    llmi_gguf *a = NULL, *b = NULL;
+    if (llmi_hf_open(model_path("hf-llama-f32"), true, &a) != LLM_OK)
+        fail_msg("hf-llama-f32: %s", llmi_error_message());
+    assert_int_equal(llmi_gguf_open(gguf, true, &b), LLM_OK);
+    const llmi_gguf *both[2] = {a, b};
+    int compared = 0;
+    for (int side = 0; side < 2; side++)
+        for (uint64_t i = 0; i < both[side]->n_kv; i++) {
+            const llmi_gguf_kv *k = &both[side]->kv[i];
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)k->key.len, k->key.ptr);
+            if (strncmp(key, "tokenizer.", 10) != 0)
+                continue;
+            const llmi_gguf_kv *other = llmi_gguf_find(both[1 - side], key);
+            if (!other)
+                fail_msg("key '%s' only in the %s", key, side ? "GGUF" : "folder");
+            if (!kv_equal(k, other))
+                fail_msg("key '%s' differs between the folder and the GGUF", key);
+            compared++;
+        }
+    assert_true(compared >= 2 * 12);
+    llmi_gguf_close(a);
+    llmi_gguf_close(b);
+    /* the converter's Qwen2 class has neither Llama rule */
+    if (llmi_hf_open(model_path("hf-qwen2-f32"), true, &a) != LLM_OK)
+        fail_msg("hf-qwen2-f32: %s", llmi_error_message());
+    assert_null(llmi_gguf_find(a, "tokenizer.ggml.add_space_prefix"));
+    assert_null(llmi_gguf_find(a, "tokenizer.ggml.add_bos_token"));
+    llmi_gguf_close(a);
+}
+
+static size_t unhex(const char *h, char *out) {
+    if (h[0] == '-')
+        return 0;
+    size_t n = 0;
+    for (; h[0] && h[1] && h[0] != ' '; h += 2) {
+        unsigned v;
+        sscanf(h, "%2x", &v);
+        out[n++] = (char)v;
+    }
+    return n;
+}
+
+/* End to end through the public API and each folder's own tokenizer.json:
+ * the golden text set tokenizes as llama.cpp tokenized it with SmolLM2's
+ * GGUF (tests/golden/smollm2-tokenize.txt). */
+static void golden_tokenize(const char *folder_name) {
+    char path[1024];
+    const char *data = getenv("LLM_TEST_DATA");
+    snprintf(path, sizeof path, "%s/golden/smollm2-tokenize.txt", data ? data : "tests");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    llm_model *m = NULL;
+    if (llm_model_load(model_path(folder_name), NULL, &m) != LLM_OK)
+        fail_msg("%s: %s", folder_name, llm_last_error());
+    enum { LINE = 65536, MAX_TOK = 1024 };
+    char *line = malloc(LINE), *text = malloc(LINE), *hex = malloc(LINE);
+    llm_token *want = malloc(MAX_TOK * sizeof *want), *got = malloc(MAX_TOK * sizeof *got);
+    assert_true(line && text && hex && want && got);
+    int rows = 0, same = 0;
+    while (fgets(line, LINE, f)) {
+        if (strncmp(line, "tok ", 4) != 0)
+            continue;
+        int special, add_bos, off = 0;
+        if (sscanf(line, "tok %d %d %65535s :%n", &special, &add_bos, hex, &off) != 3)
+            fail_msg("bad row: %s", line);
+        size_t len = unhex(hex, text), n_want = 0, n_got = 0;
+        for (char *p = line + off, *end;; p = end) {
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            assert_true(n_want < MAX_TOK);
+            want[n_want++] = (llm_token)v;
+        }
+        uint32_t flags = (special ? LLM_TOKENIZE_PARSE_SPECIAL : 0) |
+                         (add_bos ? LLM_TOKENIZE_ADD_SPECIAL : 0);
+        assert_int_equal(llm_tokenize(m, text, len, flags, got, MAX_TOK, &n_got), LLM_OK);
+        rows++;
+        if (n_got == n_want && memcmp(got, want, n_got * sizeof *got) == 0)
+            same++;
+        else
+            print_error("%s: '%.*s' (special %d, add_bos %d): %zu ids, llama.cpp %zu\n",
+                        folder_name, (int)len, text, special, add_bos, n_got, n_want);
+    }
+    fclose(f);
+    free(line);
+    free(text);
+    free(hex);
+    free(want);
+    free(got);
+    llm_model_free(m);
+    assert_true(rows >= 80);
+    assert_int_equal(same, rows);
+}
+
+static void test_golden_tokenize_llama_folder(void **state) { golden_tokenize("hf-llama-f32"); }
+static void test_golden_tokenize_qwen2_folder(void **state) { golden_tokenize("hf-qwen2-f32"); }
 
 /* ---- malformed folders ---- */
 
@@ -366,8 +498,17 @@ static void test_bad_config(void **state) {
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "num_key_value_heads");
     put_config(d, "{\"hidden_size\": 4.5}");
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'hidden_size'");
-    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}");
-    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "rope_scaling");
+    put_config(d, "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "rope_scaling type 'linear'", "forward pass");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "'yarn'");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\"}}");
+    expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'rope_scaling.factor'");
+    put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 4.0}}");
+    expect(d, LLM_ERR_BAD_FORMAT, "config.json", "high_freq_factor");
+    put_config(d, "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+                  "\"rope_scaling\": {\"rope_type\": \"llama3\"}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "Llama models only");
     put_config(d, "{\"torch_dtype\": \"int8\"}");
     expect(d, LLM_ERR_UNSUPPORTED, "config.json", "torch_dtype");
 }
@@ -498,7 +639,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_f32),       cmocka_unit_test(test_llama_f16),
         cmocka_unit_test(test_llama_bf16),      cmocka_unit_test(test_sharded_read),
-        cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_public_api_generates),
+        cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_llama3_rope_scaling),
+        cmocka_unit_test(test_qwen3_logits),    cmocka_unit_test(test_phi3_logits),
+        cmocka_unit_test(test_public_api_generates),
+        cmocka_unit_test(test_folder_tokenizer_keys),
+        cmocka_unit_test(test_golden_tokenize_llama_folder),
+        cmocka_unit_test(test_golden_tokenize_qwen2_folder),
         cmocka_unit_test(test_map_qwen3),       cmocka_unit_test(test_map_gemma3),
         cmocka_unit_test(test_map_phi3),        cmocka_unit_test(test_map_qwen3moe),
         cmocka_unit_test(test_map_mixtral),     cmocka_unit_test(test_bad_config),
