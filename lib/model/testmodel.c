@@ -265,6 +265,10 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
         LLMI_TRY(llmi_gguf_w_f32(w, AK("final_logit_softcapping"), p->logit_softcap));
     if (p->sliding_window)
         LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.sliding_window"), p->sliding_window));
+    if (p->rope_scaling > 0) {
+        LLMI_TRY(llmi_gguf_w_str(w, AK("rope.scaling.type"), "linear"));
+        LLMI_TRY(llmi_gguf_w_f32(w, AK("rope.scaling.factor"), p->rope_scaling));
+    }
     if (p->n_expert) {
         LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_count"), p->n_expert));
         LLMI_TRY(llmi_gguf_w_u32(w, AK("expert_used_count"), p->n_expert_used));

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Generate llama.cpp reference ("golden") data for the libllminfer C tests.
 
-Runs llama.cpp through the PyPI package llama-cpp-python on
-SmolLM2-135M-Instruct.Q4_1.gguf and writes line-based text files that the C
-tests parse with fgets/strtol:
+Runs llama.cpp through the PyPI package llama-cpp-python on one model (a
+preset: --preset smollm2, the default, or gemma3) and writes line-based text
+files that the C tests parse with fgets/strtol:
 
     smollm2-tokenize.txt   tokenizer output for ~40 varied texts
     smollm2-logits.txt     argmax + top-5 logits at every position of 6 prompts
     smollm2-greedy.txt     32-token greedy continuations of 5 prompts
+
+    gemma3-tokenize.txt    the same texts plus Gemma's special tokens and
+                           byte-fallback characters
+    gemma3-logits.txt      3 prompts, each starting with <bos>
+    gemma3-greedy.txt      16-token greedy continuations of 4 prompts, one
+                           longer than the 512-position sliding window
 
 How to run (from the repository root; pin the version recorded in the headers
 of the existing data files if you want to reproduce them exactly):
@@ -15,7 +21,7 @@ of the existing data files if you want to reproduce them exactly):
     python3 -m venv /tmp/venv
     /tmp/venv/bin/pip install llama-cpp-python==0.3.36 numpy
     /tmp/venv/bin/python tests/golden/make_golden.py \
-        [models/SmolLM2-135M-Instruct.Q4_1.gguf] [tests/golden]
+        [--preset smollm2|gemma3] [model path] [tests/golden]
 
 pip builds llama.cpp from source (a few minutes; needs a C/C++ compiler and
 cmake). The run itself takes well under a minute on a CPU.
@@ -164,6 +170,42 @@ LOGITS_PROMPTS = [
     "one two three four five, " * 9 + "one two three",
 ]
 
+# Gemma 3: the generic texts (ChatML strings are plain text there) plus its
+# own special tokens and characters its 262k vocabulary spells with <0xNN>
+# byte tokens.
+GEMMA3_TOKENIZE_EXTRA = [
+    "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n",
+    "<bos><start_of_turn>user\nWho are you?<end_of_turn>\n",
+    "<eos><pad><unk><mask>",
+    "text<end_of_turn>more<eos>end",
+    "<start_of_turn> leading space special",
+    "<start_of_image> <end_of_image> <unused0>",
+    "control \x01\x02\x1b bytes \x7f",
+    "private use \ue000\uf8ff, rare \U0001d518\U0001d52b and \U00013000",
+    "four    spaces\u00a0nbsp\u2009thin \u3000ideographic",
+]
+
+GEMMA3_ADD_BOS_TEXTS = [
+    "Hello world",
+    "<start_of_turn>user\nHello<end_of_turn>\n",
+    "",
+]
+
+GEMMA3_LOGITS_PROMPTS = [LOGITS_PROMPTS[0], LOGITS_PROMPTS[2], LOGITS_PROMPTS[4]]
+
+# Picked, as for SmolLM2, for margins: this small pretrained model is on a
+# near-tie (top-1/top-2 gap under 0.1) within 16 steps for most natural
+# prompts ("The capital of Germany is", "import numpy as np\n", ...).
+# The last one is 629 tokens, longer than Gemma 3's 512-position window, so
+# the windowed layers drop its start while the global ones still see it.
+GEMMA3_GREEDY_PROMPTS = [
+    "A, B, C, D, E,",
+    "1, 2, 3, 4, 5,",
+    "The sun rises in the east and sets in the",
+    ("\n\n".join(LOGITS_PROMPTS[i] for i in (0, 2, 3, 4)) + "\n\n") * 3
+    + LOGITS_PROMPTS[0][:60],
+]
+
 # Prompts for greedy continuation. Chosen so that the greedy path is not on a
 # knife edge: an independent float64 NumPy forward pass of the same GGUF
 # weights (dequantized, f64 activations) reproduced each continuation
@@ -193,7 +235,7 @@ def load(model_path, logits_all):
     return Llama(
         model_path=model_path,
         n_gpu_layers=0,
-        n_ctx=N_CTX,
+        n_ctx=PRESET.n_ctx,
         n_batch=N_BATCH,
         n_ubatch=N_BATCH,
         n_threads=N_THREADS,
@@ -216,7 +258,7 @@ def common_header(model_path, sha, what):
         "# llama-cpp-python %s (bundled llama.cpp), CPU only" % llama_cpp.__version__,
         "# model %s sha256 %s" % (os.path.basename(model_path), sha),
         "# n_threads %d  n_threads_batch %d  seed %d  n_ctx %d  n_batch %d  n_ubatch %d"
-        % (N_THREADS, N_THREADS, SEED, N_CTX, N_BATCH, N_BATCH),
+        % (N_THREADS, N_THREADS, SEED, PRESET.n_ctx, N_BATCH, N_BATCH),
         "# kv cache f32 (type_k = type_v = f32), flash_attn off, use_mmap off,",
         "# extra buffer types off (no AMX / repacked weights: plain ggml-cpu kernels)",
         "# llama.cpp system info: " + sysinfo,
@@ -230,6 +272,15 @@ NUMERICS_NOTE = [
     "# implementation that dequantizes the weights and keeps f32 activations.",
     "# Compare with a tolerance, and expect argmax flips where top-1 and top-2 are close.",
 ]
+
+
+def numerics_note():
+    if PRESET.prefix == "smollm2":
+        return NUMERICS_NOTE
+    return [
+        "# NOTE: llama.cpp's CPU path quantizes the activations to 8 bits (q8_0 for",
+        "# Q5_0/Q8_0 weights, q8_K for Q4_K/Q6_K weights) before every quantized matmul and",
+    ] + NUMERICS_NOTE[2:]
 
 
 def write_lines(path, lines):
@@ -251,15 +302,52 @@ def topk_of(row, k):
 # --------------------------------------------------------------------------
 
 
+class Preset:
+    def __init__(self, prefix, title, model, texts, add_bos_texts, logits_prompts,
+                 greedy_prompts, greedy_tokens, add_bos, min_logits_tokens, n_ctx):
+        self.prefix = prefix
+        self.title = title
+        self.model = model
+        self.texts = texts
+        self.add_bos_texts = add_bos_texts
+        self.logits_prompts = logits_prompts
+        self.greedy_prompts = greedy_prompts
+        self.greedy_tokens = greedy_tokens
+        self.add_bos = add_bos  # prompts start with BOS (the model's add_bos_token)
+        self.min_logits_tokens = min_logits_tokens
+        self.n_ctx = n_ctx
+
+
+PRESETS = {
+    "smollm2": Preset("smollm2", "SmolLM2", "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                      TOKENIZE_TEXTS, ADD_BOS_TEXTS, LOGITS_PROMPTS, GREEDY_PROMPTS,
+                      GREEDY_TOKENS, False, 40, N_CTX),
+    "gemma3": Preset("gemma3", "Gemma 3", "models/gemma-3-270m-q4_k_m.gguf",
+                     TOKENIZE_TEXTS + GEMMA3_TOKENIZE_EXTRA, GEMMA3_ADD_BOS_TEXTS,
+                     GEMMA3_LOGITS_PROMPTS, GEMMA3_GREEDY_PROMPTS, 16, True, 30, 1024),
+}
+
+PRESET = PRESETS["smollm2"]
+
+
 def gen_tokenize(llm, model_path, sha, out_path):
     md = llm.metadata
-    lines = common_header(model_path, sha, "SmolLM2 tokenizer reference (llama.cpp llama_tokenize)")
+    lines = common_header(model_path, sha,
+                          "%s tokenizer reference (llama.cpp llama_tokenize)" % PRESET.title)
+    add_bos = md.get("tokenizer.ggml.add_bos_token")
     lines += [
         "# tokenizer.ggml.model %s  tokenizer.ggml.pre %s  add_bos_token %s  bos %d  eos %d"
         % (md.get("tokenizer.ggml.model"), md.get("tokenizer.ggml.pre"),
-           md.get("tokenizer.ggml.add_bos_token"), llm.token_bos(), llm.token_eos()),
-        "# (add_bos_token is false in this GGUF, so add_bos=1 rows equal add_bos=0 rows:",
-        "#  llama_tokenize's add_special only adds BOS when the vocab asks for it.)",
+           add_bos, llm.token_bos(), llm.token_eos()),
+    ]
+    if add_bos == "true":
+        lines += ["# (add_bos_token is true: add_bos=1 rows start with BOS.)"]
+    else:
+        lines += [
+            "# (add_bos_token is false in this GGUF, so add_bos=1 rows equal add_bos=0 rows:",
+            "#  llama_tokenize's add_special only adds BOS when the vocab asks for it.)",
+        ]
+    lines += [
         "#",
         "# format, one row per line:",
         "#   tok <parse_special 0|1> <add_bos 0|1> <hex of the UTF-8 text bytes> : <id> <id> ...",
@@ -268,18 +356,19 @@ def gen_tokenize(llm, model_path, sha, out_path):
         "# An empty text has hex '-'; an empty token list leaves nothing after ':'.",
     ]
     nrows = 0
-    for text in TOKENIZE_TEXTS:
+    for text in PRESET.texts:
         b = text.encode("utf-8")
         hx = b.hex() if b else "-"
         for special in (0, 1):
             ids = llm.tokenize(b, add_bos=False, special=bool(special))
             lines.append(("tok %d 0 %s : %s" % (special, hx, ids_str(ids))).rstrip())
             nrows += 1
-    for text in ADD_BOS_TEXTS:
+    for text in PRESET.add_bos_texts:
         b = text.encode("utf-8")
         for special in (0, 1):
             ids = llm.tokenize(b, add_bos=True, special=bool(special))
-            lines.append(("tok %d 1 %s : %s" % (special, b.hex(), ids_str(ids))).rstrip())
+            lines.append(("tok %d 1 %s : %s" % (special, b.hex() if b else "-",
+                                                 ids_str(ids))).rstrip())
             nrows += 1
     write_lines(out_path, lines)
     return nrows
@@ -292,10 +381,12 @@ def log_softmax(row):
 
 def gen_logits(model_path, sha, out_path):
     llm = load(model_path, logits_all=True)
-    lines = common_header(model_path, sha, "SmolLM2 teacher-forced logits reference (llama.cpp)")
-    lines += NUMERICS_NOTE
+    lines = common_header(model_path, sha,
+                          "%s teacher-forced logits reference (llama.cpp)" % PRESET.title)
+    lines += numerics_note()
     lines += [
-        "# Each prompt is tokenized with parse_special=1, add_bos=0, and evaluated",
+        "# Each prompt is tokenized with parse_special=1, add_bos=%d, and evaluated"
+        % PRESET.add_bos,
         "# from an empty KV cache in ONE batch with logits for every position.",
         "#",
         "# format:",
@@ -308,10 +399,11 @@ def gen_logits(model_path, sha, out_path):
         "#       given their prefixes, from full-vocab log-softmax",
     ]
     nrows = 0
-    for pi, text in enumerate(LOGITS_PROMPTS):
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-        if not 40 <= len(ids) <= 100:
-            sys.exit("logits prompt %d has %d tokens (want 40..100)" % (pi, len(ids)))
+    for pi, text in enumerate(PRESET.logits_prompts):
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=PRESET.add_bos, special=True)
+        if not PRESET.min_logits_tokens <= len(ids) <= 100:
+            sys.exit("logits prompt %d has %d tokens (want %d..100)"
+                     % (pi, len(ids), PRESET.min_logits_tokens))
         llm.reset()
         llm.eval(ids)
         scores = np.array(llm.scores[: len(ids), :], dtype=np.float32)
@@ -335,15 +427,22 @@ def gen_greedy(model_path, sha, out_path):
     llm = load(model_path, logits_all=False)
     n_vocab = llm.n_vocab()
     eos = llm.token_eos()
-    lines = common_header(model_path, sha, "SmolLM2 greedy continuation reference (llama.cpp)")
-    lines += NUMERICS_NOTE
+    lines = common_header(model_path, sha,
+                          "%s greedy continuation reference (llama.cpp)" % PRESET.title)
+    lines += numerics_note()
     lines += [
-        "# Prompt tokenized with parse_special=1, add_bos=0 and evaluated in one",
-        "# batch from an empty KV cache; then %d steps of: argmax of the last" % GREEDY_TOKENS,
+        "# Prompt tokenized with parse_special=1, add_bos=%d and evaluated in one"
+        % PRESET.add_bos,
+        "# batch from an empty KV cache; then %d steps of: argmax of the last"
+        % PRESET.greedy_tokens,
         "# logits (ties: lower id), append, evaluate that single token. Generation",
         "# stops early only when the argmax is the EOS token (id %d); the EOS id is" % eos,
-        "# then the last continuation id (so fewer than %d ids means EOS)." % GREEDY_TOKENS,
-        "# Chat prompts are ChatML rendered by hand from the GGUF chat template.",
+        "# then the last continuation id (so fewer than %d ids means EOS)."
+        % PRESET.greedy_tokens,
+    ]
+    if PRESET.prefix == "smollm2":
+        lines += ["# Chat prompts are ChatML rendered by hand from the GGUF chat template."]
+    lines += [
         "#",
         "# format:",
         "#   greedy <index> <n_prompt> : <prompt ids> | <continuation ids>",
@@ -353,12 +452,12 @@ def gen_greedy(model_path, sha, out_path):
         "#   text <index> <hex of the UTF-8 continuation text>",
     ]
     nrows = 0
-    for gi, text in enumerate(GREEDY_PROMPTS):
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    for gi, text in enumerate(PRESET.greedy_prompts):
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=PRESET.add_bos, special=True)
         llm.reset()
         llm.eval(ids)
         cont, margins = [], []
-        for _ in range(GREEDY_TOKENS):
+        for _ in range(PRESET.greedy_tokens):
             # logits_all=False: the only output row is the last token's
             row = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).copy()
             top = topk_of(row, 2)
@@ -379,10 +478,15 @@ def gen_greedy(model_path, sha, out_path):
 
 
 def main():
+    global PRESET
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", nargs="?", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="smollm2")
+    ap.add_argument("model", nargs="?", help="the preset's file under models/ by default")
     ap.add_argument("outdir", nargs="?", default="tests/golden")
     args = ap.parse_args()
+    PRESET = PRESETS[args.preset]
+    if args.model is None:
+        args.model = PRESET.model
 
     if not os.path.isfile(args.model):
         sys.exit("model not found: %s" % args.model)
@@ -390,14 +494,21 @@ def main():
     t0 = time.time()
     sha = sha256_file(args.model)
 
+    def out(kind):
+        name = "%s-%s.txt" % (PRESET.prefix, kind)
+        return name, os.path.join(args.outdir, name)
+
     tok_llm = load(args.model, logits_all=False)
-    n = gen_tokenize(tok_llm, args.model, sha, os.path.join(args.outdir, "smollm2-tokenize.txt"))
+    name, path = out("tokenize")
+    n = gen_tokenize(tok_llm, args.model, sha, path)
     del tok_llm
-    print("smollm2-tokenize.txt: %d rows" % n)
-    n = gen_logits(args.model, sha, os.path.join(args.outdir, "smollm2-logits.txt"))
-    print("smollm2-logits.txt: %d positions" % n)
-    n = gen_greedy(args.model, sha, os.path.join(args.outdir, "smollm2-greedy.txt"))
-    print("smollm2-greedy.txt: %d prompts" % n)
+    print("%s: %d rows" % (name, n))
+    name, path = out("logits")
+    n = gen_logits(args.model, sha, path)
+    print("%s: %d positions" % (name, n))
+    name, path = out("greedy")
+    n = gen_greedy(args.model, sha, path)
+    print("%s: %d prompts" % (name, n))
     print("llama-cpp-python %s, %.1f s" % (llama_cpp.__version__, time.time() - t0))
 
 

@@ -50,6 +50,8 @@ SHAPES = {
     "attn_k_norm.weight": ("head",),
     "attn_qkv.weight": ("embd", "qkv"),
     "attn_output.weight": ("q", "embd"),
+    "post_attention_norm.weight": ("embd",),
+    "post_ffw_norm.weight": ("embd",),
     "ffn_norm.weight": ("embd",),
     "ffn_gate.weight": ("embd", "ff"),
     "ffn_up.weight": ("embd", "ff"),
@@ -88,6 +90,7 @@ BIASES = ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
 QK_NORM = ["attn_q_norm.weight", "attn_k_norm.weight"]
 PHI3_LAYER = ["attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
               "ffn_up_fused.weight", "ffn_down.weight"]
+POST_NORMS = ["post_attention_norm.weight", "post_ffw_norm.weight"]
 MOE_LAYER = LLAMA_LAYER[:6] + ["ffn_gate_inp.weight", "ffn_gate_exps.weight",
                                "ffn_up_exps.weight", "ffn_down_exps.weight"]
 SHARED_EXPERT = ["ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
@@ -118,7 +121,9 @@ MODEL_UNTIED = MODEL_TIED + ["output.weight"]
 #             these weights, which sets how the C test multiplies and its
 #             tolerance: "f32" (F32 weights: kept f32), "f16" (F16 weights:
 #             rounded to f16; we keep f32) or "8bit" (quantized weights:
-#             quantized to 8 bits, as our default path does)
+#             quantized to 8 bits, as our default path does) or
+#             "f32-gelu-f16" (F32 weights and f32 activations, but GeGLU's gelu
+#             read from llama.cpp's f16 table: GGML_GELU_FP16)
 MODELS = [
     {
         "name": "llama", "arch": "llama", "seed": 101,
@@ -230,6 +235,18 @@ MODELS = [
         "matrix": "Q8_0", "f32": ["ffn_gate_inp.weight"], "activations": "8bit",
         "keys": {"expert_count": 4, "expert_used_count": 2},
         "layer": MOE_LAYER, "model": MODEL_TIED,
+    },
+    {
+        # Gemma 3: QK-norm, post-norms, GeGLU, sqrt(n_embd) embedding scale,
+        # tied output; a 5-position window on layers 0-4 and 6 (layer 5
+        # global) over sequences of up to 40, and the windowed layers' own
+        # rope base (10000) against the file's 1e6.
+        "name": "gemma3", "arch": "gemma3", "seed": 109,
+        "n_layer": 7, "n_embd": 64, "n_head": 4, "n_head_kv": 1, "head_dim": 32, "n_ff": 128,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "keys": {"attention.sliding_window": 5},
+        "matrix": "F32", "activations": "f32-gelu-f16",
+        "layer": LLAMA_LAYER + QK_NORM + POST_NORMS, "model": MODEL_TIED,
     },
 ]
 

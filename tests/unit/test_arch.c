@@ -27,7 +27,15 @@ typedef struct ref_spec {
     bool geglu;           /* gelu_tanh(gate) * up instead of silu(gate) * up */
     double embd_scale;    /* 1, or sqrt(n_embd) */
     double logit_softcap; /* 0 = none */
+    int window;           /* > 0: windowed layers see positions q with t - q < window */
+    int period;           /* 0: every layer windowed; else layer l global when
+                             l % period == period - 1 */
+    double swa_rope_base; /* > 0: RoPE base of the windowed layers */
 } ref_spec;
+
+static bool ref_windowed(const ref_spec *spec, int l) {
+    return spec->window > 0 && (spec->period == 0 || l % spec->period != spec->period - 1);
+}
 
 /* ---- reference: tensors by GGUF name, doubles, contiguous KV ---- */
 
@@ -122,22 +130,25 @@ static double *ref_forward(const llm_model *m, const ref_spec *spec, const llm_t
                 for (int h = 0; h < nh; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, eps);
             if (kn)
                 for (int h = 0; h < nkv; h++) rmsnorm(kt + h * hd, kt + h * hd, kn, hd, eps);
-            rope(q, nh, hd, t, hp->rope_base, spec->neox);
-            rope(kt, nkv, hd, t, hp->rope_base, spec->neox);
+            bool win = ref_windowed(spec, l);
+            double base = win && spec->swa_rope_base > 0 ? spec->swa_rope_base : hp->rope_base;
+            int first = win && t >= spec->window ? t - spec->window + 1 : 0;
+            rope(q, nh, hd, t, base, spec->neox);
+            rope(kt, nkv, hd, t, base, spec->neox);
             for (int h = 0; h < nh; h++) {
                 int kh = h / group;
                 double mx = -INFINITY, sum = 0;
-                for (int p = 0; p <= t; p++) {
+                for (int p = first; p <= t; p++) {
                     const double *kp = kc + ((size_t)l * n_tok + p) * kvd + kh * hd;
                     double s = 0;
                     for (int i = 0; i < hd; i++) s += q[h * hd + i] * kp[i];
                     att[p] = s / sqrt(hd);
                     if (att[p] > mx) mx = att[p];
                 }
-                for (int p = 0; p <= t; p++) sum += (att[p] = exp(att[p] - mx));
+                for (int p = first; p <= t; p++) sum += (att[p] = exp(att[p] - mx));
                 for (int i = 0; i < hd; i++) {
                     double acc = 0;
-                    for (int p = 0; p <= t; p++)
+                    for (int p = first; p <= t; p++)
                         acc += att[p] / sum * vc[((size_t)l * n_tok + p) * kvd + kh * hd + i];
                     o[h * hd + i] = acc;
                 }
@@ -382,6 +393,127 @@ static void test_all_features(void **state) {
     check("all features together", &p, &row, &spec, NULL);
 }
 
+/* Sliding windows on every layer: the llama row when the file names a
+ * window (Mistral v0.1), a window much shorter than the sequence. */
+static void test_swa_all(void **state) {
+    (void)state;
+    llmi_testmodel_params p;
+    init_params(&p, "llama", 18);
+    p.sliding_window = 5;
+    llm_model *m = NULL;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    assert_int_equal(m->hp.features.swa, LLMI_SWA_ALL);
+    assert_int_equal(m->hp.features.swa_window, 5);
+    assert_true(llmi_layer_windowed(&m->hp.features, 0) && llmi_layer_windowed(&m->hp.features, 1));
+    llmi_model_free(m);
+    llmi_arch off = base_row("llama");
+    ref_spec spec = {.embd_scale = 1, .window = 5};
+    check("sliding window 5 on every layer (llama row)", &p, NULL, &spec, &off);
+    /* A window of 1: each position sees itself only. */
+    p.sliding_window = 1;
+    spec.window = 1;
+    check("sliding window 1 on every layer", &p, NULL, &spec, &off);
+
+    /* Without the key (every llama.cpp Llama file) there is no window. */
+    p.sliding_window = 0;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    assert_int_equal(m->hp.features.swa, LLMI_SWA_NONE);
+    assert_false(llmi_layer_windowed(&m->hp.features, 0));
+    llmi_model_free(m);
+}
+
+/* Every third layer global (layers 0, 1, 3 windowed, 2 global). */
+static void test_swa_periodic(void **state) {
+    (void)state;
+    llmi_testmodel_params p;
+    init_params(&p, "test-swa", 19);
+    p.n_layer = 4;
+    p.sliding_window = 4;
+    llmi_arch row = base_row("test-swa"), off = row;
+    row.swa = LLMI_SWA_PERIODIC;
+    row.swa_period = 3;
+    ref_spec spec = {.embd_scale = 1, .window = 4, .period = 3};
+    check("sliding window 4, every 3rd layer global", &p, &row, &spec, &off);
+    /* All layers windowed is a different model: the global layer counts. */
+    llmi_arch all = row;
+    all.swa = LLMI_SWA_ALL;
+    llm_model *m = NULL;
+    assert_int_equal(load(&p, &row, &m), LLM_OK);
+    const bool want[] = {true, true, false, true};
+    for (uint32_t l = 0; l < 4; l++)
+        assert_int_equal(llmi_layer_windowed(&m->hp.features, l), want[l]);
+    llmi_model_free(m);
+    ref_spec spec_all = spec;
+    spec_all.period = 0;
+    check("sliding window 4 on every layer", &p, &all, &spec_all, &row);
+}
+
+/* Windowed layers with their own RoPE base; the window is longer than the
+ * sequence, so the base is all that differs from the plain model. */
+static void test_swa_rope_base(void **state) {
+    (void)state;
+    llmi_testmodel_params p;
+    init_params(&p, "test-swa-base", 20);
+    p.sliding_window = 64;
+    llmi_arch row = base_row("test-swa-base");
+    row.swa = LLMI_SWA_PERIODIC;
+    row.swa_period = 2; /* layer 0 windowed, layer 1 global */
+    row.swa_rope_base = 100.0f;
+    llmi_arch off = row;
+    off.swa_rope_base = 0; /* the file's 10000 everywhere */
+    ref_spec spec = {.embd_scale = 1, .window = 64, .period = 2, .swa_rope_base = 100};
+    check("windowed layers' RoPE base 100, global 10000", &p, &row, &spec, &off);
+    /* The base is part of what makes K/V reusable. */
+    llm_model *a = NULL, *b = NULL;
+    assert_int_equal(load(&p, &row, &a), LLM_OK);
+    assert_int_equal(load(&p, &off, &b), LLM_OK);
+    assert_true(a->hp.features.swa_rope_base == 100.0f);
+    assert_true(b->hp.features.swa_rope_base == 10000.0f);
+    assert_true(a->fingerprint != b->fingerprint);
+    llmi_model_free(a);
+    llmi_model_free(b);
+}
+
+/* The gemma3 row of the table on a tiny Gemma-3-shaped file: every
+ * feature at once, 6 layers with the 6th global, global rope base 1e6 and
+ * the windowed layers' 10000. */
+static void test_gemma3_row(void **state) {
+    (void)state;
+    llmi_testmodel_params p;
+    init_params(&p, "gemma3", 22);
+    p.n_layer = 6;
+    p.qk_norm = p.post_norms = p.tied_embeddings = true;
+    p.n_head_kv = 1;
+    p.head_dim = 32;
+    p.rope_base = 1e6f;
+    p.sliding_window = 6;
+    p.weight_scale = 0.3f;
+    ref_spec spec = {.neox = true,
+                     .geglu = true,
+                     .embd_scale = 8,
+                     .window = 6,
+                     .period = 6,
+                     .swa_rope_base = 10000};
+    const llmi_arch *row = llmi_arch_find("gemma3");
+    assert_non_null(row);
+    llmi_arch off = *row;
+    off.swa = LLMI_SWA_NONE;
+    check("gemma3 row", &p, NULL, &spec, &off);
+    llm_model *m = NULL;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    assert_true(m->hp.tied_embeddings);
+    assert_int_equal(m->hp.features.swa_window, 6);
+    assert_true(m->hp.features.swa_rope_base == 10000.0f);
+    assert_true(m->hp.rope_base == 1e6f);
+    llmi_model_free(m);
+    /* The window key is required for gemma3. */
+    p.sliding_window = 0;
+    llm_model *bad = (llm_model *)0x1;
+    assert_int_equal(load(&p, NULL, &bad), LLM_ERR_BAD_FORMAT);
+    assert_non_null(strstr(llmi_error_message(), "gemma3.attention.sliding_window"));
+    assert_null(bad);
+}
+
 /* ---- refusals ---- */
 
 static void expect(const llmi_testmodel_params *p, const llmi_arch *row, llm_status want,
@@ -399,7 +531,7 @@ static void test_refusals(void **state) {
     llmi_testmodel_params p;
     init_params(&p, "gpt-99", 21);
     expect(&p, NULL, LLM_ERR_UNSUPPORTED,
-           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe)");
+           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3)");
 
     /* A row whose name is not the file's. */
     llmi_arch other = base_row("llama");
@@ -410,15 +542,12 @@ static void test_refusals(void **state) {
     init_params(&p, "qwen2", 21);
     expect(&p, NULL, LLM_ERR_BAD_FORMAT, "tensor 'blk.0.attn_q.bias' is missing");
 
-    /* Sliding windows: carried by the row, refused until the KV cache has
-     * them; the window key is required. */
+    /* Sliding windows: the window key is required unless the row says
+     * otherwise. */
     llmi_arch swa = base_row("test-swa");
     swa.swa = LLMI_SWA_PERIODIC;
     swa.swa_period = 6;
     init_params(&p, "test-swa", 21);
-    p.sliding_window = 16;
-    expect(&p, &swa, LLM_ERR_UNSUPPORTED, "sliding-window attention is not implemented yet");
-    p.sliding_window = 0;
     expect(&p, &swa, LLM_ERR_BAD_FORMAT, "test-swa.attention.sliding_window");
 
     /* Attention soft-cap: refused when the file sets it, fine when not. */
@@ -433,6 +562,17 @@ static void test_refusals(void **state) {
     assert_true(m->hp.features.attn_softcap == 0.0f);
     llmi_model_free(m);
 
+    /* RoPE scaling (Gemma 3 4B and up): refused, unless its factor is 1. */
+    init_params(&p, "gemma3", 21);
+    p.qk_norm = p.post_norms = p.tied_embeddings = true;
+    p.sliding_window = 8;
+    p.rope_scaling = 8;
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "RoPE scaling (gemma3.rope.scaling.type 'linear', "
+                                          "factor 8) is not implemented yet");
+    p.rope_scaling = 1;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    llmi_model_free(m);
+
     llmi_arch ln = base_row("test-layernorm");
     ln.norm = LLMI_NORM_LAYER;
     init_params(&p, "test-layernorm", 21);
@@ -445,11 +585,11 @@ static void test_table(void **state) {
     (void)state;
     char list[256];
     llmi_arch_supported_list(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe");
+    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3");
     char small[8];
     llmi_arch_supported_list(small, sizeof small);
     assert_string_equal(small, "llama, ");
-    const char *names[] = {"llama", "qwen2", "qwen3", "phi3"};
+    const char *names[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const llmi_arch *a = llmi_arch_find(names[i]);
         assert_non_null(a);
@@ -471,7 +611,9 @@ int main(void) {
         cmocka_unit_test(test_qwen2_row),     cmocka_unit_test(test_qk_norm),
         cmocka_unit_test(test_post_norms),    cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_embd_scale),    cmocka_unit_test(test_logit_softcap),
-        cmocka_unit_test(test_all_features),  cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_all_features),  cmocka_unit_test(test_swa_all),
+        cmocka_unit_test(test_swa_periodic),  cmocka_unit_test(test_swa_rope_base),
+        cmocka_unit_test(test_gemma3_row),    cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

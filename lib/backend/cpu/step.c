@@ -6,8 +6,9 @@
  *   logits = Woutput * norm(x)
  * with the steps the model's architecture row switches on (model/arch.h:
  * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap,
- * rope frequency divisors, a routed mixture-of-experts FFN in moe.c),
- * tested by feature, never by architecture name.
+ * rope frequency divisors, sliding windows with their own RoPE base, a routed
+ * mixture-of-experts FFN in moe.c), tested by feature, never by architecture
+ * name.
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
@@ -29,6 +30,7 @@ struct cpu_forward {
     float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout; /* [max_rows][dim] */
     float *scores;  /* [threads][max_ctx] */
     float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
+    float *rope_cs_swa; /* the same for windowed layers with their own base, else NULL */
     float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
     void *act_scratch; /* 8-bit activations for max_rows rows of any matmul input */
     /* The current matmul input (act_begin) and its quantization, if any. */
@@ -43,8 +45,9 @@ struct cpu_forward {
 };
 
 static void free_buffers(cpu_forward *f) {
-    float **bufs[] = {&f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->gate,
-                      &f->up, &f->hout, &f->scores, &f->rope_cs, &f->out_rows};
+    float **bufs[] = {&f->x,    &f->xb,     &f->q,       &f->k,           &f->v,
+                      &f->att,  &f->gate,   &f->up,      &f->hout,        &f->scores,
+                      &f->rope_cs, &f->rope_cs_swa, &f->out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         llmi_free_aligned(*bufs[i]);
         *bufs[i] = NULL;
@@ -112,6 +115,10 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     f->hout = alloc_rows(max_rows, embd > f->q_dim ? embd : f->q_dim);
     f->scores = alloc_rows((uint32_t)llmi_pool_size(pool), max_ctx);
     f->rope_cs = alloc_rows(max_rows, hp->rope_dim);
+    bool swa_base = hp->features.swa != LLMI_SWA_NONE &&
+                    hp->features.swa_rope_base != hp->rope_base;
+    if (swa_base)
+        f->rope_cs_swa = alloc_rows(max_rows, hp->rope_dim);
     f->out_rows = alloc_rows(max_rows, embd);
     size_t act_bytes = 0;
     if (!act_scratch_size(m, max_rows, &act_bytes)) {
@@ -121,7 +128,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     if (act_bytes)
         f->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-        !f->hout || !f->scores || !f->rope_cs || !f->out_rows || (act_bytes && !f->act_scratch)) {
+        !f->hout || !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
+        (act_bytes && !f->act_scratch)) {
         llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
     }
@@ -177,14 +185,14 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
 /* Angles follow llama.cpp's recurrence (theta_i = pos * scale^i in float,
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
  * rotations round the way the reference implementation's do. A model's
- * rope_freqs (Llama 3.1) divides pair i's angle by its factor. */
-static void rope_tables(cpu_forward *f, const llmi_step *st) {
-    const llmi_hparams *hp = &f->m->hp;
-    const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
+ * rope_freqs (Llama 3.1) divides pair i's angle by its factor (freq_div,
+ * or NULL). */
+static void rope_table(const llmi_hparams *hp, float base, const float *freq_div,
+                       const llmi_step *st, float *table) {
     uint32_t half = hp->rope_dim / 2;
-    float scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
+    float scale = powf(base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < st->n_rows; r++) {
-        float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
+        float *cs = table + (size_t)r * hp->rope_dim;
         float theta = (float)st->pos[r];
         for (uint32_t i = 0; i < half; i++) {
             float angle = freq_div ? theta / freq_div[i] : theta;
@@ -193,6 +201,14 @@ static void rope_tables(cpu_forward *f, const llmi_step *st) {
             theta *= scale;
         }
     }
+}
+
+static void rope_tables(cpu_forward *f, const llmi_step *st) {
+    const llmi_hparams *hp = &f->m->hp;
+    const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
+    rope_table(hp, hp->rope_base, freq_div, st, f->rope_cs);
+    if (f->rope_cs_swa)
+        rope_table(hp, hp->features.swa_rope_base, freq_div, st, f->rope_cs_swa);
 }
 
 static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint32_t n_heads) {
@@ -218,6 +234,7 @@ typedef struct attn_job {
     const llmi_row_ops *ops; /* the KV element type's dot and axpy */
     const llmi_step *st;
     uint32_t layer;
+    uint32_t window; /* positions a query sees (itself included); 0 = all before it */
 } attn_job;
 
 /* The kernels of the KV cache's element type, looked up once per layer. */
@@ -250,19 +267,24 @@ static void attn_task(void *ctx, int ith, int nth) {
         const uint32_t s = st->seq[r];
         const float *q = f->q + (size_t)r * f->q_dim + (size_t)h * hd;
         size_t kv_off = (size_t)(h / group) * hd * j->kv->elem_size; /* bytes */
-        uint32_t n_pos = st->pos[r] + 1;
-        for (uint32_t p = 0; p < n_pos; p++)
-            scores[p] = dot(q,
-                            llmi_cpu_kv_row(j->kv, j->layer, false, llmi_step_slot(st, s, p)) +
-                                kv_off,
-                            (int)hd) *
-                        scale;
+        /* Keys at first..pos; a window drops those with pos - q >= window. */
+        const uint32_t pos = st->pos[r];
+        const uint32_t first = j->window && pos >= j->window ? pos - j->window + 1 : 0;
+        const uint32_t n_pos = pos + 1 - first;
+        for (uint32_t i = 0; i < n_pos; i++)
+            scores[i] =
+                dot(q,
+                    llmi_cpu_kv_row(j->kv, j->layer, false, llmi_step_slot(st, s, first + i)) +
+                        kv_off,
+                    (int)hd) *
+                scale;
         llmi_softmax_inplace(scores, (int)n_pos);
         float *out = f->att + (size_t)r * f->q_dim + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
-        for (uint32_t p = 0; p < n_pos; p++)
-            axpy(out, scores[p],
-                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, p)) + kv_off,
+        for (uint32_t i = 0; i < n_pos; i++)
+            axpy(out, scores[i],
+                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, first + i)) +
+                     kv_off,
                  (int)hd);
     }
 }
@@ -305,8 +327,10 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
     /* K and V rows go into the cache in its element type (a copy for f32,
      * rounding to nearest even for f16 and bf16). */
     const llmi_row_ops *ops = kv_ops(kv);
+    const bool windowed = llmi_layer_windowed(&hp->features, layer);
+    const float *rope_cs = windowed && f->rope_cs_swa ? f->rope_cs_swa : f->rope_cs;
     for (uint32_t r = 0; r < n; r++) {
-        const float *cs = f->rope_cs + (size_t)r * hp->rope_dim;
+        const float *cs = rope_cs + (size_t)r * hp->rope_dim;
         rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
         rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
         uint32_t slot = llmi_step_slot(st, st->seq[r], st->pos[r]);
@@ -315,7 +339,7 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
         ops->store(llmi_cpu_kv_row(kv, layer, true, slot), f->v + (size_t)r * f->kv_dim,
                    (int)f->kv_dim);
     }
-    attn_job job = {f, kv, ops, st, layer};
+    attn_job job = {f, kv, ops, st, layer, windowed ? hp->features.swa_window : 0};
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
     act_matmul(f, &W[LLMI_ROLE_O], f->hout);
@@ -327,15 +351,36 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
 }
 
 /* f->hout = the dense FFN of the normed rows f->xb. */
+/* gate = act(gate) * up over n rows of n_ff, rows split across the pool:
+ * on a prompt the tanh / exp calls are a fifth of the work (GeGLU), too much
+ * to leave to one thread. */
+typedef struct glu_job {
+    const cpu_forward *f;
+    uint32_t n_rows;
+} glu_job;
+
+static void glu_task(void *ctx, int ith, int nth) {
+    const glu_job *j = ctx;
+    const cpu_forward *f = j->f;
+    const uint32_t n_ff = f->m->hp.n_ff;
+    void (*const glu)(float *, const float *, int) =
+        f->m->hp.features.ffn_act == LLMI_FFN_GEGLU ? llmi_gelu_tanh_mul : llmi_silu_mul;
+    uint32_t begin = (uint32_t)((uint64_t)j->n_rows * (uint64_t)ith / (uint64_t)nth);
+    uint32_t end = (uint32_t)((uint64_t)j->n_rows * (uint64_t)(ith + 1) / (uint64_t)nth);
+    for (uint32_t r = begin; r < end; r++)
+        glu(f->gate + (size_t)r * n_ff, f->up + (size_t)r * n_ff, (int)n_ff);
+}
+
 static void dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     act_begin(f, f->xb, n, hp->n_embd);
     act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
     act_matmul(f, &W[LLMI_ROLE_UP], f->up);
-    bool geglu = hp->features.ffn_act == LLMI_FFN_GEGLU;
-    for (uint32_t r = 0; r < n; r++)
-        (geglu ? llmi_gelu_tanh_mul : llmi_silu_mul)(f->gate + (size_t)r * hp->n_ff,
-                                                       f->up + (size_t)r * hp->n_ff, (int)hp->n_ff);
+    glu_job job = {f, n};
+    if (n > 1)
+        llmi_pool_run(f->pool, glu_task, &job);
+    else
+        glu_task(&job, 0, 1);
     act_begin(f, f->gate, n, hp->n_ff);
     act_matmul(f, &W[LLMI_ROLE_DOWN], f->hout);
 }
