@@ -717,6 +717,18 @@ static void test_release_before(void **state) {
     verify(kv, &c, k);
     check(kv, all, 4);
 
+    /* The check sees a hole out of place and a broken chain past holes. */
+    assert_int_equal(a.n_holes, 2);
+    a.n_holes = 1;
+    assert_int_equal(llmi_kv_check(kv, all, 4), LLM_ERR_INTERNAL);
+    assert_non_null(strstr(llmi_error_message(), "hole"));
+    a.n_holes = 2;
+    a.hole_hash ^= 1;
+    assert_int_equal(llmi_kv_check(kv, all, 4), LLM_ERR_INTERNAL);
+    assert_non_null(strstr(llmi_error_message(), "chain"));
+    a.hole_hash ^= 1;
+    check(kv, all, 4);
+
     llmi_kv_seq_destroy(kv, &a);
     llmi_kv_seq_destroy(kv, &b);
     llmi_kv_seq_destroy(kv, &c);

@@ -201,6 +201,65 @@ static void test_speculation(void **state) {
     compare(p, 2, 1, 4);
 }
 
+/* The engine hands no released block to the backend for a position a layer
+ * reads: a row whose window reaches a hole is refused, one whose window
+ * starts at the first held position runs; state reads of released
+ * positions are refused too. */
+static void test_engine_refuses_holes(void **state) {
+    (void)state;
+    llmi_engine_config cfg = {.model = g_model,
+                              .backend_cfg = {1, 0},
+                              .kv_block_size = BLOCK,
+                              .kv_blocks = 16,
+                              .kv_type = LLM_KV_F32,
+                              .max_rows = 16,
+                              .max_ctx = N_CTX};
+    llmi_engine *e = NULL;
+    assert_int_equal(llmi_engine_create(&cfg, &e), LLM_OK);
+    llmi_kv_seq seq = {0};
+    const llmi_kv_seq *all[] = {&seq};
+    float *logits = llmi_malloc(g_model->hp.n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    llm_token prompt[12];
+    uint64_t rng = 3;
+    random_prompt(prompt, 12, g_model->hp.n_vocab, &rng);
+    assert_int_equal(llmi_kv_seq_reserve(e->kv, &seq, 12), LLM_OK);
+    for (uint32_t i = 0; i < 12; i++)
+        e->rows[i] = (llmi_batch_row){prompt[i], i, &seq, i == 11};
+    assert_int_equal(llmi_engine_run(e, e->rows, 12, logits), LLM_OK);
+    assert_int_equal(seq.n_tokens, 12);
+    /* Position 12 reads 7..12: block 1 (4..7) must stay, block 0 may go. */
+    assert_int_equal(llmi_kv_seq_release_before(e->kv, &seq, 7), 1);
+    assert_int_equal(llmi_kv_check(e->kv, all, 1), LLM_OK);
+    llmi_kv_seq_truncate(e->kv, &seq, 9); /* rewind inside what is held */
+    assert_int_equal(llmi_kv_seq_release_before(e->kv, &seq, 8), 1); /* now 0..7 released */
+    assert_int_equal(llmi_kv_seq_reserve(e->kv, &seq, 10), LLM_OK);
+    /* Position 9 would read 4..9, partly released. */
+    e->rows[0] = (llmi_batch_row){prompt[9], 9, &seq, true};
+    assert_int_equal(llmi_engine_run(e, e->rows, 1, logits), LLM_ERR_INTERNAL);
+    assert_non_null(strstr(llmi_error_message(), "released"));
+    assert_int_equal(seq.n_tokens, 9);
+    /* Rows 9..13 together: row 9 alone is enough to refuse the step. */
+    assert_int_equal(llmi_kv_seq_reserve(e->kv, &seq, 14), LLM_OK);
+    for (uint32_t i = 9; i < 14; i++)
+        e->rows[i - 9] = (llmi_batch_row){prompt[i % 12], i, &seq, i == 13};
+    assert_int_equal(llmi_engine_run(e, e->rows, 5, logits), LLM_ERR_INTERNAL);
+    /* A row at 13 reads 8..13, all held: the check lets it through (the
+     * slots 9..12 were reserved but never computed; only the check matters
+     * here, not the logits). */
+    seq.n_tokens = 13;
+    e->rows[0] = (llmi_batch_row){prompt[1], 13, &seq, true};
+    assert_int_equal(llmi_engine_run(e, e->rows, 1, logits), LLM_OK);
+    float buf[64];
+    assert_true(e->kv_row_bytes <= sizeof buf);
+    assert_int_equal(llmi_engine_kv_read(e, &seq, 0, false, 7, 1, buf), LLM_ERR_INTERNAL);
+    assert_int_equal(llmi_engine_kv_read(e, &seq, 0, false, 8, 1, buf), LLM_OK);
+    assert_int_equal(llmi_kv_check(e->kv, all, 1), LLM_OK);
+    llmi_kv_seq_destroy(e->kv, &seq);
+    llmi_free(logits);
+    llmi_engine_free(e);
+}
+
 static int setup(void **state) {
     (void)state;
     g_model = windowed_model(31);
@@ -216,6 +275,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_is_windowed),
+        cmocka_unit_test(test_engine_refuses_holes),
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_speculation),
