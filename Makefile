@@ -238,11 +238,10 @@ install-test:
 	+@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
 
 model: $(MODEL)
-.PHONY: model-gemma3
-model-gemma3:
 $(MODEL): scripts/fetch-model.sh
 	@bash scripts/fetch-model.sh smollm2 $@
 # Gemma 3 270M, Q4_K_M (about 250 MB; docs/architectures.md).
+.PHONY: model-gemma3
 model-gemma3: $(MODEL_GEMMA3)
 $(MODEL_GEMMA3): scripts/fetch-model.sh
 	@bash scripts/fetch-model.sh gemma3 $@
