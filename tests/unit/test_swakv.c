@@ -6,7 +6,8 @@
  * (plain, sampled, several samples, prompt-lookup speculation), while the
  * releasing session holds at most ceil((window + k) / block_size) + 1
  * blocks per sequence (k: the draft length) and its invariants hold after
- * every step. */
+ * every step. The engine refuses a row whose window reaches a released
+ * block; token-level sequences keep all their blocks. */
 #include "sched_util.h"
 
 enum { WINDOW = 6, BLOCK = 4, N_CTX = 256, MAX_SAMPLES = 3, MAX_REQS = 2 };
@@ -260,6 +261,37 @@ static void test_engine_refuses_holes(void **state) {
     llmi_engine_free(e);
 }
 
+/* Token-level sequences keep every block (they can be rewound anywhere
+ * and saved whole): a long decode holds all its blocks, and truncation to
+ * the start still works. */
+static void test_token_level_keeps_blocks(void **state) {
+    (void)state;
+    llm_session *s = new_session(g_model, 1, N_CTX, 64, BLOCK, 0, true);
+    llm_batch *b = NULL;
+    assert_int_equal(llmi_batch_create(8, &b), LLM_OK);
+    llm_seq_id id;
+    assert_int_equal(llmi_seq_open(s, NULL, &id), LLM_OK);
+    llm_token t[40];
+    uint64_t rng = 9;
+    random_prompt(t, 40, g_model->hp.n_vocab, &rng);
+    for (uint32_t p = 0; p < 40; p++) {
+        llmi_batch_clear(b);
+        assert_int_equal(llmi_batch_add(b, id, p, t[p], true), LLM_OK);
+        if (llmi_session_decode(s, b) != LLM_OK) fail_msg("decode: %s", llmi_error_message());
+    }
+    check_invariants(s);
+    llm_session_stats st = {sizeof st};
+    llmi_session_stats(s, &st);
+    assert_int_equal(st.blocks_used, 40 / BLOCK);
+    assert_int_equal(llmi_seq_truncate(s, id, 2), LLM_OK);
+    llmi_batch_clear(b);
+    assert_int_equal(llmi_batch_add(b, id, 2, t[2], true), LLM_OK);
+    assert_int_equal(llmi_session_decode(s, b), LLM_OK);
+    check_invariants(s);
+    llmi_batch_free(b);
+    llmi_session_free(s);
+}
+
 static int setup(void **state) {
     (void)state;
     g_model = windowed_model(31);
@@ -276,6 +308,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_is_windowed),
         cmocka_unit_test(test_engine_refuses_holes),
+        cmocka_unit_test(test_token_level_keeps_blocks),
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_samples),
         cmocka_unit_test(test_speculation),
