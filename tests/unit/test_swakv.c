@@ -69,7 +69,8 @@ static void run(bool release, const llm_request_params *params, uint32_t n_reqs,
             fail_msg("step: %s", llmi_error_message());
         for (size_t i = 0; i < n; i++) {
             uint32_t r = 0;
-            while (r < n_reqs && ids[r] != ev[i].request) r++;
+            while (r < n_reqs && ids[r] != ev[i].request)
+                r++;
             assert_true(r < n_reqs && ev[i].sample_index < MAX_SAMPLES);
             outcome *o = &res->out[r][ev[i].sample_index];
             if (ev[i].token != LLM_TOKEN_NONE) {
@@ -85,16 +86,19 @@ static void run(bool release, const llm_request_params *params, uint32_t n_reqs,
         check_invariants(s);
         llm_session_stats st = {sizeof st};
         llmi_session_stats(s, &st);
-        if (st.blocks_used > res->max_blocks_used) res->max_blocks_used = st.blocks_used;
+        if (st.blocks_used > res->max_blocks_used)
+            res->max_blocks_used = st.blocks_used;
         uint32_t n_seqs = st.n_running + st.n_waiting;
         if (release && n_seqs && st.blocks_used > n_seqs * bound_per_seq)
             fail_msg("step %d: %u blocks in use for %u sequences, bound %u each", guard,
                      st.blocks_used, n_seqs, bound_per_seq);
-        if (st.n_running && st.kv_tokens_used < last_tokens_used) res->usage_fell = true;
+        if (st.n_running && st.kv_tokens_used < last_tokens_used)
+            res->usage_fell = true;
         last_tokens_used = st.kv_tokens_used;
         res->spec_draft_tokens = st.spec_draft_tokens;
         res->spec_accepted_tokens = st.spec_accepted_tokens;
-        if (n == 0 && st.n_running == 0 && st.n_waiting == 0) break;
+        if (n == 0 && st.n_running == 0 && st.n_waiting == 0)
+            break;
     }
     llmi_session_free(s);
 }
@@ -110,8 +114,8 @@ static void expect_identical(const run_result *a, const run_result *b, uint32_t 
             assert_true(x->n > 100);
             for (uint32_t i = 0; i < x->n; i++) {
                 if (x->toks[i] != y->toks[i])
-                    fail_msg("request %u sample %u token %u: %d with release, %d without", r, k,
-                             i, x->toks[i], y->toks[i]);
+                    fail_msg("request %u sample %u token %u: %d with release, %d without", r, k, i,
+                             x->toks[i], y->toks[i]);
                 if (memcmp(&x->logprobs[i], &y->logprobs[i], sizeof(float)) != 0)
                     fail_msg("request %u sample %u token %u: logprob %.9g with release, %.9g "
                              "without",
@@ -277,7 +281,8 @@ static void test_token_level_keeps_blocks(void **state) {
     for (uint32_t p = 0; p < 40; p++) {
         llmi_batch_clear(b);
         assert_int_equal(llmi_batch_add(b, id, p, t[p], true), LLM_OK);
-        if (llmi_session_decode(s, b) != LLM_OK) fail_msg("decode: %s", llmi_error_message());
+        if (llmi_session_decode(s, b) != LLM_OK)
+            fail_msg("decode: %s", llmi_error_message());
     }
     check_invariants(s);
     llm_session_stats st = {sizeof st};
