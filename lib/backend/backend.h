@@ -76,7 +76,10 @@ typedef struct llmi_kv_layout {
  *           sequence's K/V holds every position before its first row.
  *   tables: the block table of sequence slot s is
  *           blocks[block_start[s] .. block_start[s + 1]) (CSR); it covers
- *           every position of its rows.
+ *           every position of its rows. With sliding windows on every
+ *           layer, leading entries may be LLMI_KV_HOLE (kv/kv.h: released
+ *           blocks); they lie wholly before every row's window, so a
+ *           backend that reads only the window never meets one.
  *   logits: logit_rows[0 .. n_logits) are the rows whose logits are
  *           wanted, ascending; logits go out in that order, n_vocab floats
  *           each. */

@@ -88,6 +88,18 @@ static llm_status check_rows(const llmi_engine *e, const llmi_batch_row *rows, u
         if (!row->seq || (uint64_t)row->seq->n_blocks * e->kv->block_size <= row->pos)
             return llmi_error(LLM_ERR_INTERNAL, "row %u: no KV block reserved for position %u", r,
                               row->pos);
+        /* Released blocks (holes) may lie only before what every layer of
+         * the row reads: with all layers windowed, positions > pos - window. */
+        uint32_t first = llmi_kv_seq_first_pos(e->kv, row->seq);
+        if (first > 0) {
+            const llmi_features *f = &e->model->hp.features;
+            bool all_windowed = f->swa == LLMI_SWA_ALL;
+            if (!all_windowed || row->pos + 1 < f->swa_window ||
+                row->pos + 1 - f->swa_window < first)
+                return llmi_error(LLM_ERR_INTERNAL,
+                                  "row %u: position %u reads KV before %u, which was released", r,
+                                  row->pos, first);
+        }
     }
     return LLM_OK;
 }
@@ -185,7 +197,8 @@ llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t 
 static llm_status kv_rows(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer, bool v,
                           uint32_t pos, uint32_t n, uint8_t *buf, bool write) {
     const uint32_t bs = e->kv->block_size;
-    if (layer >= e->layout.n_layer || (uint64_t)pos + n > (uint64_t)seq->n_blocks * bs)
+    if (layer >= e->layout.n_layer || (uint64_t)pos + n > (uint64_t)seq->n_blocks * bs ||
+        (n > 0 && pos < llmi_kv_seq_first_pos(e->kv, seq)))
         return llmi_error(LLM_ERR_INTERNAL, "KV rows %u..%u of layer %u outside the sequence",
                           pos, pos + n, layer);
     while (n > 0) {

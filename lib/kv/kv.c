@@ -355,23 +355,56 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
     return LLM_OK;
 }
 
+/* Drops the references of the table entries from index `from` on. */
+static void unref_tail(llmi_kv *kv, llmi_kv_seq *seq, uint32_t from) {
+    while (seq->n_blocks > from) {
+        uint32_t b = seq->blocks[--seq->n_blocks];
+        if (b != LLMI_KV_HOLE) block_unref(kv, b);
+    }
+}
+
 void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens) {
     if (n_tokens > seq->n_tokens) n_tokens = seq->n_tokens;
+    uint32_t first = llmi_kv_seq_first_pos(kv, seq);
+    if (n_tokens < first) n_tokens = first;
     uint32_t keep = blocks_for(kv, n_tokens);
-    while (seq->n_blocks > keep) block_unref(kv, seq->blocks[--seq->n_blocks]);
+    unref_tail(kv, seq, keep);
     seq->n_tokens = n_tokens;
     uint32_t full = n_tokens / kv->block_size;
     if (seq->n_hashed > full) {
         seq->n_hashed = full;
-        seq->last_hash = full ? kv->index->hash[seq->blocks[full - 1]] : 0;
+        /* full >= n_holes; block full - 1 is the last hole when equal. */
+        seq->last_hash = full == 0             ? 0
+                         : full == seq->n_holes ? seq->hole_hash
+                                                : kv->index->hash[seq->blocks[full - 1]];
     }
 }
 
+uint32_t llmi_kv_seq_release_before(llmi_kv *kv, llmi_kv_seq *seq, uint32_t pos) {
+    if (pos > seq->n_tokens) pos = seq->n_tokens;
+    /* Never the block a write continues (the one holding n_tokens). */
+    uint32_t upto = pos / kv->block_size;
+    uint32_t n = 0;
+    while (seq->n_holes < upto) {
+        uint32_t i = seq->n_holes, b = seq->blocks[i];
+        /* The chain hash outlives the block; an unhashed hole gets it from
+         * llmi_kv_seq_commit, which hashes tokens, not block contents. */
+        if (i < seq->n_hashed) seq->hole_hash = kv->index->hash[b];
+        seq->blocks[i] = LLMI_KV_HOLE;
+        seq->n_holes = i + 1;
+        block_unref(kv, b);
+        n++;
+    }
+    return n;
+}
+
 void llmi_kv_seq_release(llmi_kv *kv, llmi_kv_seq *seq) {
-    while (seq->n_blocks > 0) block_unref(kv, seq->blocks[--seq->n_blocks]);
+    unref_tail(kv, seq, 0);
     seq->n_tokens = 0;
     seq->n_hashed = 0;
     seq->last_hash = 0;
+    seq->n_holes = 0;
+    seq->hole_hash = 0;
 }
 
 void llmi_kv_seq_destroy(llmi_kv *kv, llmi_kv_seq *seq) {
@@ -386,14 +419,18 @@ llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *ds
     if (!table_grow(dst, src->n_blocks)) return llmi_oom("KV block table");
     for (uint32_t i = 0; i < src->n_blocks; i++) {
         uint32_t b = src->blocks[i];
-        assert(kv->ref[b] > 0);
-        kv->ref[b]++;
+        if (b != LLMI_KV_HOLE) {
+            assert(kv->ref[b] > 0);
+            kv->ref[b]++;
+        }
         dst->blocks[i] = b;
     }
     dst->n_blocks = src->n_blocks;
     dst->n_tokens = src->n_tokens;
     dst->n_hashed = src->n_hashed;
     dst->last_hash = src->last_hash;
+    dst->n_holes = src->n_holes;
+    dst->hole_hash = src->hole_hash;
     return LLM_OK;
 }
 
@@ -432,6 +469,12 @@ void llmi_kv_seq_commit(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens) 
     uint32_t bs = kv->block_size, full = seq->n_tokens / bs;
     for (uint32_t i = seq->n_hashed; i < full; i++) {
         uint32_t b = seq->blocks[i];
+        if (b == LLMI_KV_HOLE) { /* released before it was hashed */
+            seq->last_hash = block_hash(kv, seq->last_hash, i, tokens + (size_t)i * bs);
+            seq->hole_hash = seq->last_hash;
+            seq->n_hashed = i + 1;
+            continue;
+        }
         if (!(x->flags[b] & F_HASHED)) {
             const llm_token *t = tokens + (size_t)i * bs;
             x->hash[b] = block_hash(kv, seq->last_hash, i, t);
@@ -497,12 +540,19 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
             FAIL("seq %zu has %u hashed blocks but %u tokens", s, q->n_hashed, q->n_tokens);
         for (uint32_t i = 0; i < q->n_blocks; i++) {
             uint32_t b = q->blocks[i];
+            if ((b == LLMI_KV_HOLE) != (i < q->n_holes))
+                FAIL("seq %zu entry %u is %sa hole, %u leading holes", s, i,
+                     b == LLMI_KV_HOLE ? "" : "not ", q->n_holes);
+            if (b == LLMI_KV_HOLE) continue;
             if (b >= n) FAIL("seq %zu entry %u names block %u of %u", s, i, b, n);
             if (count[b] == UINT32_MAX) FAIL("block %u referenced too often", b);
             count[b]++;
         }
-        uint64_t h = 0;
-        for (uint32_t i = 0; i < q->n_hashed; i++) {
+        /* The chain is checked from the last hole on (its hash is kept);
+         * holes not yet hashed leave nothing to check. */
+        if (q->n_hashed < q->n_holes) continue;
+        uint64_t h = q->n_holes ? q->hole_hash : 0;
+        for (uint32_t i = q->n_holes; i < q->n_hashed; i++) {
             uint32_t b = q->blocks[i];
             if (!(x->flags[b] & F_HASHED)) FAIL("seq %zu block %u (id %u) is not hashed", s, i, b);
             if (x->parent[b] != h || x->pos[b] != i)

@@ -58,7 +58,17 @@ typedef struct llmi_kv_seq {
     uint32_t n_tokens;  /* positions [0, n_tokens) hold valid K/V */
     uint32_t n_hashed;  /* leading blocks whose hashes are known (registered or matched) */
     uint64_t last_hash; /* hash of block n_hashed - 1 (chain seed when 0 blocks) */
+    /* Leading table entries [0, n_holes) are LLMI_KV_HOLE: their blocks were
+     * given back by llmi_kv_seq_release_before (a sliding window never reads
+     * them again). Once n_hashed >= n_holes, hole_hash is the chain hash of
+     * block n_holes - 1, so the chain goes on after them.
+     * n_tokens >= n_holes * block_size. */
+    uint32_t n_holes;
+    uint64_t hole_hash;
 } llmi_kv_seq;
+
+/* Block-table entry of a released block (no block, no reference). */
+#define LLMI_KV_HOLE UINT32_MAX
 
 /* Bytes per element of `type`: 4 for LLM_KV_F32, 2 for LLM_KV_F16 and
  * LLM_KV_BF16, 0 for anything else. */
@@ -98,15 +108,31 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
 /* Blocks llmi_kv_seq_reserve(kv, seq, n_tokens) would take from the pool. */
 uint32_t llmi_kv_seq_blocks_needed(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t n_tokens);
 
-/* Drops positions >= n_tokens (blocks past the end are released). */
+/* Drops positions >= n_tokens (blocks past the end are released). A
+ * sequence cannot be cut below its first live position
+ * (llmi_kv_seq_first_pos): n_tokens is raised to it; callers refuse such a
+ * truncation first. */
 void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens);
+/* Gives back the leading blocks that lie wholly before position `pos`
+ * (call llmi_kv_seq_commit first to keep them in the prefix cache): their
+ * table entries become holes, their references are dropped (a registered block
+ * goes to the prefix cache when no table holds it any more). Blocks at or
+ * after the block of seq->n_tokens are never released. Returns the number
+ * of blocks released. For sliding-window models, whose K/V before the
+ * window is never read again. */
+uint32_t llmi_kv_seq_release_before(llmi_kv *kv, llmi_kv_seq *seq, uint32_t pos);
+/* The first position whose K/V the sequence still holds. */
+static inline uint32_t llmi_kv_seq_first_pos(const llmi_kv *kv, const llmi_kv_seq *seq) {
+    return seq->n_holes * kv->block_size;
+}
 /* Releases every block and empties the sequence (keeps the table memory). */
 void llmi_kv_seq_release(llmi_kv *kv, llmi_kv_seq *seq);
 /* Release plus freeing the table memory; leaves *seq zeroed. */
 void llmi_kv_seq_destroy(llmi_kv *kv, llmi_kv_seq *seq);
 
 /* dst (empty) shares every block of src: references are added, nothing is
- * copied; the first write to a shared partial block copies it. */
+ * copied; the first write to a shared partial block copies it. Holes stay
+ * holes. */
 llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *dst);
 
 /* Prefix cache. `tokens` is the sequence's full token history. */
@@ -131,11 +157,13 @@ void llmi_kv_test_hash_bits(llmi_kv *kv, unsigned bits);
 
 /* Checks the invariants against the complete list of live sequences:
  * ref[b] equals the number of table entries naming b; every block is exactly
- * one of free / used / cached; counts match. LLM_ERR_INTERNAL with a message
+ * one of free / used / cached; counts match; holes only lead a table and
+ * the hash chain goes on from hole_hash. LLM_ERR_INTERNAL with a message
  * naming the first violation. For tests and debug builds. */
 llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size_t n_seqs);
 
-/* The slot of position `pos` of `seq`: where its K/V lie in a KV store. */
+/* The slot of position `pos` of `seq`: where its K/V lie in a KV store.
+ * pos must be at or after llmi_kv_seq_first_pos (a hole has no slot). */
 static inline uint32_t llmi_kv_slot(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t pos) {
     return seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
 }

@@ -16,6 +16,7 @@ llm_status llmi_sched_init(llmi_sched *s, const llmi_sched_config *cfg) {
     s->n_ctx = cfg->n_ctx;
     s->max_batch_tokens = cfg->max_batch_tokens;
     s->prefix_cache = cfg->prefix_cache;
+    s->swa_release = true;
     s->stats_fill = llmi_calloc(s->kv->n_blocks, sizeof *s->stats_fill);
     s->piece_cap = 256;
     s->piece = llmi_malloc(s->piece_cap);
@@ -368,6 +369,21 @@ static bool push_token(void *ctx, llm_token tok, const float *lg) {
     return c->finish == LLM_FINISH_NONE;
 }
 
+/* For a model whose every layer is windowed: gives back r's blocks that no
+ * later query reads. The next row is at position p = r->seq.n_tokens and
+ * reads positions >= p - window + 1; no operation on a scheduled request
+ * moves its KV below its current length (a rejected draft is rolled back
+ * before this runs, to a length no shorter than the last one), so no
+ * further margin is needed. Runs after the commit, so that the released
+ * blocks stay in the prefix cache. */
+static void release_window(llmi_sched *s, llmi_request *r) {
+    const llmi_features *f = &s->model->hp.features;
+    if (f->swa != LLMI_SWA_ALL || !s->swa_release) return;
+    uint32_t next = r->seq.n_tokens;
+    if (next + 1 > f->swa_window)
+        llmi_kv_seq_release_before(s->kv, &r->seq, next + 1 - f->swa_window);
+}
+
 /* Decides r's tokens from its logits rows (`lg`: the first) and emits them;
  * true when r finished (the caller removes and frees it). A token that
  * could not be recorded (out of memory) fails r: it ends with
@@ -404,6 +420,7 @@ static bool settle(llmi_sched *s, llmi_request *r, const float *lg, llm_status *
     if (r->seq.n_tokens > r->n_tokens - 1)
         llmi_kv_seq_truncate(s->kv, &r->seq, r->n_tokens - 1);
     if (s->prefix_cache) llmi_kv_seq_commit(s->kv, &r->seq, r->tokens);
+    release_window(s, r);
     return false;
 }
 
@@ -474,6 +491,7 @@ static llm_status after_forward(llmi_sched *s, const float *logits) {
         }
         if (!r->wants_logits) { /* a prefill chunk */
             if (s->prefix_cache) llmi_kv_seq_commit(s->kv, &r->seq, r->tokens);
+            release_window(s, r);
             i++;
             continue;
         }
@@ -601,7 +619,7 @@ llm_status llmi_sched_step(llmi_sched *s, llm_event *events, size_t capacity,
 /* ---- stats and checks ---- */
 
 static void count_fill(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t *fill) {
-    for (uint32_t j = 0; j < seq->n_blocks; j++) {
+    for (uint32_t j = seq->n_holes; j < seq->n_blocks; j++) {
         uint64_t start = (uint64_t)j * kv->block_size;
         uint32_t n = seq->n_tokens <= start ? 0
                      : seq->n_tokens - start >= kv->block_size ? kv->block_size

@@ -99,6 +99,9 @@ typedef struct llmi_sched {
     llmi_sampler *sampler;
     uint32_t n_ctx, max_batch_tokens;
     bool prefix_cache;
+    /* Give back the blocks before the window of a model whose every layer
+     * is windowed (true; tests turn it off to compare). */
+    bool swa_release;
     /* Its own buffers. */
     float *logits;        /* [cap_logit_rows][n_vocab]: a step's logits */
     uint32_t cap_logit_rows;

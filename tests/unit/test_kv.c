@@ -157,8 +157,9 @@ static void feed(llmi_kv *kv, llmi_kv_seq *seq, const uint64_t *keys, uint32_t n
     seq->n_tokens = n;
 }
 
+/* Positions before llmi_kv_seq_first_pos were released: nothing to read. */
 static void verify(const llmi_kv *kv, const llmi_kv_seq *seq, const uint64_t *keys) {
-    for (uint32_t p = 0; p < seq->n_tokens; p++)
+    for (uint32_t p = llmi_kv_seq_first_pos(kv, seq); p < seq->n_tokens; p++)
         if (!pos_ok(kv, seq, p, keys[p])) fail_msg("position %u holds wrong K/V", p);
 }
 
@@ -627,6 +628,117 @@ static void test_prefix_collision(void **state) {
 
 }
 
+/* ---- sliding-window release ---- */
+
+static void test_release_before(void **state) {
+    (void)state;
+    llmi_kv *kv;
+    assert_int_equal(kv_new(2, 2, 4, 12, &kv), LLM_OK);
+    llm_token t[24];
+    uint64_t k[24];
+    for (int i = 0; i < 24; i++) t[i] = 3 * i + 2;
+    prefix_keys(t, 24, k);
+    llmi_kv_seq a = {0}, b = {0}, c = {0}, twin = {0};
+    const llmi_kv_seq *all[] = {&a, &b, &c, &twin};
+
+    feed(kv, &a, k, 14);
+    llmi_kv_seq_commit(kv, &a, t);
+    uint32_t first_blocks[2] = {a.blocks[0], a.blocks[1]};
+    /* Position 9 lies in block 2: blocks 0 and 1 lie wholly before it. */
+    assert_int_equal(llmi_kv_seq_release_before(kv, &a, 9), 2);
+    assert_int_equal(a.n_holes, 2);
+    assert_int_equal(llmi_kv_seq_first_pos(kv, &a), 8);
+    assert_int_equal(a.blocks[0], LLMI_KV_HOLE);
+    assert_int_equal(a.blocks[1], LLMI_KV_HOLE);
+    assert_int_equal(a.n_blocks, 4);
+    /* Registered, held by nobody else: into the prefix cache. */
+    assert_int_equal(kv->n_cached, 2);
+    assert_int_equal(kv->ref[first_blocks[0]], 0);
+    assert_int_equal(llmi_kv_seq_release_before(kv, &a, 9), 0); /* idempotent */
+    verify(kv, &a, k);
+    check(kv, all, 4);
+
+    /* The released blocks still serve a prefix match, with their data. */
+    assert_int_equal(llmi_kv_prefix_match(kv, &b, t, 24), 12);
+    assert_int_equal(b.blocks[0], first_blocks[0]);
+    verify(kv, &b, k);
+    check(kv, all, 4);
+    llmi_kv_seq_release(kv, &b);
+
+    /* A fork keeps the holes and shares the rest. */
+    assert_int_equal(llmi_kv_seq_fork(kv, &a, &c), LLM_OK);
+    assert_int_equal(c.n_holes, 2);
+    assert_int_equal(c.blocks[1], LLMI_KV_HOLE);
+    assert_int_equal(kv->ref[a.blocks[2]], 2);
+    feed(kv, &c, k, 20);
+    verify(kv, &c, k);
+    check(kv, all, 4);
+
+    /* Truncation stops at the first live position; the chain resumes from
+     * the last hole's hash. */
+    uint64_t hash3 = 0;
+    feed(kv, &a, k, 16);
+    llmi_kv_seq_commit(kv, &a, t);
+    hash3 = a.last_hash;
+    llmi_kv_seq_truncate(kv, &a, 3);
+    assert_int_equal(a.n_tokens, 8);
+    assert_int_equal(a.n_blocks, 2);
+    assert_int_equal(a.n_hashed, 2);
+    assert_true(a.last_hash == a.hole_hash);
+    check(kv, all, 4);
+    feed(kv, &a, k, 16);
+    llmi_kv_seq_commit(kv, &a, t);
+    assert_true(a.last_hash == hash3);
+    verify(kv, &a, k);
+    check(kv, all, 4);
+
+    /* Released before hashing: commit hashes the holes from the tokens,
+     * giving the same chain as a sequence that kept its blocks. */
+    llmi_kv_prefix_clear(kv);
+    llmi_kv_seq_release(kv, &c);
+    feed(kv, &c, k, 17);
+    assert_int_equal(llmi_kv_seq_release_before(kv, &c, 100), 4); /* up to n_tokens */
+    assert_int_equal(c.n_hashed, 0);
+    assert_int_equal(kv->n_cached, 0); /* unregistered: freed */
+    check(kv, all, 4);
+    llmi_kv_seq_commit(kv, &c, t);
+    assert_int_equal(c.n_hashed, 4);
+    check(kv, all, 4);
+    feed(kv, &twin, k, 17);
+    llmi_kv_seq_commit(kv, &twin, t);
+    assert_true(twin.last_hash == c.last_hash);
+    assert_true(twin.last_hash == c.hole_hash);
+
+    /* A block-aligned sequence can lose every block and grow again. */
+    llmi_kv_seq_truncate(kv, &c, 16);
+    assert_int_equal(c.n_blocks, 4);
+    assert_int_equal(llmi_kv_seq_blocks_needed(kv, &c, 18), 1);
+    feed(kv, &c, k, 18);
+    verify(kv, &c, k);
+    check(kv, all, 4);
+
+    /* The check sees a hole out of place and a broken chain past holes. */
+    assert_int_equal(a.n_holes, 2);
+    a.n_holes = 1;
+    assert_int_equal(llmi_kv_check(kv, all, 4), LLM_ERR_INTERNAL);
+    assert_non_null(strstr(llmi_error_message(), "hole"));
+    a.n_holes = 2;
+    a.hole_hash ^= 1;
+    assert_int_equal(llmi_kv_check(kv, all, 4), LLM_ERR_INTERNAL);
+    assert_non_null(strstr(llmi_error_message(), "chain"));
+    a.hole_hash ^= 1;
+    check(kv, all, 4);
+
+    llmi_kv_seq_destroy(kv, &a);
+    llmi_kv_seq_destroy(kv, &b);
+    llmi_kv_seq_destroy(kv, &c);
+    llmi_kv_seq_destroy(kv, &twin);
+    check(kv, all, 4);
+    llmi_kv_prefix_clear(kv);
+    assert_int_equal(kv->n_free, 12);
+    kv_del(kv);
+}
+
 /* ---- randomized soak ---- */
 
 enum { SOAK_SEQS = 8, SOAK_LEN = 64, SOAK_PREFIXES = 3, SOAK_OPS = 30000 };
@@ -686,7 +798,7 @@ static void test_soak(void **state) {
                 n_ops[1]++;
             }
             s->live = true;
-        } else if (kind < 45) {
+        } else if (kind < 40) {
             /* Extend. */
             uint32_t n = s->seq.n_tokens + 1 + rnd(&rng, 24);
             if (n > SOAK_LEN) n = SOAK_LEN;
@@ -711,12 +823,23 @@ static void test_soak(void **state) {
                 if (n > s->seq.n_tokens) s->seq.n_tokens = n;
             }
             n_ops[2]++;
+        } else if (kind < 45) {
+            /* A window moving on: release what lies before some position. */
+            uint32_t first = llmi_kv_seq_first_pos(kv, &s->seq);
+            uint32_t pos = rnd(&rng, s->seq.n_tokens + bs);
+            uint32_t held = s->seq.n_blocks - s->seq.n_holes;
+            uint32_t got = llmi_kv_seq_release_before(kv, &s->seq, pos);
+            uint32_t cut = (pos < s->seq.n_tokens ? pos : s->seq.n_tokens) / bs;
+            assert_int_equal(got, cut > first / bs ? cut - first / bs : 0);
+            assert_int_equal(s->seq.n_blocks - s->seq.n_holes, held - got);
+            n_ops[6]++;
         } else if (kind < 65) {
             llmi_kv_seq_commit(kv, &s->seq, s->tok);
             assert_int_equal(s->seq.n_hashed, s->seq.n_tokens / bs);
             n_ops[3]++;
         } else if (kind < 77) {
-            uint32_t n = rnd(&rng, s->seq.n_tokens + 1);
+            uint32_t first = llmi_kv_seq_first_pos(kv, &s->seq);
+            uint32_t n = first + rnd(&rng, s->seq.n_tokens - first + 1);
             llmi_kv_seq_truncate(kv, &s->seq, n);
             assert_int_equal(s->seq.n_tokens, n);
             if (rnd(&rng, 2)) {
@@ -746,11 +869,12 @@ static void test_soak(void **state) {
         if (st != LLM_OK) fail_msg("op %d: %s", op, llmi_error_message());
     }
     printf("# soak: %llu forks, %llu opens with match, %llu extends (%llu LIMIT), %llu commits, "
-           "%llu truncates, %llu releases, %llu clears\n",
+           "%llu truncates, %llu releases, %llu clears, %llu window releases\n",
            (unsigned long long)n_ops[0], (unsigned long long)n_ops[1],
            (unsigned long long)n_ops[2], (unsigned long long)n_limit,
            (unsigned long long)n_ops[3], (unsigned long long)n_ops[4],
-           (unsigned long long)n_ops[5], (unsigned long long)n_clear);
+           (unsigned long long)n_ops[5], (unsigned long long)n_clear,
+           (unsigned long long)n_ops[6]);
     printf("# soak: %llu prefix hit tokens, %llu evictions, %llu CoW copies\n",
            (unsigned long long)kv->prefix_hit_tokens, (unsigned long long)kv->evictions,
            (unsigned long long)kv->cow_copies);
@@ -859,7 +983,7 @@ int main(void) {
         cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reserve_release_truncate),
         cmocka_unit_test(test_fork_cow),      cmocka_unit_test(test_prefix_basic),
         cmocka_unit_test(test_prefix_lru),    cmocka_unit_test(test_prefix_collision),
-        cmocka_unit_test(test_soak),          cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_release_before), cmocka_unit_test(test_soak),          cmocka_unit_test(test_alloc_failures),
     };
     /* Every test on a pool of each element type. */
     int failed = cmocka_run_group_tests_name("kv f32", tests, use_f32, NULL);
