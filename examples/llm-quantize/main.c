@@ -134,93 +134,11 @@ static uint32_t file_type(llmi_ttype t, bool mixed) {
 
 static char *dup_str(llmi_str s) { return llmi_strndup(s.ptr ? s.ptr : "", (size_t)s.len); }
 
-/* Narrows a widened scalar back to its C type and writes it. */
-static llm_status copy_scalar(llmi_gguf_writer *w, const char *key, const llmi_gguf_kv *kv) {
-    union {
-        uint8_t u8;
-        int8_t i8;
-        uint16_t u16;
-        int16_t i16;
-        uint32_t u32;
-        int32_t i32;
-        uint64_t u64;
-        int64_t i64;
-        float f32;
-        double f64;
-        bool b;
-    } v;
-    switch (kv->type) {
-    case LLMI_GGUF_U8:
-        v.u8 = (uint8_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I8:
-        v.i8 = (int8_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_U16:
-        v.u16 = (uint16_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I16:
-        v.i16 = (int16_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_U32:
-        v.u32 = (uint32_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I32:
-        v.i32 = (int32_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_U64:
-        v.u64 = kv->scalar.u;
-        break;
-    case LLMI_GGUF_I64:
-        v.i64 = kv->scalar.i;
-        break;
-    case LLMI_GGUF_F32:
-        v.f32 = (float)kv->scalar.f;
-        break;
-    case LLMI_GGUF_F64:
-        v.f64 = kv->scalar.f;
-        break;
-    case LLMI_GGUF_BOOL:
-        v.b = kv->scalar.b;
-        break;
-    default:
-        return llmi_error(LLM_ERR_UNSUPPORTED, "key '%s': type %s", key,
-                          llmi_gguf_vtype_name(kv->type));
-    }
-    return llmi_gguf_w_scalar(w, key, kv->type, &v);
-}
-
+/* Every key as it was, except the file type, which names the new one. */
 static llm_status copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv, uint32_t ftype) {
-    char *key = dup_str(kv->key);
-    if (!key)
-        return llmi_oom("key");
-    llm_status st = LLM_OK;
-    if (strcmp(key, "general.file_type") == 0) {
-        st = llmi_gguf_w_u32(w, key, ftype);
-    } else if (kv->type == LLMI_GGUF_STRING) {
-        char *v = dup_str(kv->str);
-        st = v ? llmi_gguf_w_str(w, key, v) : llmi_oom("string");
-        llmi_free(v);
-    } else if (kv->type == LLMI_GGUF_ARRAY && kv->arr_type == LLMI_GGUF_STRING) {
-        char **v = llmi_calloc(kv->arr_len ? (size_t)kv->arr_len : 1, sizeof *v);
-        st = v ? LLM_OK : llmi_oom("string array");
-        for (uint64_t i = 0; st == LLM_OK && i < kv->arr_len; i++)
-            if (!(v[i] = dup_str(kv->arr_strs[i])))
-                st = llmi_oom("string array");
-        if (st == LLM_OK)
-            st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, (size_t)kv->arr_len);
-        for (uint64_t i = 0; v && i < kv->arr_len; i++)
-            llmi_free(v[i]);
-        llmi_free(v);
-    } else if (kv->type == LLMI_GGUF_ARRAY) {
-        /* Elements are little-endian in the file, as in memory here; a bool
-         * is one byte in both. */
-        st = llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, (size_t)kv->arr_len);
-    } else {
-        st = copy_scalar(w, key, kv);
-    }
-    llmi_free(key);
-    return st;
+    if (llmi_str_eq(kv->key, "general.file_type"))
+        return llmi_gguf_w_u32(w, "general.file_type", ftype);
+    return llmi_gguf_w_copy_kv(w, kv);
 }
 
 /* Tensors rewritten, by their type in the input and in the output;

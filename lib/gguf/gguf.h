@@ -102,6 +102,8 @@ llm_status llmi_gguf_w_scalar(llmi_gguf_writer *w, const char *key, llmi_gguf_vt
 /* Array of any fixed-size element type; `v` is a C array of the matching type. */
 llm_status llmi_gguf_w_arr(llmi_gguf_writer *w, const char *key, llmi_gguf_vtype elem_type,
                            const void *v, size_t n);
+/* Re-adds a metadata entry read from a GGUF file (any type) under its own key. */
+llm_status llmi_gguf_w_copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv);
 /* Adds a tensor from f32 data, converted/quantized to `type` (ne[0] must be a
  * multiple of the type's block). Data is copied. */
 llm_status llmi_gguf_w_tensor(llmi_gguf_writer *w, const char *name, llmi_ttype type,

@@ -264,6 +264,96 @@ llm_status llmi_gguf_w_arr(llmi_gguf_writer *w, const char *key, llmi_gguf_vtype
     return end_kv(w, key, ok, mark);
 }
 
+/* Narrows a widened scalar back to its C type and writes it. */
+static llm_status copy_scalar(llmi_gguf_writer *w, const char *key, const llmi_gguf_kv *kv) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+        bool b;
+    } v;
+    switch (kv->type) {
+    case LLMI_GGUF_U8:
+        v.u8 = (uint8_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I8:
+        v.i8 = (int8_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U16:
+        v.u16 = (uint16_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I16:
+        v.i16 = (int16_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U32:
+        v.u32 = (uint32_t)kv->scalar.u;
+        break;
+    case LLMI_GGUF_I32:
+        v.i32 = (int32_t)kv->scalar.i;
+        break;
+    case LLMI_GGUF_U64:
+        v.u64 = kv->scalar.u;
+        break;
+    case LLMI_GGUF_I64:
+        v.i64 = kv->scalar.i;
+        break;
+    case LLMI_GGUF_F32:
+        v.f32 = (float)kv->scalar.f;
+        break;
+    case LLMI_GGUF_F64:
+        v.f64 = kv->scalar.f;
+        break;
+    case LLMI_GGUF_BOOL:
+        v.b = kv->scalar.b;
+        break;
+    default:
+        return llmi_error(LLM_ERR_UNSUPPORTED, "GGUF writer: key '%s': type %s", key,
+                          llmi_gguf_vtype_name(kv->type));
+    }
+    return llmi_gguf_w_scalar(w, key, kv->type, &v);
+}
+
+llm_status llmi_gguf_w_copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv) {
+    if (!w || !kv)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "GGUF writer: no writer or key to copy");
+    char *key = llmi_strndup(kv->key.ptr ? kv->key.ptr : "", (size_t)kv->key.len);
+    if (!key)
+        return llmi_oom("GGUF key copy");
+    llm_status st = LLM_OK;
+    if (kv->type == LLMI_GGUF_STRING) {
+        char *v = llmi_strndup(kv->str.ptr ? kv->str.ptr : "", (size_t)kv->str.len);
+        st = v ? llmi_gguf_w_str(w, key, v) : llmi_oom("GGUF key copy");
+        llmi_free(v);
+    } else if (kv->type == LLMI_GGUF_ARRAY && kv->arr_type == LLMI_GGUF_STRING) {
+        char **v = llmi_calloc(kv->arr_len ? (size_t)kv->arr_len : 1, sizeof *v);
+        st = v ? LLM_OK : llmi_oom("GGUF key copy");
+        for (uint64_t i = 0; st == LLM_OK && i < kv->arr_len; i++)
+            if (!(v[i] = llmi_strndup(kv->arr_strs[i].ptr ? kv->arr_strs[i].ptr : "",
+                                      (size_t)kv->arr_strs[i].len)))
+                st = llmi_oom("GGUF key copy");
+        if (st == LLM_OK)
+            st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, (size_t)kv->arr_len);
+        for (uint64_t i = 0; v && i < kv->arr_len; i++)
+            llmi_free(v[i]);
+        llmi_free(v);
+    } else if (kv->type == LLMI_GGUF_ARRAY) {
+        /* Elements are little-endian in the file, as in memory here; a bool
+         * is one byte in both. */
+        st = llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, (size_t)kv->arr_len);
+    } else {
+        st = copy_scalar(w, key, kv);
+    }
+    llmi_free(key);
+    return st;
+}
+
 llm_status llmi_gguf_w_arr_f32(llmi_gguf_writer *w, const char *key, const float *v, size_t n) {
     return llmi_gguf_w_arr(w, key, LLMI_GGUF_F32, v, n);
 }

@@ -296,94 +296,13 @@ void llmi_hf_test_tokenizer_source(const char *gguf_path) {
     g_test_tokenizer_gguf = gguf_path ? llmi_strdup(gguf_path) : NULL;
 }
 
-/* One metadata entry of a GGUF re-added to the writer. */
-static llm_status copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv) {
-    char key[256];
-    if (kv->key.len >= sizeof key)
-        return llmi_error(LLM_ERR_LIMIT, "key too long");
-    memcpy(key, kv->key.ptr, kv->key.len);
-    key[kv->key.len] = '\0';
-    if (kv->type == LLMI_GGUF_STRING) {
-        char *s = llmi_strndup(kv->str.ptr, kv->str.len);
-        if (!s)
-            return llmi_oom("key copy");
-        llm_status st = llmi_gguf_w_str(w, key, s);
-        llmi_free(s);
-        return st;
-    }
-    if (kv->type == LLMI_GGUF_ARRAY && kv->arr_type == LLMI_GGUF_STRING) {
-        char **v = llmi_calloc(kv->arr_len ? kv->arr_len : 1, sizeof *v);
-        llm_status st = v ? LLM_OK : llmi_oom("key copy");
-        for (uint64_t i = 0; i < kv->arr_len && st == LLM_OK; i++)
-            if (!(v[i] = llmi_strndup(kv->arr_strs[i].ptr, kv->arr_strs[i].len)))
-                st = llmi_oom("key copy");
-        if (st == LLM_OK)
-            st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, kv->arr_len);
-        for (uint64_t i = 0; v && i < kv->arr_len; i++)
-            llmi_free(v[i]);
-        llmi_free(v);
-        return st;
-    }
-    if (kv->type == LLMI_GGUF_ARRAY)
-        return llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_len);
-    union {
-        uint8_t u8;
-        int8_t i8;
-        uint16_t u16;
-        int16_t i16;
-        uint32_t u32;
-        int32_t i32;
-        float f32;
-        bool b;
-        uint64_t u64;
-        int64_t i64;
-        double f64;
-    } v;
-    switch (kv->type) {
-    case LLMI_GGUF_U8:
-        v.u8 = (uint8_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I8:
-        v.i8 = (int8_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_U16:
-        v.u16 = (uint16_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I16:
-        v.i16 = (int16_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_U32:
-        v.u32 = (uint32_t)kv->scalar.u;
-        break;
-    case LLMI_GGUF_I32:
-        v.i32 = (int32_t)kv->scalar.i;
-        break;
-    case LLMI_GGUF_F32:
-        v.f32 = (float)kv->scalar.f;
-        break;
-    case LLMI_GGUF_BOOL:
-        v.b = kv->scalar.b;
-        break;
-    case LLMI_GGUF_U64:
-        v.u64 = kv->scalar.u;
-        break;
-    case LLMI_GGUF_I64:
-        v.i64 = kv->scalar.i;
-        break;
-    default:
-        v.f64 = kv->scalar.f;
-        break;
-    }
-    return llmi_gguf_w_scalar(w, key, kv->type, &v);
-}
-
 static llm_status test_tokenizer_keys(llmi_gguf_writer *w) {
     llmi_gguf *g;
     LLMI_TRY(llmi_gguf_open(g_test_tokenizer_gguf, true, &g));
     llm_status st = LLM_OK;
     for (uint64_t i = 0; i < g->n_kv && st == LLM_OK; i++)
         if (g->kv[i].key.len > 10 && memcmp(g->kv[i].key.ptr, "tokenizer.", 10) == 0)
-            st = copy_kv(w, &g->kv[i]);
+            st = llmi_gguf_w_copy_kv(w, &g->kv[i]);
     llmi_gguf_close(g);
     return st;
 }

@@ -341,6 +341,21 @@ static void test_roundtrip_metadata(void **state) {
     assert_null(llmi_gguf_find_tensor(g, NULL));
     assert_null(llmi_gguf_find_tensor(g, "x"));
     assert_false(llmi_str_eq(kv->key, NULL));
+
+    /* Every entry copied into a new writer, in order, writes the same file. */
+    llmi_gguf_writer *copy;
+    OK(llmi_gguf_writer_create(&copy));
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        OK(llmi_gguf_w_copy_kv(copy, &g->kv[i]));
+    EXPECT_ERR(llmi_gguf_w_copy_kv(copy, &g->kv[0]), LLM_ERR_INVALID_ARGUMENT,
+               "duplicate key 'k.u8'");
+    EXPECT_ERR(llmi_gguf_w_copy_kv(copy, NULL), LLM_ERR_INVALID_ARGUMENT, "no writer or key");
+    size_t copy_size;
+    uint8_t *copy_buf = finish(copy, &copy_size);
+    assert_int_equal(copy_size, size);
+    assert_memory_equal(copy_buf, buf, size);
+    llmi_free(copy_buf);
+
     llmi_gguf_close(g);
     llmi_gguf_close(NULL);
     llmi_free(buf);
