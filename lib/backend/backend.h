@@ -66,6 +66,9 @@ typedef struct llmi_backend_config {
 typedef struct llmi_kv_layout {
     uint32_t n_layer, kv_dim, block_size, n_blocks;
     llm_kv_type type; /* element type: LLM_KV_F32, F16 or BF16 */
+    /* Appended: elements per KV head (kv_dim is a whole number of heads),
+     * for a backend that splits heads (tp); 0 when the caller does not say. */
+    uint32_t head_dim;
 } llmi_kv_layout;
 
 /* One step, everything a backend reads to run it, laid out so that a device

@@ -25,7 +25,7 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
     e->interrupt = cfg->interrupt;
     e->max_ctx = cfg->max_ctx;
     e->layout = (llmi_kv_layout){hp->n_layer, hp->n_head_kv * hp->head_dim, cfg->kv_block_size,
-                                 cfg->kv_blocks, cfg->kv_type};
+                                 cfg->kv_blocks, cfg->kv_type, hp->head_dim};
     e->kv_row_bytes = (size_t)e->layout.kv_dim * elem;
     llm_status st;
     if (cfg->backend) {

@@ -242,10 +242,16 @@ static void test_session_errors(void **state) {
     expect_fail(&d, LLM_ERR_UNSUPPORTED, "'cpu'");
 
     d.backend = "cpu";
-    d.tensor_parallel = 2;
-    expect_fail(&d, LLM_ERR_UNSUPPORTED, "tensor parallelism is not implemented yet");
+    d.tensor_parallel = 2; /* SmolLM2's 9 heads split in 3, not 2 */
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "9 attention heads do not split in 2");
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "sizes that work: 1, 3");
     d.backend = "auto";
-    expect_fail(&d, LLM_ERR_UNSUPPORTED, "tensor parallelism is not implemented yet");
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "sizes that work: 1, 3");
+    d.backend = "tpu9000";
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "CPU ranks only, not on backend 'tpu9000'");
+    d.backend = "cpu";
+    d.tensor_parallel = 9;
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "at most 8 CPU ranks");
 
     d.backend = "cpu";
     d.tensor_parallel = 1;

@@ -26,5 +26,10 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
 void llmi_cpu_step_free(void *step);
 llm_status llmi_cpu_step_run(void *step, void *kv, const llmi_step *st, float *logits);
 void llmi_cpu_step_set_f32_activations(void *step, bool on);
+/* Tensor parallelism: `fn` replaces n floats of x (this rank's partial sums
+ * of a row-parallel matmul) with their sum over every rank; it is called
+ * after the O and the down matmul of each layer. NULL: a lone rank. */
+typedef void (*llmi_cpu_reduce_fn)(void *ctx, float *x, size_t n);
+void llmi_cpu_step_set_reduce(void *step, llmi_cpu_reduce_fn fn, void *ctx);
 
 #endif

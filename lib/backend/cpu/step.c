@@ -42,6 +42,10 @@ struct cpu_forward {
     llmi_act act;
     bool f32_activations; /* skip 8-bit activations (tests against llama.cpp) */
     llmi_cpu_moe *moe;    /* the routed FFN's scratch; NULL without experts */
+    /* Tensor parallelism (backend/tp): sums the partial outputs of the
+     * row-parallel O and down matmuls across ranks; NULL alone. */
+    llmi_cpu_reduce_fn reduce;
+    void *reduce_ctx;
 };
 
 static void free_buffers(cpu_forward *f) {
@@ -144,6 +148,12 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
 
 void llmi_cpu_step_set_f32_activations(void *ctx, bool on) {
     ((cpu_forward *)ctx)->f32_activations = on;
+}
+
+void llmi_cpu_step_set_reduce(void *ctx, llmi_cpu_reduce_fn fn, void *reduce_ctx) {
+    cpu_forward *f = ctx;
+    f->reduce = fn;
+    f->reduce_ctx = reduce_ctx;
 }
 
 void llmi_cpu_step_free(void *ctx) {
@@ -343,6 +353,7 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
     act_matmul(f, &W[LLMI_ROLE_O], f->hout);
+    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
     if (W[LLMI_ROLE_POST_ATTN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
@@ -393,6 +404,7 @@ static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
         llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
     else
         dense_ffn(f, W, n);
+    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
     if (W[LLMI_ROLE_POST_FFN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)

@@ -1,0 +1,31 @@
+/* The tp backend's weight shards (shard.c). */
+#ifndef LLMI_BACKEND_TP_SHARD_H
+#define LLMI_BACKEND_TP_SHARD_H
+
+#include "backend/tp/tp.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+/* One llm_model per rank, sharing the model's tensors where a slice is a
+ * view; hp carries the rank's n_head, n_head_kv, n_ff and n_vocab. Only
+ * what the CPU step reads is meaningful (not the tokenizer's ownership: the
+ * shards own nothing but their layer arrays). */
+typedef struct llmi_tp_weights {
+    uint32_t n_ranks;
+    llm_model shard[LLMI_TP_MAX];
+    uint32_t vocab0[LLMI_TP_MAX]; /* the first output row of each rank */
+    void **owned;                 /* repacked O and down slices */
+    size_t n_owned;
+} llmi_tp_weights;
+
+llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_weights **out);
+void llmi_tp_weights_free(llmi_tp_weights *w);
+
+/* KV heads [*kv0, *kv0 + *n_kv) of rank `rank` (llmi_tp_check passed). */
+void llmi_tp_split_heads(uint32_t n_head_kv, uint32_t n_ranks, uint32_t rank, uint32_t *kv0,
+                         uint32_t *n_kv);
+/* The first rank holding KV head `head`. */
+uint32_t llmi_tp_kv_owner(uint32_t n_head_kv, uint32_t n_ranks, uint32_t head);
+
+#endif
