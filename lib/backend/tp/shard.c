@@ -32,6 +32,7 @@ uint32_t llmi_tp_kv_owner(uint32_t n_head_kv, uint32_t n_ranks, uint32_t head) {
 /* Why m does not split across n ranks (into why), or true when it does. */
 static bool splits(const llm_model *m, uint32_t n, char *why, size_t cap) {
     const llmi_hparams *hp = &m->hp;
+    if (n == 1) return true;
     if (hp->features.n_expert) {
         snprintf(why, cap, "mixture-of-experts layers (%u experts) are not split",
                  hp->features.n_expert);
