@@ -1,6 +1,8 @@
 /* llm-run: generate text with a model from the command line.
  * Text goes to stdout as it is generated; timings go to stderr.
  * Exit status: 0 ok, 1 usage error, 2 runtime error. */
+/* --tp sets llm_device_params.tensor_parallel. */
+#define LLM_EXPERIMENTAL
 #include <llm.h>
 
 #include <errno.h>
@@ -18,6 +20,7 @@ typedef struct options {
     llm_sampling_params sampling;
     bool chat, no_mmap, verbose;
     long threads;
+    long tp; /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
     uint32_t spec_mode; /* llm_spec_mode */
     long spec_k;
     const char *draft_model;
@@ -48,6 +51,8 @@ static void usage(FILE *f) {
             "  --spec-k K     drafts per step, 1..32; 0 = adaptive (default 0)\n"
             "  --chat         wrap the prompt in the model's chat template\n"
             "  -t THREADS     threads (default: all cores)\n"
+            "  --tp N         split the model across N CPU ranks (tensor parallelism,\n"
+            "                 experimental; default 1)\n"
             "  --no-mmap      read the model into memory instead of mapping it\n"
             "  -v             log library messages to stderr\n"
             "  -h, --help     this text\n");
@@ -77,6 +82,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->prompt = "Once upon a time";
     o->n_new = 64;
     o->threads = 0;
+    o->tp = 1;
     llm_sampling_params_init(&o->sampling);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -103,6 +109,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                : !strcmp(v, "bf16") ? LLM_KV_BF16 : -1) >= 0;
         else if (!strcmp(a, "-n")) ok = parse_long(v, 0, 1 << 24, &o->n_new);
         else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 512, &o->threads);
+        else if (!strcmp(a, "--tp")) ok = parse_long(v, 1, 64, &o->tp);
         else if (!strcmp(a, "--temp")) ok = parse_float(v, &o->sampling.temperature);
         else if (!strcmp(a, "--top-p")) ok = parse_float(v, &o->sampling.top_p);
         else if (!strcmp(a, "--min-p")) ok = parse_float(v, &o->sampling.min_p);
@@ -233,7 +240,10 @@ int main(int argc, char **argv) {
     llm_token *prompt = NULL;
     size_t n_prompt = 0;
     int exit_code = 0;
-    if ((st = llm_session_create(model, &sp, &session)) != LLM_OK) {
+    llm_device_params dp;
+    llm_device_params_init(&dp);
+    dp.tensor_parallel = (uint32_t)o.tp;
+    if ((st = llm_session_create_ex(model, &sp, &dp, &session)) != LLM_OK) {
         exit_code = fail("creating the session", st);
     } else if ((st = make_prompt(model, &o, &prompt, &n_prompt)) != LLM_OK) {
         exit_code = fail("tokenizing the prompt", st);
