@@ -14,6 +14,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: llm-bench [options]\n"
                "  -m PATH                 model file (default " DEFAULT_MODEL ")\n"
                "  -t THREADS              threads (default: all cores)\n"
+               "  --tp N                  split the model across N CPU ranks (tensor\n"
+               "                          parallelism, experimental; default 1)\n"
                "  --requests N            number of requests (default 64)\n"
                "  --prompt-len MIN:MAX    prompt tokens per request, uniform (default 32:256)\n"
                "  --output-len MIN:MAX    new tokens per request, exact (default 16:128)\n"
@@ -101,6 +103,7 @@ static int parse_onoff(const char *s, bool *out) {
 static int parse_args(int argc, char **argv, bench_opts *o) {
     o->model = DEFAULT_MODEL;
     o->requests = 64;
+    o->tp = 1;
     o->prompt_len = (bench_range){32, 256};
     o->output_len = (bench_range){16, 128};
     o->mode = MODE_CONTINUOUS;
@@ -134,6 +137,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->json = v;
         else if (!strcmp(a, "-t"))
             ok = parse_long(v, 1, 512, &o->threads);
+        else if (!strcmp(a, "--tp"))
+            ok = parse_long(v, 1, 64, &o->tp);
         else if (!strcmp(a, "--requests")) {
             ok = parse_long(v, 1, 1000000, &o->requests);
             o->requests_set = true;
@@ -347,10 +352,10 @@ static void json_config(FILE *f, const bench_opts *o, const bench_result *r, con
     fprintf(f, "{\n%s  \"model\": ", ind);
     bench_json_str(f, o->model);
     fprintf(f,
-            ",\n%s  \"threads\": %ld,\n%s  \"requests\": %ld,\n"
+            ",\n%s  \"threads\": %ld,\n%s  \"tp\": %ld,\n%s  \"requests\": %ld,\n"
             "%s  \"prompt_len\": [%ld, %ld],\n%s  \"output_len\": [%ld, %ld],\n"
             "%s  \"arrival_rate\": ",
-            ind, o->threads, ind, o->requests, ind, o->prompt_len.lo, o->prompt_len.hi, ind,
+            ind, o->threads, ind, o->tp, ind, o->requests, ind, o->prompt_len.lo, o->prompt_len.hi, ind,
             o->output_len.lo, o->output_len.hi, ind);
     bench_json_num(f, o->arrival_rate);
     fprintf(f, ",\n%s  \"shared_prefix_len\": %ld,\n%s  \"shared_prefix_frac\": ", ind,

@@ -226,7 +226,7 @@ int bench_warmup(const llm_model *model, const bench_opts *o) {
     sp.n_threads = (uint32_t)o->threads;
     sp.kv_cache_bytes = 64ull << 20;
     llm_session *s = NULL;
-    llm_status st = llm_session_create(model, &sp, &s);
+    llm_status st = bench_session_create(model, &sp, o, &s);
     if (st != LLM_OK)
         return bench_fail("creating the warm-up session", st);
     llm_token prompt[32];
@@ -295,7 +295,7 @@ int bench_run(const llm_model *model, const bench_opts *o, const bench_workload 
         sp.max_batch_tokens = (uint32_t)o->max_batch_tokens;
     sp.prefix_cache = prefix_cache;
     llm_session *s = NULL;
-    llm_status st = llm_session_create(model, &sp, &s);
+    llm_status st = bench_session_create(model, &sp, o, &s);
     if (st != LLM_OK)
         return bench_fail("creating the session", st);
 

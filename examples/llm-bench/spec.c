@@ -226,7 +226,7 @@ static llm_session *new_session(const llm_model *m, const llm_model *draft, cons
     sp.prefix_cache = o->prefix_cache;
     sp.draft_model = draft;
     llm_session *s = NULL;
-    *st = llm_session_create(m, &sp, &s);
+    *st = bench_session_create(m, &sp, o, &s);
     return s;
 }
 
