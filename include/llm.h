@@ -1090,8 +1090,11 @@ typedef struct llm_device_params {
      *  tensor_parallel. */
     const int32_t *devices;
     uint32_t n_devices;
-    /** Devices one model is split across (default 1; 0 means 1). Not
-     *  implemented yet: more than 1 gives ::LLM_ERR_UNSUPPORTED. */
+    /** Devices one model is split across (default 1; 0 means 1). More
+     *  than 1 (at most 8) runs that many CPU ranks as threads (backend
+     *  NULL, "cpu" or "auto"; docs/tensor-parallel.md); a model whose heads
+     *  or FFN do not split that way gives ::LLM_ERR_UNSUPPORTED naming the
+     *  sizes that work. */
     uint32_t tensor_parallel;
 } llm_device_params;
 
@@ -1106,7 +1109,8 @@ LLM_LEGACY_INIT(llm_device_params)
  * llm_session_create(): a backend that is not registered, or not available
  * here, gives ::LLM_ERR_UNSUPPORTED with a message saying why ("backend
  * 'cuda' is not available: the CUDA plug-in is not installed") or, for an
- * unknown name, which backends there are; tensor_parallel > 1 gives
+ * unknown name, which backends there are; tensor_parallel > 1 on another
+ * backend than the CPU, or for a model that does not split, gives
  * ::LLM_ERR_UNSUPPORTED; a device id the backend does not have (anything
  * but 0 on "cpu"), or `devices` that do not match tensor_parallel, give
  * ::LLM_ERR_INVALID_ARGUMENT. Caller frees `*out` with llm_session_free().

@@ -35,7 +35,8 @@ static llm_model *load_testmodel(const llmi_testmodel_params *p, const char *tag
     fclose(f);
     llmi_free(data);
     llm_model *m = NULL;
-    if (llmi_model_load(path, false, &m) != LLM_OK) fail_msg("load: %s", llmi_error_message());
+    if (llmi_model_load(path, false, &m) != LLM_OK)
+        fail_msg("load: %s", llmi_error_message());
     remove(path);
     return m;
 }
@@ -73,7 +74,8 @@ static llmi_engine *engine_on(const llm_model *m, const llmi_backend_ops *ops, u
                               .max_rows = 16,
                               .max_ctx = N_CTX};
     llmi_engine *e = NULL;
-    if (llmi_engine_create(&cfg, &e) != LLM_OK) fail_msg("engine: %s", llmi_error_message());
+    if (llmi_engine_create(&cfg, &e) != LLM_OK)
+        fail_msg("engine: %s", llmi_error_message());
     llmi_engine_set_f32_activations(e, g_f32_activations);
     return e;
 }
@@ -89,14 +91,16 @@ static void run_prompt(llmi_engine *e, llmi_kv_seq *seq, const llm_token *prompt
 
 static float max_abs(const float *x, size_t n) {
     float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
     return m;
 }
 
 static size_t argmax(const float *x, size_t n) {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+        if (x[i] > x[best])
+            best = i;
     return best;
 }
 
@@ -104,9 +108,11 @@ static size_t argmax(const float *x, size_t n) {
  * backend's. */
 static void compare_logits(const llm_model *m, uint32_t n) {
     const uint32_t V = m->hp.n_vocab, L = m->hp.n_layer - 1;
-    const size_t n_logits = (size_t)PROMPT * V, kv_n = (size_t)PROMPT * m->hp.n_head_kv * m->hp.head_dim;
+    const size_t n_logits = (size_t)PROMPT * V,
+                 kv_n = (size_t)PROMPT * m->hp.n_head_kv * m->hp.head_dim;
     float *ref = llmi_malloc(n_logits * sizeof *ref), *got = llmi_malloc(n_logits * sizeof *got);
-    float *kref = llmi_malloc(2 * kv_n * sizeof *kref), *kgot = llmi_malloc(2 * kv_n * sizeof *kgot);
+    float *kref = llmi_malloc(2 * kv_n * sizeof *kref),
+          *kgot = llmi_malloc(2 * kv_n * sizeof *kgot);
     assert_true(ref && got && kref && kgot);
     llm_token prompt[PROMPT];
     uint64_t rng = 5 + n;
@@ -131,13 +137,15 @@ static void compare_logits(const llm_model *m, uint32_t n) {
         assert_memory_equal(kref, kgot, 2 * kv_n * sizeof *kref);
     }
     float diff = 0.0f, kdiff = 0.0f;
-    for (size_t i = 0; i < n_logits; i++) diff = fmaxf(diff, fabsf(ref[i] - got[i]));
-    for (size_t i = 0; i < 2 * kv_n; i++) kdiff = fmaxf(kdiff, fabsf(kref[i] - kgot[i]));
+    for (size_t i = 0; i < n_logits; i++)
+        diff = fmaxf(diff, fabsf(ref[i] - got[i]));
+    for (size_t i = 0; i < 2 * kv_n; i++)
+        kdiff = fmaxf(kdiff, fabsf(kref[i] - kgot[i]));
     const float scale = max_abs(ref, n_logits), kscale = max_abs(kref, 2 * kv_n);
     printf("# TP %u, %u KV heads, %s: max |logit diff| %.3g (max |logit| %.3g), max |K/V diff| "
            "%.3g (max %.3g)\n",
-           n, m->hp.n_head_kv, llmi_ttype_get(m->layers[0].w[LLMI_ROLE_Q].type)->name,
-           (double)diff, (double)scale, (double)kdiff, (double)kscale);
+           n, m->hp.n_head_kv, llmi_ttype_get(m->layers[0].w[LLMI_ROLE_Q].type)->name, (double)diff,
+           (double)scale, (double)kdiff, (double)kscale);
     assert_true(diff <= LOGIT_TOL * scale);
     assert_true(kdiff <= LOGIT_TOL * kscale);
     for (uint32_t r = 0; r < PROMPT; r++)
@@ -145,7 +153,8 @@ static void compare_logits(const llm_model *m, uint32_t n) {
 
     /* Writes scatter to every rank holding a head (replicas too): what is
      * written reads back, and the next step attends to it on every rank. */
-    for (size_t i = 0; i < kv_n; i++) kgot[i] = (float)(i % 97) * 0.01f - 0.3f;
+    for (size_t i = 0; i < kv_n; i++)
+        kgot[i] = (float)(i % 97) * 0.01f - 0.3f;
     assert_int_equal(llmi_engine_kv_write(tp, &s1, L, false, 0, PROMPT, kgot), LLM_OK);
     assert_int_equal(llmi_engine_kv_read(tp, &s1, L, false, 0, PROMPT, kgot + kv_n), LLM_OK);
     assert_memory_equal(kgot, kgot + kv_n, kv_n * sizeof *kgot);
@@ -160,14 +169,17 @@ static void compare_logits(const llm_model *m, uint32_t n) {
 static void test_logits_kv_heads_split(void **state) {
     (void)state;
     llm_model *m = split_model(6, LLMI_T_Q8_0, 1);
-    for (uint32_t n = 1; n <= 3; n++) compare_logits(m, n);
+    for (uint32_t n = 1; n <= 3; n++)
+        compare_logits(m, n);
     compare_logits(m, 6);
     llmi_model_free(m);
     m = split_model(6, LLMI_T_Q4_1, 1);
-    for (uint32_t n = 1; n <= 3; n++) compare_logits(m, n);
+    for (uint32_t n = 1; n <= 3; n++)
+        compare_logits(m, n);
     llmi_model_free(m);
     m = split_model(12, LLMI_T_F32, 2);
-    for (uint32_t n = 2; n <= 4; n++) compare_logits(m, n);
+    for (uint32_t n = 2; n <= 4; n++)
+        compare_logits(m, n);
     llmi_model_free(m);
 }
 
@@ -202,8 +214,7 @@ static void run_workload(const llm_model *m, const llmi_backend_ops *ops, worklo
     p.max_batch_tokens = 16;
     p.kv_block_size = 4;
     p.prefix_cache = true;
-    p.kv_cache_bytes =
-        24 * llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, 4);
+    p.kv_cache_bytes = 24 * llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, 4);
     llmi_session_device dev = {ops, 0};
     llm_session *s = NULL;
     if (llmi_session_create_on(m, &p, &dev, &s) != LLM_OK)
@@ -224,8 +235,10 @@ static void run_workload(const llm_model *m, const llmi_backend_ops *ops, worklo
         llm_sampling_params_init(&sp);
         sp.temperature = 0.8f;
         sp.seed = 1000 + r;
-        if (r % 2) q.sampling = &sp; /* copied at submit */
-        if (r == 2) q.n_samples = 2;
+        if (r % 2)
+            q.sampling = &sp; /* copied at submit */
+        if (r == 2)
+            q.n_samples = 2;
         if (r == 3 || r == 4) {
             q.spec_mode = LLM_SPEC_NGRAM;
             q.spec_k = 3;
@@ -240,17 +253,22 @@ static void run_workload(const llm_model *m, const llmi_backend_ops *ops, worklo
             fail_msg("step: %s", llmi_error_message());
         for (size_t i = 0; i < n; i++) {
             uint32_t r = 0;
-            while (r < N_REQ && ids[r] != ev[i].request) r++;
+            while (r < N_REQ && ids[r] != ev[i].request)
+                r++;
             assert_true(r < N_REQ && ev[i].sample_index < 2);
             outcome *o = &res->out[r][ev[i].sample_index];
-            if (ev[i].token != LLM_TOKEN_NONE && o->n < MAX_OUT) o->toks[o->n++] = ev[i].token;
-            if (ev[i].finish_reason != LLM_FINISH_NONE) o->finish = ev[i].finish_reason;
+            if (ev[i].token != LLM_TOKEN_NONE && o->n < MAX_OUT)
+                o->toks[o->n++] = ev[i].token;
+            if (ev[i].finish_reason != LLM_FINISH_NONE)
+                o->finish = ev[i].finish_reason;
         }
-        if (step == 6) assert_int_equal(llmi_session_cancel(s, ids[5]), LLM_OK);
+        if (step == 6)
+            assert_int_equal(llmi_session_cancel(s, ids[5]), LLM_OK);
         check_invariants(s);
         llm_session_stats st = {sizeof st};
         llmi_session_stats(s, &st);
-        if (n == 0 && st.n_running == 0 && st.n_waiting == 0) break;
+        if (n == 0 && st.n_running == 0 && st.n_waiting == 0)
+            break;
     }
     llmi_session_free(s);
 }
@@ -357,7 +375,8 @@ static void greedy(const llm_model *m, const llmi_backend_ops *ops, const llm_to
         if (llmi_session_step(s, ev, 16, sizeof ev[0], &n) != LLM_OK)
             fail_msg("step: %s", llmi_error_message());
         for (size_t i = 0; i < n; i++)
-            if (ev[i].token != LLM_TOKEN_NONE) out[got++] = ev[i].token;
+            if (ev[i].token != LLM_TOKEN_NONE)
+                out[got++] = ev[i].token;
     }
     assert_int_equal(got, n_new);
     llmi_session_free(s);
@@ -366,7 +385,8 @@ static void greedy(const llm_model *m, const llmi_backend_ops *ops, const llm_to
 static void test_smollm2(void **state) {
     (void)state;
     const char *path = getenv("LLM_TEST_MODEL");
-    if (!path) skip();
+    if (!path)
+        skip();
     llm_model *m = NULL;
     assert_int_equal(llmi_model_load(path, true, &m), LLM_OK);
     if (m->hp.n_head != 9 || m->hp.n_head_kv != 3) {
@@ -380,24 +400,26 @@ static void test_smollm2(void **state) {
     const char *text = "The capital of France is";
     llm_token prompt[32];
     size_t n_prompt = 0;
-    assert_int_equal(llm_tokenize(m, text, strlen(text), LLM_TOKENIZE_ADD_SPECIAL, prompt, 32,
-                                  &n_prompt),
-                     LLM_OK);
+    assert_int_equal(
+        llm_tokenize(m, text, strlen(text), LLM_TOKENIZE_ADD_SPECIAL, prompt, 32, &n_prompt),
+        LLM_OK);
     assert_true(n_prompt > 0);
     llm_token ref[N_NEW], got[N_NEW];
     greedy(m, &llmi_backend_cpu, prompt, (uint32_t)n_prompt, N_NEW, ref);
     greedy(m, llmi_backend_tp(3), prompt, (uint32_t)n_prompt, N_NEW, got);
     for (uint32_t i = 0; i < N_NEW; i++)
-        if (ref[i] != got[i]) fail_msg("token %u: TP 3 %d, TP 1 %d", i, got[i], ref[i]);
+        if (ref[i] != got[i])
+            fail_msg("token %u: TP 3 %d, TP 1 %d", i, got[i], ref[i]);
     printf("# SmolLM2 TP 3, f32 activations: %u greedy tokens identical to TP 1\n", N_NEW);
     /* Measured, not asserted: how long 8-bit activations stay identical. */
     g_f32_activations = false;
     greedy(m, &llmi_backend_cpu, prompt, (uint32_t)n_prompt, N_NEW, ref);
     greedy(m, llmi_backend_tp(3), prompt, (uint32_t)n_prompt, N_NEW, got);
     uint32_t same = 0;
-    while (same < N_NEW && ref[same] == got[same]) same++;
-    printf("# SmolLM2 TP 3, 8-bit activations: the first %u of %u greedy tokens identical\n",
-           same, N_NEW);
+    while (same < N_NEW && ref[same] == got[same])
+        same++;
+    printf("# SmolLM2 TP 3, 8-bit activations: the first %u of %u greedy tokens identical\n", same,
+           N_NEW);
     llmi_model_free(m);
 }
 

@@ -25,14 +25,16 @@ void llmi_tp_split_heads(uint32_t n_head_kv, uint32_t n_ranks, uint32_t rank, ui
 }
 
 uint32_t llmi_tp_kv_owner(uint32_t n_head_kv, uint32_t n_ranks, uint32_t head) {
-    if (n_head_kv % n_ranks == 0) return head / (n_head_kv / n_ranks);
+    if (n_head_kv % n_ranks == 0)
+        return head / (n_head_kv / n_ranks);
     return head * (n_ranks / n_head_kv);
 }
 
 /* Why m does not split across n ranks (into why), or true when it does. */
 static bool splits(const llm_model *m, uint32_t n, char *why, size_t cap) {
     const llmi_hparams *hp = &m->hp;
-    if (n == 1) return true;
+    if (n == 1)
+        return true;
     if (hp->features.n_expert) {
         snprintf(why, cap, "mixture-of-experts layers (%u experts) are not split",
                  hp->features.n_expert);
@@ -43,8 +45,8 @@ static bool splits(const llm_model *m, uint32_t n, char *why, size_t cap) {
         return false;
     }
     if (hp->n_head_kv % n && n % hp->n_head_kv) {
-        snprintf(why, cap, "%u KV heads neither split in %u nor replicate to %u", hp->n_head_kv,
-                 n, n);
+        snprintf(why, cap, "%u KV heads neither split in %u nor replicate to %u", hp->n_head_kv, n,
+                 n);
         return false;
     }
     if (hp->n_ff % n) {
@@ -72,7 +74,8 @@ llm_status llmi_tp_check(const llm_model *m, uint32_t n_ranks) {
         return llmi_error(LLM_ERR_UNSUPPORTED, "tensor_parallel %u: sizes 1 to %u are supported",
                           n_ranks, LLMI_TP_MAX);
     char why[256];
-    if (splits(m, n_ranks, why, sizeof why)) return LLM_OK;
+    if (splits(m, n_ranks, why, sizeof why))
+        return LLM_OK;
     char ok[64] = "";
     size_t len = 0;
     char scratch[256];
@@ -85,7 +88,8 @@ llm_status llmi_tp_check(const llm_model *m, uint32_t n_ranks) {
 }
 
 static llmi_weight rows_view(llmi_weight w, uint64_t row0, uint64_t n_rows) {
-    if (!w.data) return w;
+    if (!w.data)
+        return w;
     w.data = (const uint8_t *)w.data + row0 * w.row_bytes;
     w.rows = (int64_t)n_rows;
     return w;
@@ -93,7 +97,8 @@ static llmi_weight rows_view(llmi_weight w, uint64_t row0, uint64_t n_rows) {
 
 /* A bias (an F32 vector) or any vector's elements [c0, c0 + n). */
 static llmi_weight vector_view(llmi_weight w, uint64_t c0, uint64_t n) {
-    if (!w.data) return w;
+    if (!w.data)
+        return w;
     w.data = (const float *)w.data + c0;
     w.cols = (int64_t)n;
     w.row_bytes = n * sizeof(float);
@@ -107,14 +112,16 @@ static llm_status cols_copy(llmi_weight *w, uint64_t c0, uint64_t n, void **owne
     const size_t row_bytes = llmi_ttype_row_bytes(w->type, n);
     size_t total;
     if (!ti || row_bytes == 0 || !llmi_mul_ok((size_t)w->rows, row_bytes, &total))
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tensor-parallel slice of %" PRIu64
-                          " columns of a %s weight", n, ti ? ti->name : "?");
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "tensor-parallel slice of %" PRIu64 " columns of a %s weight", n,
+                          ti ? ti->name : "?");
     uint8_t *buf = llmi_malloc_aligned(total ? total : 1);
-    if (!buf) return llmi_oom("tensor-parallel weight slice");
+    if (!buf)
+        return llmi_oom("tensor-parallel weight slice");
     const size_t skip = (size_t)(c0 / ti->block) * ti->block_bytes;
     for (int64_t r = 0; r < w->rows; r++)
-        memcpy(buf + (size_t)r * row_bytes, (const uint8_t *)w->data + (size_t)r * w->row_bytes + skip,
-               row_bytes);
+        memcpy(buf + (size_t)r * row_bytes,
+               (const uint8_t *)w->data + (size_t)r * w->row_bytes + skip, row_bytes);
     w->data = buf;
     w->cols = (int64_t)n;
     w->row_bytes = row_bytes;
@@ -123,10 +130,13 @@ static llm_status cols_copy(llmi_weight *w, uint64_t c0, uint64_t n, void **owne
 }
 
 void llmi_tp_weights_free(llmi_tp_weights *w) {
-    if (!w) return;
-    for (size_t i = 0; w->owned && i < w->n_owned; i++) llmi_free_aligned(w->owned[i]);
+    if (!w)
+        return;
+    for (size_t i = 0; w->owned && i < w->n_owned; i++)
+        llmi_free_aligned(w->owned[i]);
     llmi_free(w->owned);
-    for (uint32_t r = 0; r < w->n_ranks; r++) llmi_free(w->shard[r].layers);
+    for (uint32_t r = 0; r < w->n_ranks; r++)
+        llmi_free(w->shard[r].layers);
     llmi_free(w);
 }
 
@@ -135,17 +145,20 @@ llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_
     LLMI_TRY(llmi_tp_check(m, n_ranks));
     const llmi_hparams *hp = &m->hp;
     llmi_tp_weights *w = llmi_calloc(1, sizeof *w);
-    if (!w) return llmi_oom("tensor-parallel weights");
+    if (!w)
+        return llmi_oom("tensor-parallel weights");
     w->n_ranks = n_ranks;
     w->owned = llmi_calloc((size_t)n_ranks * hp->n_layer * 2 + 1, sizeof *w->owned);
-    if (!w->owned) goto oom;
+    if (!w->owned)
+        goto oom;
     const uint32_t hq = hp->n_head / n_ranks, ff = hp->n_ff / n_ranks, hd = hp->head_dim;
     llm_status st = LLM_OK;
     for (uint32_t r = 0; r < n_ranks; r++) {
         llm_model *s = &w->shard[r];
         *s = *m;
         s->layers = llmi_calloc(hp->n_layer, sizeof *s->layers);
-        if (!s->layers) goto oom;
+        if (!s->layers)
+            goto oom;
         uint32_t kv0, n_kv;
         llmi_tp_split_heads(hp->n_head_kv, n_ranks, r, &kv0, &n_kv);
         s->hp.n_head = hq;

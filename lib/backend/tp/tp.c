@@ -14,8 +14,10 @@ typedef struct tp_instance {
 
 static void tp_close(void *backend) {
     tp_instance *inst = backend;
-    if (!inst) return;
-    for (uint32_t r = 0; r < inst->n_ranks; r++) llmi_backend_cpu.close(inst->pool[r]);
+    if (!inst)
+        return;
+    for (uint32_t r = 0; r < inst->n_ranks; r++)
+        llmi_backend_cpu.close(inst->pool[r]);
     llmi_free(inst);
 }
 
@@ -26,7 +28,8 @@ static llm_status tp_open(const llmi_backend_config *cfg, uint32_t n_ranks, void
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "the tp backend runs CPU ranks: device 0 only, not %d", (int)cfg->device);
     tp_instance *inst = llmi_calloc(1, sizeof *inst);
-    if (!inst) return llmi_oom("tensor-parallel instance");
+    if (!inst)
+        return llmi_oom("tensor-parallel instance");
     llmi_backend_config rank_cfg = *cfg;
     rank_cfg.n_threads = cfg->n_threads / n_ranks ? cfg->n_threads / n_ranks : 1;
     for (uint32_t r = 0; r < n_ranks; r++) {
@@ -62,8 +65,10 @@ typedef struct tp_kv {
 
 static void tp_kv_free(void *ctx) {
     tp_kv *kv = ctx;
-    if (!kv) return;
-    for (uint32_t r = 0; r < kv->n_ranks; r++) llmi_backend_cpu.kv_free(kv->rank[r]);
+    if (!kv)
+        return;
+    for (uint32_t r = 0; r < kv->n_ranks; r++)
+        llmi_backend_cpu.kv_free(kv->rank[r]);
     llmi_free(kv);
 }
 
@@ -81,7 +86,8 @@ static llm_status tp_kv_create(void *backend, const llmi_kv_layout *layout, void
                           "tp KV store: %u KV heads neither split in %u nor replicate to %u",
                           n_head_kv, n, n);
     tp_kv *kv = llmi_calloc(1, sizeof *kv);
-    if (!kv) return llmi_oom("tensor-parallel KV store");
+    if (!kv)
+        return llmi_oom("tensor-parallel KV store");
     kv->n_head_kv = n_head_kv;
     kv->head_dim = hd;
     kv->elem_size = llmi_kv_type_size(layout->type);
@@ -147,7 +153,7 @@ typedef struct tp_step tp_step;
 typedef struct tp_rank {
     tp_step *owner;
     uint32_t rank;
-    void *step; /* the rank's CPU step */
+    void *step;    /* the rank's CPU step */
     float *logits; /* [max_rows][its vocabulary rows] */
     llm_status status;
 } tp_rank;
@@ -186,7 +192,8 @@ static void *rank_thread(void *arg) {
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!s->quit && s->generation == seen) pthread_cond_wait(&s->wake, &s->lock);
+        while (!s->quit && s->generation == seen)
+            pthread_cond_wait(&s->wake, &s->lock);
         if (s->quit) {
             pthread_mutex_unlock(&s->lock);
             return NULL;
@@ -203,12 +210,14 @@ static void *rank_thread(void *arg) {
 
 static void tp_step_free(void *ctx) {
     tp_step *s = ctx;
-    if (!s) return;
+    if (!s)
+        return;
     pthread_mutex_lock(&s->lock);
     s->quit = true;
     pthread_cond_broadcast(&s->wake);
     pthread_mutex_unlock(&s->lock);
-    for (uint32_t t = 0; t < s->n_threads; t++) pthread_join(s->thread[t], NULL);
+    for (uint32_t t = 0; t < s->n_threads; t++)
+        pthread_join(s->thread[t], NULL);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->done);
@@ -230,7 +239,8 @@ static llm_status tp_step_create(void *backend, const llm_model *m, void *weight
                           "tp step: weights of %u ranks on an instance of %u", w->n_ranks,
                           inst->n_ranks);
     tp_step *s = llmi_calloc(1, sizeof *s);
-    if (!s) return llmi_oom("tensor-parallel step");
+    if (!s)
+        return llmi_oom("tensor-parallel step");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->done, NULL);
@@ -241,10 +251,11 @@ static llm_status tp_step_create(void *backend, const llm_model *m, void *weight
         tp_rank *rk = &s->rank[r];
         *rk = (tp_rank){.owner = s, .rank = r};
         s->n_ranks = r + 1;
-        st = llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx,
-                                  &rk->step);
-        if (st != LLM_OK) break;
-        if (w->n_ranks > 1) llmi_cpu_step_set_reduce(rk->step, rank_reduce, rk);
+        st = llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx, &rk->step);
+        if (st != LLM_OK)
+            break;
+        if (w->n_ranks > 1)
+            llmi_cpu_step_set_reduce(rk->step, rank_reduce, rk);
         size_t n;
         if (!llmi_mul_ok((size_t)max_rows * w->shard[r].hp.n_vocab, sizeof(float), &n) ||
             !(rk->logits = llmi_malloc_aligned(n ? n : 1)))
@@ -266,7 +277,8 @@ static llm_status tp_step_create(void *backend, const llm_model *m, void *weight
 
 static void tp_step_set_f32_activations(void *ctx, bool on) {
     tp_step *s = ctx;
-    for (uint32_t r = 0; r < s->n_ranks; r++) llmi_cpu_step_set_f32_activations(s->rank[r].step, on);
+    for (uint32_t r = 0; r < s->n_ranks; r++)
+        llmi_cpu_step_set_f32_activations(s->rank[r].step, on);
 }
 
 /* The ranks meet at every all-reduce, so none may stop on its own: the
@@ -285,10 +297,12 @@ static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
     pthread_mutex_unlock(&s->lock);
     rank_run(&s->rank[0]);
     pthread_mutex_lock(&s->lock);
-    while (s->n_done < s->n_ranks - 1) pthread_cond_wait(&s->done, &s->lock);
+    while (s->n_done < s->n_ranks - 1)
+        pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
     for (uint32_t r = 0; r < s->n_ranks; r++)
-        if (s->rank[r].status != LLM_OK) return s->rank[r].status;
+        if (s->rank[r].status != LLM_OK)
+            return s->rank[r].status;
     /* Vocab-parallel output: each wanted row gathers its ranks' slices. */
     for (uint32_t i = 0; i < st->n_logits; i++)
         for (uint32_t r = 0; r < s->n_ranks; r++) {
@@ -306,10 +320,10 @@ static llm_status tp_sync(void *backend) {
 
 /* One table per size: weights_load and open learn the size from it. */
 #define TP_TABLE(N)                                                                                \
-    static llm_status tp_open_##N(const llmi_backend_config *cfg, void **out) {                   \
+    static llm_status tp_open_##N(const llmi_backend_config *cfg, void **out) {                    \
         return tp_open(cfg, N, out);                                                               \
     }                                                                                              \
-    static llm_status tp_weights_load_##N(const llm_model *m, int32_t device, void **out) {       \
+    static llm_status tp_weights_load_##N(const llm_model *m, int32_t device, void **out) {        \
         return tp_weights_load(m, device, N, out);                                                 \
     }
 TP_TABLE(1)
@@ -331,9 +345,8 @@ TP_TABLE(8)
         .step_free = tp_step_free, .step_run = tp_step_run, .sync = tp_sync,                       \
         .step_set_f32_activations = tp_step_set_f32_activations,                                   \
     }
-static const llmi_backend_ops tp_tables[LLMI_TP_MAX] = {TP_OPS(1), TP_OPS(2), TP_OPS(3),
-                                                        TP_OPS(4), TP_OPS(5), TP_OPS(6),
-                                                        TP_OPS(7), TP_OPS(8)};
+static const llmi_backend_ops tp_tables[LLMI_TP_MAX] = {TP_OPS(1), TP_OPS(2), TP_OPS(3), TP_OPS(4),
+                                                        TP_OPS(5), TP_OPS(6), TP_OPS(7), TP_OPS(8)};
 #undef TP_OPS
 
 const llmi_backend_ops *llmi_backend_tp(uint32_t n_ranks) {
