@@ -21,8 +21,8 @@ static inline uint8_t *llmi_cpu_kv_row(const llmi_cpu_kv *kv, uint32_t layer, bo
 }
 
 /* step.c */
-llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
-                                uint32_t max_ctx, void **out);
+llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights,
+                                uint32_t max_rows, uint32_t max_ctx, void **out);
 void llmi_cpu_step_free(void *step);
 llm_status llmi_cpu_step_run(void *step, void *kv, const llmi_step *st, float *logits);
 void llmi_cpu_step_set_f32_activations(void *step, bool on);

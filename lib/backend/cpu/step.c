@@ -28,11 +28,11 @@ struct cpu_forward {
     uint32_t max_rows, max_ctx;
     uint32_t q_dim, kv_dim;
     float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout; /* [max_rows][dim] */
-    float *scores;                                      /* [threads][max_ctx] */
-    float *rope_cs;     /* [max_rows][rope_dim]: cos, sin interleaved */
+    float *scores;  /* [threads][max_ctx] */
+    float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
     float *rope_cs_swa; /* the same for windowed layers with their own base, else NULL */
-    float *out_rows;    /* [max_rows][n_embd]: normed rows that want logits */
-    void *act_scratch;  /* 8-bit activations for max_rows rows of any matmul input */
+    float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
+    void *act_scratch; /* 8-bit activations for max_rows rows of any matmul input */
     /* The current matmul input (act_begin) and its quantization, if any. */
     const float *act_x;
     uint32_t act_rows;
@@ -49,8 +49,8 @@ struct cpu_forward {
 };
 
 static void free_buffers(cpu_forward *f) {
-    float **bufs[] = {&f->x,       &f->xb,          &f->q,       &f->k,    &f->v,
-                      &f->att,     &f->gate,        &f->up,      &f->hout, &f->scores,
+    float **bufs[] = {&f->x,    &f->xb,     &f->q,       &f->k,           &f->v,
+                      &f->att,  &f->gate,   &f->up,      &f->hout,        &f->scores,
                       &f->rope_cs, &f->rope_cs_swa, &f->out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         llmi_free_aligned(*bufs[i]);
@@ -70,7 +70,7 @@ static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out)
     bool ok = max_rows <= INT32_MAX;
 #define ACT_NEED(w)                                                                                \
     do {                                                                                           \
-        size_t b_ = llmi_act_scratch_bytes((w).type, (w).cols, (int)max_rows);                     \
+        size_t b_ = llmi_act_scratch_bytes((w).type, (w).cols, (int)max_rows);                   \
         if (b_ == 0 && llmi_act_type((w).type) != LLMI_T_F32)                                      \
             ok = false;                                                                            \
         need = b_ > need ? b_ : need;                                                              \
@@ -87,21 +87,19 @@ static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out)
 
 static float *alloc_rows(uint32_t rows, uint32_t dim) {
     size_t n;
-    if (!llmi_mul_ok((size_t)rows * dim, sizeof(float), &n))
-        return NULL;
+    if (!llmi_mul_ok((size_t)rows * dim, sizeof(float), &n)) return NULL;
     return llmi_malloc_aligned(n);
 }
 
 /* max_rows and max_ctx are > 0 (checked by the engine). The weights are
  * the model itself (cpu.c). */
-llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
-                                uint32_t max_ctx, void **out) {
+llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights,
+                                uint32_t max_rows, uint32_t max_ctx, void **out) {
     (void)weights;
     llmi_pool *pool = backend;
     *out = NULL;
     cpu_forward *f = llmi_calloc(1, sizeof *f);
-    if (!f)
-        return llmi_oom("forward pass");
+    if (!f) return llmi_oom("forward pass");
     const llmi_hparams *hp = &m->hp;
     f->m = m;
     f->pool = pool;
@@ -121,8 +119,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     f->hout = alloc_rows(max_rows, embd > f->q_dim ? embd : f->q_dim);
     f->scores = alloc_rows((uint32_t)llmi_pool_size(pool), max_ctx);
     f->rope_cs = alloc_rows(max_rows, hp->rope_dim);
-    bool swa_base =
-        hp->features.swa != LLMI_SWA_NONE && hp->features.swa_rope_base != hp->rope_base;
+    bool swa_base = hp->features.swa != LLMI_SWA_NONE &&
+                    hp->features.swa_rope_base != hp->rope_base;
     if (swa_base)
         f->rope_cs_swa = alloc_rows(max_rows, hp->rope_dim);
     f->out_rows = alloc_rows(max_rows, embd);
@@ -133,8 +131,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     }
     if (act_bytes)
         f->act_scratch = llmi_malloc_aligned(act_bytes);
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->hout ||
-        !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+        !f->hout || !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
         (act_bytes && !f->act_scratch)) {
         llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
@@ -160,8 +158,7 @@ void llmi_cpu_step_set_reduce(void *ctx, llmi_cpu_reduce_fn fn, void *reduce_ctx
 
 void llmi_cpu_step_free(void *ctx) {
     cpu_forward *f = ctx;
-    if (!f)
-        return;
+    if (!f) return;
     free_buffers(f);
     llmi_free(f);
 }
@@ -185,8 +182,8 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
     }
     const llmi_ttype at = llmi_act_type(w->type);
     if (!f->act_ready || f->act_type != at) {
-        llmi_act_prepare(f->pool, w->type, f->act_x, (int)f->act_rows, f->act_cols, f->act_scratch,
-                         &f->act);
+        llmi_act_prepare(f->pool, w->type, f->act_x, (int)f->act_rows, f->act_cols,
+                         f->act_scratch, &f->act);
         f->act_ready = true;
         f->act_type = at;
     }
@@ -296,7 +293,8 @@ static void attn_task(void *ctx, int ith, int nth) {
         memset(out, 0, hd * sizeof *out);
         for (uint32_t i = 0; i < n_pos; i++)
             axpy(out, scores[i],
-                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, first + i)) + kv_off,
+                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, first + i)) +
+                     kv_off,
                  (int)hd);
     }
 }
@@ -304,8 +302,7 @@ static void attn_task(void *ctx, int ith, int nth) {
 /* ---- the layer stack ---- */
 
 static void add_bias(float *y, const llmi_weight *b, uint32_t n_rows, uint32_t dim) {
-    if (!b->data)
-        return;
+    if (!b->data) return;
     for (uint32_t r = 0; r < n_rows; r++)
         llmi_add_inplace(y + (size_t)r * dim, (const float *)b->data, (int)dim);
 }
@@ -315,12 +312,12 @@ static void add_bias(float *y, const llmi_weight *b, uint32_t n_rows, uint32_t d
 static void norm_rows(float *out, const float *x, const llmi_weight *w, uint32_t n, uint32_t dim,
                       float eps) {
     for (uint32_t r = 0; r < n; r++)
-        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, (const float *)w->data, (int)dim,
-                     eps);
+        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, (const float *)w->data,
+                     (int)dim, eps);
 }
 
-static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L, uint32_t layer,
-                            const llmi_step *st) {
+static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
+                            uint32_t layer, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     const uint32_t n = st->n_rows;
     const llmi_weight *W = L->w;
@@ -356,8 +353,7 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
     llmi_pool_run(f->pool, attn_task, &job);
     act_begin(f, f->att, n, f->q_dim);
     act_matmul(f, &W[LLMI_ROLE_O], f->hout);
-    if (f->reduce)
-        f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
+    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
     if (W[LLMI_ROLE_POST_ATTN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
@@ -408,8 +404,7 @@ static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
         llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
     else
         dense_ffn(f, W, n);
-    if (f->reduce)
-        f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
+    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
     if (W[LLMI_ROLE_POST_FFN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
@@ -431,8 +426,7 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
                             (const uint8_t *)emb->data + (size_t)st->token[r] * emb->row_bytes, x,
                             hp->n_embd);
         if (hp->features.embd_scale != 1.0f)
-            for (uint32_t i = 0; i < hp->n_embd; i++)
-                x[i] *= hp->features.embd_scale;
+            for (uint32_t i = 0; i < hp->n_embd; i++) x[i] *= hp->features.embd_scale;
     }
     rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -446,7 +440,8 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     for (uint32_t i = 0; i < n_out; i++)
         llmi_rmsnorm(f->out_rows + (size_t)i * hp->n_embd,
                      f->x + (size_t)st->logit_rows[i] * hp->n_embd,
-                     (const float *)m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd, hp->rms_eps);
+                     (const float *)m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,
+                     hp->rms_eps);
     if (n_out) {
         act_begin(f, f->out_rows, n_out, hp->n_embd);
         act_matmul(f, &m->w[LLMI_ROLE_OUTPUT], logits);
