@@ -123,7 +123,7 @@ static void compare_logits(const llm_model *m, uint32_t n) {
     run_prompt(cpu, &s0, prompt, ref);
     assert_int_equal(llmi_engine_kv_read(cpu, &s0, L, false, 0, PROMPT, kref), LLM_OK);
     assert_int_equal(llmi_engine_kv_read(cpu, &s0, L, true, 0, PROMPT, kref + kv_n), LLM_OK);
-    llmi_kv_seq_release(cpu->kv, &s0);
+    llmi_kv_seq_destroy(cpu->kv, &s0);
     llmi_engine_free(cpu);
 
     llmi_engine *tp = engine_on(m, llmi_backend_tp(n), 2);
@@ -158,7 +158,7 @@ static void compare_logits(const llm_model *m, uint32_t n) {
     assert_int_equal(llmi_engine_kv_write(tp, &s1, L, false, 0, PROMPT, kgot), LLM_OK);
     assert_int_equal(llmi_engine_kv_read(tp, &s1, L, false, 0, PROMPT, kgot + kv_n), LLM_OK);
     assert_memory_equal(kgot, kgot + kv_n, kv_n * sizeof *kgot);
-    llmi_kv_seq_release(tp->kv, &s1);
+    llmi_kv_seq_destroy(tp->kv, &s1);
     llmi_engine_free(tp);
     llmi_free(ref);
     llmi_free(got);
