@@ -7,8 +7,11 @@
  *   - Sessions (continuous batching, preemption, prefix cache, n samples,
  *     n-gram speculation, cancellation) give the same tokens at TP 2, 3, 4
  *     as on the CPU backend.
- *   - K/V reads assemble the ranks' heads as the CPU backend lays them out
- *     (state save/load); writes scatter them back.
+ *   - K/V reads assemble the ranks' heads as the CPU backend lays them out;
+ *     writes scatter them back: a sequence state saved on one backend
+ *     continues on the other (both ways, split and replicated KV heads).
+ *   - Each allocation of a tp engine's creation failing: a clean
+ *     LLM_ERR_OUT_OF_MEMORY, nothing leaked.
  *   - SmolLM2-135M (9 heads, 3 KV heads): TP 3 gives TP 1's greedy tokens;
  *     TP 2 is refused naming the sizes that work.
  *   - Models that do not split are refused with a message naming why. */
@@ -302,6 +305,115 @@ static void test_session_workload(void **state) {
     llmi_model_free(m);
 }
 
+/* ---- state ---- */
+
+static llm_session *plain_session(const llm_model *m, const llmi_backend_ops *ops) {
+    llm_session_params p;
+    llm_session_params_init(&p);
+    p.n_threads = 2;
+    p.n_ctx = N_CTX;
+    llmi_session_device dev = {ops, 0};
+    llm_session *s = NULL;
+    if (llmi_session_create_on(m, &p, &dev, &s) != LLM_OK)
+        fail_msg("session: %s", llmi_error_message());
+    return s;
+}
+
+/* Decodes tokens[0, n) into seq (positions from `pos`); the last row's
+ * logits into out. */
+static void decode(llm_session *s, llm_seq_id seq, uint32_t pos, const llm_token *tokens,
+                   uint32_t n, float *out, uint32_t n_vocab) {
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(n, &b), LLM_OK);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(llm_batch_add(b, seq, pos + i, tokens[i], i == n - 1), LLM_OK);
+    if (llm_session_decode(s, b) != LLM_OK)
+        fail_msg("decode: %s", llm_last_error());
+    const float *l = NULL;
+    assert_int_equal(llm_session_logits(s, n - 1, &l), LLM_OK);
+    memcpy(out, l, n_vocab * sizeof *out);
+    llm_batch_free(b);
+}
+
+/* A sequence state saved at TP n loads on the CPU backend and the other
+ * way round; both continue like the sequence that never left. */
+static void state_across(const llm_model *m, uint32_t n) {
+    const uint32_t V = m->hp.n_vocab;
+    llm_token t[PROMPT + 1];
+    uint64_t rng = 41 + n;
+    random_prompt(t, PROMPT + 1, V, &rng);
+    float *ref = llmi_malloc(V * sizeof *ref), *got = llmi_malloc(V * sizeof *got);
+    assert_true(ref && got);
+    const llmi_backend_ops *ops[2] = {&llmi_backend_cpu, llmi_backend_tp(n)};
+    for (int dir = 0; dir < 2; dir++) {
+        llm_session *from = plain_session(m, ops[dir]), *to = plain_session(m, ops[1 - dir]);
+        llm_seq_id a, b;
+        assert_int_equal(llm_seq_open(from, &a), LLM_OK);
+        decode(from, a, 0, t, PROMPT, ref, V);
+        size_t size = 0;
+        assert_int_equal(llm_seq_state_save(from, a, NULL, 0, &size), LLM_ERR_BUFFER_TOO_SMALL);
+        void *buf = llmi_malloc(size);
+        assert_non_null(buf);
+        assert_int_equal(llm_seq_state_save(from, a, buf, size, &size), LLM_OK);
+        if (llm_seq_state_load(to, buf, size, &b) != LLM_OK)
+            fail_msg("load: %s", llm_last_error());
+        decode(from, a, PROMPT, t + PROMPT, 1, ref, V);
+        decode(to, b, PROMPT, t + PROMPT, 1, got, V);
+        float diff = 0.0f;
+        for (uint32_t i = 0; i < V; i++)
+            diff = fmaxf(diff, fabsf(ref[i] - got[i]));
+        printf("# state saved on %s, loaded on %s (TP %u): max |logit diff| %.3g\n",
+               dir ? "tp" : "cpu", dir ? "cpu" : "tp", n, (double)diff);
+        assert_true(diff <= LOGIT_TOL * max_abs(ref, V));
+        llmi_free(buf);
+        llmi_session_free(from);
+        llmi_session_free(to);
+    }
+    llmi_free(ref);
+    llmi_free(got);
+}
+
+static void test_state_across_backends(void **state) {
+    (void)state;
+    llm_model *m = split_model(2, LLMI_T_Q8_0, 11);
+    state_across(m, 2);
+    state_across(m, 4); /* replicated KV heads */
+    llmi_model_free(m);
+}
+
+/* Every allocation of a tp engine's creation failing in turn: a clean
+ * LLM_ERR_OUT_OF_MEMORY, nothing leaked (ASan), then success. */
+static void test_out_of_memory(void **state) {
+    (void)state;
+    llm_model *m = split_model(2, LLMI_T_Q8_0, 12);
+    llmi_engine_config cfg = {.model = m,
+                              .ops = llmi_backend_tp(4),
+                              .backend_cfg = {2, 0},
+                              .kv_block_size = 4,
+                              .kv_blocks = 8,
+                              .kv_type = LLM_KV_F32,
+                              .max_rows = 8,
+                              .max_ctx = 64};
+    uint64_t k = 1;
+    for (; k < 10000; k++) {
+        llmi_engine *e = NULL;
+        llmi_alloc_fail_after(k);
+        llm_status st = llmi_engine_create(&cfg, &e);
+        bool fired = alloc_disarm(k) == 0;
+        if (st == LLM_OK) {
+            assert_false(fired);
+            llmi_engine_free(e);
+            break;
+        }
+        assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
+        assert_null(e);
+    }
+    printf("# engine creation at TP 4 survives each of its %llu allocations failing\n",
+           (unsigned long long)(k - 1));
+    assert_true(k > 10 && k < 10000);
+    llmi_model_free(m);
+}
+
 /* ---- refusals ---- */
 
 static void expect_refused(const llm_model *m, uint32_t n, const char *text) {
@@ -429,6 +541,8 @@ int main(void) {
         cmocka_unit_test(test_logits_kv_heads_replicated),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_session_workload),
+        cmocka_unit_test(test_state_across_backends),
+        cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_smollm2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
