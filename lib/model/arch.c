@@ -153,7 +153,8 @@ static const llmi_arch arch_table[] = {
          * before, GeGLU, embeddings times sqrt(n_embd), output tied to
          * token_embd, neox rope. Five windowed layers, then one global;
          * the windowed layers rotate with base 10000 whatever the file's
-         * rope.freq_base says (llama.cpp: rope_freq_base_train_swa). The
+         * rope.freq_base says (llama.cpp: rope_freq_base_train_swa), and
+         * without the linear RoPE scaling of the 4B and larger. The
          * norm weights already hold Gemma's "1 +" (the converter adds it).
          * Attention scale is 1/sqrt(head_dim), right for every size but
          * the 27B (which scales by 1/sqrt(n_embd / n_head)). */
@@ -168,6 +169,7 @@ static const llmi_arch arch_table[] = {
         .swa = LLMI_SWA_PERIODIC,
         .swa_period = 6,
         .swa_rope_base = 10000.0f,
+        .swa_rope_freq_scale = 1.0f,
     },
 };
 

@@ -188,6 +188,10 @@ typedef struct llmi_arch {
      * for the global layers. Gemma 3 trains its local layers with 10000
      * while rope.freq_base (1e6) is the global layers'. */
     float swa_rope_base;
+    /* Linear RoPE position scale of the windowed layers; 0 = the file's
+     * (1 / rope.scaling.factor), as for the global layers. Gemma 3 scales
+     * only its global layers (llama.cpp: rope_freq_scale_train_swa = 1). */
+    float swa_rope_freq_scale;
     /* Mixture of experts: whether the file has <name>.expert_count (and
      * <name>.expert_used_count): LLMI_ABSENT = never (the keys are ignored),
      * OPTIONAL = a dense or a MoE model (Llama files hold Mixtral),
@@ -209,6 +213,7 @@ typedef struct llmi_features {
     llmi_swa_kind swa;   /* LLMI_SWA_NONE when an optional window key is absent */
     uint32_t swa_period, swa_window; /* swa_window: positions a windowed layer sees */
     float swa_rope_base; /* RoPE base of windowed layers (the file's base if the row has none) */
+    float swa_rope_freq_scale; /* their linear position scale (hparams.rope_freq_scale if the row has none) */
     /* Mixture of experts; n_expert 0 = a dense FFN. Each row's FFN output is
      * sum over its n_expert_used best experts of weight * expert(x), the
      * weights being the router's softmax at those experts (divided by their

@@ -88,12 +88,15 @@ static llm_status load_features(llm_model *m) {
     f->swa = a->swa;
     f->swa_period = a->swa_period;
     f->swa_rope_base = a->swa_rope_base > 0.0f ? a->swa_rope_base : m->hp.rope_base;
+    f->swa_rope_freq_scale =
+        a->swa_rope_freq_scale > 0.0f ? a->swa_rope_freq_scale : m->hp.rope_freq_scale;
     if (a->swa != LLMI_SWA_NONE) {
         LLMI_TRY(get_arch_u32(m, "attention.sliding_window", !a->swa_optional, &f->swa_window));
         if (a->swa_optional && f->swa_window == 0) {
             f->swa = LLMI_SWA_NONE;
             f->swa_period = 0;
             f->swa_rope_base = m->hp.rope_base;
+            f->swa_rope_freq_scale = m->hp.rope_freq_scale;
         } else {
             LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
         }
@@ -125,23 +128,33 @@ static llm_status load_arch(llm_model *m, const llmi_arch *given) {
     return LLM_OK;
 }
 
-/* RoPE scaling (linear, YaRN, ...) changes the angles; the forward pass
- * has none, so a file that asks for it is refused rather than run with
- * unscaled positions (Gemma 3 4B and larger scale their global layers by 8). */
-static llm_status check_rope_scaling(const llm_model *m) {
+/* RoPE scaling as llama.cpp reads it: <arch>.rope.scaling.factor (or the
+ * legacy <arch>.rope.scale_linear) divides every position in the rotation
+ * angle. Only the linear kind is implemented; YaRN, LongRoPE and the like
+ * also change the angles per frequency, so a file asking for them is
+ * refused rather than run with wrong angles. */
+static llm_status load_rope_scaling(llm_model *m) {
     char key[96];
     llmi_str type = {0};
     LLMI_TRY(arch_key(m, "rope.scaling.type", key, sizeof key));
     LLMI_TRY(llmi_gguf_get_str(m->file, key, false, &type));
-    float factor = 1.0f;
+    float factor = 0.0f;
     LLMI_TRY(get_arch_f32(m, "rope.scaling.factor", false, &factor));
-    bool none = type.len == 4 && memcmp(type.ptr, "none", 4) == 0;
-    if (!none && factor != 1.0f && factor != 0.0f)
+    if (factor == 0.0f)
+        LLMI_TRY(get_arch_f32(m, "rope.scale_linear", false, &factor));
+    if (factor == 0.0f) factor = 1.0f;
+    if (!(factor > 0.0f && factor < 1e6f))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s.rope.scaling.factor %g is out of range",
+                          m->hp.arch, (double)factor);
+    bool linear = type.len == 0 || (type.len == 6 && memcmp(type.ptr, "linear", 6) == 0) ||
+                  (type.len == 4 && memcmp(type.ptr, "none", 4) == 0);
+    if (!linear && factor != 1.0f)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "RoPE scaling (%s.rope.scaling.type '%.*s', factor %g) is not "
-                          "implemented yet",
-                          m->hp.arch, (int)(type.len > 32 ? 32 : type.len),
-                          type.len ? type.ptr : "", (double)factor);
+                          "implemented (only 'linear')",
+                          m->hp.arch, (int)(type.len > 32 ? 32 : type.len), type.ptr,
+                          (double)factor);
+    m->hp.rope_freq_scale = 1.0f / factor;
     return LLM_OK;
 }
 
@@ -190,7 +203,7 @@ static llm_status load_hparams(llm_model *m) {
     if (!(hp->rope_base > 0.0f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "rope.freq_base %g is out of range",
                           (double)hp->rope_base);
-    LLMI_TRY(check_rope_scaling(m));
+    LLMI_TRY(load_rope_scaling(m));
     return load_features(m);
 }
 
@@ -451,6 +464,10 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                                  ft->swa_window,
                                  fp_f32(ft->swa ? ft->swa_rope_base : 0.0f)};
         for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
+    }
+    if (hp->rope_freq_scale != 1.0f || (ft->swa && ft->swa_rope_freq_scale != 1.0f)) {
+        fp_u64(&f, fp_f32(hp->rope_freq_scale));
+        fp_u64(&f, fp_f32(ft->swa ? ft->swa_rope_freq_scale : 0.0f));
     }
     if (ft->n_expert) {
         const uint64_t moe[] = {ft->n_expert, ft->n_expert_used, ft->n_ff_exp,

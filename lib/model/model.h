@@ -14,6 +14,10 @@ typedef struct llmi_hparams {
     uint32_t head_dim;  /* n_embd / n_head unless the file says otherwise */
     uint32_t rope_dim;  /* rotated dimensions per head (<= head_dim) */
     float rope_base, rms_eps;
+    /* Linear RoPE scaling: positions are multiplied by this in the angle
+     * (1 / <arch>.rope.scaling.factor; 1 = none). Windowed layers use
+     * features.swa_rope_freq_scale. */
+    float rope_freq_scale;
     llmi_rope_layout rope_layout;
     bool tied_embeddings; /* output projection shares token_embd */
     llmi_features features; /* the row's choices with the file's values */

@@ -266,7 +266,8 @@ static llm_status w_metadata(llmi_gguf_writer *w, const llmi_testmodel_params *p
     if (p->sliding_window)
         LLMI_TRY(llmi_gguf_w_u32(w, AK("attention.sliding_window"), p->sliding_window));
     if (p->rope_scaling > 0) {
-        LLMI_TRY(llmi_gguf_w_str(w, AK("rope.scaling.type"), "linear"));
+        LLMI_TRY(llmi_gguf_w_str(w, AK("rope.scaling.type"),
+                                 p->rope_scaling_type ? p->rope_scaling_type : "linear"));
         LLMI_TRY(llmi_gguf_w_f32(w, AK("rope.scaling.factor"), p->rope_scaling));
     }
     if (p->n_expert) {

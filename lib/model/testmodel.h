@@ -40,7 +40,8 @@ typedef struct llmi_testmodel_params {
     float attn_softcap;       /* > 0: <arch>.attn_logit_softcapping */
     float logit_softcap;      /* > 0: <arch>.final_logit_softcapping */
     uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window */
-    float rope_scaling;       /* > 0: <arch>.rope.scaling.type "linear" and .factor */
+    float rope_scaling;       /* > 0: <arch>.rope.scaling.type and .factor */
+    const char *rope_scaling_type; /* NULL = "linear" */
     /* > 0: a mixture-of-experts FFN in every layer instead of the dense
      * one: <arch>.expert_count / expert_used_count, blk.N.ffn_gate_inp
      * ([n_embd -> n_expert]) and blk.N.ffn_{gate,up,down}_exps (3-D, ne[2] =

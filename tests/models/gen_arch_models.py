@@ -248,6 +248,26 @@ MODELS = [
         "matrix": "F32", "activations": "f32-gelu-f16",
         "layer": LLAMA_LAYER + QK_NORM + POST_NORMS, "model": MODEL_TIED,
     },
+    {
+        # Gemma 3 4B and larger: linear RoPE scaling by 8 on the global
+        # layer only (llama.cpp keeps the windowed layers unscaled).
+        "name": "gemma3-rope-linear", "arch": "gemma3", "seed": 115,
+        "n_layer": 7, "n_embd": 64, "n_head": 4, "n_head_kv": 1, "head_dim": 32, "n_ff": 128,
+        "rope_base": 1000000.0, "eps": 1e-6, "context": 256,
+        "keys": {"attention.sliding_window": 5, "rope.scaling.type": "linear",
+                 "rope.scaling.factor": 8.0},
+        "matrix": "F32", "activations": "f32-gelu-f16",
+        "layer": LLAMA_LAYER + QK_NORM + POST_NORMS, "model": MODEL_TIED,
+    },
+    {
+        # A linearly scaled Llama (factor 4): every position divided by 4.
+        "name": "llama-rope-linear", "arch": "llama", "seed": 116,
+        "n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 1, "n_ff": 192,
+        "rope_base": 10000.0, "eps": 1e-5, "context": 256,
+        "keys": {"rope.scaling.type": "linear", "rope.scaling.factor": 4.0},
+        "matrix": "F32", "activations": "f32",
+        "layer": LLAMA_LAYER, "model": MODEL_TIED,
+    },
 ]
 
 # Malformed files: the loader must refuse them naming the tensor

@@ -562,16 +562,28 @@ static void test_refusals(void **state) {
     assert_true(m->hp.features.attn_softcap == 0.0f);
     llmi_model_free(m);
 
-    /* RoPE scaling (Gemma 3 4B and up): refused, unless its factor is 1. */
+    /* Linear RoPE scaling (Gemma 3 4B and up): the global layers' positions
+     * divided by the factor, the windowed layers' not. */
     init_params(&p, "gemma3", 21);
     p.qk_norm = p.post_norms = p.tied_embeddings = true;
     p.sliding_window = 8;
     p.rope_scaling = 8;
-    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "RoPE scaling (gemma3.rope.scaling.type 'linear', "
-                                          "factor 8) is not implemented yet");
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    assert_true(m->hp.rope_freq_scale == 0.125f);
+    assert_true(m->hp.features.swa_rope_freq_scale == 1.0f);
+    uint64_t scaled_fp = llmi_model_fingerprint(m);
+    llmi_model_free(m);
     p.rope_scaling = 1;
     assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    assert_true(m->hp.rope_freq_scale == 1.0f);
+    assert_true(scaled_fp != llmi_model_fingerprint(m));
     llmi_model_free(m);
+    p.rope_scaling = 4;
+    p.rope_scaling_type = "yarn";
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED, "RoPE scaling (gemma3.rope.scaling.type 'yarn', "
+                                          "factor 4) is not implemented (only 'linear')");
+    p.rope_scaling_type = NULL;
+    p.rope_scaling = 0;
 
     llmi_arch ln = base_row("test-layernorm");
     ln.norm = LLMI_NORM_LAYER;

@@ -195,6 +195,11 @@ static void check_greedy(llm_session *s, char *greedy, char *margin, ref_stats *
 /* Runs the model of reference `name` loaded with `row` (NULL: the table's
  * row for its architecture) on the recorded inputs; *tol_out is the
  * tolerance its activations line sets. */
+/* When set, compare_reference replaces the loaded model's linear RoPE
+ * scales (test_rope_scaling_matters). */
+static bool g_rope_override;
+static float g_rope_global, g_rope_windowed;
+
 static void compare_reference(const char *name, const llmi_arch *arch_row, ref_stats *out,
                               double *tol_out) {
     char path[1024];
@@ -231,6 +236,10 @@ static void compare_reference(const char *name, const llmi_arch *arch_row, ref_s
                          model_path, got_sha, want_sha);
             if (llmi_model_load_arch(model_path, true, arch_row, &m) != LLM_OK)
                 fail_msg("loading %s: %s", model_path, llmi_error_message());
+            if (g_rope_override) {
+                m->hp.rope_freq_scale = g_rope_global;
+                m->hp.features.swa_rope_freq_scale = g_rope_windowed;
+            }
         } else if (strncmp(line, "activations ", 12) == 0) {
             assert_int_equal(sscanf(line + 12, "%15s", act), 1);
             f32 = strncmp(line + 12, "8bit", 4) != 0;
@@ -339,6 +348,33 @@ static void test_sliding_window_matters(void **state) {
     assert_true(st.max_rel > 20 * tol);
 }
 
+/* Linear RoPE scaling: on both scaled reference models, ignoring the
+ * factor (the file's positions unscaled) or scaling gemma3's windowed
+ * layers too (which llama.cpp does not) changes the logits far beyond the
+ * tolerance, so agreeing with llama.cpp shows the factor is applied where
+ * and as llama.cpp applies it. The hparams are patched after loading. */
+static void test_rope_scaling_matters(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        float global, windowed;
+    } cases[] = {{"llama-rope-linear", 1.0f, 1.0f},
+                 {"gemma3-rope-linear", 1.0f, 1.0f},
+                 {"gemma3-rope-linear", 0.125f, 0.125f}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ref_stats st;
+        double tol;
+        printf("# %s with freq_scale %g (global) / %g (windowed):\n", cases[i].name,
+               (double)cases[i].global, (double)cases[i].windowed);
+        g_rope_override = true;
+        g_rope_global = cases[i].global;
+        g_rope_windowed = cases[i].windowed;
+        compare_reference(cases[i].name, NULL, &st, &tol);
+        g_rope_override = false;
+        assert_true(st.max_rel > 20 * tol);
+    }
+}
+
 /* The generator's malformed files: refused with the status and a message
  * naming the tensor. */
 static void test_bad_files(void **state) {
@@ -402,12 +438,14 @@ int main(void) {
         fprintf(stderr, "no reference files in %s\n", dir_path);
         return 1;
     }
-    struct CMUnitTest tests[MAX_MODELS + 3];
+    struct CMUnitTest tests[MAX_MODELS + 4];
     for (size_t i = 0; i < n; i++)
         tests[i] = (struct CMUnitTest){g_cases[i].name, run_case, NULL, NULL, &g_cases[i]};
     tests[n++] = (struct CMUnitTest){"rope_freqs_matter", test_rope_freqs_matter, NULL, NULL, NULL};
     tests[n++] = (struct CMUnitTest){"sliding_window_matters", test_sliding_window_matters, NULL,
                                      NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"rope_scaling_matters", test_rope_scaling_matters, NULL, NULL,
+                                     NULL};
     tests[n++] = (struct CMUnitTest){"bad_files", test_bad_files, NULL, NULL, NULL};
     return _cmocka_run_group_tests("arch_reference", tests, n, NULL, NULL);
 }

@@ -120,7 +120,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     f->scores = alloc_rows((uint32_t)llmi_pool_size(pool), max_ctx);
     f->rope_cs = alloc_rows(max_rows, hp->rope_dim);
     bool swa_base = hp->features.swa != LLMI_SWA_NONE &&
-                    hp->features.swa_rope_base != hp->rope_base;
+                    (hp->features.swa_rope_base != hp->rope_base ||
+                     hp->features.swa_rope_freq_scale != hp->rope_freq_scale);
     if (swa_base)
         f->rope_cs_swa = alloc_rows(max_rows, hp->rope_dim);
     f->out_rows = alloc_rows(max_rows, embd);
@@ -196,16 +197,17 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
  * scale = base^(-2/rope_dim)) rather than a fresh pow() per pair, so our
  * rotations round the way the reference implementation's do. A model's
  * rope_freqs (Llama 3.1) divides pair i's angle by its factor (freq_div,
- * or NULL). */
-static void rope_table(const llmi_hparams *hp, float base, const float *freq_div,
-                       const llmi_step *st, float *table) {
+ * or NULL); linear scaling then multiplies it by freq_scale, in that order
+ * as ggml does. */
+static void rope_table(const llmi_hparams *hp, float base, float freq_scale,
+                       const float *freq_div, const llmi_step *st, float *table) {
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < st->n_rows; r++) {
         float *cs = table + (size_t)r * hp->rope_dim;
         float theta = (float)st->pos[r];
         for (uint32_t i = 0; i < half; i++) {
-            float angle = freq_div ? theta / freq_div[i] : theta;
+            float angle = (freq_div ? theta / freq_div[i] : theta) * freq_scale;
             cs[2 * i] = cosf(angle);
             cs[2 * i + 1] = sinf(angle);
             theta *= scale;
@@ -216,9 +218,10 @@ static void rope_table(const llmi_hparams *hp, float base, const float *freq_div
 static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
-    rope_table(hp, hp->rope_base, freq_div, st, f->rope_cs);
+    rope_table(hp, hp->rope_base, hp->rope_freq_scale, freq_div, st, f->rope_cs);
     if (f->rope_cs_swa)
-        rope_table(hp, hp->features.swa_rope_base, freq_div, st, f->rope_cs_swa);
+        rope_table(hp, hp->features.swa_rope_base, hp->features.swa_rope_freq_scale, freq_div,
+                   st, f->rope_cs_swa);
 }
 
 static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint32_t n_heads) {
