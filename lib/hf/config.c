@@ -127,8 +127,9 @@ static llm_status rope_number(const cJSON *rs, const char *key, double fallback,
 }
 
 /* Scaled rope changes the forward pass: "llama3" is what rope_freqs.weight
- * expresses (the model table's Llama row reads it); other types are refused
- * rather than run with plain rope. */
+ * expresses (the model table's Llama row reads it), "linear" what
+ * rope.scaling.factor does; other types are refused rather than run with
+ * plain rope. */
 static llm_status parse_rope_scaling(const cJSON *root, llmi_hf_config *c) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs || cJSON_IsNull(rs))
@@ -141,14 +142,24 @@ static llm_status parse_rope_scaling(const cJSON *root, llmi_hf_config *c) {
     const char *type = cJSON_IsString(t) ? t->valuestring : "?";
     if (strcmp(type, "default") == 0)
         return LLM_OK;
-    if (strcmp(type, "linear") == 0)
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          CFG ": rope_scaling type 'linear' is not supported: the forward pass "
-                              "has no linear position scaling (llama.cpp's rope.scaling.factor)");
+    if (strcmp(type, "linear") == 0) {
+        /* the converter writes the keys for its Llama and Gemma 3 classes */
+        if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "gemma3") != 0)
+            return llmi_error(LLM_ERR_UNSUPPORTED,
+                              CFG ": rope_scaling type 'linear' is supported for Llama and "
+                                  "Gemma 3 models only, not for %s",
+                              c->arch);
+        if (!cJSON_GetObjectItemCaseSensitive(rs, "factor"))
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              CFG ": rope_scaling type 'linear' has no field 'factor'");
+        LLMI_TRY(rope_number(rs, "factor", 1.0, &c->rope_factor));
+        c->rope_linear = true;
+        return LLM_OK;
+    }
     if (strcmp(type, "llama3") != 0)
         return llmi_error(LLM_ERR_UNSUPPORTED,
-                          CFG ": rope_scaling type '%s' is not supported (only 'default' and, "
-                              "for Llama, 'llama3')",
+                          CFG ": rope_scaling type '%s' is not supported (only 'default', "
+                              "'linear' and, for Llama, 'llama3')",
                           type);
     /* the converter writes rope_freqs for its Llama class only */
     if (strcmp(c->arch, "llama") != 0)
@@ -310,6 +321,13 @@ static llm_status w_arch_f32(llmi_gguf_writer *w, const char *arch, const char *
     return llmi_gguf_w_f32(w, k, v);
 }
 
+static llm_status w_rope_linear(llmi_gguf_writer *w, const char *arch, double factor) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    LLMI_TRY(llmi_gguf_w_str(w, key, "linear"));
+    return w_arch_f32(w, arch, "rope.scaling.factor", (float)factor);
+}
+
 llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w) {
     const char *a = c->arch;
     LLMI_TRY(llmi_gguf_w_str(w, "general.architecture", a));
@@ -331,11 +349,17 @@ llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w) {
         LLMI_TRY(w_arch_u32(w, a, "vocab_size", c->n_vocab));
         LLMI_TRY(w_arch_u32(w, a, "rope.dimension_count", c->head_dim));
     }
+    /* the Llama converter right after rope.dimension_count, Gemma 3's
+     * after the window: key order does not matter to readers */
+    if (c->rope_linear && strcmp(a, "llama") == 0)
+        LLMI_TRY(w_rope_linear(w, a, c->rope_factor));
     if (c->family == LLMI_HF_PHI3)
         LLMI_TRY(w_arch_u32(w, a, "rope.dimension_count", c->n_embd / c->n_head));
     /* the converter writes Phi-3's window even when it is none (0) */
     if (c->sliding_window || c->family == LLMI_HF_PHI3)
         LLMI_TRY(w_arch_u32(w, a, "attention.sliding_window", c->sliding_window));
+    if (c->rope_linear && strcmp(a, "gemma3") == 0)
+        LLMI_TRY(w_rope_linear(w, a, c->rope_factor));
     if (c->n_expert) {
         LLMI_TRY(w_arch_u32(w, a, "expert_count", c->n_expert));
         LLMI_TRY(w_arch_u32(w, a, "expert_used_count", c->n_expert_used));

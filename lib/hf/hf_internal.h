@@ -78,6 +78,8 @@ typedef struct llmi_hf_config {
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE only */
     /* rope_scaling type "llama3" (Llama 3.1/3.2): becomes rope_freqs.weight */
     bool rope_llama3;
+    /* rope_scaling type "linear": <arch>.rope.scaling.type/.factor (rope_factor) */
+    bool rope_linear;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_orig_ctx;
 } llmi_hf_config;
 

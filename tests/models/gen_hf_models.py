@@ -147,6 +147,9 @@ def make_weights(arch: str, dtype: str, n_vocab: int, seed: int) -> dict:
 # (wavelength < 64), blended (64..256) and divided by factor (> 256).
 LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 256, "rope_type": "llama3"}
+# Linear position scaling: the converter's LlamaModel writes it as the
+# rope.scaling.type / rope.scaling.factor keys (no tensor).
+LINEAR_SCALING = {"type": "linear", "factor": 4.0}
 
 
 def llama3_rope_factors(theta: float, dim: int, rs: dict) -> np.ndarray:
@@ -234,11 +237,14 @@ def write_gguf(path: Path, arch: str, name: str, dtype: str, n_vocab: int, tenso
     if arch == "llama":
         w.add_vocab_size(n_vocab)
         w.add_rope_dimension_count(hd)
+    if rope_scaling and rope_scaling.get("type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope_scaling["factor"])
     w.add_sampling_temp(GEN_CONFIG["temperature"])
     w.add_sampling_top_p(GEN_CONFIG["top_p"])
     w.add_sampling_top_k(GEN_CONFIG["top_k"])
     copy_tokenizer_keys(reader, w)
-    if rope_scaling:
+    if rope_scaling and rope_scaling.get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(100000.0, hd, rope_scaling))
     # the converter reads shard after shard (file names sorted), each
     # shard's tensors in the order safe_open().keys() gives: sorted
@@ -510,9 +516,10 @@ def main() -> int:
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     tok = tokenizer_files(reader)
     models_ = [("llama", "F32", 1, None), ("llama", "F16", 2, None), ("llama", "BF16", 3, None),
-               ("qwen2", "F32", 4, None), ("llama3", "F32", 5, LLAMA3_SCALING)]
+               ("qwen2", "F32", 4, None), ("llama3", "F32", 5, LLAMA3_SCALING),
+               ("llama-linear", "F32", 6, LINEAR_SCALING)]
     for kind, dtype, seed, scaling in models_:
-        arch = "llama" if kind == "llama3" else kind
+        arch = "llama" if kind in ("llama3", "llama-linear") else kind
         name = f"hf-{kind}-{dtype.lower()}"
         tensors = make_weights(arch, dtype, n_vocab, seed)
         cfg = config_json(arch, dtype, n_vocab, scaling)

@@ -201,6 +201,17 @@ static void test_llama3_rope_scaling(void **state) {
     assert_non_null(m->w[LLMI_ROLE_ROPE_FREQS].data);
     llmi_model_free(m);
 }
+static void test_linear_rope_scaling(void **state) {
+    /* rope_scaling type linear: the converter's rope.scaling keys, and the
+     * model loads with positions divided by the factor */
+    check_pair("hf-llama-linear-f32", "hf-llama-linear-f32.gguf", true, true);
+    llm_model *m = NULL;
+    llmi_hf_test_tokenizer_source(model_path("hf-llama-linear-f32.gguf"));
+    assert_int_equal(llmi_model_load(model_path("hf-llama-linear-f32"), true, &m), LLM_OK);
+    llmi_hf_test_tokenizer_source(NULL);
+    assert_true(m->hp.rope_freq_scale == 0.25f);
+    llmi_model_free(m);
+}
 /* Rows added after the mapping: now down to the logits. */
 static void test_qwen3_logits(void **state) {
     check_pair("hfmap-qwen3", "hfmap-qwen3.gguf", true, true);
@@ -498,8 +509,11 @@ static void test_bad_config(void **state) {
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "num_key_value_heads");
     put_config(d, "{\"hidden_size\": 4.5}");
     expect(d, LLM_ERR_BAD_FORMAT, "config.json", "'hidden_size'");
-    put_config(d, "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
-    expect(d, LLM_ERR_UNSUPPORTED, "rope_scaling type 'linear'", "forward pass");
+    put_config(d, "{\"rope_scaling\": {\"type\": \"linear\"}}");
+    expect(d, LLM_ERR_BAD_FORMAT, "config.json", "no field 'factor'");
+    put_config(d, "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+                  "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+    expect(d, LLM_ERR_UNSUPPORTED, "config.json", "Llama and Gemma 3 models only");
     put_config(d, "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}");
     expect(d, LLM_ERR_UNSUPPORTED, "config.json", "'yarn'");
     put_config(d, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\"}}");
@@ -640,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_llama_f32),       cmocka_unit_test(test_llama_f16),
         cmocka_unit_test(test_llama_bf16),      cmocka_unit_test(test_sharded_read),
         cmocka_unit_test(test_qwen2_f32),       cmocka_unit_test(test_llama3_rope_scaling),
+        cmocka_unit_test(test_linear_rope_scaling),
         cmocka_unit_test(test_qwen3_logits),    cmocka_unit_test(test_phi3_logits),
         cmocka_unit_test(test_public_api_generates),
         cmocka_unit_test(test_folder_tokenizer_keys),
