@@ -101,6 +101,15 @@ static llm_status load_features(llm_model *m) {
             LLMI_TRY(check_dim("attention.sliding_window", f->swa_window, 1u << 24));
         }
     }
+    /* llama.cpp scales Gemma 3 27B's attention (its 62 layers identify it)
+     * by 1/sqrt(n_embd / n_head), not 1/sqrt(head_dim) as the forward pass
+     * does; refused rather than run with the wrong scale. */
+    if (strcmp(a->name, "gemma3") == 0 && m->hp.n_layer == 62 &&
+        m->hp.n_embd / m->hp.n_head != m->hp.head_dim)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "Gemma 3 27B's attention scale 1/sqrt(n_embd / n_head) = 1/sqrt(%u) "
+                          "is not implemented yet",
+                          m->hp.n_embd / m->hp.n_head);
     return llmi_arch_check(f);
 }
 

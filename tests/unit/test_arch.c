@@ -584,6 +584,17 @@ static void test_refusals(void **state) {
                                           "factor 4) is not implemented (only 'linear')");
     p.rope_scaling_type = NULL;
     p.rope_scaling = 0;
+    /* Gemma 3 27B (62 layers, head_dim not n_embd / n_head): its attention
+     * scale is not implemented, so it is refused. */
+    p.n_layer = 62;
+    p.n_embd = 32;
+    p.n_ff = 32;
+    p.head_dim = 16;
+    expect(&p, NULL, LLM_ERR_UNSUPPORTED,
+           "Gemma 3 27B's attention scale 1/sqrt(n_embd / n_head) = 1/sqrt(8) is not implemented");
+    p.head_dim = 0;
+    assert_int_equal(load(&p, NULL, &m), LLM_OK);
+    llmi_model_free(m);
 
     llmi_arch ln = base_row("test-layernorm");
     ln.norm = LLMI_NORM_LAYER;
