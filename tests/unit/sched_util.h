@@ -27,18 +27,15 @@ typedef struct outcome {
     int n_finish_events;
 } outcome;
 
-static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
-    llmi_testmodel_params p;
-    llmi_testmodel_params_init(&p);
-    p.n_ctx = n_ctx;
-    p.seed = seed;
-    p.type = LLMI_T_Q8_0;
+/* Loads the test model `p` describes, through a file (the loader's path). */
+static inline llm_model *model_from_params(const llmi_testmodel_params *p, const char *tag) {
     void *data = NULL;
     size_t size = 0;
-    assert_int_equal(llmi_testmodel_to_memory(&p, &data, &size), LLM_OK);
+    assert_int_equal(llmi_testmodel_to_memory(p, &data, &size), LLM_OK);
     char path[512];
-    snprintf(path, sizeof path, "%s/sched-%llu.gguf",
-             getenv("LLM_TEST_TMP") ? getenv("LLM_TEST_TMP") : "/tmp", (unsigned long long)seed);
+    snprintf(path, sizeof path, "%s/%s-%llu.gguf",
+             getenv("LLM_TEST_TMP") ? getenv("LLM_TEST_TMP") : "/tmp", tag,
+             (unsigned long long)p->seed);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(data, 1, size, f), size);
@@ -48,6 +45,15 @@ static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
     assert_int_equal(llmi_model_load(path, false, &m), LLM_OK);
     remove(path);
     return m;
+}
+
+static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
+    llmi_testmodel_params p;
+    llmi_testmodel_params_init(&p);
+    p.n_ctx = n_ctx;
+    p.seed = seed;
+    p.type = LLMI_T_Q8_0;
+    return model_from_params(&p, "sched");
 }
 
 static inline llm_session *new_session(const llm_model *m, uint32_t threads, uint32_t n_ctx,

@@ -21,21 +21,7 @@ static llm_model *windowed_model(uint64_t seed) {
     p.seed = seed;
     p.type = LLMI_T_Q8_0;
     p.sliding_window = WINDOW;
-    void *data = NULL;
-    size_t size = 0;
-    assert_int_equal(llmi_testmodel_to_memory(&p, &data, &size), LLM_OK);
-    char path[512];
-    snprintf(path, sizeof path, "%s/swakv-%llu.gguf",
-             getenv("LLM_TEST_TMP") ? getenv("LLM_TEST_TMP") : "/tmp", (unsigned long long)seed);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, size, f), size);
-    fclose(f);
-    llmi_free(data);
-    llm_model *m = NULL;
-    assert_int_equal(llmi_model_load(path, false, &m), LLM_OK);
-    remove(path);
-    return m;
+    return model_from_params(&p, "swakv");
 }
 
 /* What one run gave: per request and sample, tokens and log-probabilities;
