@@ -50,7 +50,9 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
 	bindings-test docs test-venv test-models \
 	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
-all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
+include cuda/cuda.mk
+
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench $(CUDA_PLUGIN)
 
 # The library's own objects export the LLM_API functions (include/llm.h);
 # programs and tests compile without LLM_BUILDING_LIBRARY.
@@ -169,9 +171,11 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
 	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
 	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3))
-test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(MODEL) $(MODEL_GEMMA3) test-models
+test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
+		test-models
 	@mkdir -p $(BUILD)/tmp
-	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN)
+	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
+		$(CUDA_TEST_BIN)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,

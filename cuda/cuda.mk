@@ -1,0 +1,64 @@
+# The CUDA backend plug-in (cuda/, docs/design.md "The backend ops table"):
+# build/libllminfer-cuda.so, built whenever nvcc is found; `make CUDA=0`
+# skips it. It is linked with cuBLASLt and the static CUDA runtime; the core
+# never links CUDA and loads the plug-in with dlopen (lib/backend/plugin.c).
+#   cuda/*.c    host code, compiled by $(CC) as C11 (may include the core's
+#               headers: backend.h, model.h)
+#   cuda/*.cu   kernels and their launchers, compiled by nvcc as C++17;
+#               they include only cuda/ headers and llm.h
+#   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU),
+#               linked with the test archive for the CPU reference code
+
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(strip $(NVCC)),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+# Ampere and Hopper machine code, and PTX for later chips.
+CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+NVCC_FLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_GENCODE) -Xcompiler -fPIC \
+	-Xcompiler -fvisibility=hidden -Xcompiler -Wall -Iinclude -Ilib -Icuda \
+	-DLLM_EXPERIMENTAL
+CUDA_CFLAGS := -std=c11 $(WARN) $(OPT) -g -fPIC -fvisibility=hidden -pthread -D_GNU_SOURCE \
+	-Iinclude -Ilib -Icuda -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_LIBDIR) -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm
+
+CUDA_C_SRC := $(sort $(wildcard cuda/*.c))
+CUDA_CU_SRC := $(sort $(wildcard cuda/*.cu))
+CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/obj-cuda/%.cu.o)
+CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
+CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
+CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
+
+$(BUILD)/obj-cuda/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj-cuda/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+
+# Linked by the host compiler: --no-undefined proves the plug-in needs
+# nothing of the core but the services it is handed (backend/plugin.h).
+$(CUDA_PLUGIN): $(CUDA_OBJ)
+	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
+
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka $(DEPS_LIBS) \
+		-L$(CUDA_LIBDIR) -lcublasLt
+
+-include $(CUDA_OBJ:.o=.d)
+else
+CUDA_PLUGIN :=
+CUDA_TEST_BIN :=
+endif
+
+.PHONY: cuda
+cuda: $(CUDA_PLUGIN)
