@@ -49,10 +49,12 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 $(CUDA_PLUGIN): $(CUDA_OBJ)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB)
+# Host tests link the plug-in's objects (they call its functions directly)
+# and the test archive (the CPU reference).
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka $(DEPS_LIBS) \
-		-L$(CUDA_LIBDIR) -lcublasLt
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka $(filter-out -pthread,$(DEPS_LIBS)) -lpthread \
+		-L$(CUDA_LIBDIR) -lcublasLt -ldl
 
 -include $(CUDA_OBJ:.o=.d)
 else
