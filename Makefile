@@ -254,7 +254,7 @@ bindings-test: all $(MODEL)
 
 # Installs into a scratch prefix and builds a downstream program with pkg-config.
 install-test:
-	+@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
+	+@LLM_CUDA_PLUGIN="$(CUDA_PLUGIN)" bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
 
 model: $(MODEL)
 $(MODEL): scripts/fetch-model.sh
