@@ -233,25 +233,28 @@ static void not_found(size_t k, const looked_list *looked) {
  * name; a file is the plug-in itself (with one known plug-in, no entry is
  * ambiguous). Returns whether one was found (and loaded or failed). */
 static bool search_env(size_t k, const char *env, looked_list *looked) {
-    char *copy = env ? llmi_strdup(env) : NULL;
-    if (!copy)
-        return false; /* unset, or no memory: the other places remain */
-    bool found = false;
-    char *save = NULL;
-    for (char *e = strtok_r(copy, ":", &save); e && !found; e = strtok_r(NULL, ":", &save)) {
-        char path[PATH_MAX];
-        struct stat sb;
-        const char *file = e;
-        if (stat(e, &sb) == 0 && S_ISDIR(sb.st_mode))
-            file = join(path, e, known[k].file) ? path : "";
-        looked_add(looked, e);
-        if (*file && exists(file)) {
-            load_known(k, file);
-            found = true;
+    /* Entries are copied to the stack, not the heap: the search runs once,
+     * and an allocation failing then (a test's sweep) must not change it. */
+    for (const char *e = env; e && *e;) {
+        const char *end = strchrnul(e, ':');
+        size_t len = (size_t)(end - e);
+        char entry[PATH_MAX], path[PATH_MAX];
+        if (len > 0 && len < sizeof entry) {
+            memcpy(entry, e, len);
+            entry[len] = '\0';
+            struct stat sb;
+            const char *file = entry;
+            if (stat(entry, &sb) == 0 && S_ISDIR(sb.st_mode))
+                file = join(path, entry, known[k].file) ? path : "";
+            looked_add(looked, entry);
+            if (*file && exists(file)) {
+                load_known(k, file);
+                return true;
+            }
         }
+        e = *end ? end + 1 : end;
     }
-    llmi_free(copy);
-    return found;
+    return false;
 }
 
 static void autoload_one(size_t k, const char *env) {
