@@ -206,19 +206,21 @@ static bool exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
-/* Loads `path` as known plug-in k; the outcome becomes its reason. */
-static void load_known(size_t k, const char *path) {
-    char dl_error[512];
-    if (load(path, known[k].name, dl_error, sizeof dl_error) == LLM_OK) {
+/* Loads `path` as known plug-in k; the outcome becomes its reason.
+ * `dl_error` receives dlopen's text when dlopen failed. */
+static llm_status load_known(size_t k, const char *path, char dl_error[512]) {
+    llm_status st = load(path, known[k].name, dl_error, 512);
+    if (st == LLM_OK) {
         snprintf(reasons[k], sizeof reasons[k], "%s %s was loaded, then unregistered",
                  known[k].what, path);
         report[k].level = LLM_LOG_INFO;
         snprintf(report[k].text, sizeof report[k].text, "loaded %s %s", known[k].what, path);
-        return;
+    } else {
+        snprintf(reasons[k], sizeof reasons[k], "%s", llmi_error_message());
+        report[k].level = LLM_LOG_WARN;
+        snprintf(report[k].text, sizeof report[k].text, "%s", reasons[k]);
     }
-    snprintf(reasons[k], sizeof reasons[k], "%s", llmi_error_message());
-    report[k].level = LLM_LOG_WARN;
-    snprintf(report[k].text, sizeof report[k].text, "%s", reasons[k]);
+    return st;
 }
 
 static void not_found(size_t k, const looked_list *looked) {
@@ -248,7 +250,8 @@ static bool search_env(size_t k, const char *env, looked_list *looked) {
                 file = join(path, entry, known[k].file) ? path : "";
             looked_add(looked, entry);
             if (*file && exists(file)) {
-                load_known(k, file);
+                char dl_error[512];
+                load_known(k, file, dl_error);
                 return true;
             }
         }
@@ -276,7 +279,8 @@ static void autoload_one(size_t k, const char *env) {
         char path[PATH_MAX];
         looked_add(&looked, dirs[i]);
         if (join(path, dirs[i], known[k].file) && exists(path)) {
-            load_known(k, path);
+            char dl_error[512];
+            load_known(k, path, dl_error);
             return;
         }
     }
@@ -285,23 +289,11 @@ static void autoload_one(size_t k, const char *env) {
      * shared object file"; a dependency that is missing names the
      * dependency instead and is a real load error. */
     char dl_error[512], miss[128];
-    if (load(known[k].file, known[k].name, dl_error, sizeof dl_error) == LLM_OK) {
-        snprintf(reasons[k], sizeof reasons[k], "%s %s was loaded, then unregistered",
-                 known[k].what, known[k].file);
-        report[k].level = LLM_LOG_INFO;
-        snprintf(report[k].text, sizeof report[k].text,
-                 "loaded %s %s from the dynamic loader's search path", known[k].what,
-                 known[k].file);
+    if (load_known(k, known[k].file, dl_error) == LLM_OK)
         return;
-    }
     snprintf(miss, sizeof miss, "%s: cannot open shared object file", known[k].file);
-    if (dl_error[0] && strncmp(dl_error, miss, strlen(miss)) == 0) {
+    if (strncmp(dl_error, miss, strlen(miss)) == 0)
         not_found(k, &looked);
-        return;
-    }
-    snprintf(reasons[k], sizeof reasons[k], "%s", llmi_error_message());
-    report[k].level = LLM_LOG_WARN;
-    snprintf(report[k].text, sizeof report[k].text, "%s", reasons[k]);
 }
 
 static pthread_once_t autoload_once = PTHREAD_ONCE_INIT;
