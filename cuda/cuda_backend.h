@@ -1,0 +1,118 @@
+/* The CUDA backend's objects (backend/backend.h: instance, weights, KV
+ * store, step context) as its host files share them: backend.c (table,
+ * instance, KV store), weights.c, gemm.c (the tensor-core path) and
+ * step.c. C only. */
+#ifndef LLMI_CUDA_BACKEND_H
+#define LLMI_CUDA_BACKEND_H
+
+#include "backend/backend.h"
+#include "internal.h"
+#include "kernels.h"
+#include "layout.h"
+
+/* cublasLt.h declares one function without a prototype. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
+
+/* Pinned host memory for copies between pageable host buffers and the
+ * device, reused once the copy that last read it (an h2d copy) is done. */
+typedef struct llmi_cuda_staging {
+    void *host;
+    size_t cap;
+    cudaEvent_t done; /* recorded after the last copy that reads `host` */
+    bool pending;     /* `done` was recorded and may not have fired */
+} llmi_cuda_staging;
+
+/* A cuBLASLt matmul of one shape, set up once: its descriptors and the
+ * algorithm the heuristic chose. */
+typedef struct llmi_cuda_gemm_plan {
+    uint32_t m, n, k;  /* output features, rows, inner dimension */
+    uint32_t ldc;      /* output row stride (floats) */
+    bool f32, bias;    /* f32 operands (else bf16); a bias epilogue */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} llmi_cuda_gemm_plan;
+
+#define LLMI_CUDA_GEMM_PLANS 64
+
+typedef struct llmi_cuda_instance {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace; /* cuBLASLt's */
+    size_t workspace_bytes;
+    llmi_cuda_staging staging; /* kv_read / kv_write */
+    llmi_cuda_gemm_plan plans[LLMI_CUDA_GEMM_PLANS];
+    uint32_t n_plans, next_plan; /* next_plan: the one replaced when full */
+} llmi_cuda_instance;
+
+typedef struct llmi_cuda_weights {
+    int device;
+    void *arena;
+    size_t bytes;
+    uint32_t n_layer;
+    /* Per slot of llmi_cuda_weights_plan; data NULL when absent. */
+    llmi_cu_matrix *mats;
+} llmi_cuda_weights;
+
+/* A model-role or layer-role weight on the device (data NULL if absent). */
+static inline const llmi_cu_matrix *llmi_cuda_model_w(const llmi_cuda_weights *w, int role) {
+    return &w->mats[role];
+}
+static inline const llmi_cu_matrix *llmi_cuda_layer_w(const llmi_cuda_weights *w, uint32_t layer,
+                                                      int role) {
+    return &w->mats[LLMI_MODEL_ROLES + (size_t)layer * LLMI_LAYER_ROLES + role];
+}
+
+typedef struct llmi_cuda_kv {
+    llmi_cuda_instance *inst;
+    llmi_kv_layout layout;
+    llmi_ttype type; /* the element type as a tensor type */
+    size_t row_bytes;  /* one slot of one layer's K (or V) */
+    size_t layer_bytes; /* one layer's K (or V) array */
+    void *arena;
+    void **caches;     /* host copy: layer l's K at [2l], V at [2l + 1] */
+    void **caches_dev; /* the same array on the device (llmi_cu_kv_copy_block) */
+} llmi_cuda_kv;
+
+/* ---- backend.c ---- */
+
+/* Makes the instance's device current on the calling thread (CUDA keeps
+ * the current device per thread, and sessions move between threads). */
+llm_status llmi_cuda_use_device(int device);
+/* Waits until `s` may be written again. */
+llm_status llmi_cuda_staging_wait(llmi_cuda_staging *s);
+llm_status llmi_cuda_staging_init(llmi_cuda_staging *s, size_t cap);
+void llmi_cuda_staging_free(llmi_cuda_staging *s);
+
+/* ---- weights.c ---- */
+
+llm_status llmi_cuda_weights_load(const llm_model *m, int32_t device, void **out);
+void llmi_cuda_weights_free(void *weights);
+
+/* ---- gemm.c ---- */
+
+/* LLM_OK, or LLM_ERR_BACKEND naming `what` and cuBLASLt's words (OOM for
+ * CUBLAS_STATUS_ALLOC_FAILED). */
+llm_status llmi_cuda_lt_check(cublasStatus_t st, const char *what);
+/* y[r][o] = sum_i W[o][i] x[r][i] (+ bias[o]) for n rows through cuBLASLt:
+ * W's rows are dequantized `chunk` at a time into deq (bf16, or f32 when
+ * f32 is set), x is already in that type, dense [n][W.cols] (x_ld =
+ * W.cols). The plan of each shape is made on first use and kept. */
+llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, const void *x,
+                          uint32_t n, const float *bias, float *y, uint32_t y_stride, bool f32,
+                          void *deq, size_t deq_bytes);
+void llmi_cuda_gemm_plans_free(llmi_cuda_instance *inst);
+
+/* ---- step.c ---- */
+
+llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weights,
+                                 uint32_t max_rows, uint32_t max_ctx, void **out);
+void llmi_cuda_step_free(void *step);
+llm_status llmi_cuda_step_run(void *step, void *kv, const llmi_step *st, float *logits);
+void llmi_cuda_step_set_f32_activations(void *step, bool on);
+
+#endif
