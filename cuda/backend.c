@@ -140,8 +140,11 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
     if (elem == 0)
         return llmi_cuda_error(LLM_ERR_INVALID_ARGUMENT, "KV store of unknown element type %d",
                                (int)layout->type);
+    /* One spare block past the pool's, which no sequence owns: the padding
+     * rows of graph-replayed steps write their K/V there (graph.c). */
     size_t slots, layer_bytes, arena = 0, offset;
-    if (!llmi_mul_ok(layout->n_blocks, layout->block_size, &slots) ||
+    if (layout->n_blocks == UINT32_MAX ||
+        !llmi_mul_ok((size_t)layout->n_blocks + 1, layout->block_size, &slots) ||
         !llmi_mul_ok(slots, (size_t)layout->kv_dim * elem, &layer_bytes))
         return llmi_cuda_error(LLM_ERR_LIMIT, "KV store of %u blocks overflows", layout->n_blocks);
     for (uint32_t i = 0; i < 2 * layout->n_layer; i++)
@@ -157,6 +160,7 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
     kv->inst = in;
     kv->layout = *layout;
     kv->type = kv_ttype(layout->type);
+    kv->spare = layout->n_blocks;
     kv->row_bytes = (size_t)layout->kv_dim * elem;
     kv->layer_bytes = layer_bytes;
     kv->caches = calloc(2 * (size_t)layout->n_layer + 1, sizeof *kv->caches);

@@ -71,12 +71,62 @@ typedef struct llmi_cuda_kv {
     llmi_cuda_instance *inst;
     llmi_kv_layout layout;
     llmi_ttype type; /* the element type as a tensor type */
+    uint32_t spare;    /* a block past layout.n_blocks that padding rows write (graph.c) */
     size_t row_bytes;  /* one slot of one layer's K (or V) */
     size_t layer_bytes; /* one layer's K (or V) array */
     void *arena;
     void **caches;     /* host copy: layer l's K at [2l], V at [2l + 1] */
     void **caches_dev; /* the same array on the device (llmi_cu_kv_copy_block) */
 } llmi_cuda_kv;
+
+/* A CUDA graph of the steps of one shape (layout.h, "CUDA graphs"): made
+ * on the second run of its shape (the first runs eagerly, so that every
+ * kernel is loaded and every matmul planned before a capture). */
+typedef struct llmi_cuda_graph {
+    uint32_t rows, max_pos, block_size;
+    bool f32;
+    const void *kv;
+    uint32_t runs;
+    bool failed; /* capture failed: this shape runs eagerly */
+    cudaGraphExec_t exec;
+} llmi_cuda_graph;
+
+#define LLMI_CUDA_GRAPHS 32
+
+typedef struct llmi_cuda_step {
+    llmi_cuda_instance *inst;
+    const llm_model *m;
+    const llmi_cuda_weights *w;
+    uint32_t max_rows, max_ctx, q_dim, kv_dim;
+    llmi_cuda_scratch plan;
+    char *scratch;
+    float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout, *out_rows, *logits, *attn;
+    void *act, *deq;
+    /* The step descriptor's words on the device and their pinned staging. */
+    uint32_t *words;
+    size_t words_cap;
+    llmi_cuda_staging words_stage;
+    llmi_cuda_staging logits_stage; /* plan.logit_rows rows of n_vocab floats */
+    bool f32_act;
+    /* The input of the matmuls that follow (mm_input). */
+    const float *in_x;
+    uint32_t in_rows, in_cols;
+    /* Graphs (graph.c): the repacked descriptor at fixed device addresses
+     * (for one block size), and the graphs made so far. */
+    llmi_cuda_graph_words glay;
+    uint32_t g_block_size;
+    uint32_t *gwords;
+    llmi_cuda_staging gstage;
+    llmi_cuda_graph graphs[LLMI_CUDA_GRAPHS];
+    uint32_t n_graphs, next_graph;
+    bool graphs_off; /* LLM_CUDA_GRAPHS=0 */
+} llmi_cuda_step;
+
+/* The descriptor's arrays as device pointers. */
+typedef struct llmi_cuda_dev_step {
+    const int32_t *token;
+    const uint32_t *pos, *seq, *block_start, *blocks, *logit_rows;
+} llmi_cuda_dev_step;
 
 /* ---- backend.c ---- */
 
@@ -108,6 +158,26 @@ llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, con
 void llmi_cuda_gemm_plans_free(llmi_cuda_instance *inst);
 
 /* ---- step.c ---- */
+
+/* Enqueues a step's layers for n_rows rows (embedding to the last residual
+ * add) on the stream, reading the descriptor at d; checks `interrupt`
+ * (may be NULL) between layers. */
+llm_status llmi_cuda_step_layers(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_cuda_dev_step *d,
+                                 uint32_t n_rows, uint32_t block_size, uint32_t max_pos,
+                                 const atomic_int *interrupt);
+/* Enqueues the logits of n (<= plan.logit_rows) rows whose indices are at
+ * rows (device) into s->logits, soft-capped. */
+llm_status llmi_cuda_step_logits(llmi_cuda_step *s, const uint32_t *rows, uint32_t n);
+/* Copies n rows of logits from s->logits to `out`, waiting for the stream. */
+llm_status llmi_cuda_step_copy_logits(llmi_cuda_step *s, uint32_t n, float *out);
+
+/* ---- graph.c ---- */
+
+/* Runs `st` from a graph when its shape takes one: LLM_OK with *ran set, or
+ * an error; *ran false means the caller runs it the plain way. */
+llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_step *st,
+                               float *logits, bool *ran);
+void llmi_cuda_graphs_free(llmi_cuda_step *s);
 
 llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weights,
                                  uint32_t max_rows, uint32_t max_ctx, void **out);

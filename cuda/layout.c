@@ -4,6 +4,7 @@
 #include "layout.h"
 
 #include <stdio.h>
+#include <string.h>
 
 bool llmi_cuda_arena_add(size_t *size, size_t bytes, size_t *offset) {
     size_t at = *size;
@@ -293,4 +294,58 @@ uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows) {
     for (uint32_t r = 0; r < n_rows; r++)
         max = pos[r] > max ? pos[r] : max;
     return max;
+}
+
+uint32_t llmi_cuda_graph_rows(uint32_t n_rows, uint32_t max_rows, uint32_t logit_rows) {
+    if (n_rows == 0 || n_rows > LLMI_CUDA_GRAPH_MAX_ROWS || n_rows > max_rows)
+        return 0;
+    uint32_t b = 1;
+    while (b < n_rows)
+        b *= 2;
+    if (b > max_rows)
+        b = max_rows;
+    return b <= logit_rows ? b : 0;
+}
+
+uint32_t llmi_cuda_graph_max_pos(uint32_t max_pos) {
+    uint64_t splits = (uint64_t)max_pos / LLMI_CU_ATTN_SPLIT + 1, p2 = 1;
+    while (p2 < splits)
+        p2 *= 2;
+    uint64_t last = p2 * LLMI_CU_ATTN_SPLIT - 1;
+    return last > UINT32_MAX ? UINT32_MAX : (uint32_t)last;
+}
+
+void llmi_cuda_graph_layout(uint32_t max_rows, uint32_t blocks_cap, llmi_cuda_graph_words *out) {
+    const size_t r = max_rows;
+    *out = (llmi_cuda_graph_words){.token = 0,
+                                   .pos = r,
+                                   .seq = 2 * r,
+                                   .block_start = 3 * r,
+                                   .logit_rows = 4 * r + 2,
+                                   .blocks = 5 * r + 2,
+                                   .size = 5 * r + 2 + blocks_cap,
+                                   .max_rows = max_rows,
+                                   .blocks_cap = blocks_cap};
+}
+
+bool llmi_cuda_graph_pack(const llmi_step *st, uint32_t rows, uint32_t spare,
+                          const llmi_cuda_graph_words *lay, uint32_t *words) {
+    const uint32_t n = st->n_rows, n_seqs = st->n_seqs, n_blocks = st->block_start[n_seqs];
+    if (rows < n || rows > lay->max_rows || n_seqs > lay->max_rows ||
+        (size_t)n_blocks + 1 > lay->blocks_cap)
+        return false;
+    uint32_t *token = words + lay->token, *pos = words + lay->pos, *seq = words + lay->seq;
+    uint32_t *block_start = words + lay->block_start, *blocks = words + lay->blocks;
+    uint32_t *logit_rows = words + lay->logit_rows;
+    for (uint32_t r = 0; r < rows; r++) {
+        token[r] = r < n ? (uint32_t)st->token[r] : 0;
+        pos[r] = r < n ? st->pos[r] : 0;
+        seq[r] = r < n ? st->seq[r] : n_seqs;
+        logit_rows[r] = r < st->n_logits ? st->logit_rows[r] : 0;
+    }
+    memcpy(block_start, st->block_start, ((size_t)n_seqs + 1) * sizeof *block_start);
+    block_start[n_seqs + 1] = n_blocks + 1;
+    memcpy(blocks, st->blocks, (size_t)n_blocks * sizeof *blocks);
+    blocks[n_blocks] = spare;
+    return true;
 }

@@ -8,6 +8,7 @@
 #ifndef LLMI_CUDA_LAYOUT_H
 #define LLMI_CUDA_LAYOUT_H
 
+#include "backend/backend.h"
 #include "kernels.h"
 #include "model/model.h"
 
@@ -98,5 +99,43 @@ bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_f
 
 /* The largest position of the step's rows (the attention grid's size). */
 uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows);
+
+/* ---- CUDA graphs of small steps ----
+ * A step of a few rows (decode, speculative verification) is replayed from
+ * a CUDA graph captured for its row bucket: the step is padded to the
+ * bucket's row count, its descriptor repacked at fixed offsets of a fixed
+ * device buffer, and the attention grid sized for a power of two of splits,
+ * so that no launch parameter a graph bakes in varies between the steps
+ * that share it. Padding rows write their K/V into a spare block of the KV
+ * store that no sequence owns, and their logits are dropped. */
+
+/* Steps of more rows run without a graph. */
+#define LLMI_CUDA_GRAPH_MAX_ROWS 64u
+
+/* The bucket of a step of n_rows rows: the smallest power of two >=
+ * n_rows, capped at max_rows; 0 (no graph) when n_rows is over
+ * LLMI_CUDA_GRAPH_MAX_ROWS or the bucket's logits do not fit in one pass of
+ * logit_rows rows. */
+uint32_t llmi_cuda_graph_rows(uint32_t n_rows, uint32_t max_rows, uint32_t logit_rows);
+/* max_pos raised to the last position of a power of two of attention
+ * splits (LLMI_CU_ATTN_SPLIT positions each): the grid a graph is keyed by. */
+uint32_t llmi_cuda_graph_max_pos(uint32_t max_pos);
+
+/* Word offsets of a repacked descriptor for buckets of up to max_rows rows
+ * and blocks_cap block-table entries: token, pos, seq [max_rows];
+ * block_start [max_rows + 2]; logit_rows [max_rows]; blocks [blocks_cap];
+ * size words in all. */
+typedef struct llmi_cuda_graph_words {
+    size_t token, pos, seq, block_start, logit_rows, blocks, size;
+    uint32_t max_rows, blocks_cap;
+} llmi_cuda_graph_words;
+void llmi_cuda_graph_layout(uint32_t max_rows, uint32_t blocks_cap, llmi_cuda_graph_words *out);
+/* Writes `st` padded to `rows` rows (n_rows <= rows <= lay->max_rows) into
+ * `words` (lay->size words): padding rows have token 0 at position 0 of an
+ * extra sequence slot (n_seqs) whose table is the one block `spare`; the
+ * logit rows are st's followed by row 0 up to `rows`. False when st's block
+ * tables and the spare block exceed lay->blocks_cap. */
+bool llmi_cuda_graph_pack(const llmi_step *st, uint32_t rows, uint32_t spare,
+                          const llmi_cuda_graph_words *lay, uint32_t *words);
 
 #endif

@@ -21,25 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct cuda_step {
-    llmi_cuda_instance *inst;
-    const llm_model *m;
-    const llmi_cuda_weights *w;
-    uint32_t max_rows, max_ctx, q_dim, kv_dim;
-    llmi_cuda_scratch plan;
-    char *scratch;
-    float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout, *out_rows, *logits, *attn;
-    void *act, *deq;
-    /* The step descriptor's words on the device and their pinned staging. */
-    uint32_t *words;
-    size_t words_cap;
-    llmi_cuda_staging words_stage;
-    llmi_cuda_staging logits_stage; /* plan.logit_rows rows of n_vocab floats */
-    bool f32_act;
-    /* The input of the matmuls that follow (mm_input). */
-    const float *in_x;
-    uint32_t in_rows, in_cols;
-} cuda_step;
+typedef llmi_cuda_step cuda_step;
 
 void llmi_cuda_step_free(void *ctx) {
     cuda_step *s = ctx;
@@ -47,6 +29,7 @@ void llmi_cuda_step_free(void *ctx) {
         return;
     cudaSetDevice(s->inst->device);
     cudaStreamSynchronize(s->inst->stream);
+    llmi_cuda_graphs_free(s);
     llmi_cuda_staging_free(&s->words_stage);
     llmi_cuda_staging_free(&s->logits_stage);
     if (s->words)
@@ -124,6 +107,8 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
     s->q_dim = hp->n_head * hp->head_dim;
     s->kv_dim = hp->n_head_kv * hp->head_dim;
     s->plan = plan;
+    const char *graphs = getenv("LLM_CUDA_GRAPHS");
+    s->graphs_off = graphs && strcmp(graphs, "0") == 0;
     llm_status st = llmi_cuda_check(cudaMalloc((void **)&s->scratch, plan.size),
                                     "allocating the step scratch");
     if (st == LLM_OK)
@@ -172,17 +157,27 @@ static llm_status mm(cuda_step *s, const llmi_cu_matrix *w, const llmi_cu_matrix
 
 /* ---- one step ---- */
 
-/* The descriptor's arrays as device pointers into the uploaded words. */
-typedef struct dev_step {
-    const int32_t *token;
-    const uint32_t *pos, *seq, *block_start, *blocks, *logit_rows;
-} dev_step;
+typedef llmi_cuda_dev_step dev_step;
 
 static const uint32_t *dev_ptr(const cuda_step *s, const llmi_step *st, const void *host) {
     return s->words + ((const uint32_t *)host - st->words);
 }
 
+/* Whether `count` words at p lie inside the descriptor's buffer: the
+ * device addresses are offsets into it. */
+static bool in_words(const llmi_step *st, const void *p, size_t count) {
+    const uint32_t *w = p;
+    return w >= st->words && w <= st->words + st->n_words &&
+           count <= (size_t)(st->words + st->n_words - w);
+}
+
 static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
+    if (!in_words(st, st->token, st->n_rows) || !in_words(st, st->pos, st->n_rows) ||
+        !in_words(st, st->seq, st->n_rows) || !in_words(st, st->block_start, st->n_seqs + 1) ||
+        !in_words(st, st->blocks, st->block_start[st->n_seqs]) ||
+        !in_words(st, st->logit_rows, st->n_logits))
+        return llmi_cuda_error(LLM_ERR_INTERNAL,
+                               "step descriptor: an array lies outside its words buffer");
     LLMI_TRY(words_reserve(s, st->n_words));
     llmi_cuda_staging *stage = &s->words_stage;
     LLMI_TRY(llmi_cuda_staging_wait(stage));
@@ -206,12 +201,17 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
 
 static const float *vec(const llmi_cu_matrix *w) { return (const float *)w->data; }
 
-static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, const llmi_step *st,
-                                  const dev_step *d, uint32_t max_pos) {
+/* The rows' geometry, as launch parameters. */
+typedef struct step_geom {
+    uint32_t n, block_size, max_pos;
+} step_geom;
+
+static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, const step_geom *g,
+                                  const dev_step *d) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
     cudaStream_t stream = s->inst->stream;
-    const uint32_t n = st->n_rows;
+    const uint32_t n = g->n;
 #define LW(role) llmi_cuda_layer_w(w, l, role)
     LLMI_TRY(mm_input(s, s->xb, n, hp->n_embd));
     LLMI_TRY(mm(s, LW(LLMI_ROLE_Q), LW(LLMI_ROLE_Q_BIAS), s->q, s->q_dim));
@@ -239,7 +239,7 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
            "RoPE");
     void *k_cache = kv->caches[2 * (size_t)l], *v_cache = kv->caches[2 * (size_t)l + 1];
     KCHECK(llmi_cu_kv_store(stream, k_cache, v_cache, kv->type, s->kv_dim, s->k, s->kv_dim, s->v,
-                            s->kv_dim, d->pos, d->seq, d->block_start, d->blocks, st->block_size,
+                            s->kv_dim, d->pos, d->seq, d->block_start, d->blocks, g->block_size,
                             n),
            "storing K/V");
     const llmi_cu_attention_args a = {
@@ -255,12 +255,12 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim,
         .kv_dim = s->kv_dim,
-        .block_size = st->block_size,
+        .block_size = g->block_size,
         .pos = d->pos,
         .seq = d->seq,
         .block_start = d->block_start,
         .blocks = d->blocks,
-        .max_pos = max_pos,
+        .max_pos = g->max_pos,
         .scale = 1.0f / sqrtf((float)hp->head_dim),
         .window = windowed ? hp->features.swa_window : 0,
         .scratch = s->attn,
@@ -290,56 +290,21 @@ static llm_status ffn_block(cuda_step *s, uint32_t l, uint32_t n) {
 #undef LW
 }
 
-/* The wanted rows' logits, a pass of plan.logit_rows rows at a time:
- * gathered, normed, multiplied, soft-capped, copied to pinned memory and
- * then to `logits` once the stream got there. */
-static llm_status logits_out(cuda_step *s, const llmi_step *st, const dev_step *d,
-                             float *logits) {
+llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step *d,
+                                 uint32_t n_rows, uint32_t block_size, uint32_t max_pos,
+                                 const atomic_int *interrupt) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
     cudaStream_t stream = s->inst->stream;
-    const float cap = hp->features.logit_softcap;
-    for (uint32_t c0 = 0; c0 < st->n_logits; c0 += s->plan.logit_rows) {
-        const uint32_t cn =
-            st->n_logits - c0 < s->plan.logit_rows ? st->n_logits - c0 : s->plan.logit_rows;
-        const size_t n_out = (size_t)cn * hp->n_vocab;
-        KCHECK(llmi_cu_gather_rows(stream, s->x, d->logit_rows + c0, cn, hp->n_embd, s->out_rows),
-               "gathering rows");
-        KCHECK(llmi_cu_rmsnorm(stream, s->out_rows,
-                               vec(llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT_NORM)), hp->rms_eps, cn,
-                               hp->n_embd, s->out_rows),
-               "the output norm");
-        LLMI_TRY(mm_input(s, s->out_rows, cn, hp->n_embd));
-        LLMI_TRY(mm(s, llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT), NULL, s->logits, hp->n_vocab));
-        if (cap > 0.0f)
-            KCHECK(llmi_cu_softcap(stream, s->logits, n_out, cap), "the logit soft-cap");
-        KCHECK(cudaMemcpyAsync(s->logits_stage.host, s->logits, n_out * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream),
-               "copying logits");
-        KCHECK(cudaStreamSynchronize(stream), "running the step");
-        memcpy(logits + (size_t)c0 * hp->n_vocab, s->logits_stage.host, n_out * sizeof(float));
-    }
-    return LLM_OK;
-}
-
-llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
-    cuda_step *s = ctx;
-    llmi_cuda_kv *kv = kv_store;
-    const llmi_hparams *hp = &s->m->hp;
-    const llmi_cuda_weights *w = s->w;
-    cudaStream_t stream = s->inst->stream;
-    const uint32_t n = st->n_rows;
-    LLMI_TRY(llmi_cuda_use_device(s->inst->device));
-    dev_step d;
-    LLMI_TRY(upload_step(s, st, &d));
-    const uint32_t max_pos = llmi_cuda_max_pos(st->pos, n);
-    KCHECK(llmi_cu_embed(stream, llmi_cuda_model_w(w, LLMI_ROLE_TOKEN_EMBD), d.token, n,
+    const step_geom g = {n_rows, block_size, max_pos};
+    const uint32_t n = n_rows;
+    KCHECK(llmi_cu_embed(stream, llmi_cuda_model_w(w, LLMI_ROLE_TOKEN_EMBD), d->token, n,
                          hp->features.embd_scale, s->x),
            "embedding");
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         /* Stops issuing work; what was issued finishes and writes only the
          * rows' K/V slots. */
-        if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
+        if (interrupt && atomic_load_explicit(interrupt, memory_order_relaxed))
             return llmi_cuda_error(LLM_ERR_CANCELLED,
                                    "interrupted (llm_session_interrupt) at layer %u", l);
         const float *attn_norm = vec(llmi_cuda_layer_w(w, l, LLMI_ROLE_ATTN_NORM));
@@ -351,7 +316,7 @@ llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
                                        vec(llmi_cuda_layer_w(w, l - 1, LLMI_ROLE_POST_FFN_NORM)),
                                        attn_norm, hp->rms_eps, n, hp->n_embd, s->xb),
                    "residual add and norm");
-        LLMI_TRY(attention_block(s, kv, l, st, &d, max_pos));
+        LLMI_TRY(attention_block(s, kv, l, &g, d));
         LLMI_TRY(ffn_block(s, l, n));
     }
     if (hp->n_layer > 0)
@@ -360,8 +325,56 @@ llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
                    vec(llmi_cuda_layer_w(w, hp->n_layer - 1, LLMI_ROLE_POST_FFN_NORM)), NULL,
                    hp->rms_eps, n, hp->n_embd, s->xb),
                "residual add");
-    if (st->n_logits)
-        return logits_out(s, st, &d, logits);
-    /* Without logits the step may still be running: sync reports it. */
-    return llmi_cuda_check(cudaGetLastError(), "launching the step");
+    return LLM_OK;
+}
+
+llm_status llmi_cuda_step_logits(cuda_step *s, const uint32_t *rows, uint32_t n) {
+    const llmi_hparams *hp = &s->m->hp;
+    const llmi_cuda_weights *w = s->w;
+    cudaStream_t stream = s->inst->stream;
+    KCHECK(llmi_cu_gather_rows(stream, s->x, rows, n, hp->n_embd, s->out_rows), "gathering rows");
+    KCHECK(llmi_cu_rmsnorm(stream, s->out_rows, vec(llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT_NORM)),
+                           hp->rms_eps, n, hp->n_embd, s->out_rows),
+           "the output norm");
+    LLMI_TRY(mm_input(s, s->out_rows, n, hp->n_embd));
+    LLMI_TRY(mm(s, llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT), NULL, s->logits, hp->n_vocab));
+    const float cap = hp->features.logit_softcap;
+    if (cap > 0.0f)
+        KCHECK(llmi_cu_softcap(stream, s->logits, (size_t)n * hp->n_vocab, cap),
+               "the logit soft-cap");
+    return LLM_OK;
+}
+
+llm_status llmi_cuda_step_copy_logits(cuda_step *s, uint32_t n, float *out) {
+    const size_t bytes = (size_t)n * s->m->hp.n_vocab * sizeof(float);
+    cudaStream_t stream = s->inst->stream;
+    KCHECK(cudaMemcpyAsync(s->logits_stage.host, s->logits, bytes, cudaMemcpyDeviceToHost, stream),
+           "copying logits");
+    KCHECK(cudaStreamSynchronize(stream), "running the step");
+    memcpy(out, s->logits_stage.host, bytes);
+    return LLM_OK;
+}
+
+llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
+    cuda_step *s = ctx;
+    llmi_cuda_kv *kv = kv_store;
+    LLMI_TRY(llmi_cuda_use_device(s->inst->device));
+    bool ran = false;
+    LLMI_TRY(llmi_cuda_graph_run(s, kv, st, logits, &ran));
+    if (ran)
+        return LLM_OK;
+    dev_step d = {0};
+    LLMI_TRY(upload_step(s, st, &d));
+    LLMI_TRY(llmi_cuda_step_layers(s, kv, &d, st->n_rows, st->block_size,
+                                   llmi_cuda_max_pos(st->pos, st->n_rows), st->interrupt));
+    /* The wanted rows a pass of plan.logit_rows at a time. */
+    const uint32_t n_vocab = s->m->hp.n_vocab;
+    for (uint32_t c0 = 0; c0 < st->n_logits; c0 += s->plan.logit_rows) {
+        const uint32_t cn =
+            st->n_logits - c0 < s->plan.logit_rows ? st->n_logits - c0 : s->plan.logit_rows;
+        LLMI_TRY(llmi_cuda_step_logits(s, d.logit_rows + c0, cn));
+        LLMI_TRY(llmi_cuda_step_copy_logits(s, cn, logits + (size_t)c0 * n_vocab));
+    }
+    /* Without logits the step may still be running: sync reports a fault. */
+    return LLM_OK;
 }
