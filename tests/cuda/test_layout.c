@@ -455,6 +455,138 @@ static void test_gemv_choice_and_max_pos(void **state) {
     }
 }
 
+/* ---- CUDA graph shapes ---- */
+
+static void test_graph_rows_and_max_pos(void **state) {
+    (void)state;
+    const uint32_t max_rows_list[] = {1, 3, 8, 16, 48, 64, 100, 4096};
+    const uint32_t logit_list[] = {1, 4, 32, 64, 4096};
+    for (size_t i = 0; i < sizeof max_rows_list / sizeof max_rows_list[0]; i++)
+        for (size_t j = 0; j < sizeof logit_list / sizeof logit_list[0]; j++)
+            for (uint32_t n = 0; n <= 130; n++) {
+                uint32_t max_rows = max_rows_list[i], lr = logit_list[j], want = 0;
+                if (n >= 1 && n <= LLMI_CUDA_GRAPH_MAX_ROWS && n <= max_rows) {
+                    /* the smallest power of two at or above n, within max_rows */
+                    uint32_t b = 1;
+                    while (b < n)
+                        b <<= 1;
+                    want = b < max_rows ? b : max_rows;
+                    if (want > lr)
+                        want = 0;
+                }
+                assert_int_equal(llmi_cuda_graph_rows(n, max_rows, lr), want);
+            }
+    uint64_t s = 0x6a9;
+    for (int i = 0; i < 5000; i++) {
+        uint32_t p = i < 600 ? (uint32_t)i : (uint32_t)(rng_next(&s) % 2000000);
+        uint32_t g = llmi_cuda_graph_max_pos(p);
+        uint64_t splits = ((uint64_t)g + 1) / LLMI_CU_ATTN_SPLIT;
+        assert_true(g >= p);
+        assert_int_equal(((uint64_t)g + 1) % LLMI_CU_ATTN_SPLIT, 0);
+        assert_int_equal(splits & (splits - 1), 0);
+        /* minimal: half as many splits would not cover p */
+        if (splits > 1)
+            assert_true(splits / 2 * LLMI_CU_ATTN_SPLIT - 1 < p);
+    }
+}
+
+/* A random step descriptor as the engine lays it out (backend/backend.h). */
+typedef struct fake_step {
+    llmi_step st;
+    uint32_t words[4096];
+} fake_step;
+
+static void fake_step_make(uint64_t *s, uint32_t block_size, uint32_t n_blocks, fake_step *f) {
+    uint32_t n_seqs = rng_range(s, 1, 20), n = n_seqs + rng_range(s, 0, 30);
+    uint32_t *w = f->words, *token = w, *pos = w + n, *seq = pos + n, *block_start = seq + n;
+    uint32_t *blocks = block_start + n_seqs + 1;
+    uint32_t b = 0, seq_blocks[64];
+    for (uint32_t q = 0; q < n_seqs; q++) {
+        block_start[q] = b;
+        seq_blocks[q] = rng_range(s, 1, 6);
+        for (uint32_t i = 0; i < seq_blocks[q]; i++)
+            blocks[b++] = (uint32_t)(rng_next(s) % n_blocks);
+    }
+    block_start[n_seqs] = b;
+    uint32_t *logit_rows = blocks + b, n_logits = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        seq[r] = r < n_seqs ? r : (uint32_t)(rng_next(s) % n_seqs);
+        pos[r] = (uint32_t)(rng_next(s) % (seq_blocks[seq[r]] * block_size));
+        token[r] = (uint32_t)(rng_next(s) % 50000);
+        if (rng_next(s) % 2)
+            logit_rows[n_logits++] = r;
+    }
+    f->st = (llmi_step){.n_rows = n,
+                        .n_seqs = n_seqs,
+                        .n_logits = n_logits,
+                        .block_size = block_size,
+                        .token = (const int32_t *)token,
+                        .pos = pos,
+                        .seq = seq,
+                        .block_start = block_start,
+                        .blocks = blocks,
+                        .logit_rows = logit_rows,
+                        .words = w,
+                        .n_words = (size_t)(logit_rows + n_logits - w)};
+}
+
+static void test_graph_pack(void **state) {
+    (void)state;
+    uint64_t seed = 0x9ac4, s = seed;
+    printf("seed %#llx\n", (unsigned long long)seed);
+    for (int round = 0; round < 500; round++) {
+        const uint32_t block_size = rng_range(&s, 1, 32), n_blocks = rng_range(&s, 1, 200);
+        fake_step f;
+        fake_step_make(&s, block_size, n_blocks, &f);
+        const llmi_step *st = &f.st;
+        const uint32_t max_rows = 64, rows = rng_range(&s, st->n_rows, max_rows);
+        const uint32_t spare = n_blocks; /* past the pool: the KV store's extra block */
+        llmi_cuda_graph_words lay;
+        llmi_cuda_graph_layout(max_rows, 200, &lay);
+        range parts[] = {{lay.token, max_rows},         {lay.pos, max_rows},
+                         {lay.seq, max_rows},           {lay.block_start, max_rows + 2},
+                         {lay.logit_rows, max_rows},    {lay.blocks, lay.blocks_cap}};
+        qsort(parts, 6, sizeof *parts, range_cmp);
+        for (int i = 0; i < 5; i++)
+            assert_true(parts[i].off + parts[i].bytes <= parts[i + 1].off);
+        assert_int_equal(parts[5].off + parts[5].bytes, lay.size);
+        uint32_t *packed = malloc(lay.size * sizeof *packed);
+        assert_non_null(packed);
+        assert_true(llmi_cuda_graph_pack(st, rows, spare, &lay, packed));
+        /* Read it back as a descriptor of `rows` rows and n_seqs + 1 slots. */
+        const llmi_step view = {.n_rows = rows,
+                                .n_seqs = st->n_seqs + 1,
+                                .block_size = block_size,
+                                .token = (const int32_t *)(packed + lay.token),
+                                .pos = packed + lay.pos,
+                                .seq = packed + lay.seq,
+                                .block_start = packed + lay.block_start,
+                                .blocks = packed + lay.blocks,
+                                .logit_rows = packed + lay.logit_rows};
+        for (uint32_t r = 0; r < rows; r++) {
+            if (r < st->n_rows) {
+                assert_int_equal(view.token[r], st->token[r]);
+                assert_int_equal(view.pos[r], st->pos[r]);
+                assert_int_equal(llmi_step_slot(&view, view.seq[r], view.pos[r]),
+                                 llmi_step_slot(st, st->seq[r], st->pos[r]));
+            } else {
+                /* padding: a valid token, writing only the spare block */
+                assert_int_equal(view.token[r], 0);
+                assert_int_equal(llmi_step_slot(&view, view.seq[r], view.pos[r]) / block_size,
+                                 spare);
+            }
+            if (r < st->n_logits)
+                assert_int_equal(view.logit_rows[r], st->logit_rows[r]);
+            else
+                assert_true(view.logit_rows[r] < rows);
+        }
+        /* Too small a table capacity: refused. */
+        llmi_cuda_graph_layout(max_rows, st->block_start[st->n_seqs], &lay);
+        assert_false(llmi_cuda_graph_pack(st, rows, spare, &lay, packed));
+        free(packed);
+    }
+}
+
 /* ---- real models ---- */
 
 static void real_model(const char *env, bool has_q4_k) {
@@ -508,6 +640,8 @@ int main(void) {
         cmocka_unit_test(test_chunk_rows),
         cmocka_unit_test(test_scratch_plan_random),
         cmocka_unit_test(test_gemv_choice_and_max_pos),
+        cmocka_unit_test(test_graph_rows_and_max_pos),
+        cmocka_unit_test(test_graph_pack),
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_gemma3),
     };
