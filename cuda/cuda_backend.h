@@ -85,7 +85,10 @@ typedef struct llmi_cuda_kv {
 typedef struct llmi_cuda_graph {
     uint32_t rows, max_pos, block_size;
     bool f32;
-    const void *kv;
+    /* The KV store, by its host and device addresses and layer size (the
+     * graph bakes in its layers' addresses). */
+    const void *kv, *kv_arena;
+    size_t kv_layer_bytes;
     uint32_t runs;
     bool failed; /* capture failed: this shape runs eagerly */
     cudaGraphExec_t exec;

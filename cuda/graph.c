@@ -69,7 +69,8 @@ static llmi_cuda_graph *graph_for(llmi_cuda_step *s, const llmi_cuda_graph *key)
     for (uint32_t i = 0; i < s->n_graphs; i++) {
         llmi_cuda_graph *g = &s->graphs[i];
         if (g->rows == key->rows && g->max_pos == key->max_pos &&
-            g->block_size == key->block_size && g->f32 == key->f32 && g->kv == key->kv)
+            g->block_size == key->block_size && g->f32 == key->f32 && g->kv == key->kv &&
+            g->kv_arena == key->kv_arena && g->kv_layer_bytes == key->kv_layer_bytes)
             return g;
     }
     llmi_cuda_graph *g;
@@ -142,7 +143,9 @@ llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_s
                                  .max_pos = max_pos,
                                  .block_size = st->block_size,
                                  .f32 = s->f32_act,
-                                 .kv = kv};
+                                 .kv = kv,
+                                 .kv_arena = kv->arena,
+                                 .kv_layer_bytes = kv->layer_bytes};
     llmi_cuda_graph *g = graph_for(s, &key);
     const llmi_cuda_dev_step d = {
         .token = (const int32_t *)(s->gwords + s->glay.token),
