@@ -15,14 +15,30 @@
 #define KV_STAGING_BYTES ((size_t)4 << 20)
 
 llm_status llmi_cuda_use_device(int device) {
-    return llmi_cuda_check(cudaSetDevice(device), "selecting the device");
+    return llmi_cuda_call(cudaSetDevice(device), "selecting the device");
+}
+
+llm_status llmi_cuda_alloc(void **out, size_t bytes, const char *what) {
+    *out = NULL;
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err != cudaErrorMemoryAllocation)
+        return llmi_cuda_call(err, what);
+    cudaGetLastError(); /* not sticky: clear it for the launchers */
+    *out = NULL;
+    int device = -1;
+    size_t free_b = 0, total_b = 0;
+    cudaGetDevice(&device);
+    cudaMemGetInfo(&free_b, &total_b);
+    return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY,
+                           "CUDA device %d is out of memory: %s needs %.1f MiB, %.1f MiB are free",
+                           device, what, (double)bytes / 1048576.0, (double)free_b / 1048576.0);
 }
 
 llm_status llmi_cuda_staging_init(llmi_cuda_staging *s, size_t cap) {
     memset(s, 0, sizeof *s);
-    llm_status st = llmi_cuda_check(cudaMallocHost(&s->host, cap), "allocating pinned memory");
+    llm_status st = llmi_cuda_call(cudaMallocHost(&s->host, cap), "allocating pinned memory");
     if (st == LLM_OK)
-        st = llmi_cuda_check(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
+        st = llmi_cuda_call(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
                              "creating an event");
     if (st != LLM_OK) {
         llmi_cuda_staging_free(s);
@@ -44,7 +60,7 @@ llm_status llmi_cuda_staging_wait(llmi_cuda_staging *s) {
     if (!s->pending)
         return LLM_OK;
     s->pending = false;
-    return llmi_cuda_check(cudaEventSynchronize(s->done), "waiting for a copy");
+    return llmi_cuda_call(cudaEventSynchronize(s->done), "waiting for a copy");
 }
 
 /* ---- instance ---- */
@@ -81,13 +97,12 @@ static llm_status cuda_open(const llmi_backend_config *cfg, void **out) {
     in->device = cfg->device;
     llm_status st = llmi_cuda_use_device(in->device);
     if (st == LLM_OK)
-        st = llmi_cuda_check(cudaStreamCreateWithFlags(&in->stream, cudaStreamNonBlocking),
+        st = llmi_cuda_call(cudaStreamCreateWithFlags(&in->stream, cudaStreamNonBlocking),
                              "creating a stream");
     if (st == LLM_OK)
         st = llmi_cuda_lt_check(cublasLtCreate(&in->lt), "creating the cuBLASLt handle");
     if (st == LLM_OK)
-        st = llmi_cuda_check(cudaMalloc(&in->workspace, WORKSPACE_BYTES),
-                             "allocating the cuBLASLt workspace");
+        st = llmi_cuda_alloc(&in->workspace, WORKSPACE_BYTES, "the cuBLASLt workspace");
     if (st == LLM_OK) {
         in->workspace_bytes = WORKSPACE_BYTES;
         st = llmi_cuda_staging_init(&in->staging, KV_STAGING_BYTES);
@@ -107,7 +122,7 @@ static llm_status cuda_sync(void *backend) {
     llm_status st = llmi_cuda_use_device(in->device);
     if (st != LLM_OK)
         return st;
-    return llmi_cuda_check(cudaStreamSynchronize(in->stream), "running the stream");
+    return llmi_cuda_call(cudaStreamSynchronize(in->stream), "running the stream");
 }
 
 /* ---- KV store ---- */
@@ -169,10 +184,10 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
         return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: KV store");
     }
     if (arena)
-        st = llmi_cuda_check(cudaMalloc(&kv->arena, arena), "allocating the KV store");
+        st = llmi_cuda_alloc(&kv->arena, arena, "the KV store");
     const size_t table_bytes = 2 * (size_t)layout->n_layer * sizeof(void *);
     if (st == LLM_OK)
-        st = llmi_cuda_check(cudaMalloc((void **)&kv->caches_dev,
+        st = llmi_cuda_call(cudaMalloc((void **)&kv->caches_dev,
                                         table_bytes ? table_bytes : sizeof(void *)),
                              "allocating the KV store");
     if (st == LLM_OK) {
@@ -182,7 +197,7 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
             kv->caches[i] = (char *)kv->arena + offset;
         }
         /* Synchronous: the host array is not pinned and is read once. */
-        st = llmi_cuda_check(
+        st = llmi_cuda_call(
             cudaMemcpy(kv->caches_dev, kv->caches, table_bytes, cudaMemcpyHostToDevice),
                              "uploading the KV store's layer table");
     }
@@ -201,7 +216,7 @@ static llm_status cuda_kv_copy(void *ctx, uint32_t dst, uint32_t src, uint32_t n
     llm_status st = llmi_cuda_use_device(kv->inst->device);
     if (st != LLM_OK)
         return st;
-    return llmi_cuda_check(llmi_cu_kv_copy_block(kv->inst->stream, kv->caches_dev,
+    return llmi_cuda_call(llmi_cu_kv_copy_block(kv->inst->stream, kv->caches_dev,
                                                  kv->layout.n_layer, kv->row_bytes,
                                                  kv->layout.block_size, dst, src, n_slots),
                            "copying a KV block");
@@ -224,10 +239,10 @@ static llm_status cuda_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot,
     while (left) {
         size_t piece = left < s->cap ? left : s->cap;
         LLMI_TRY(llmi_cuda_staging_wait(s));
-        LLMI_TRY(llmi_cuda_check(cudaMemcpyAsync(s->host, from + done, piece,
+        LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->host, from + done, piece,
                                                  cudaMemcpyDeviceToHost, in->stream),
                                  "reading KV rows"));
-        LLMI_TRY(llmi_cuda_check(cudaStreamSynchronize(in->stream), "reading KV rows"));
+        LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(in->stream), "reading KV rows"));
         memcpy((char *)dst + done, s->host, piece);
         done += piece;
         left -= piece;
@@ -249,10 +264,10 @@ static llm_status cuda_kv_write(void *ctx, uint32_t layer, bool v, uint32_t slot
         size_t piece = left < s->cap ? left : s->cap;
         LLMI_TRY(llmi_cuda_staging_wait(s));
         memcpy(s->host, (const char *)src + done, piece);
-        LLMI_TRY(llmi_cuda_check(cudaMemcpyAsync(to + done, s->host, piece,
+        LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(to + done, s->host, piece,
                                                  cudaMemcpyHostToDevice, in->stream),
                                  "writing KV rows"));
-        LLMI_TRY(llmi_cuda_check(cudaEventRecord(s->done, in->stream), "writing KV rows"));
+        LLMI_TRY(llmi_cuda_call(cudaEventRecord(s->done, in->stream), "writing KV rows"));
         s->pending = true;
         done += piece;
         left -= piece;

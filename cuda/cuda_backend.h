@@ -131,11 +131,23 @@ typedef struct llmi_cuda_dev_step {
     const uint32_t *pos, *seq, *block_start, *blocks, *logit_rows;
 } llmi_cuda_dev_step;
 
+/* llmi_cuda_check that also clears CUDA's per-thread last error after a
+ * failure that is not sticky (an allocation refused): the launchers report
+ * cudaGetLastError(), which would otherwise repeat it at the next launch. */
+static inline llm_status llmi_cuda_call(cudaError_t err, const char *what) {
+    if (err != cudaSuccess)
+        cudaGetLastError();
+    return llmi_cuda_check(err, what);
+}
+
 /* ---- backend.c ---- */
 
 /* Makes the instance's device current on the calling thread (CUDA keeps
  * the current device per thread, and sessions move between threads). */
 llm_status llmi_cuda_use_device(int device);
+/* cudaMalloc of `bytes` (> 0); when the device is out of memory,
+ * LLM_ERR_OUT_OF_MEMORY saying what needed how much and how much is free. */
+llm_status llmi_cuda_alloc(void **out, size_t bytes, const char *what);
 /* Waits until `s` may be written again. */
 llm_status llmi_cuda_staging_wait(llmi_cuda_staging *s);
 llm_status llmi_cuda_staging_init(llmi_cuda_staging *s, size_t cap);

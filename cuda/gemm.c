@@ -139,7 +139,7 @@ llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, con
     const float alpha = 1.0f, beta = 0.0f;
     for (uint32_t row0 = 0; row0 < w->rows; row0 += chunk) {
         const uint32_t mc = w->rows - row0 < chunk ? w->rows - row0 : chunk;
-        LLMI_TRY(llmi_cuda_check(llmi_cu_dequantize(inst->stream, w, row0, mc, !f32, deq),
+        LLMI_TRY(llmi_cuda_call(llmi_cu_dequantize(inst->stream, w, row0, mc, !f32, deq),
                                  "dequantizing a weight"));
         llmi_cuda_gemm_plan *p;
         LLMI_TRY(plan_get(inst, mc, n, w->cols, y_stride, f32, bias != NULL, &p));

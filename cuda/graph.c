@@ -41,7 +41,7 @@ void llmi_cuda_graphs_free(llmi_cuda_step *s) {
 static llm_status words_for(llmi_cuda_step *s, uint32_t block_size) {
     if (s->gwords && s->g_block_size == block_size)
         return LLM_OK;
-    LLMI_TRY(llmi_cuda_check(cudaStreamSynchronize(s->inst->stream), "running the stream"));
+    LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(s->inst->stream), "running the stream"));
     llmi_cuda_graphs_free(s);
     const uint32_t rows = s->max_rows < LLMI_CUDA_GRAPH_MAX_ROWS ? s->max_rows
                                                                  : LLMI_CUDA_GRAPH_MAX_ROWS;
@@ -51,7 +51,7 @@ static llm_status words_for(llmi_cuda_step *s, uint32_t block_size) {
         return llmi_cuda_error(LLM_ERR_LIMIT, "graph block tables of %zu entries", cap);
     llmi_cuda_graph_layout(rows, (uint32_t)cap, &s->glay);
     const size_t bytes = s->glay.size * sizeof(uint32_t);
-    LLMI_TRY(llmi_cuda_check(cudaMalloc((void **)&s->gwords, bytes),
+    LLMI_TRY(llmi_cuda_call(cudaMalloc((void **)&s->gwords, bytes),
                              "allocating the graph step descriptor"));
     llm_status st = llmi_cuda_staging_init(&s->gstage, bytes);
     if (st != LLM_OK) {
@@ -130,10 +130,10 @@ llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_s
         return LLM_OK; /* block tables longer than planned: the plain path */
     const size_t words = s->glay.blocks + st->block_start[st->n_seqs] + 1;
     cudaStream_t stream = s->inst->stream;
-    LLMI_TRY(llmi_cuda_check(cudaMemcpyAsync(s->gwords, s->gstage.host, words * sizeof(uint32_t),
+    LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->gwords, s->gstage.host, words * sizeof(uint32_t),
                                              cudaMemcpyHostToDevice, stream),
                              "uploading the step"));
-    LLMI_TRY(llmi_cuda_check(cudaEventRecord(s->gstage.done, stream), "uploading the step"));
+    LLMI_TRY(llmi_cuda_call(cudaEventRecord(s->gstage.done, stream), "uploading the step"));
     s->gstage.pending = true;
     /* The grid never outgrows the attention scratch, sized for max_ctx. */
     uint32_t max_pos = llmi_cuda_graph_max_pos(llmi_cuda_max_pos(st->pos, st->n_rows));
@@ -161,7 +161,7 @@ llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_s
         /* A replay cannot stop between layers: look once, before it. */
         if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
             return llmi_cuda_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt)");
-        LLMI_TRY(llmi_cuda_check(cudaGraphLaunch(g->exec, stream), "replaying a step graph"));
+        LLMI_TRY(llmi_cuda_call(cudaGraphLaunch(g->exec, stream), "replaying a step graph"));
     } else {
         LLMI_TRY(enqueue(s, kv, &d, g, st->interrupt));
     }

@@ -47,13 +47,13 @@ static llm_status words_reserve(cuda_step *s, size_t n_words) {
     if (n_words <= s->words_cap)
         return LLM_OK;
     size_t cap = s->words_cap * 2 > n_words ? s->words_cap * 2 : n_words;
-    LLMI_TRY(llmi_cuda_check(cudaStreamSynchronize(s->inst->stream), "running the stream"));
+    LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(s->inst->stream), "running the stream"));
     if (s->words)
         cudaFree(s->words);
     s->words = NULL;
     s->words_cap = 0;
     llmi_cuda_staging_free(&s->words_stage);
-    LLMI_TRY(llmi_cuda_check(cudaMalloc((void **)&s->words, cap * sizeof(uint32_t)),
+    LLMI_TRY(llmi_cuda_call(cudaMalloc((void **)&s->words, cap * sizeof(uint32_t)),
                              "allocating the step descriptor"));
     LLMI_TRY(llmi_cuda_staging_init(&s->words_stage, cap * sizeof(uint32_t)));
     s->words_cap = cap;
@@ -109,8 +109,7 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
     s->plan = plan;
     const char *graphs = getenv("LLM_CUDA_GRAPHS");
     s->graphs_off = graphs && strcmp(graphs, "0") == 0;
-    llm_status st = llmi_cuda_check(cudaMalloc((void **)&s->scratch, plan.size),
-                                    "allocating the step scratch");
+    llm_status st = llmi_cuda_alloc((void **)&s->scratch, plan.size, "the step scratch");
     if (st == LLM_OK)
         st = llmi_cuda_staging_init(&s->logits_stage,
                                     (size_t)plan.logit_rows * hp->n_vocab * sizeof(float));
@@ -139,7 +138,7 @@ static llm_status mm_input(cuda_step *s, const float *x, uint32_t n, uint32_t co
     s->in_cols = cols;
     if (llmi_cuda_use_gemv(n) || s->f32_act)
         return LLM_OK;
-    return llmi_cuda_check(llmi_cu_f32_to_bf16(s->inst->stream, x, cols, n, cols, s->act),
+    return llmi_cuda_call(llmi_cu_f32_to_bf16(s->inst->stream, x, cols, n, cols, s->act),
                            "converting activations to bf16");
 }
 
@@ -148,7 +147,7 @@ static llm_status mm(cuda_step *s, const llmi_cu_matrix *w, const llmi_cu_matrix
                      uint32_t y_stride) {
     const float *b = bias && bias->data ? (const float *)bias->data : NULL;
     if (llmi_cuda_use_gemv(s->in_rows))
-        return llmi_cuda_check(llmi_cu_gemv(s->inst->stream, w, s->in_x, s->in_cols, s->in_rows,
+        return llmi_cuda_call(llmi_cu_gemv(s->inst->stream, w, s->in_x, s->in_cols, s->in_rows,
                                             b, y, y_stride),
                                "multiplying a matrix");
     return llmi_cuda_gemm(s->inst, w, s->f32_act ? (const void *)s->in_x : s->act, s->in_rows, b,
@@ -183,10 +182,10 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     LLMI_TRY(llmi_cuda_staging_wait(stage));
     const size_t bytes = st->n_words * sizeof(uint32_t);
     memcpy(stage->host, st->words, bytes);
-    LLMI_TRY(llmi_cuda_check(cudaMemcpyAsync(s->words, stage->host, bytes,
+    LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->words, stage->host, bytes,
                                              cudaMemcpyHostToDevice, s->inst->stream),
                              "uploading the step"));
-    LLMI_TRY(llmi_cuda_check(cudaEventRecord(stage->done, s->inst->stream), "uploading the step"));
+    LLMI_TRY(llmi_cuda_call(cudaEventRecord(stage->done, s->inst->stream), "uploading the step"));
     stage->pending = true;
     d->token = (const int32_t *)dev_ptr(s, st, st->token);
     d->pos = dev_ptr(s, st, st->pos);
@@ -197,7 +196,7 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     return LLM_OK;
 }
 
-#define KCHECK(call, what) LLMI_TRY(llmi_cuda_check((call), (what)))
+#define KCHECK(call, what) LLMI_TRY(llmi_cuda_call((call), (what)))
 
 static const float *vec(const llmi_cu_matrix *w) { return (const float *)w->data; }
 

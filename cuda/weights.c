@@ -29,7 +29,7 @@ static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t 
         char *dst = (char *)w->arena + offsets[i];
         const bool shared = i == LLMI_ROLE_OUTPUT && offsets[i] == offsets[LLMI_ROLE_TOKEN_EMBD];
         if (!shared) {
-            llm_status st = llmi_cuda_check(
+            llm_status st = llmi_cuda_call(
                 cudaMemcpy(dst, src->data, (size_t)src->rows * src->row_bytes,
                            cudaMemcpyHostToDevice),
                 "uploading the weights");
@@ -44,7 +44,7 @@ static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t 
     }
     /* Copies from pageable memory may still be in flight on the legacy
      * stream, which the instances' non-blocking streams do not wait for. */
-    return llmi_cuda_check(cudaDeviceSynchronize(), "uploading the weights");
+    return llmi_cuda_call(cudaDeviceSynchronize(), "uploading the weights");
 }
 
 llm_status llmi_cuda_weights_load(const llm_model *m, int32_t device, void **out) {
@@ -75,20 +75,8 @@ llm_status llmi_cuda_weights_load(const llm_model *m, int32_t device, void **out
         st = llmi_cuda_error(LLM_ERR_LIMIT, "the model's weights overflow the address space");
     if (st == LLM_OK)
         st = llmi_cuda_use_device(device);
-    if (st == LLM_OK) {
-        cudaError_t err = cudaMalloc(&w->arena, total);
-        if (err == cudaErrorMemoryAllocation) {
-            size_t free_b = 0, total_b = 0;
-            cudaGetLastError(); /* the allocation failure is not sticky; clear it */
-            cudaMemGetInfo(&free_b, &total_b);
-            st = llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY,
-                                 "CUDA device %d: the weights need %.1f MiB, %.1f MiB are free",
-                                 (int)device, (double)total / 1048576.0,
-                                 (double)free_b / 1048576.0);
-        } else {
-            st = llmi_cuda_check(err, "allocating the weights");
-        }
-    }
+    if (st == LLM_OK)
+        st = llmi_cuda_alloc(&w->arena, total, "the weights");
     if (st == LLM_OK)
         st = upload(w, m, offsets, n);
     free(offsets);
