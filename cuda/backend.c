@@ -39,7 +39,7 @@ llm_status llmi_cuda_staging_init(llmi_cuda_staging *s, size_t cap) {
     llm_status st = llmi_cuda_call(cudaMallocHost(&s->host, cap), "allocating pinned memory");
     if (st == LLM_OK)
         st = llmi_cuda_call(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
-                             "creating an event");
+                            "creating an event");
     if (st != LLM_OK) {
         llmi_cuda_staging_free(s);
         return st;
@@ -98,7 +98,7 @@ static llm_status cuda_open(const llmi_backend_config *cfg, void **out) {
     llm_status st = llmi_cuda_use_device(in->device);
     if (st == LLM_OK)
         st = llmi_cuda_call(cudaStreamCreateWithFlags(&in->stream, cudaStreamNonBlocking),
-                             "creating a stream");
+                            "creating a stream");
     if (st == LLM_OK)
         st = llmi_cuda_lt_check(cublasLtCreate(&in->lt), "creating the cuBLASLt handle");
     if (st == LLM_OK)
@@ -149,7 +149,7 @@ static llmi_ttype kv_ttype(llm_kv_type t) {
 static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, void **out) {
     *out = NULL;
     llmi_cuda_instance *in = backend;
-    const uint32_t elem = layout->type == LLM_KV_F32                                ? 4
+    const uint32_t elem = layout->type == LLM_KV_F32                                  ? 4
                           : layout->type == LLM_KV_F16 || layout->type == LLM_KV_BF16 ? 2
                                                                                       : 0;
     if (elem == 0)
@@ -187,9 +187,9 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
         st = llmi_cuda_alloc(&kv->arena, arena, "the KV store");
     const size_t table_bytes = 2 * (size_t)layout->n_layer * sizeof(void *);
     if (st == LLM_OK)
-        st = llmi_cuda_call(cudaMalloc((void **)&kv->caches_dev,
-                                        table_bytes ? table_bytes : sizeof(void *)),
-                             "allocating the KV store");
+        st = llmi_cuda_call(
+            cudaMalloc((void **)&kv->caches_dev, table_bytes ? table_bytes : sizeof(void *)),
+            "allocating the KV store");
     if (st == LLM_OK) {
         size_t end = 0;
         for (uint32_t i = 0; i < 2 * layout->n_layer; i++) {
@@ -199,7 +199,7 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
         /* Synchronous: the host array is not pinned and is read once. */
         st = llmi_cuda_call(
             cudaMemcpy(kv->caches_dev, kv->caches, table_bytes, cudaMemcpyHostToDevice),
-                             "uploading the KV store's layer table");
+            "uploading the KV store's layer table");
     }
     if (st != LLM_OK) {
         cuda_kv_free(kv);
@@ -217,9 +217,9 @@ static llm_status cuda_kv_copy(void *ctx, uint32_t dst, uint32_t src, uint32_t n
     if (st != LLM_OK)
         return st;
     return llmi_cuda_call(llmi_cu_kv_copy_block(kv->inst->stream, kv->caches_dev,
-                                                 kv->layout.n_layer, kv->row_bytes,
-                                                 kv->layout.block_size, dst, src, n_slots),
-                           "copying a KV block");
+                                                kv->layout.n_layer, kv->row_bytes,
+                                                kv->layout.block_size, dst, src, n_slots),
+                          "copying a KV block");
 }
 
 static char *kv_rows(const llmi_cuda_kv *kv, uint32_t layer, bool v, uint32_t slot) {
@@ -239,9 +239,9 @@ static llm_status cuda_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot,
     while (left) {
         size_t piece = left < s->cap ? left : s->cap;
         LLMI_TRY(llmi_cuda_staging_wait(s));
-        LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->host, from + done, piece,
-                                                 cudaMemcpyDeviceToHost, in->stream),
-                                 "reading KV rows"));
+        LLMI_TRY(llmi_cuda_call(
+            cudaMemcpyAsync(s->host, from + done, piece, cudaMemcpyDeviceToHost, in->stream),
+            "reading KV rows"));
         LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(in->stream), "reading KV rows"));
         memcpy((char *)dst + done, s->host, piece);
         done += piece;
@@ -264,9 +264,9 @@ static llm_status cuda_kv_write(void *ctx, uint32_t layer, bool v, uint32_t slot
         size_t piece = left < s->cap ? left : s->cap;
         LLMI_TRY(llmi_cuda_staging_wait(s));
         memcpy(s->host, (const char *)src + done, piece);
-        LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(to + done, s->host, piece,
-                                                 cudaMemcpyHostToDevice, in->stream),
-                                 "writing KV rows"));
+        LLMI_TRY(llmi_cuda_call(
+            cudaMemcpyAsync(to + done, s->host, piece, cudaMemcpyHostToDevice, in->stream),
+            "writing KV rows"));
         LLMI_TRY(llmi_cuda_call(cudaEventRecord(s->done, in->stream), "writing KV rows"));
         s->pending = true;
         done += piece;

@@ -28,9 +28,9 @@ typedef struct llmi_cuda_staging {
 /* A cuBLASLt matmul of one shape, set up once: its descriptors and the
  * algorithm the heuristic chose. */
 typedef struct llmi_cuda_gemm_plan {
-    uint32_t m, n, k;  /* output features, rows, inner dimension */
-    uint32_t ldc;      /* output row stride (floats) */
-    bool f32, bias;    /* f32 operands (else bf16); a bias epilogue */
+    uint32_t m, n, k; /* output features, rows, inner dimension */
+    uint32_t ldc;     /* output row stride (floats) */
+    bool f32, bias;   /* f32 operands (else bf16); a bias epilogue */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -70,9 +70,9 @@ static inline const llmi_cu_matrix *llmi_cuda_layer_w(const llmi_cuda_weights *w
 typedef struct llmi_cuda_kv {
     llmi_cuda_instance *inst;
     llmi_kv_layout layout;
-    llmi_ttype type; /* the element type as a tensor type */
-    uint32_t spare;    /* a block past layout.n_blocks that padding rows write (graph.c) */
-    size_t row_bytes;  /* one slot of one layer's K (or V) */
+    llmi_ttype type;    /* the element type as a tensor type */
+    uint32_t spare;     /* a block past layout.n_blocks that padding rows write (graph.c) */
+    size_t row_bytes;   /* one slot of one layer's K (or V) */
     size_t layer_bytes; /* one layer's K (or V) array */
     void *arena;
     void **caches;     /* host copy: layer l's K at [2l], V at [2l + 1] */

@@ -13,10 +13,9 @@
 llm_status llmi_cuda_lt_check(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS)
         return LLM_OK;
-    return llmi_cuda_error(st == CUBLAS_STATUS_ALLOC_FAILED ? LLM_ERR_OUT_OF_MEMORY
-                                                            : LLM_ERR_BACKEND,
-                           "cuBLASLt: %s: %s (%s)", what, cublasLtGetStatusString(st),
-                           cublasLtGetStatusName(st));
+    return llmi_cuda_error(
+        st == CUBLAS_STATUS_ALLOC_FAILED ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_BACKEND,
+        "cuBLASLt: %s: %s (%s)", what, cublasLtGetStatusString(st), cublasLtGetStatusName(st));
 }
 
 static void plan_free(llmi_cuda_gemm_plan *p) {
@@ -73,17 +72,15 @@ static llm_status plan_make(llmi_cuda_instance *inst, llmi_cuda_gemm_plan *p) {
     if (st == LLM_OK)
         st = llmi_cuda_lt_check(cublasLtMatmulPreferenceCreate(&pref), "creating a preference");
     if (st == LLM_OK)
-        st = llmi_cuda_lt_check(
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &inst->workspace_bytes,
-                                                 sizeof inst->workspace_bytes),
-            "setting a preference");
+        st = llmi_cuda_lt_check(cublasLtMatmulPreferenceSetAttribute(
+                                    pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                    &inst->workspace_bytes, sizeof inst->workspace_bytes),
+                                "setting a preference");
     if (st == LLM_OK) {
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
-        st = llmi_cuda_lt_check(cublasLtMatmulAlgoGetHeuristic(inst->lt, p->desc, p->a, p->b,
-                                                                p->c, p->c, pref, 1, &result,
-                                                                &found),
+        st = llmi_cuda_lt_check(cublasLtMatmulAlgoGetHeuristic(inst->lt, p->desc, p->a, p->b, p->c,
+                                                               p->c, pref, 1, &result, &found),
                                 "choosing a matmul algorithm");
         if (st == LLM_OK && found == 0)
             st = llmi_cuda_error(LLM_ERR_BACKEND,
@@ -140,7 +137,7 @@ llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, con
     for (uint32_t row0 = 0; row0 < w->rows; row0 += chunk) {
         const uint32_t mc = w->rows - row0 < chunk ? w->rows - row0 : chunk;
         LLMI_TRY(llmi_cuda_call(llmi_cu_dequantize(inst->stream, w, row0, mc, !f32, deq),
-                                 "dequantizing a weight"));
+                                "dequantizing a weight"));
         llmi_cuda_gemm_plan *p;
         LLMI_TRY(plan_get(inst, mc, n, w->cols, y_stride, f32, bias != NULL, &p));
         if (bias) {
@@ -148,11 +145,10 @@ llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, con
             LLMI_TRY(set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
         }
         float *out = y + row0;
-        LLMI_TRY(llmi_cuda_lt_check(cublasLtMatmul(inst->lt, p->desc, &alpha, deq, p->a, x, p->b,
-                                                   &beta, out, p->c, out, p->c, &p->algo,
-                                                   inst->workspace, inst->workspace_bytes,
-                                                   inst->stream),
-                                    "running a matmul"));
+        LLMI_TRY(llmi_cuda_lt_check(
+            cublasLtMatmul(inst->lt, p->desc, &alpha, deq, p->a, x, p->b, &beta, out, p->c, out,
+                           p->c, &p->algo, inst->workspace, inst->workspace_bytes, inst->stream),
+            "running a matmul"));
     }
     return LLM_OK;
 }

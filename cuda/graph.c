@@ -43,8 +43,8 @@ static llm_status words_for(llmi_cuda_step *s, uint32_t block_size) {
         return LLM_OK;
     LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(s->inst->stream), "running the stream"));
     llmi_cuda_graphs_free(s);
-    const uint32_t rows = s->max_rows < LLMI_CUDA_GRAPH_MAX_ROWS ? s->max_rows
-                                                                 : LLMI_CUDA_GRAPH_MAX_ROWS;
+    const uint32_t rows =
+        s->max_rows < LLMI_CUDA_GRAPH_MAX_ROWS ? s->max_rows : LLMI_CUDA_GRAPH_MAX_ROWS;
     const size_t per_seq = ((size_t)s->max_ctx + block_size - 1) / block_size;
     const size_t cap = (size_t)rows * per_seq + 1;
     if (cap > UINT32_MAX)
@@ -52,7 +52,7 @@ static llm_status words_for(llmi_cuda_step *s, uint32_t block_size) {
     llmi_cuda_graph_layout(rows, (uint32_t)cap, &s->glay);
     const size_t bytes = s->glay.size * sizeof(uint32_t);
     LLMI_TRY(llmi_cuda_call(cudaMalloc((void **)&s->gwords, bytes),
-                             "allocating the graph step descriptor"));
+                            "allocating the graph step descriptor"));
     llm_status st = llmi_cuda_staging_init(&s->gstage, bytes);
     if (st != LLM_OK) {
         cudaFree(s->gwords);
@@ -112,8 +112,7 @@ static bool capture(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_cuda_dev_ste
         cudaGetLastError();
         g->exec = NULL;
         llmi_cuda_log(LLM_LOG_WARN,
-                      "CUDA: steps of %u rows run without a graph (the capture failed)",
-                      g->rows);
+                      "CUDA: steps of %u rows run without a graph (the capture failed)", g->rows);
     }
     return ok;
 }
@@ -131,8 +130,8 @@ llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_s
     const size_t words = s->glay.blocks + st->block_start[st->n_seqs] + 1;
     cudaStream_t stream = s->inst->stream;
     LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->gwords, s->gstage.host, words * sizeof(uint32_t),
-                                             cudaMemcpyHostToDevice, stream),
-                             "uploading the step"));
+                                            cudaMemcpyHostToDevice, stream),
+                            "uploading the step"));
     LLMI_TRY(llmi_cuda_call(cudaEventRecord(s->gstage.done, stream), "uploading the step"));
     s->gstage.pending = true;
     /* The grid never outgrows the attention scratch, sized for max_ctx. */

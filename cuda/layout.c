@@ -60,18 +60,30 @@ const char *llmi_cuda_model_role_name(int role) {
 
 const char *llmi_cuda_type_name(llmi_ttype type, char *buf, size_t cap) {
     switch (type) {
-    case LLMI_T_F32: return "F32";
-    case LLMI_T_F16: return "F16";
-    case LLMI_T_BF16: return "BF16";
-    case LLMI_T_Q4_0: return "Q4_0";
-    case LLMI_T_Q4_1: return "Q4_1";
-    case LLMI_T_Q5_0: return "Q5_0";
-    case LLMI_T_Q5_1: return "Q5_1";
-    case LLMI_T_Q8_0: return "Q8_0";
-    case LLMI_T_Q8_1: return "Q8_1";
-    case LLMI_T_Q4_K: return "Q4_K";
-    case LLMI_T_Q6_K: return "Q6_K";
-    case LLMI_T_Q8_K: return "Q8_K";
+    case LLMI_T_F32:
+        return "F32";
+    case LLMI_T_F16:
+        return "F16";
+    case LLMI_T_BF16:
+        return "BF16";
+    case LLMI_T_Q4_0:
+        return "Q4_0";
+    case LLMI_T_Q4_1:
+        return "Q4_1";
+    case LLMI_T_Q5_0:
+        return "Q5_0";
+    case LLMI_T_Q5_1:
+        return "Q5_1";
+    case LLMI_T_Q8_0:
+        return "Q8_0";
+    case LLMI_T_Q8_1:
+        return "Q8_1";
+    case LLMI_T_Q4_K:
+        return "Q4_K";
+    case LLMI_T_Q6_K:
+        return "Q6_K";
+    case LLMI_T_Q8_K:
+        return "Q8_K";
     }
     snprintf(buf, cap, "type %d", (int)type);
     return buf;
@@ -234,9 +246,9 @@ static bool deq_bytes(const llm_model *m, size_t *out) {
     const size_t n = llmi_cuda_weight_slots(m);
     for (size_t i = 0; i < n; i++) {
         const llmi_weight *w = llmi_cuda_weight_at(m, i);
-        bool matrix = w && (i >= LLMI_MODEL_ROLES ? !is_vector_role((int)((i - LLMI_MODEL_ROLES) %
-                                                                           LLMI_LAYER_ROLES))
-                                                  : i == LLMI_ROLE_OUTPUT);
+        bool matrix = w && (i >= LLMI_MODEL_ROLES
+                                ? !is_vector_role((int)((i - LLMI_MODEL_ROLES) % LLMI_LAYER_ROLES))
+                                : i == LLMI_ROLE_OUTPUT);
         if (matrix && !deq_need(w, &need))
             return false;
     }
@@ -261,19 +273,17 @@ bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_f
         logit_rows = max_rows;
     s.logit_rows = (uint32_t)logit_rows;
     size_t size = 0, attn_bytes;
-    bool ok = add_rows(&size, max_rows, hp->n_embd, 4, &s.x) &&
-              add_rows(&size, max_rows, hp->n_embd, 4, &s.xb) &&
-              add_rows(&size, max_rows, q_dim, 4, &s.q) &&
-              add_rows(&size, max_rows, kv_dim, 4, &s.k) &&
-              add_rows(&size, max_rows, kv_dim, 4, &s.v) &&
-              add_rows(&size, max_rows, q_dim, 4, &s.att) &&
-              add_rows(&size, max_rows, hp->n_ff, 4, &s.gate) &&
-              add_rows(&size, max_rows, hp->n_ff, 4, &s.up) &&
-              add_rows(&size, max_rows, hp->n_embd, 4, &s.hout) &&
-              add_rows(&size, s.logit_rows, hp->n_embd, 4, &s.out_rows) &&
-              add_rows(&size, s.logit_rows, hp->n_vocab, 4, &s.logits) &&
-              llmi_mul_ok(attn_floats, 4, &attn_bytes) &&
-              llmi_cuda_arena_add(&size, attn_bytes, &s.attn);
+    bool ok =
+        add_rows(&size, max_rows, hp->n_embd, 4, &s.x) &&
+        add_rows(&size, max_rows, hp->n_embd, 4, &s.xb) &&
+        add_rows(&size, max_rows, q_dim, 4, &s.q) && add_rows(&size, max_rows, kv_dim, 4, &s.k) &&
+        add_rows(&size, max_rows, kv_dim, 4, &s.v) && add_rows(&size, max_rows, q_dim, 4, &s.att) &&
+        add_rows(&size, max_rows, hp->n_ff, 4, &s.gate) &&
+        add_rows(&size, max_rows, hp->n_ff, 4, &s.up) &&
+        add_rows(&size, max_rows, hp->n_embd, 4, &s.hout) &&
+        add_rows(&size, s.logit_rows, hp->n_embd, 4, &s.out_rows) &&
+        add_rows(&size, s.logit_rows, hp->n_vocab, 4, &s.logits) &&
+        llmi_mul_ok(attn_floats, 4, &attn_bytes) && llmi_cuda_arena_add(&size, attn_bytes, &s.attn);
     if (!ok)
         return false;
     s.gemm = !llmi_cuda_use_gemv(max_rows);

@@ -72,9 +72,7 @@ uint32_t llmi_cuda_chunk_rows(uint32_t rows, uint32_t cols, size_t elem_bytes, s
 
 /* The matmul path of a batch of n_rows rows: the GEMV kernel up to
  * LLMI_CU_GEMV_MAX_ROWS rows, else dequantize + cuBLASLt. */
-static inline bool llmi_cuda_use_gemv(uint32_t n_rows) {
-    return n_rows <= LLMI_CU_GEMV_MAX_ROWS;
-}
+static inline bool llmi_cuda_use_gemv(uint32_t n_rows) { return n_rows <= LLMI_CU_GEMV_MAX_ROWS; }
 
 /* One step context's device scratch, cut from one allocation: byte offsets
  * of f32 activations for max_rows rows (x, xb: n_embd; q, att: q_dim; k,

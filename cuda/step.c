@@ -54,7 +54,7 @@ static llm_status words_reserve(cuda_step *s, size_t n_words) {
     s->words_cap = 0;
     llmi_cuda_staging_free(&s->words_stage);
     LLMI_TRY(llmi_cuda_call(cudaMalloc((void **)&s->words, cap * sizeof(uint32_t)),
-                             "allocating the step descriptor"));
+                            "allocating the step descriptor"));
     LLMI_TRY(llmi_cuda_staging_init(&s->words_stage, cap * sizeof(uint32_t)));
     s->words_cap = cap;
     return LLM_OK;
@@ -139,7 +139,7 @@ static llm_status mm_input(cuda_step *s, const float *x, uint32_t n, uint32_t co
     if (llmi_cuda_use_gemv(n) || s->f32_act)
         return LLM_OK;
     return llmi_cuda_call(llmi_cu_f32_to_bf16(s->inst->stream, x, cols, n, cols, s->act),
-                           "converting activations to bf16");
+                          "converting activations to bf16");
 }
 
 /* y = W (the current input) + bias, y rows at y_stride floats. */
@@ -147,11 +147,11 @@ static llm_status mm(cuda_step *s, const llmi_cu_matrix *w, const llmi_cu_matrix
                      uint32_t y_stride) {
     const float *b = bias && bias->data ? (const float *)bias->data : NULL;
     if (llmi_cuda_use_gemv(s->in_rows))
-        return llmi_cuda_call(llmi_cu_gemv(s->inst->stream, w, s->in_x, s->in_cols, s->in_rows,
-                                            b, y, y_stride),
-                               "multiplying a matrix");
-    return llmi_cuda_gemm(s->inst, w, s->f32_act ? (const void *)s->in_x : s->act, s->in_rows, b,
-                          y, y_stride, s->f32_act, s->deq, s->plan.deq_bytes);
+        return llmi_cuda_call(
+            llmi_cu_gemv(s->inst->stream, w, s->in_x, s->in_cols, s->in_rows, b, y, y_stride),
+            "multiplying a matrix");
+    return llmi_cuda_gemm(s->inst, w, s->f32_act ? (const void *)s->in_x : s->act, s->in_rows, b, y,
+                          y_stride, s->f32_act, s->deq, s->plan.deq_bytes);
 }
 
 /* ---- one step ---- */
@@ -182,9 +182,9 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     LLMI_TRY(llmi_cuda_staging_wait(stage));
     const size_t bytes = st->n_words * sizeof(uint32_t);
     memcpy(stage->host, st->words, bytes);
-    LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(s->words, stage->host, bytes,
-                                             cudaMemcpyHostToDevice, s->inst->stream),
-                             "uploading the step"));
+    LLMI_TRY(llmi_cuda_call(
+        cudaMemcpyAsync(s->words, stage->host, bytes, cudaMemcpyHostToDevice, s->inst->stream),
+        "uploading the step"));
     LLMI_TRY(llmi_cuda_call(cudaEventRecord(stage->done, s->inst->stream), "uploading the step"));
     stage->pending = true;
     d->token = (const int32_t *)dev_ptr(s, st, st->token);
@@ -218,8 +218,8 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
     LLMI_TRY(mm(s, LW(LLMI_ROLE_V), LW(LLMI_ROLE_V_BIAS), s->v, s->kv_dim));
     /* QK-norm: each head normed on its own, before RoPE. */
     if (LW(LLMI_ROLE_Q_NORM)->data)
-        KCHECK(llmi_cu_rmsnorm(stream, s->q, vec(LW(LLMI_ROLE_Q_NORM)), hp->rms_eps,
-                               n * hp->n_head, hp->head_dim, s->q),
+        KCHECK(llmi_cu_rmsnorm(stream, s->q, vec(LW(LLMI_ROLE_Q_NORM)), hp->rms_eps, n * hp->n_head,
+                               hp->head_dim, s->q),
                "QK-norm");
     if (LW(LLMI_ROLE_K_NORM)->data)
         KCHECK(llmi_cu_rmsnorm(stream, s->k, vec(LW(LLMI_ROLE_K_NORM)), hp->rms_eps,
@@ -238,8 +238,7 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
            "RoPE");
     void *k_cache = kv->caches[2 * (size_t)l], *v_cache = kv->caches[2 * (size_t)l + 1];
     KCHECK(llmi_cu_kv_store(stream, k_cache, v_cache, kv->type, s->kv_dim, s->k, s->kv_dim, s->v,
-                            s->kv_dim, d->pos, d->seq, d->block_start, d->blocks, g->block_size,
-                            n),
+                            s->kv_dim, d->pos, d->seq, d->block_start, d->blocks, g->block_size, n),
            "storing K/V");
     const llmi_cu_attention_args a = {
         .q = s->q,
@@ -289,8 +288,8 @@ static llm_status ffn_block(cuda_step *s, uint32_t l, uint32_t n) {
 #undef LW
 }
 
-llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step *d,
-                                 uint32_t n_rows, uint32_t block_size, uint32_t max_pos,
+llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step *d, uint32_t n_rows,
+                                 uint32_t block_size, uint32_t max_pos,
                                  const atomic_int *interrupt) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
@@ -319,11 +318,11 @@ llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step 
         LLMI_TRY(ffn_block(s, l, n));
     }
     if (hp->n_layer > 0)
-        KCHECK(llmi_cu_add_rmsnorm(
-                   stream, s->x, s->hout,
-                   vec(llmi_cuda_layer_w(w, hp->n_layer - 1, LLMI_ROLE_POST_FFN_NORM)), NULL,
-                   hp->rms_eps, n, hp->n_embd, s->xb),
-               "residual add");
+        KCHECK(
+            llmi_cu_add_rmsnorm(stream, s->x, s->hout,
+                                vec(llmi_cuda_layer_w(w, hp->n_layer - 1, LLMI_ROLE_POST_FFN_NORM)),
+                                NULL, hp->rms_eps, n, hp->n_embd, s->xb),
+            "residual add");
     return LLM_OK;
 }
 

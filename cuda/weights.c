@@ -29,10 +29,10 @@ static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t 
         char *dst = (char *)w->arena + offsets[i];
         const bool shared = i == LLMI_ROLE_OUTPUT && offsets[i] == offsets[LLMI_ROLE_TOKEN_EMBD];
         if (!shared) {
-            llm_status st = llmi_cuda_call(
-                cudaMemcpy(dst, src->data, (size_t)src->rows * src->row_bytes,
-                           cudaMemcpyHostToDevice),
-                "uploading the weights");
+            llm_status st =
+                llmi_cuda_call(cudaMemcpy(dst, src->data, (size_t)src->rows * src->row_bytes,
+                                          cudaMemcpyHostToDevice),
+                               "uploading the weights");
             if (st != LLM_OK)
                 return st;
         }

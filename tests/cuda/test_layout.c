@@ -543,9 +543,9 @@ static void test_graph_pack(void **state) {
         const uint32_t spare = n_blocks; /* past the pool: the KV store's extra block */
         llmi_cuda_graph_words lay;
         llmi_cuda_graph_layout(max_rows, 200, &lay);
-        range parts[] = {{lay.token, max_rows},         {lay.pos, max_rows},
-                         {lay.seq, max_rows},           {lay.block_start, max_rows + 2},
-                         {lay.logit_rows, max_rows},    {lay.blocks, lay.blocks_cap}};
+        range parts[] = {{lay.token, max_rows},      {lay.pos, max_rows},
+                         {lay.seq, max_rows},        {lay.block_start, max_rows + 2},
+                         {lay.logit_rows, max_rows}, {lay.blocks, lay.blocks_cap}};
         qsort(parts, 6, sizeof *parts, range_cmp);
         for (int i = 0; i < 5; i++)
             assert_true(parts[i].off + parts[i].bytes <= parts[i + 1].off);
