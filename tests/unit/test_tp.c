@@ -463,6 +463,7 @@ typedef struct comm_job {
     uint32_t rank;
     float x[COMM_N], gathered[COMM_RANKS][COMM_N];
     int32_t bcast;
+    uint32_t rounds_ok; /* back-to-back gathers and broadcasts that read right */
     llm_status st[4];
     char error[256];
 } comm_job;
@@ -477,6 +478,19 @@ static void *comm_rank(void *arg) {
     j->st[2] = ops->broadcast(ctx, j->rank, 1, &j->bcast, sizeof j->bcast);
     j->st[3] = ops->all_reduce(ctx, j->rank, j->x, COMM_N + 1); /* over its size */
     llmi_error_copy_to(j->error, sizeof j->error);
+    /* Back to back, no other barrier between: the staging slots of one
+     * collective must not be overwritten while a slow rank still reads. */
+    for (uint32_t k = 0; k < 500; k++) {
+        uint32_t mine = j->rank * 100000 + k, all[COMM_RANKS];
+        int32_t b = (int32_t)(mine + 7);
+        if (ops->all_gather(ctx, j->rank, &mine, sizeof mine, all) != LLM_OK ||
+            ops->broadcast(ctx, j->rank, k % COMM_RANKS, &b, sizeof b) != LLM_OK)
+            return NULL;
+        bool ok = b == (int32_t)((k % COMM_RANKS) * 100000 + k + 7);
+        for (uint32_t r = 0; r < COMM_RANKS; r++)
+            ok &= all[r] == r * 100000 + k;
+        j->rounds_ok += ok;
+    }
     return NULL;
 }
 
@@ -487,7 +501,7 @@ static void *comm_rank(void *arg) {
 static void test_comm_local(void **state) {
     (void)state;
     llmi_tp_comm comm;
-    assert_int_equal(llmi_tp_comm_local(COMM_RANKS, COMM_N, &comm), LLM_OK);
+    assert_int_equal(llmi_tp_comm_local(COMM_RANKS, COMM_N, sizeof(float) * COMM_N, &comm), LLM_OK);
     comm_job *jobs = llmi_calloc(COMM_RANKS, sizeof *jobs);
     float *expect = llmi_malloc(COMM_N * sizeof *expect);
     assert_true(jobs && expect);
@@ -516,6 +530,7 @@ static void test_comm_local(void **state) {
             assert_memory_equal(jobs[r].gathered[q], inputs[q].x, sizeof inputs[q].x);
         assert_memory_equal(jobs[r].x, expect, COMM_N * sizeof *expect);
         assert_int_equal(jobs[r].bcast, 101);
+        assert_int_equal(jobs[r].rounds_ok, 500);
         assert_int_equal(jobs[r].st[3], LLM_ERR_LIMIT);
         char want[32];
         snprintf(want, sizeof want, "rank %u:", r);

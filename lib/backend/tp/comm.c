@@ -1,7 +1,12 @@
-/* The in-process communicator: ranks publish a pointer to their buffer,
- * meet at a barrier, then each reads what it needs from the others. A
- * barrier is a mutex, a condition and a generation count (pthread_barrier_t
- * is optional in POSIX). */
+/* The in-process communicator: ranks meet at a barrier, then each reads
+ * what it needs from the others. A barrier is a mutex, a condition and a
+ * generation count (pthread_barrier_t is optional in POSIX).
+ *
+ * All-gathers and broadcasts take one barrier: each rank copies its part
+ * into a staging slot of its own, meets the others, then copies what it
+ * needs out. Slots alternate between two sets, one collective to the next:
+ * a rank writes set k % 2 again only at collective k + 2, after the barrier
+ * of k + 1, which every rank reaches only once it has read set k. */
 #include "backend/tp/tp.h"
 
 #include <pthread.h>
@@ -12,9 +17,12 @@ typedef struct local_comm {
     pthread_cond_t turn;
     uint32_t waiting;
     uint64_t generation;
-    const void **bufs; /* [n_ranks]: each rank's buffer of the current collective */
+    const void **bufs; /* [n_ranks]: each rank's buffer of the current all-reduce */
     float *sum;        /* [max_floats]: the all-reduce's result */
     size_t max_floats;
+    uint8_t *stage;    /* [2][n_ranks][max_bytes]: the staging slots */
+    size_t max_bytes;
+    uint32_t turn_of[LLMI_TP_MAX]; /* each rank's next slot set (0 or 1) */
 } local_comm;
 
 static void local_free(void *ctx) {
@@ -25,6 +33,7 @@ static void local_free(void *ctx) {
     pthread_cond_destroy(&c->turn);
     llmi_free(c->bufs);
     llmi_free_aligned(c->sum);
+    llmi_free_aligned(c->stage);
     llmi_free(c);
 }
 
@@ -83,32 +92,48 @@ static llm_status local_all_reduce(void *ctx, uint32_t rank, float *x, size_t n)
     return LLM_OK;
 }
 
-/* The second barrier keeps every source alive until all ranks copied it. */
+/* Rank `rank`'s staging slot in its current set, after a size check. */
+static llm_status stage_slot(local_comm *c, uint32_t rank, size_t bytes, const char *what,
+                             uint8_t **slot, uint32_t *set) {
+    LLMI_TRY(check_rank(c, rank, what));
+    if (bytes > c->max_bytes)
+        return llmi_error(LLM_ERR_LIMIT,
+                          "tp communicator, rank %u: %s of %zu bytes (at most %zu)", rank, what,
+                          bytes, c->max_bytes);
+    *set = c->turn_of[rank];
+    c->turn_of[rank] ^= 1;
+    *slot = c->stage + ((size_t)*set * c->n_ranks + rank) * c->max_bytes;
+    return LLM_OK;
+}
+
 static llm_status local_all_gather(void *ctx, uint32_t rank, const void *x, size_t bytes,
                                    void *out) {
     local_comm *c = ctx;
-    LLMI_TRY(check_rank(c, rank, "all-gather"));
-    c->bufs[rank] = x;
+    uint8_t *slot = NULL;
+    uint32_t set = 0;
+    LLMI_TRY(stage_slot(c, rank, bytes, "all-gather", &slot, &set));
+    memcpy(slot, x, bytes);
     local_barrier(c, rank);
+    const uint8_t *base = c->stage + (size_t)set * c->n_ranks * c->max_bytes;
     for (uint32_t r = 0; r < c->n_ranks; r++)
-        if ((uint8_t *)out + (size_t)r * bytes != c->bufs[r])
-            memcpy((uint8_t *)out + (size_t)r * bytes, c->bufs[r], bytes);
-    local_barrier(c, rank);
+        memcpy((uint8_t *)out + (size_t)r * bytes, base + (size_t)r * c->max_bytes, bytes);
     return LLM_OK;
 }
 
 static llm_status local_broadcast(void *ctx, uint32_t rank, uint32_t root, void *x, size_t bytes) {
     local_comm *c = ctx;
-    LLMI_TRY(check_rank(c, rank, "broadcast"));
     if (root >= c->n_ranks)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "tp communicator, rank %u: broadcast from rank %u of %u", rank, root,
                           c->n_ranks);
-    c->bufs[rank] = x;
+    uint8_t *slot = NULL;
+    uint32_t set = 0;
+    LLMI_TRY(stage_slot(c, rank, bytes, "broadcast", &slot, &set));
+    if (rank == root)
+        memcpy(slot, x, bytes);
     local_barrier(c, rank);
     if (rank != root)
-        memcpy(x, c->bufs[root], bytes);
-    local_barrier(c, rank);
+        memcpy(x, c->stage + ((size_t)set * c->n_ranks + root) * c->max_bytes, bytes);
     return LLM_OK;
 }
 
@@ -120,7 +145,8 @@ static const llmi_tp_comm_ops local_ops = {
     .free = local_free,
 };
 
-llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, llmi_tp_comm *out) {
+llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, size_t max_bytes,
+                              llmi_tp_comm *out) {
     *out = (llmi_tp_comm){0};
     if (n_ranks == 0 || n_ranks > LLMI_TP_MAX)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tp communicator of %u ranks (1 to %u)",
@@ -131,10 +157,22 @@ llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, llmi_tp_comm 
     c->n_ranks = n_ranks;
     c->max_floats = max_floats;
     c->bufs = llmi_calloc(n_ranks, sizeof *c->bufs);
-    c->sum = llmi_malloc_aligned((max_floats ? max_floats : 1) * sizeof *c->sum);
-    if (!c->bufs || !c->sum) {
+    c->max_bytes = (max_bytes + 63) & ~(size_t)63; /* slots on their own cache lines */
+    size_t floats_bytes, stage_bytes;
+    if (c->max_bytes < max_bytes || !llmi_mul_ok(max_floats ? max_floats : 1, sizeof(float),
+                                                 &floats_bytes) ||
+        !llmi_mul_ok((size_t)2 * n_ranks, c->max_bytes ? c->max_bytes : 64, &stage_bytes)) {
+        llmi_free(c->bufs);
+        llmi_free(c);
+        return llmi_error(LLM_ERR_LIMIT, "tp communicator buffers of %zu floats, %zu bytes",
+                          max_floats, max_bytes);
+    }
+    c->sum = llmi_malloc_aligned(floats_bytes);
+    c->stage = llmi_malloc_aligned(stage_bytes);
+    if (!c->bufs || !c->sum || !c->stage) {
         llmi_free(c->bufs);
         llmi_free_aligned(c->sum);
+        llmi_free_aligned(c->stage);
         llmi_free(c);
         return llmi_oom("tensor-parallel communicator buffers");
     }

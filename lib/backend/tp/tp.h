@@ -58,8 +58,10 @@ typedef struct llmi_tp_comm {
 } llmi_tp_comm;
 
 /* The in-process communicator of n_ranks threads (comm.c): all-reduces of
- * up to max_floats floats; gathers and broadcasts of any size. */
-llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, llmi_tp_comm *out);
+ * up to max_floats floats, all-gathers and broadcasts of up to max_bytes
+ * per rank; larger ones are refused with LLM_ERR_LIMIT. */
+llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, size_t max_bytes,
+                              llmi_tp_comm *out);
 
 #ifdef LLMI_TEST_HOOKS
 /* The communicator of a tp step (a step_create result of llmi_backend_tp),
