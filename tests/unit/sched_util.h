@@ -2,7 +2,7 @@
  * drivers that collect each request's tokens, text and finish reason, and
  * the device their sessions run on.
  *
- * Sessions made here (new_session, test_session_create) run where two
+ * Sessions made here (new_session, create_test_session) run where two
  * environment variables say, so that one test binary covers every backend:
  *   LLM_TEST_TP=N        N ranks of tensor parallelism (CPU ranks, or N
  *                        devices of LLM_TEST_BACKEND);
@@ -68,7 +68,7 @@ static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
 
 /* The device params of LLM_TEST_TP / LLM_TEST_BACKEND; false when neither
  * is set. Skips the calling test when the backend cannot run here. */
-static inline bool test_device_params(llm_device_params *dp) {
+static inline bool device_params_from_env(llm_device_params *dp) {
     const char *tp = getenv("LLM_TEST_TP"), *name = getenv("LLM_TEST_BACKEND");
     if ((!tp || !*tp) && (!name || !*name))
         return false;
@@ -103,10 +103,10 @@ static inline bool test_device_params(llm_device_params *dp) {
 }
 
 /* llm_session_create on the device of LLM_TEST_TP / LLM_TEST_BACKEND. */
-static inline llm_status test_session_create(const llm_model *m, const llm_session_params *p,
+static inline llm_status create_test_session(const llm_model *m, const llm_session_params *p,
                                              llm_session **out) {
     llm_device_params dp;
-    if (!test_device_params(&dp))
+    if (!device_params_from_env(&dp))
         return llm_session_create(m, p, out);
     llm_status st = llm_session_create_ex(m, p, &dp, out);
     if (st == LLM_ERR_UNSUPPORTED) {
@@ -131,7 +131,7 @@ static inline llm_session *new_session(const llm_model *m, uint32_t threads, uin
                            llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim,
                                                block_size);
     llm_session *s = NULL;
-    llm_status st = test_session_create(m, &p, &s);
+    llm_status st = create_test_session(m, &p, &s);
     if (st != LLM_OK) fail_msg("session: %s", llm_last_error());
     return s;
 }
