@@ -132,7 +132,8 @@ static inline llm_session *new_session(const llm_model *m, uint32_t threads, uin
                                                block_size);
     llm_session *s = NULL;
     llm_status st = create_test_session(m, &p, &s);
-    if (st != LLM_OK) fail_msg("session: %s", llm_last_error());
+    if (st != LLM_OK)
+        fail_msg("session: %s", llm_last_error());
     return s;
 }
 

@@ -115,9 +115,8 @@ static void compare_logits(const llm_model *m, uint32_t n) {
     run_prompt(cpu, &s0, prompt, ref);
     for (uint32_t l = 0; l < n_layer; l++)
         for (int v = 0; v < 2; v++)
-            assert_int_equal(llmi_engine_kv_read(cpu, &s0, l, v, 0, PROMPT,
-                                                 kref + (2 * l + v) * kv_n),
-                             LLM_OK);
+            assert_int_equal(
+                llmi_engine_kv_read(cpu, &s0, l, v, 0, PROMPT, kref + (2 * l + v) * kv_n), LLM_OK);
     llmi_kv_seq_destroy(cpu->kv, &s0);
     llmi_engine_free(cpu);
 
@@ -126,9 +125,8 @@ static void compare_logits(const llm_model *m, uint32_t n) {
     run_prompt(tp, &s1, prompt, got);
     for (uint32_t l = 0; l < n_layer; l++)
         for (int v = 0; v < 2; v++)
-            assert_int_equal(llmi_engine_kv_read(tp, &s1, l, v, 0, PROMPT,
-                                                 kgot + (2 * l + v) * kv_n),
-                             LLM_OK);
+            assert_int_equal(
+                llmi_engine_kv_read(tp, &s1, l, v, 0, PROMPT, kgot + (2 * l + v) * kv_n), LLM_OK);
 
     size_t first = 0;
     while (first < n_logits && memcmp(&ref[first], &got[first], sizeof *ref) == 0)
@@ -402,8 +400,8 @@ static void state_across(const llm_model *m, uint32_t n) {
             fail_msg("load: %s", llm_last_error());
         decode(from, a, PROMPT, t + PROMPT, 1, ref, V);
         decode(to, b, PROMPT, t + PROMPT, 1, got, V);
-        printf("# state saved on %s, loaded on %s (TP %u): the same logits\n",
-               dir ? "tp" : "cpu", dir ? "cpu" : "tp", n);
+        printf("# state saved on %s, loaded on %s (TP %u): the same logits\n", dir ? "tp" : "cpu",
+               dir ? "cpu" : "tp", n);
         assert_memory_equal(ref, got, V * sizeof *ref);
         llmi_free(buf);
         llmi_session_free(from);
@@ -594,8 +592,7 @@ static const llmi_tp_comm_ops wrap_ops = {.barrier = wrap_barrier,
 
 /* A tp engine whose step's communicator is wrapped by w (restored by
  * unwrap before the engine is freed). */
-static llmi_engine *wrapped_engine(const llm_model *m, uint32_t n, atomic_int *flag,
-                                   wrap_comm *w) {
+static llmi_engine *wrapped_engine(const llm_model *m, uint32_t n, atomic_int *flag, wrap_comm *w) {
     llmi_engine_config cfg = {.model = m,
                               .ops = llmi_backend_tp(n),
                               .backend_cfg = {2, 0},
@@ -634,8 +631,7 @@ static void test_interrupt_between_layers(void **state) {
     const uint32_t V = m->hp.n_vocab, n = 2;
     const size_t kv_n = (size_t)PROMPT * m->hp.n_head_kv * m->hp.head_dim;
     float *ref = llmi_malloc((size_t)PROMPT * V * sizeof *ref),
-          *got = llmi_malloc((size_t)PROMPT * V * sizeof *got),
-          *k = llmi_malloc(kv_n * sizeof *k);
+          *got = llmi_malloc((size_t)PROMPT * V * sizeof *got), *k = llmi_malloc(kv_n * sizeof *k);
     assert_true(ref && got && k);
     llm_token prompt[PROMPT];
     uint64_t rng = 8;

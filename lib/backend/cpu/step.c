@@ -52,10 +52,9 @@ struct cpu_forward {
 };
 
 static void free_buffers(cpu_forward *f) {
-    float **bufs[] = {&f->x,    &f->xb,     &f->q,       &f->k,           &f->v,
-                      &f->att,  &f->gate,   &f->up,      &f->hout,        &f->scores,
-                      &f->rope_cs, &f->rope_cs_swa, &f->out_rows, &f->tp_att,
-                      &f->tp_ff,   &f->tp_part};
+    float **bufs[] = {&f->x,        &f->xb,     &f->q,     &f->k,      &f->v,       &f->att,
+                      &f->gate,     &f->up,     &f->hout,  &f->scores, &f->rope_cs, &f->rope_cs_swa,
+                      &f->out_rows, &f->tp_att, &f->tp_ff, &f->tp_part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         llmi_free_aligned(*bufs[i]);
         *bufs[i] = NULL;
@@ -362,7 +361,7 @@ static llm_status output_matmul(cpu_forward *f, const llmi_weight *w, uint32_t n
 }
 
 static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
-                            uint32_t layer, const llmi_step *st) {
+                                  uint32_t layer, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     const uint32_t n = st->n_rows;
     const llmi_weight *W = L->w;

@@ -20,7 +20,7 @@ typedef struct local_comm {
     const void **bufs; /* [n_ranks]: each rank's buffer of the current all-reduce */
     float *sum;        /* [max_floats]: the all-reduce's result */
     size_t max_floats;
-    uint8_t *stage;    /* [2][n_ranks][max_bytes]: the staging slots */
+    uint8_t *stage; /* [2][n_ranks][max_bytes]: the staging slots */
     size_t max_bytes;
     uint32_t turn_of[LLMI_TP_MAX]; /* each rank's next slot set (0 or 1) */
 } local_comm;
@@ -74,8 +74,10 @@ static llm_status local_all_reduce(void *ctx, uint32_t rank, float *x, size_t n)
     local_comm *c = ctx;
     LLMI_TRY(check_rank(c, rank, "all-reduce"));
     if (n > c->max_floats)
-        return llmi_error(LLM_ERR_LIMIT, "tp communicator, rank %u: all-reduce of %zu floats "
-                          "(at most %zu)", rank, n, c->max_floats);
+        return llmi_error(LLM_ERR_LIMIT,
+                          "tp communicator, rank %u: all-reduce of %zu floats "
+                          "(at most %zu)",
+                          rank, n, c->max_floats);
     if (c->n_ranks == 1)
         return LLM_OK;
     c->bufs[rank] = x;
@@ -97,9 +99,8 @@ static llm_status stage_slot(local_comm *c, uint32_t rank, size_t bytes, const c
                              uint8_t **slot, uint32_t *set) {
     LLMI_TRY(check_rank(c, rank, what));
     if (bytes > c->max_bytes)
-        return llmi_error(LLM_ERR_LIMIT,
-                          "tp communicator, rank %u: %s of %zu bytes (at most %zu)", rank, what,
-                          bytes, c->max_bytes);
+        return llmi_error(LLM_ERR_LIMIT, "tp communicator, rank %u: %s of %zu bytes (at most %zu)",
+                          rank, what, bytes, c->max_bytes);
     *set = c->turn_of[rank];
     c->turn_of[rank] ^= 1;
     *slot = c->stage + ((size_t)*set * c->n_ranks + rank) * c->max_bytes;
@@ -159,8 +160,8 @@ llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, size_t max_by
     c->bufs = llmi_calloc(n_ranks, sizeof *c->bufs);
     c->max_bytes = (max_bytes + 63) & ~(size_t)63; /* slots on their own cache lines */
     size_t floats_bytes, stage_bytes;
-    if (c->max_bytes < max_bytes || !llmi_mul_ok(max_floats ? max_floats : 1, sizeof(float),
-                                                 &floats_bytes) ||
+    if (c->max_bytes < max_bytes ||
+        !llmi_mul_ok(max_floats ? max_floats : 1, sizeof(float), &floats_bytes) ||
         !llmi_mul_ok((size_t)2 * n_ranks, c->max_bytes ? c->max_bytes : 64, &stage_bytes)) {
         llmi_free(c->bufs);
         llmi_free(c);

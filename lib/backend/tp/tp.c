@@ -334,10 +334,10 @@ static llm_status tp_step_create(void *backend, const llm_model *m, void *weight
     widest = m->hp.n_embd > widest ? m->hp.n_embd : widest;
     s->chunk = (widest + w->n_ranks - 1) / w->n_ranks;
     size_t gather_bytes = 0;
-    llm_status st = llmi_mul_ok((size_t)max_rows * s->chunk, sizeof(float), &gather_bytes)
-                        ? llmi_tp_comm_local(w->n_ranks, 0, gather_bytes, &s->comm)
-                        : llmi_error(LLM_ERR_LIMIT, "tp step: %u rows per step is too many",
-                                     max_rows);
+    llm_status st =
+        llmi_mul_ok((size_t)max_rows * s->chunk, sizeof(float), &gather_bytes)
+            ? llmi_tp_comm_local(w->n_ranks, 0, gather_bytes, &s->comm)
+            : llmi_error(LLM_ERR_LIMIT, "tp step: %u rows per step is too many", max_rows);
     for (uint32_t r = 0; st == LLM_OK && r < w->n_ranks; r++)
         st = rank_create(s, inst, m, r, max_rows, max_ctx);
     for (uint32_t r = 1; st == LLM_OK && r < w->n_ranks; r++) {
