@@ -4,7 +4,8 @@
  *     replicated when there are fewer than ranks; slices of uneven width;
  *     Q8_0, Q4_1 and F32 weights; mixture-of-experts layers) are
  *     bit-identical to the CPU backend's, with 8-bit and with f32
- *     activations.
+ *     activations (test_tp_rows.c checks the kernel property this rests
+ *     on).
  *   - Sessions (continuous batching, preemption, prefix cache, n samples,
  *     n-gram speculation, cancellation) give the same tokens at TP 2 and 4
  *     as on the CPU backend.
