@@ -36,7 +36,9 @@ static inline void llmi_tp_slice(uint32_t full, uint32_t n_ranks, uint32_t rank,
  * An ops table, so that a communicator of device ranks (NCCL) can stand in
  * for the in-process one. Collectives are called by every rank of the
  * communicator, in the same order, with the same sizes; each returns once
- * this rank's part is done. An error names the rank that saw it. */
+ * this rank's part is done. An error names the rank that saw it. A
+ * collective that can fail on one rank alone must make the others' fail
+ * too (NCCL: abort the communicator), or they would wait forever. */
 typedef struct llmi_tp_comm_ops {
     llm_status (*barrier)(void *ctx, uint32_t rank);
     /* x (n floats) becomes the sum over ranks of their x, added in rank
