@@ -185,11 +185,17 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3)) \
 	LLM_PLUGIN_PATH=$(abspath $(BUILD)) LLM_TEST_PLUGINS=$(abspath $(FAKE_PLUGIN_DIR)) \
 	LLM_TEST_CUDA_PLUGIN=$(if $(CUDA_PLUGIN),$(abspath $(CUDA_PLUGIN)))
+# The engine tests (continuous batching, preemption, prefix cache, n
+# samples, speculation, state) run a second time on 2 CPU ranks of tensor
+# parallelism, and the backend conformance suite on the tp backend
+# (docs/tensor-parallel.md): both must give the CPU backend's results.
+TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state)
 test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
 		test-models
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
-		$(CUDA_TEST_BIN)
+		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
+		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
