@@ -49,10 +49,10 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 $(CUDA_PLUGIN): $(CUDA_OBJ)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB)
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB) $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka $(DEPS_LIBS) \
-		-L$(CUDA_LIBDIR) -lcublasLt
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka \
+		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt
 
 -include $(CUDA_OBJ:.o=.d)
 else
