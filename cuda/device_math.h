@@ -23,6 +23,10 @@
 #include <string.h>
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
+
+#ifdef __CUDACC__
 #define LLMI_HD __host__ __device__ __forceinline__
 #else
 #define LLMI_HD static inline
@@ -117,8 +121,13 @@ LLMI_HD void llmi_cu_load16(const uint8_t *p, uint32_t w[4]) {
 
 /* ---- f16 / bf16 ---- */
 
-/* Exactly core's llmi_f16_to_f32 (a subnormal half is man * 2^-24). */
+/* Exactly core's llmi_f16_to_f32 (a subnormal half is man * 2^-24). The
+ * device converts in hardware: widening is exact, so only a NaN's payload
+ * may differ. */
 LLMI_HD float llmi_cu_f16_to_f32(uint32_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half((unsigned short)h));
+#else
     const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     if (exp == 0) {
         if (man == 0)
@@ -128,6 +137,7 @@ LLMI_HD float llmi_cu_f16_to_f32(uint32_t h) {
     if (exp == 31)
         return llmi_cu_u2f(sign | 0x7f800000u | man << 13);
     return llmi_cu_u2f(sign | (exp + 112) << 23 | man << 13);
+#endif
 }
 
 LLMI_HD float llmi_cu_bf16_to_f32(uint32_t h) { return llmi_cu_u2f(h << 16); }
