@@ -9,6 +9,10 @@
 #   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU),
 #               linked with the test archive for the CPU reference code
 
+# Included above the Makefile's first rule: its rules must not become the
+# default goal.
+.DEFAULT_GOAL := all
+
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(strip $(NVCC)),)
 CUDA ?= 0
@@ -54,11 +58,25 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB) $(wildcard cuda/*.h)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka \
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt
 
+# Registers, shared memory, stack and spills of every kernel for sm_90
+# (cuda/ptxas-report.sh); fails when a GEMV or attention kernel spills.
+# make test runs it.
+CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
+$(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh
+	@mkdir -p $(dir $@)
+	@bash cuda/ptxas-report.sh $(NVCC) sm_90 $(CUDA_CU_SRC) -- -std=c++17 -O3 \
+		-Iinclude -Ilib -Icuda -DLLM_EXPERIMENTAL >$@.tmp || { cat $@.tmp; rm -f $@.tmp; exit 1; }
+	@mv $@.tmp $@
+.PHONY: cuda-ptxas
+cuda-ptxas: $(CUDA_PTXAS_REPORT)
+	@cat $<
+test: $(CUDA_PTXAS_REPORT)
+
 -include $(CUDA_OBJ:.o=.d)
 else
 CUDA_PLUGIN :=
 CUDA_TEST_BIN :=
 endif
 
-.PHONY: cuda
+.PHONY: cuda cuda-ptxas
 cuda: $(CUDA_PLUGIN)
