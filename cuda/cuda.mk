@@ -6,8 +6,9 @@
 #               headers: backend.h, model.h)
 #   cuda/*.cu   kernels and their launchers, compiled by nvcc as C++17;
 #               they include only cuda/ headers and llm.h
-#   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU),
-#               linked with the test archive for the CPU reference code
+#   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU,
+#               kernel tests skip), linked with the kernels' objects and the
+#               test archive for the CPU reference code
 
 # Included above the Makefile's first rule: its rules must not become the
 # default goal.
@@ -53,9 +54,11 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 $(CUDA_PLUGIN): $(CUDA_OBJ)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB) $(wildcard cuda/*.h)
+# Linked with the kernels' objects (not the plug-in's host code).
+CUDA_KERNEL_OBJ := $(CUDA_CU_SRC:%.cu=$(BUILD)/obj-cuda/%.cu.o)
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB) $(CUDA_KERNEL_OBJ) $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka \
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_KERNEL_OBJ) $(TESTLIB) -lcmocka \
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt
 
 # Registers, shared memory, stack and spills of every kernel for sm_90
