@@ -272,7 +272,10 @@ cudaError_t llmi_cu_gemv(cudaStream_t stream, const llmi_cu_matrix *w, const flo
         return cudaErrorInvalidValue;
     if (w->rows == 0)
         return cudaSuccess;
-    const bool fast = chunk_aligned(w) && aligned16(x) && (n_rows == 1 || x_stride % 4 == 0);
+    /* Float types' chunks are 16 bytes: cols must be whole chunks. */
+    const uint32_t chunk = w->type == LLMI_T_F32 ? 4 : 8;
+    const bool fast = chunk_aligned(w) && aligned16(x) && (n_rows == 1 || x_stride % 4 == 0) &&
+                      (llmi_cu_block_elems(w->type) > 1 || w->cols % chunk == 0);
     if (!fast) {
         const dim3 grid((w->rows + GEMV_WARPS - 1) / GEMV_WARPS, n_rows);
         gemv_elem_kernel<<<grid, GEMV_WARPS * 32, 0, stream>>>(

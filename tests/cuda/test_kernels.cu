@@ -186,6 +186,17 @@ static void test_gemv(void **state) {
         }
         free_matrix(&h);
     }
+    /* Float rows that are not whole 16-byte chunks (the fallback). */
+    const llmi_ttype float_types[3] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16};
+    for (int t = 0; t < 3; t++) {
+        host_matrix h = make_matrix(float_types[t], 9, 1001);
+        float *dy = (float *)dev_alloc(sizeof(float) * 3 * 9);
+        CU(llmi_cu_gemv(0, &h.m, dx, xs, 3, NULL, dy, 9));
+        to_host(y, dy, sizeof(float) * 3 * 9);
+        check_gemv(&h, 3, x, xs, NULL, y, 9);
+        cudaFree(dy);
+        free_matrix(&h);
+    }
     /* Refusals: no rows, too many rows, cols not whole blocks. */
     host_matrix h = make_matrix(LLMI_T_Q4_0, 4, 64);
     float *dy = (float *)dev_alloc(64);
@@ -280,12 +291,12 @@ static void test_norms(void **state) {
     for (uint32_t r = 0; r < n; r++)
         llmi_rmsnorm(ref + r * dim, x + r * dim, w, (int)dim, eps);
     for (size_t i = 0; i < N; i++)
-        near(got[i], ref[i], 3e-7, fabs(ref[i]), "rmsnorm", i);
+        near(got[i], ref[i], 5e-7, fabs(ref[i]), "rmsnorm", i);
     /* In place. */
     CU(llmi_cu_rmsnorm(0, dx, dwv, eps, n, dim, dx));
     to_host(got, dx, 4 * N);
     for (size_t i = 0; i < N; i++)
-        near(got[i], ref[i], 3e-7, fabs(ref[i]), "rmsnorm in place", i);
+        near(got[i], ref[i], 5e-7, fabs(ref[i]), "rmsnorm in place", i);
     /* x += rmsnorm(delta) * dw, out = rmsnorm(x) * w. */
     CU(cudaMemcpy(dx, x, 4 * N, cudaMemcpyHostToDevice));
     CU(llmi_cu_add_rmsnorm(0, dx, dd, ddw, dwv, eps, n, dim, dout));
@@ -298,8 +309,11 @@ static void test_norms(void **state) {
     to_host(xg, dx, 4 * N);
     to_host(got, dout, 4 * N);
     for (size_t i = 0; i < N; i++) {
-        near(xg[i], xr[i], 3e-7, fabs(xr[i]) + 1e-6, "add_rmsnorm x", i);
-        near(got[i], ref[i], 1e-6, fabs(ref[i]) + 1e-6, "add_rmsnorm out", i);
+        /* The normed delta's scale may round differently (its sum of
+         * squares is added in another order): error relative to the
+         * summands, and to O(1) for the normed output. */
+        near(xg[i], xr[i], 5e-7, fabs(x[i]) + fabs(xr[i] - x[i]), "add_rmsnorm x", i);
+        near(got[i], ref[i], 1e-6, fabs(ref[i]) + 1.0, "add_rmsnorm out", i);
     }
     /* Plain add, no norm after it: x += delta exactly. */
     CU(cudaMemcpy(dx, x, 4 * N, cudaMemcpyHostToDevice));
