@@ -86,11 +86,30 @@ LLMI_HD float llmi_cu_u2f(uint32_t u) {
 #endif
 }
 
-/* A small non-negative integer (< 2^23) as a float, exactly: 2^23 + q has q
- * in its mantissa. One logic op and one add instead of an int-to-float
- * conversion, which runs at a quarter of the FP32 rate on the GPU. */
-LLMI_HD float llmi_cu_small_int(uint32_t q) {
-    return llmi_cu_sub(llmi_cu_u2f(0x4B000000u | q), 8388608.0f);
+LLMI_HD float llmi_cu_fma(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+    return __fmaf_rn(a, b, c);
+#else
+    return fmaf(a, b, c);
+#endif
+}
+
+/* q - bias for a non-negative integer q < 2^23 and an integer bias (0 ..
+ * 128), exactly: 2^23 + q has q in its mantissa. A logic op and an add
+ * instead of an int-to-float conversion, which runs at a quarter of the
+ * FP32 rate on the GPU. */
+LLMI_HD float llmi_cu_small_int(uint32_t q, float bias = 0.0f) {
+    return llmi_cu_sub(llmi_cu_u2f(0x4B000000u | q), 8388608.0f + bias);
+}
+
+/* 0x4B000000 | byte b of v: the float 2^23 + that byte. One byte permute
+ * on the device. */
+LLMI_HD uint32_t llmi_cu_magic_byte(uint32_t v, int b) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(v, 0x4B000000u, 0x7540u | (uint32_t)b);
+#else
+    return 0x4B000000u | ((v >> (8 * b)) & 0xffu);
+#endif
 }
 
 /* ---- loads: vector loads on the device, memcpy on the host ---- */
@@ -313,12 +332,14 @@ LLMI_HD uint32_t llmi_cu_block_bytes(llmi_ttype type) {
     }
 }
 
-/* 16 nibble-bytes' low (hi false) or high nibbles, as floats, from 4 words. */
-LLMI_HD void llmi_cu_nibbles16(const uint32_t w[4], bool hi, float out[16]) {
+/* 16 nibble-bytes' low (hi false) or high nibbles minus bias, as floats,
+ * from 4 words. */
+LLMI_HD void llmi_cu_nibbles16(const uint32_t w[4], bool hi, float bias, float out[16]) {
     for (int k = 0; k < 4; k++) {
         const uint32_t v = hi ? (w[k] >> 4) & 0x0f0f0f0fu : w[k] & 0x0f0f0f0fu;
         for (int b = 0; b < 4; b++)
-            out[4 * k + b] = llmi_cu_small_int((v >> (8 * b)) & 0xffu);
+            out[4 * k + b] =
+                llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(v, b)), 8388608.0f + bias);
     }
 }
 
@@ -328,8 +349,18 @@ LLMI_HD void llmi_cu_load16_u16(const uint8_t *p, uint32_t w[4]) {
         w[k] = llmi_cu_load_u16(p + 4 * k) | llmi_cu_load_u16(p + 4 * k + 2) << 16;
 }
 
-/* Chunk c (32 elements) of a row of a block type, as core dequantizes it. */
-LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c, float w[32]) {
+/* d * q + m, rounded twice as core does, or once (fused). */
+LLMI_HD float llmi_cu_scale_add(float q, float d, float m, bool fused) {
+    return fused ? llmi_cu_fma(q, d, m) : llmi_cu_add(llmi_cu_mul(q, d), m);
+}
+
+/* Chunk c (32 elements) of a row of a block type, as core dequantizes it.
+ * fused: the types with an offset (Q4_1, Q5_1, Q4_K) round d * q + m once
+ * (an FMA) instead of twice: one instruction less per weight for the GEMV,
+ * whose sums round differently from the CPU's anyway; the dequantization
+ * kernels keep core's bits. */
+LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c, float w[32],
+                                 bool fused = false) {
     switch (type) {
     case LLMI_T_Q4_0:
     case LLMI_T_Q4_1: {
@@ -340,11 +371,10 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
         const float m = q41 ? llmi_cu_f16_to_f32(llmi_cu_load_u16(blk + 2)) : 0.0f;
         uint32_t q[4];
         llmi_cu_load16_u16(blk + (q41 ? 4 : 2), q);
-        llmi_cu_nibbles16(q, false, w);
-        llmi_cu_nibbles16(q, true, w + 16);
+        llmi_cu_nibbles16(q, false, q41 ? 0.0f : 8.0f, w);
+        llmi_cu_nibbles16(q, true, q41 ? 0.0f : 8.0f, w + 16);
         for (int j = 0; j < 32; j++)
-            w[j] = q41 ? llmi_cu_add(llmi_cu_mul(w[j], d), m)
-                       : llmi_cu_mul(llmi_cu_sub(w[j], 8.0f), d);
+            w[j] = q41 ? llmi_cu_scale_add(w[j], d, m, fused) : llmi_cu_mul(w[j], d);
         return;
     }
     case LLMI_T_Q5_0:
@@ -354,26 +384,35 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
                                                     : sizeof(llmi_block_q5_0));
         const float d = llmi_cu_f16_to_f32(llmi_cu_load_u16(blk));
         const float m = q51 ? llmi_cu_f16_to_f32(llmi_cu_load_u16(blk + 2)) : 0.0f;
+        const float bias = q51 ? 0.0f : 16.0f;
         const uint8_t *h = blk + (q51 ? 4 : 2);
         const uint32_t qh = llmi_cu_load_u16(h) | llmi_cu_load_u16(h + 2) << 16;
         uint32_t q[4];
         llmi_cu_load16_u16(h + 4, q);
-        llmi_cu_nibbles16(q, false, w);
-        llmi_cu_nibbles16(q, true, w + 16);
-        for (int j = 0; j < 32; j++) {
-            const float v = llmi_cu_add(w[j], (qh >> j) & 1u ? 16.0f : 0.0f);
-            w[j] = q51 ? llmi_cu_add(llmi_cu_mul(v, d), m) : llmi_cu_mul(llmi_cu_sub(v, 16.0f), d);
-        }
+        for (int k = 0; k < 4; k++)
+            for (int b = 0; b < 4; b++) {
+                const int j = 4 * k + b;
+                const uint32_t byte = (q[k] >> (8 * b)) & 0xffu;
+                w[j] = llmi_cu_small_int((byte & 15u) | ((qh >> j) & 1u) << 4, bias);
+                w[j + 16] = llmi_cu_small_int(byte >> 4 | ((qh >> (j + 16)) & 1u) << 4, bias);
+            }
+        for (int j = 0; j < 32; j++)
+            w[j] = q51 ? llmi_cu_scale_add(w[j], d, m, fused) : llmi_cu_mul(w[j], d);
         return;
     }
     case LLMI_T_Q8_0: {
         const uint8_t *blk = row + (size_t)c * sizeof(llmi_block_q8_0);
         const float d = llmi_cu_f16_to_f32(llmi_cu_load_u16(blk));
-        for (int k = 0; k < 16; k++) {
-            const uint32_t v = llmi_cu_load_u16(blk + 2 + 2 * k);
-            w[2 * k] = llmi_cu_mul((float)(int8_t)(v & 0xff), d);
-            w[2 * k + 1] = llmi_cu_mul((float)(int8_t)(v >> 8), d);
-        }
+        uint32_t q[8];
+        llmi_cu_load16_u16(blk + 2, q);
+        llmi_cu_load16_u16(blk + 18, q + 4);
+        /* int8 q as the byte q + 128 (flipping the sign bit), minus 128 */
+        for (int k = 0; k < 8; k++)
+            for (int b = 0; b < 4; b++)
+                w[4 * k + b] = llmi_cu_mul(
+                    llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(q[k] ^ 0x80808080u, b)),
+                                8388608.0f + 128.0f),
+                    d);
         return;
     }
     case LLMI_T_Q4_K: {
@@ -385,10 +424,10 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
         uint32_t q[4];
         for (int half = 0; half < 2; half++) {
             llmi_cu_load16(qs + 16 * half, q);
-            llmi_cu_nibbles16(q, j % 2, w + 16 * half);
+            llmi_cu_nibbles16(q, j % 2, 0.0f, w + 16 * half);
         }
         for (int l = 0; l < 32; l++)
-            w[l] = llmi_cu_sub(llmi_cu_mul(d0, w[l]), n0);
+            w[l] = fused ? llmi_cu_fma(d0, w[l], -n0) : llmi_cu_sub(llmi_cu_mul(d0, w[l]), n0);
         return;
     }
     case LLMI_T_Q6_K: {
@@ -406,7 +445,7 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
                 const uint32_t nib = ((lo >> (8 * b)) >> (4 * (q >> 1))) & 15u;
                 const uint32_t v = nib | ((hi >> (8 * b + 2 * q)) & 3u) << 4;
                 const int l = 2 * k + b;
-                w[l] = llmi_cu_mul(ds[l / 16], llmi_cu_sub(llmi_cu_small_int(v), 32.0f));
+                w[l] = llmi_cu_mul(ds[l / 16], llmi_cu_small_int(v, 32.0f));
             }
         }
         return;

@@ -49,7 +49,7 @@ __device__ __forceinline__ void load_chunk(const uint8_t *row, uint32_t c, float
             }
         }
     } else {
-        llmi_cu_deq_chunk32(T, row, c, w);
+        llmi_cu_deq_chunk32(T, row, c, w, true);
     }
 }
 

@@ -127,12 +127,24 @@ static void check_row(llmi_ttype type, const uint8_t *row, int64_t n, const floa
     if (be == 1)
         return;
     for (int64_t c = 0; c < n / 32; c++) {
-        float w[32];
+        float w[32], wf[32], amax = 0.0f;
         llmi_cu_deq_chunk32(type, row, (uint32_t)c, w);
-        for (int j = 0; j < 32; j++)
+        llmi_cu_deq_chunk32(type, row, (uint32_t)c, wf, true);
+        for (int j = 0; j < 32; j++) {
             if (bits_of(w[j]) != bits_of(ref[32 * c + j]))
                 fail_msg("type %u chunk %lld element %d: %a, CPU %a", (unsigned)type,
                          (long long)c, j, w[j], ref[32 * c + j]);
+            amax = fmaxf(amax, fabsf(w[j]));
+        }
+        /* The GEMV's fused variant: one rounding of d * q + m instead of
+         * two, so within an ulp of the terms (each at most twice the
+         * chunk's largest value); types without an offset are unchanged. */
+        const bool offset = type == LLMI_T_Q4_1 || type == LLMI_T_Q5_1 || type == LLMI_T_Q4_K;
+        for (int j = 0; j < 32; j++)
+            if (offset ? !(fabsf(wf[j] - w[j]) <= ldexpf(amax, -21))
+                       : bits_of(wf[j]) != bits_of(w[j]))
+                fail_msg("type %u chunk %lld element %d fused: %a, exact %a", (unsigned)type,
+                         (long long)c, j, wf[j], w[j]);
     }
 }
 
