@@ -2,13 +2,13 @@
  * weight rows for the tensor-core path, the f32 -> bf16 activations, and
  * the embedding lookup.
  *
- * GEMV: one warp per output row, lanes striding over the row in chunks (32
- * elements of a block type, 16 bytes of a float type), each chunk
- * dequantized in registers by device_math.h's functions and multiplied
- * with every activation row, so the weight is read once for all rows (a
- * template instance per row count). Lane sums are reduced with warp
- * shuffles in a fixed order: a row's result depends only on its own
- * activations. Weights that are not aligned for the vector loads, or
+ * GEMV: a warp takes one output row (two for block types), lanes striding
+ * over the row in chunks (32 elements of a block type, 16 bytes of a float
+ * type), each chunk dequantized in registers by device_math.h's functions
+ * and multiplied with every activation row, so the weight is read once for
+ * all rows (a template instance per row count). Lane sums are reduced with
+ * warp shuffles in a fixed order: a row's result depends only on its own
+ * weights and activations. Weights that are not aligned for the vector loads, or
  * activations not 16-byte aligned, take a slower per-element kernel that
  * computes the same dot products. */
 #include "device_math.h"
@@ -60,44 +60,67 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* Output rows one warp takes: two for block types, so each activation
+ * value a lane loads (from L1) serves two weight rows. A Q4_K weight is
+ * 0.56 bytes against 4 bytes of activation: with one row per warp the L1
+ * traffic for the activations alone would match the HBM rate. */
+template <llmi_ttype T> __host__ __device__ constexpr uint32_t rows_per_warp() {
+    return chunk_elems<T>() == 32 ? 2 : 1;
+}
+
 template <llmi_ttype T, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const uint8_t *__restrict__ W, size_t row_bytes, uint32_t rows, uint32_t cols,
                 const float *__restrict__ x, uint32_t xs, const float *__restrict__ bias,
                 float *__restrict__ y, uint32_t ys) {
-    constexpr uint32_t E = chunk_elems<T>();
-    const uint32_t o = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (o >= rows)
+    constexpr uint32_t E = chunk_elems<T>(), O = rows_per_warp<T>();
+    const uint32_t o0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * O, lane = threadIdx.x % 32;
+    if (o0 >= rows)
         return;
-    const uint8_t *row = W + (size_t)o * row_bytes;
-    float acc[R];
+    /* A missing second row (odd row count) reads the first again and is
+     * not written: the warp's control flow stays uniform. */
+    const uint8_t *row[O];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = 0.0f;
+    for (uint32_t k = 0; k < O; k++)
+        row[k] = W + (size_t)(o0 + k < rows ? o0 + k : o0) * row_bytes;
+    float acc[O][R];
+#pragma unroll
+    for (uint32_t k = 0; k < O; k++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[k][r] = 0.0f;
     const uint32_t n_chunks = cols / E;
-#pragma unroll(E == 32 ? 2 : 4)
+#pragma unroll(O == 1 ? 4 : 1)
     for (uint32_t c = lane; c < n_chunks; c += 32) {
-        float w[E];
-        load_chunk<T>(row, c, w);
+        float w[O][E];
+#pragma unroll
+        for (uint32_t k = 0; k < O; k++)
+            load_chunk<T>(row[k], c, w[k]);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const float4 *xv = (const float4 *)(x + (size_t)r * xs + (size_t)c * E);
 #pragma unroll
-            for (uint32_t k = 0; k < E / 4; k++) {
-                const float4 v = __ldg(xv + k);
-                acc[r] = fmaf(w[4 * k], v.x, acc[r]);
-                acc[r] = fmaf(w[4 * k + 1], v.y, acc[r]);
-                acc[r] = fmaf(w[4 * k + 2], v.z, acc[r]);
-                acc[r] = fmaf(w[4 * k + 3], v.w, acc[r]);
+            for (uint32_t e = 0; e < E / 4; e++) {
+                const float4 v = __ldg(xv + e);
+#pragma unroll
+                for (uint32_t k = 0; k < O; k++) {
+                    acc[k][r] = fmaf(w[k][4 * e], v.x, acc[k][r]);
+                    acc[k][r] = fmaf(w[k][4 * e + 1], v.y, acc[k][r]);
+                    acc[k][r] = fmaf(w[k][4 * e + 2], v.z, acc[k][r]);
+                    acc[k][r] = fmaf(w[k][4 * e + 3], v.w, acc[k][r]);
+                }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float s = warp_sum(acc[r]);
-        if (lane == 0)
-            y[(size_t)r * ys + o] = bias ? s + bias[o] : s;
-    }
+    for (uint32_t k = 0; k < O; k++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum(acc[k][r]);
+            const uint32_t o = o0 + k;
+            if (lane == 0 && o < rows)
+                y[(size_t)r * ys + o] = bias ? s + bias[o] : s;
+        }
 }
 
 /* The unaligned fallback: one warp per (output row, activation row), one
@@ -124,7 +147,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 template <llmi_ttype T, int R>
 void launch_gemv_r(cudaStream_t s, const llmi_cu_matrix *w, const float *x, uint32_t xs,
                    const float *bias, float *y, uint32_t ys) {
-    const dim3 grid((w->rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    const uint32_t per_cta = GEMV_WARPS * rows_per_warp<T>();
+    const dim3 grid((w->rows + per_cta - 1) / per_cta);
     gemv_kernel<T, R><<<grid, GEMV_WARPS * 32, 0, s>>>((const uint8_t *)w->data, w->row_bytes,
                                                        w->rows, w->cols, x, xs, bias, y, ys);
 }
