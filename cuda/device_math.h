@@ -338,8 +338,7 @@ LLMI_HD void llmi_cu_nibbles16(const uint32_t w[4], bool hi, float bias, float o
     for (int k = 0; k < 4; k++) {
         const uint32_t v = hi ? (w[k] >> 4) & 0x0f0f0f0fu : w[k] & 0x0f0f0f0fu;
         for (int b = 0; b < 4; b++)
-            out[4 * k + b] =
-                llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(v, b)), 8388608.0f + bias);
+            out[4 * k + b] = llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(v, b)), 8388608.0f + bias);
     }
 }
 
@@ -365,8 +364,8 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
     case LLMI_T_Q4_0:
     case LLMI_T_Q4_1: {
         const bool q41 = type == LLMI_T_Q4_1;
-        const uint8_t *blk = row + (size_t)c * (q41 ? sizeof(llmi_block_q4_1)
-                                                    : sizeof(llmi_block_q4_0));
+        const uint8_t *blk =
+            row + (size_t)c * (q41 ? sizeof(llmi_block_q4_1) : sizeof(llmi_block_q4_0));
         const float d = llmi_cu_f16_to_f32(llmi_cu_load_u16(blk));
         const float m = q41 ? llmi_cu_f16_to_f32(llmi_cu_load_u16(blk + 2)) : 0.0f;
         uint32_t q[4];
@@ -380,8 +379,8 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
     case LLMI_T_Q5_0:
     case LLMI_T_Q5_1: {
         const bool q51 = type == LLMI_T_Q5_1;
-        const uint8_t *blk = row + (size_t)c * (q51 ? sizeof(llmi_block_q5_1)
-                                                    : sizeof(llmi_block_q5_0));
+        const uint8_t *blk =
+            row + (size_t)c * (q51 ? sizeof(llmi_block_q5_1) : sizeof(llmi_block_q5_0));
         const float d = llmi_cu_f16_to_f32(llmi_cu_load_u16(blk));
         const float m = q51 ? llmi_cu_f16_to_f32(llmi_cu_load_u16(blk + 2)) : 0.0f;
         const float bias = q51 ? 0.0f : 16.0f;
@@ -409,10 +408,10 @@ LLMI_HD void llmi_cu_deq_chunk32(llmi_ttype type, const uint8_t *row, uint32_t c
         /* int8 q as the byte q + 128 (flipping the sign bit), minus 128 */
         for (int k = 0; k < 8; k++)
             for (int b = 0; b < 4; b++)
-                w[4 * k + b] = llmi_cu_mul(
-                    llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(q[k] ^ 0x80808080u, b)),
-                                8388608.0f + 128.0f),
-                    d);
+                w[4 * k + b] =
+                    llmi_cu_mul(llmi_cu_sub(llmi_cu_u2f(llmi_cu_magic_byte(q[k] ^ 0x80808080u, b)),
+                                            8388608.0f + 128.0f),
+                                d);
         return;
     }
     case LLMI_T_Q4_K: {
@@ -484,8 +483,7 @@ LLMI_HD float llmi_cu_rope_theta(uint32_t pos, float scale, uint32_t i) {
 
 /* The angle of pair i: theta / freq_div_i (when there are divisors) times
  * freq_scale, in that order. */
-LLMI_HD float llmi_cu_rope_angle(float theta, const float *freq_div, uint32_t i,
-                                 float freq_scale) {
+LLMI_HD float llmi_cu_rope_angle(float theta, const float *freq_div, uint32_t i, float freq_scale) {
     return llmi_cu_mul(freq_div ? llmi_cu_div(theta, freq_div[i]) : theta, freq_scale);
 }
 
@@ -513,8 +511,7 @@ LLMI_HD void llmi_cu_rope_rotate(float c, float s, float *x0, float *x1) {
 LLMI_HD float llmi_cu_softmax_weight(float s, float m) { return expf(s - m); }
 
 /* The merged max and the factors that rescale each side's l and acc. */
-LLMI_HD void llmi_cu_softmax_merge(float m_a, float m_b, float *m, float *scale_a,
-                                   float *scale_b) {
+LLMI_HD void llmi_cu_softmax_merge(float m_a, float m_b, float *m, float *scale_a, float *scale_b) {
     const float mm = m_a > m_b ? m_a : m_b;
     *m = mm;
     *scale_a = m_a == -INFINITY ? 0.0f : expf(m_a - mm);

@@ -181,9 +181,7 @@ void launch_attention(cudaStream_t stream, const attn_params &p, uint32_t n_rows
     attn_merge_kernel<<<dim3(p.n_head, n_rows), ATTN_THREADS, 0, stream>>>(p, out, out_stride);
 }
 
-bool cache_type_ok(llmi_ttype t) {
-    return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16;
-}
+bool cache_type_ok(llmi_ttype t) { return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16; }
 
 /* ---- block copy ---- */
 
@@ -212,9 +210,8 @@ extern "C" {
 cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
                              llmi_ttype cache_type, uint32_t kv_dim, const float *k,
                              uint32_t k_stride, const float *v, uint32_t v_stride,
-                             const uint32_t *pos, const uint32_t *seq,
-                             const uint32_t *block_start, const uint32_t *blocks,
-                             uint32_t block_size, uint32_t n_rows) {
+                             const uint32_t *pos, const uint32_t *seq, const uint32_t *block_start,
+                             const uint32_t *blocks, uint32_t block_size, uint32_t n_rows) {
     const uint64_t total = (uint64_t)n_rows * kv_dim;
     if (!cache_type_ok(cache_type) || block_size == 0 ||
         (n_rows > 1 && (k_stride < kv_dim || v_stride < kv_dim)) ||
@@ -288,8 +285,8 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
 }
 
 cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint32_t n_layers,
-                                  size_t row_bytes, uint32_t block_size, uint32_t dst,
-                                  uint32_t src, uint32_t n_slots) {
+                                  size_t row_bytes, uint32_t block_size, uint32_t dst, uint32_t src,
+                                  uint32_t n_slots) {
     if (n_slots > block_size || n_layers > 32767)
         return cudaErrorInvalidValue;
     const size_t n = (size_t)n_slots * row_bytes;

@@ -20,6 +20,7 @@ namespace {
 
 constexpr int GEMV_WARPS = 4; /* warps (output rows) per CTA */
 constexpr int THREADS = 256;  /* element-wise kernels */
+constexpr int MAX_R_TWO_ROWS = 3;
 
 /* Elements a lane dequantizes at once: 32 for block types, 16 bytes' worth
  * for float types. */
@@ -60,12 +61,14 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* Output rows one warp takes: two for block types, so each activation
- * value a lane loads (from L1) serves two weight rows. A Q4_K weight is
- * 0.56 bytes against 4 bytes of activation: with one row per warp the L1
- * traffic for the activations alone would match the HBM rate. */
-template <llmi_ttype T> __host__ __device__ constexpr uint32_t rows_per_warp() {
-    return chunk_elems<T>() == 32 ? 2 : 1;
+/* Output rows one warp takes: two for block types at up to
+ * MAX_R_TWO_ROWS activation rows, so each activation value a lane loads
+ * (from L1) serves two weight rows. A Q4_K weight is 0.56 bytes against 4
+ * bytes of activation: with one row per warp the L1 traffic for the
+ * activations alone would match the HBM rate at batch 1. Past 3 rows ptxas
+ * spills the two rows' chunks (make cuda-ptxas). */
+template <llmi_ttype T, int R> __host__ __device__ constexpr uint32_t rows_per_warp() {
+    return chunk_elems<T>() == 32 && R <= MAX_R_TWO_ROWS ? 2 : 1;
 }
 
 template <llmi_ttype T, int R>
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const uint8_t *__restrict__ W, size_t row_bytes, uint32_t rows, uint32_t cols,
                 const float *__restrict__ x, uint32_t xs, const float *__restrict__ bias,
                 float *__restrict__ y, uint32_t ys) {
-    constexpr uint32_t E = chunk_elems<T>(), O = rows_per_warp<T>();
+    constexpr uint32_t E = chunk_elems<T>(), O = rows_per_warp<T, R>();
     const uint32_t o0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * O, lane = threadIdx.x % 32;
     if (o0 >= rows)
         return;
@@ -147,24 +150,32 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 template <llmi_ttype T, int R>
 void launch_gemv_r(cudaStream_t s, const llmi_cu_matrix *w, const float *x, uint32_t xs,
                    const float *bias, float *y, uint32_t ys) {
-    const uint32_t per_cta = GEMV_WARPS * rows_per_warp<T>();
+    const uint32_t per_cta = GEMV_WARPS * rows_per_warp<T, R>();
     const dim3 grid((w->rows + per_cta - 1) / per_cta);
     gemv_kernel<T, R><<<grid, GEMV_WARPS * 32, 0, s>>>((const uint8_t *)w->data, w->row_bytes,
                                                        w->rows, w->cols, x, xs, bias, y, ys);
 }
 
 template <llmi_ttype T>
-void launch_gemv(cudaStream_t s, const llmi_cu_matrix *w, const float *x, uint32_t xs,
-                 uint32_t n, const float *bias, float *y, uint32_t ys) {
+void launch_gemv(cudaStream_t s, const llmi_cu_matrix *w, const float *x, uint32_t xs, uint32_t n,
+                 const float *bias, float *y, uint32_t ys) {
     switch (n) {
-    case 1: return launch_gemv_r<T, 1>(s, w, x, xs, bias, y, ys);
-    case 2: return launch_gemv_r<T, 2>(s, w, x, xs, bias, y, ys);
-    case 3: return launch_gemv_r<T, 3>(s, w, x, xs, bias, y, ys);
-    case 4: return launch_gemv_r<T, 4>(s, w, x, xs, bias, y, ys);
-    case 5: return launch_gemv_r<T, 5>(s, w, x, xs, bias, y, ys);
-    case 6: return launch_gemv_r<T, 6>(s, w, x, xs, bias, y, ys);
-    case 7: return launch_gemv_r<T, 7>(s, w, x, xs, bias, y, ys);
-    default: return launch_gemv_r<T, 8>(s, w, x, xs, bias, y, ys);
+    case 1:
+        return launch_gemv_r<T, 1>(s, w, x, xs, bias, y, ys);
+    case 2:
+        return launch_gemv_r<T, 2>(s, w, x, xs, bias, y, ys);
+    case 3:
+        return launch_gemv_r<T, 3>(s, w, x, xs, bias, y, ys);
+    case 4:
+        return launch_gemv_r<T, 4>(s, w, x, xs, bias, y, ys);
+    case 5:
+        return launch_gemv_r<T, 5>(s, w, x, xs, bias, y, ys);
+    case 6:
+        return launch_gemv_r<T, 6>(s, w, x, xs, bias, y, ys);
+    case 7:
+        return launch_gemv_r<T, 7>(s, w, x, xs, bias, y, ys);
+    default:
+        return launch_gemv_r<T, 8>(s, w, x, xs, bias, y, ys);
     }
 }
 
@@ -174,8 +185,8 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
  * (float types, Q4_K) need 16-byte aligned rows; the other block types
  * read 16-bit words. */
 bool chunk_aligned(const llmi_cu_matrix *w) {
-    const bool vec = w->type == LLMI_T_F32 || w->type == LLMI_T_F16 ||
-                     w->type == LLMI_T_BF16 || w->type == LLMI_T_Q4_K;
+    const bool vec = w->type == LLMI_T_F32 || w->type == LLMI_T_F16 || w->type == LLMI_T_BF16 ||
+                     w->type == LLMI_T_Q4_K;
     const uintptr_t a = (uintptr_t)w->data | (uintptr_t)w->row_bytes;
     return vec ? (a & 15) == 0 : (a & 1) == 0;
 }
@@ -249,14 +260,29 @@ template <bool BF16>
 bool dequant_chunked(cudaStream_t s, const llmi_cu_matrix *w, uint32_t row0, uint32_t n,
                      void *out) {
     switch (w->type) {
-    case LLMI_T_Q4_0: launch_dequant_chunk<LLMI_T_Q4_0, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q4_1: launch_dequant_chunk<LLMI_T_Q4_1, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q5_0: launch_dequant_chunk<LLMI_T_Q5_0, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q5_1: launch_dequant_chunk<LLMI_T_Q5_1, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q8_0: launch_dequant_chunk<LLMI_T_Q8_0, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q4_K: launch_dequant_chunk<LLMI_T_Q4_K, BF16>(s, w, row0, n, out); return true;
-    case LLMI_T_Q6_K: launch_dequant_chunk<LLMI_T_Q6_K, BF16>(s, w, row0, n, out); return true;
-    default: return false;
+    case LLMI_T_Q4_0:
+        launch_dequant_chunk<LLMI_T_Q4_0, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q4_1:
+        launch_dequant_chunk<LLMI_T_Q4_1, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q5_0:
+        launch_dequant_chunk<LLMI_T_Q5_0, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q5_1:
+        launch_dequant_chunk<LLMI_T_Q5_1, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q8_0:
+        launch_dequant_chunk<LLMI_T_Q8_0, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q4_K:
+        launch_dequant_chunk<LLMI_T_Q4_K, BF16>(s, w, row0, n, out);
+        return true;
+    case LLMI_T_Q6_K:
+        launch_dequant_chunk<LLMI_T_Q6_K, BF16>(s, w, row0, n, out);
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -302,23 +328,44 @@ cudaError_t llmi_cu_gemv(cudaStream_t stream, const llmi_cu_matrix *w, const flo
                       (llmi_cu_block_elems(w->type) > 1 || w->cols % chunk == 0);
     if (!fast) {
         const dim3 grid((w->rows + GEMV_WARPS - 1) / GEMV_WARPS, n_rows);
-        gemv_elem_kernel<<<grid, GEMV_WARPS * 32, 0, stream>>>(
-            (const uint8_t *)w->data, w->type, w->row_bytes, w->rows, w->cols, x, x_stride, bias,
-            y, y_stride);
+        gemv_elem_kernel<<<grid, GEMV_WARPS * 32, 0, stream>>>((const uint8_t *)w->data, w->type,
+                                                               w->row_bytes, w->rows, w->cols, x,
+                                                               x_stride, bias, y, y_stride);
         return cudaGetLastError();
     }
     switch (w->type) {
-    case LLMI_T_F32: launch_gemv<LLMI_T_F32>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_F16: launch_gemv<LLMI_T_F16>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_BF16: launch_gemv<LLMI_T_BF16>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q4_0: launch_gemv<LLMI_T_Q4_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q4_1: launch_gemv<LLMI_T_Q4_1>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q5_0: launch_gemv<LLMI_T_Q5_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q5_1: launch_gemv<LLMI_T_Q5_1>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q8_0: launch_gemv<LLMI_T_Q8_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q4_K: launch_gemv<LLMI_T_Q4_K>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    case LLMI_T_Q6_K: launch_gemv<LLMI_T_Q6_K>(stream, w, x, x_stride, n_rows, bias, y, y_stride); break;
-    default: return cudaErrorInvalidValue;
+    case LLMI_T_F32:
+        launch_gemv<LLMI_T_F32>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_F16:
+        launch_gemv<LLMI_T_F16>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_BF16:
+        launch_gemv<LLMI_T_BF16>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q4_0:
+        launch_gemv<LLMI_T_Q4_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q4_1:
+        launch_gemv<LLMI_T_Q4_1>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q5_0:
+        launch_gemv<LLMI_T_Q5_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q5_1:
+        launch_gemv<LLMI_T_Q5_1>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q8_0:
+        launch_gemv<LLMI_T_Q8_0>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q4_K:
+        launch_gemv<LLMI_T_Q4_K>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    case LLMI_T_Q6_K:
+        launch_gemv<LLMI_T_Q6_K>(stream, w, x, x_stride, n_rows, bias, y, y_stride);
+        break;
+    default:
+        return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
 }

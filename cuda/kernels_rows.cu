@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
     }
     double ss = 0.0;
     for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS) {
-        const float d = dw ? llmi_cu_mul(llmi_cu_mul(delta[base + i], dscale), dw[i])
-                           : delta[base + i];
+        const float d =
+            dw ? llmi_cu_mul(llmi_cu_mul(delta[base + i], dscale), dw[i]) : delta[base + i];
         const float v = llmi_cu_add(x[base + i], d);
         x[base + i] = v;
         ss += (double)v * v;

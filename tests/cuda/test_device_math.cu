@@ -132,8 +132,8 @@ static void check_row(llmi_ttype type, const uint8_t *row, int64_t n, const floa
         llmi_cu_deq_chunk32(type, row, (uint32_t)c, wf, true);
         for (int j = 0; j < 32; j++) {
             if (bits_of(w[j]) != bits_of(ref[32 * c + j]))
-                fail_msg("type %u chunk %lld element %d: %a, CPU %a", (unsigned)type,
-                         (long long)c, j, w[j], ref[32 * c + j]);
+                fail_msg("type %u chunk %lld element %d: %a, CPU %a", (unsigned)type, (long long)c,
+                         j, w[j], ref[32 * c + j]);
             amax = fmaxf(amax, fabsf(w[j]));
         }
         /* The GEMV's fused variant: one rounding of d * q + m instead of
@@ -182,8 +182,8 @@ static void test_dequant_q5_golden(void **state) {
         char type_name[16], tensor[256], hex[128];
         unsigned blockno;
         int used = 0;
-        if (sscanf(line, "deq %15s %255s %u %127s :%n", type_name, tensor, &blockno, hex,
-                   &used) != 4)
+        if (sscanf(line, "deq %15s %255s %u %127s :%n", type_name, tensor, &blockno, hex, &used) !=
+            4)
             continue;
         const llmi_ttype type = strcmp(type_name, "Q5_0") == 0 ? LLMI_T_Q5_0 : LLMI_T_Q5_1;
         uint8_t blk[32];
@@ -226,11 +226,12 @@ static void check_convert(float x) {
 
 static void test_f16_bf16_rounding(void **state) {
     (void)state;
-    const float edges[] = {0.0f,     -0.0f,     1.0f,       65504.0f,  65519.99f, 65520.0f,
-                           65536.0f, 6.1035156e-5f, 6.0975552e-5f, 5.9604645e-8f,
-                           2.9802322e-8f, 2.9802326e-8f, 8.940697e-8f, 1.0009766f,
-                           1.0004883f, 1.0014648f, 1.00390625f, 1.0078125f, 1.01171875f,
-                           3.3895314e38f, 3.4028235e38f, 1e-45f, INFINITY, -INFINITY, NAN};
+    const float edges[] = {
+        0.0f,          -0.0f,         1.0f,          65504.0f,      65519.99f,
+        65520.0f,      65536.0f,      6.1035156e-5f, 6.0975552e-5f, 5.9604645e-8f,
+        2.9802322e-8f, 2.9802326e-8f, 8.940697e-8f,  1.0009766f,    1.0004883f,
+        1.0014648f,    1.00390625f,   1.0078125f,    1.01171875f,   3.3895314e38f,
+        3.4028235e38f, 1e-45f,        INFINITY,      -INFINITY,     NAN};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
         check_convert(edges[i]);
         check_convert(-edges[i]);
@@ -248,8 +249,7 @@ static void test_f16_bf16_rounding(void **state) {
     /* Widening is exact: every half and bfloat16. */
     for (uint32_t h = 0; h < 0x10000; h++) {
         assert_int_equal(bits_of(llmi_cu_f16_to_f32(h)), bits_of(llmi_f16_to_f32((uint16_t)h)));
-        assert_int_equal(bits_of(llmi_cu_bf16_to_f32(h)),
-                         bits_of(llmi_bf16_to_f32((uint16_t)h)));
+        assert_int_equal(bits_of(llmi_cu_bf16_to_f32(h)), bits_of(llmi_bf16_to_f32((uint16_t)h)));
     }
 }
 
@@ -290,7 +290,7 @@ static void test_kv_slot_shuffled_tables(void **state) {
         free(seen);
     }
     assert_int_equal(llmi_cu_attn_first(10, 0), 0);
-    assert_int_equal(llmi_cu_attn_first(10, 4), 7);  /* keys 7..10: p - q < 4 */
+    assert_int_equal(llmi_cu_attn_first(10, 4), 7); /* keys 7..10: p - q < 4 */
     assert_int_equal(llmi_cu_attn_first(3, 4), 0);
     assert_int_equal(llmi_cu_attn_first(4, 4), 1);
 }
@@ -445,7 +445,8 @@ static void test_glu_activations(void **state) {
         /* And each against the formula in double. */
         const double gd = g[i], ud = u[i];
         const double sd = gd / (1.0 + exp(-gd)) * ud;
-        const double ge = 0.5 * gd * (1.0 + tanh(0.7978845608 * gd * (1.0 + 0.044715 * gd * gd))) * ud;
+        const double ge =
+            0.5 * gd * (1.0 + tanh(0.7978845608 * gd * (1.0 + 0.044715 * gd * gd))) * ud;
         assert_true(fabs(llmi_cu_silu_mul(g[i], u[i]) - sd) <= 1e-6 * fabs(sd) + 1e-30);
         assert_true(fabs(llmi_cu_gelu_tanh_mul(g[i], u[i]) - ge) <= 1e-5 * fabs(ge) + 1e-6);
     }

@@ -93,8 +93,7 @@ static void to_host(void *h, const void *d, size_t bytes) {
 /* |got - want| <= tol * scale, reported with the place. */
 static void near(double got, double want, double tol, double scale, const char *what, size_t i) {
     if (!(fabs(got - want) <= tol * scale))
-        fail_msg("%s[%zu]: %.9g, reference %.9g (tolerance %.3g)", what, i, got, want,
-                 tol * scale);
+        fail_msg("%s[%zu]: %.9g, reference %.9g (tolerance %.3g)", what, i, got, want, tol * scale);
 }
 
 /* ---- weights ---- */
@@ -276,8 +275,10 @@ static void test_norms(void **state) {
     rng_seed(0x6e0003, "norms");
     const uint32_t n = 5, dim = 1000;
     const size_t N = (size_t)n * dim;
-    float *x = (float *)malloc(4 * N), *delta = (float *)malloc(4 * N), *w = (float *)malloc(4 * dim);
-    float *dw = (float *)malloc(4 * dim), *ref = (float *)malloc(4 * N), *got = (float *)malloc(4 * N);
+    float *x = (float *)malloc(4 * N), *delta = (float *)malloc(4 * N),
+          *w = (float *)malloc(4 * dim);
+    float *dw = (float *)malloc(4 * dim), *ref = (float *)malloc(4 * N),
+          *got = (float *)malloc(4 * N);
     fill(x, N, -3.0f, 3.0f);
     fill(delta, N, -1.0f, 1.0f);
     fill(w, dim, 0.5f, 1.5f);
@@ -487,7 +488,8 @@ static void test_kv_store(void **state) {
     fill(k, (size_t)n_rows * ks, -70000.0f, 70000.0f); /* f16 overflows too */
     fill(v, (size_t)n_rows * vs, -1e-5f, 1e-5f);       /* f16 subnormals */
     float *dk = (float *)dev_copy(k, 4 * n_rows * ks), *dv = (float *)dev_copy(v, 4 * n_rows * vs);
-    uint32_t *dpos = (uint32_t *)dev_copy(pos, sizeof pos), *dseq = (uint32_t *)dev_copy(seq, sizeof seq);
+    uint32_t *dpos = (uint32_t *)dev_copy(pos, sizeof pos),
+             *dseq = (uint32_t *)dev_copy(seq, sizeof seq);
     uint32_t *dbs = (uint32_t *)dev_copy(block_start, sizeof block_start);
     uint32_t *dbl = (uint32_t *)dev_copy(blocks, sizeof blocks);
     const size_t n_slots = (size_t)n_blocks * bs;
@@ -545,7 +547,8 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
     const uint32_t n_rows = 7;
     const uint32_t seq[7] = {0, 0, 0, 1, 1, 2, 2}, pos[7] = {697, 698, 699, 100, 256, 0, 8};
     const size_t n_slots = (size_t)n_blocks * bs, ebytes = cache_elem(ct);
-    uint8_t *kc = (uint8_t *)malloc(n_slots * kv_dim * ebytes), *vc = (uint8_t *)malloc(n_slots * kv_dim * ebytes);
+    uint8_t *kc = (uint8_t *)malloc(n_slots * kv_dim * ebytes),
+            *vc = (uint8_t *)malloc(n_slots * kv_dim * ebytes);
     for (size_t i = 0; i < n_slots * kv_dim; i++) {
         cache_put(ct, kc, i, rng_uniform(-1.0f, 1.0f));
         cache_put(ct, vc, i, rng_uniform(-1.0f, 1.0f) + (float)(i % 7) * 0.25f);
@@ -590,8 +593,9 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
             double mx = -INFINITY, sum = 0.0;
             for (uint32_t i = 0; i < n; i++) {
                 const uint32_t p = first + i;
-                const size_t row = ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) *
-                                       kv_dim + (size_t)kvh * hd;
+                const size_t row =
+                    ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
+                    (size_t)kvh * hd;
                 double dot = 0.0;
                 for (uint32_t d = 0; d < hd; d++)
                     dot += (double)q[r * qs + h * hd + d] * cache_get(ct, kc, row + d);
@@ -636,8 +640,8 @@ static void test_attention(void **state) {
     (void)state;
     NEED_DEVICE();
     rng_seed(0x6e0007, "attention");
-    const attn_case cases[] = {{4, 2, 64, 0}, {8, 8, 128, 0}, {2, 1, 256, 0}, {4, 1, 64, 300},
-                               {4, 2, 80, 5}};
+    const attn_case cases[] = {
+        {4, 2, 64, 0}, {8, 8, 128, 0}, {2, 1, 256, 0}, {4, 1, 64, 300}, {4, 2, 80, 5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (size_t t = 0; t < 3; t++)
             run_attention(&cases[c], cache_types[t]);
