@@ -6,8 +6,13 @@
 #               headers: backend.h, model.h)
 #   cuda/*.cu   kernels and their launchers, compiled by nvcc as C++17;
 #               they include only cuda/ headers and llm.h
-#   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU),
-#               linked with the test archive for the CPU reference code
+#   tests/cuda/test_*.cu   host tests built by nvcc (they run without a GPU,
+#               kernel tests skip), linked with the kernels' objects and the
+#               test archive for the CPU reference code
+
+# Included above the Makefile's first rule: its rules must not become the
+# default goal.
+.DEFAULT_GOAL := all
 
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(strip $(NVCC)),)
@@ -54,17 +59,31 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 $(CUDA_PLUGIN): $(CUDA_OBJ)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
-# Host tests link the plug-in's objects (they call its functions directly)
-# and the test archive (the CPU reference).
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB)
+# Host tests link the plug-in's objects (they call its kernels' launchers
+# and its host functions directly) and the test archive (the CPU reference).
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka $(filter-out -pthread,$(DEPS_LIBS)) -lpthread \
-		-L$(CUDA_LIBDIR) -lcublasLt -ldl
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka \
+		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl
 
 $(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(CUDA_HOST_OBJ) $(TESTLIB) -lcmocka \
 		$(DEPS_LIBS)
+
+# Registers, shared memory, stack and spills of every kernel for sm_90
+# (cuda/ptxas-report.sh); fails when a GEMV or attention kernel spills.
+# make test runs it.
+CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
+$(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh
+	@mkdir -p $(dir $@)
+	@bash cuda/ptxas-report.sh $(NVCC) sm_90 $(CUDA_CU_SRC) -- -std=c++17 -O3 \
+		-Iinclude -Ilib -Icuda -DLLM_EXPERIMENTAL >$@.tmp || { cat $@.tmp; rm -f $@.tmp; exit 1; }
+	@mv $@.tmp $@
+.PHONY: cuda-ptxas
+cuda-ptxas: $(CUDA_PTXAS_REPORT)
+	@cat $<
+test: $(CUDA_PTXAS_REPORT)
 
 -include $(CUDA_OBJ:.o=.d)
 else
@@ -72,5 +91,5 @@ CUDA_PLUGIN :=
 CUDA_TEST_BIN :=
 endif
 
-.PHONY: cuda
+.PHONY: cuda cuda-ptxas
 cuda: $(CUDA_PLUGIN)

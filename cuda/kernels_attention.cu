@@ -1,0 +1,304 @@
+/* The paged KV cache's kernels (cuda/kernels.h): storing K/V rows, causal
+ * split-KV attention, and copying blocks.
+ *
+ * Attention: a row's keys [first, pos] are cut into splits of
+ * LLMI_CU_ATTN_SPLIT positions counted from `first`, so the cut depends
+ * only on the row itself, never on the batch. One CTA per (split, head,
+ * row) computes the split's partial (max, sum, weighted values) into the
+ * scratch; a merge kernel then combines a row's partials in split order
+ * (device_math.h's llmi_cu_softmax_merge) and divides. Scores are
+ * dot(q, k) * scale in f32, as the CPU computes them.
+ *
+ * The same kernels serve prompts (every row attends on its own); a
+ * flash-style prefill path that tiles the queries of one sequence is not
+ * written yet. */
+#include "device_math.h"
+#include "kernels.h"
+
+namespace {
+
+constexpr int ATTN_THREADS = 128;
+constexpr int ATTN_WARPS = ATTN_THREADS / 32;
+constexpr int THREADS = 256;
+constexpr uint32_t SPLIT = LLMI_CU_ATTN_SPLIT;
+
+template <llmi_ttype T> __device__ __forceinline__ float kv_load(const void *cache, size_t i) {
+    if constexpr (T == LLMI_T_F32)
+        return __ldg((const float *)cache + i);
+    else if constexpr (T == LLMI_T_F16)
+        return llmi_cu_f16_to_f32(__ldg((const unsigned short *)cache + i));
+    else
+        return llmi_cu_bf16_to_f32(__ldg((const unsigned short *)cache + i));
+}
+
+template <llmi_ttype T> __device__ __forceinline__ void kv_put(void *cache, size_t i, float v) {
+    if constexpr (T == LLMI_T_F32)
+        ((float *)cache)[i] = v;
+    else if constexpr (T == LLMI_T_F16)
+        ((uint16_t *)cache)[i] = llmi_cu_f32_to_f16(v);
+    else
+        ((uint16_t *)cache)[i] = llmi_cu_f32_to_bf16(v);
+}
+
+/* ---- K/V store ---- */
+
+template <llmi_ttype T>
+__global__ void __launch_bounds__(THREADS)
+    kv_store_kernel(void *k_cache, void *v_cache, uint32_t kv_dim, const float *__restrict__ k,
+                    uint32_t ks, const float *__restrict__ v, uint32_t vs,
+                    const uint32_t *__restrict__ pos, const uint32_t *__restrict__ seq,
+                    const uint32_t *__restrict__ block_start, const uint32_t *__restrict__ blocks,
+                    uint32_t block_size, uint32_t n_rows) {
+    const uint64_t t = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (t >= (uint64_t)n_rows * kv_dim)
+        return;
+    const uint32_t r = (uint32_t)(t / kv_dim), i = (uint32_t)(t % kv_dim);
+    const uint32_t slot = llmi_cu_kv_slot(block_start, blocks, block_size, seq[r], pos[r]);
+    const size_t dst = (size_t)slot * kv_dim + i;
+    kv_put<T>(k_cache, dst, k[(size_t)r * ks + i]);
+    kv_put<T>(v_cache, dst, v[(size_t)r * vs + i]);
+}
+
+/* ---- attention ---- */
+
+struct attn_params {
+    const float *q;
+    uint32_t q_stride;
+    const void *k_cache, *v_cache;
+    uint32_t n_head, group, head_dim, kv_dim, block_size, n_splits, window;
+    const uint32_t *pos, *seq, *block_start, *blocks;
+    float scale;
+    float *scratch; /* [n_rows][n_head][n_splits][2 + head_dim]: m, l, acc */
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* Max (is_max) or sum of v over the CTA in a fixed order; every thread
+ * gets it. */
+__device__ float block_reduce(float v, bool is_max) {
+    __shared__ float part[ATTN_WARPS];
+    for (int off = 16; off > 0; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = is_max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads();
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = part[0];
+    for (int k = 1; k < ATTN_WARPS; k++)
+        s = is_max ? fmaxf(s, part[k]) : s + part[k];
+    return s;
+}
+
+/* The partial of split blockIdx.x of head blockIdx.y of row blockIdx.z. */
+template <llmi_ttype T>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(const attn_params a) {
+    extern __shared__ float smem[]; /* q[head_dim], p[SPLIT], slots[SPLIT] */
+    float *q = smem, *p = smem + a.head_dim;
+    uint32_t *slots = (uint32_t *)(p + SPLIT);
+    const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const uint32_t pos = a.pos[r], first = llmi_cu_attn_first(pos, a.window);
+    const uint32_t start = first + split * SPLIT;
+    if (start > pos)
+        return; /* past the row's keys: the merge stops before this split */
+    const uint32_t n = min(SPLIT, pos + 1 - start), hd = a.head_dim, s = a.seq[r];
+    const size_t kv_off = (size_t)(h / a.group) * hd;
+    const float *qr = a.q + (size_t)r * a.q_stride + (size_t)h * hd;
+    for (uint32_t d = threadIdx.x; d < hd; d += ATTN_THREADS)
+        q[d] = qr[d];
+    for (uint32_t i = threadIdx.x; i < n; i += ATTN_THREADS)
+        slots[i] = llmi_cu_kv_slot(a.block_start, a.blocks, a.block_size, s, start + i);
+    __syncthreads();
+    /* Scores: a warp per key, lanes across the head's dimensions. */
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (uint32_t i = warp; i < n; i += ATTN_WARPS) {
+        const size_t row = (size_t)slots[i] * a.kv_dim + kv_off;
+        float dot = 0.0f;
+        for (uint32_t d = lane; d < hd; d += 32)
+            dot = fmaf(q[d], kv_load<T>(a.k_cache, row + d), dot);
+        dot = warp_sum(dot);
+        if (lane == 0)
+            p[i] = dot * a.scale;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (uint32_t i = threadIdx.x; i < n; i += ATTN_THREADS)
+        mx = fmaxf(mx, p[i]);
+    mx = block_reduce(mx, true);
+    float sum = 0.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += ATTN_THREADS) {
+        const float e = llmi_cu_softmax_weight(p[i], mx);
+        p[i] = e;
+        sum += e;
+    }
+    sum = block_reduce(sum, false); /* its syncs also publish p[] */
+    float *out = a.scratch + (((size_t)r * a.n_head + h) * a.n_splits + split) * (2 + hd);
+    if (threadIdx.x == 0) {
+        out[0] = mx;
+        out[1] = sum;
+    }
+    for (uint32_t d = threadIdx.x; d < hd; d += ATTN_THREADS) {
+        float acc = 0.0f;
+        for (uint32_t i = 0; i < n; i++)
+            acc = fmaf(p[i], kv_load<T>(a.v_cache, (size_t)slots[i] * a.kv_dim + kv_off + d), acc);
+        out[2 + d] = acc;
+    }
+}
+
+/* Row blockIdx.y, head blockIdx.x: the row's partials merged in split
+ * order, then divided by the total weight. */
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_merge_kernel(const attn_params a, float *__restrict__ out, uint32_t out_stride) {
+    const uint32_t h = blockIdx.x, r = blockIdx.y, hd = a.head_dim;
+    const uint32_t pos = a.pos[r], first = llmi_cu_attn_first(pos, a.window);
+    const uint32_t n_splits = (pos - first) / SPLIT + 1;
+    const float *part = a.scratch + ((size_t)r * a.n_head + h) * a.n_splits * (2 + hd);
+    float *o = out + (size_t)r * out_stride + (size_t)h * hd;
+    for (uint32_t d = threadIdx.x; d < hd; d += ATTN_THREADS) {
+        float m = -INFINITY, l = 0.0f, acc = 0.0f;
+        for (uint32_t k = 0; k < n_splits; k++) {
+            const float *pk = part + (size_t)k * (2 + hd);
+            float mm, ca, cb;
+            llmi_cu_softmax_merge(m, pk[0], &mm, &ca, &cb);
+            m = mm;
+            l = l * ca + pk[1] * cb;
+            acc = acc * ca + pk[2 + d] * cb;
+        }
+        o[d] = acc / l;
+    }
+}
+
+template <llmi_ttype T>
+void launch_attention(cudaStream_t stream, const attn_params &p, uint32_t n_rows, float *out,
+                      uint32_t out_stride) {
+    const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
+    attn_split_kernel<T><<<dim3(p.n_splits, p.n_head, n_rows), ATTN_THREADS, smem, stream>>>(p);
+    attn_merge_kernel<<<dim3(p.n_head, n_rows), ATTN_THREADS, 0, stream>>>(p, out, out_stride);
+}
+
+bool cache_type_ok(llmi_ttype t) { return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16; }
+
+/* ---- block copy ---- */
+
+/* Array blockIdx.y of `caches`: n bytes from byte src to byte dst, 16 at a
+ * time when everything is 16-byte aligned. */
+__global__ void __launch_bounds__(THREADS)
+    kv_copy_kernel(void *const *caches, size_t dst, size_t src, size_t n) {
+    uint8_t *base = (uint8_t *)caches[blockIdx.y];
+    const size_t stride = (size_t)gridDim.x * THREADS;
+    const size_t t = (size_t)blockIdx.x * THREADS + threadIdx.x;
+    if ((((uintptr_t)base | dst | src | n) & 15) == 0) {
+        uint4 *d = (uint4 *)(base + dst);
+        const uint4 *s = (const uint4 *)(base + src);
+        for (size_t i = t; i < n / 16; i += stride)
+            d[i] = s[i];
+    } else {
+        for (size_t i = t; i < n; i += stride)
+            base[dst + i] = base[src + i];
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
+                             llmi_ttype cache_type, uint32_t kv_dim, const float *k,
+                             uint32_t k_stride, const float *v, uint32_t v_stride,
+                             const uint32_t *pos, const uint32_t *seq, const uint32_t *block_start,
+                             const uint32_t *blocks, uint32_t block_size, uint32_t n_rows) {
+    const uint64_t total = (uint64_t)n_rows * kv_dim;
+    if (!cache_type_ok(cache_type) || block_size == 0 ||
+        (n_rows > 1 && (k_stride < kv_dim || v_stride < kv_dim)) ||
+        (total + THREADS - 1) / THREADS > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+    if (total == 0)
+        return cudaSuccess;
+    const unsigned grid = (unsigned)((total + THREADS - 1) / THREADS);
+#define KV_STORE(T)                                                                                \
+    kv_store_kernel<T><<<grid, THREADS, 0, stream>>>(k_cache, v_cache, kv_dim, k, k_stride, v,     \
+                                                     v_stride, pos, seq, block_start, blocks,      \
+                                                     block_size, n_rows)
+    if (cache_type == LLMI_T_F32)
+        KV_STORE(LLMI_T_F32);
+    else if (cache_type == LLMI_T_F16)
+        KV_STORE(LLMI_T_F16);
+    else
+        KV_STORE(LLMI_T_BF16);
+#undef KV_STORE
+    return cudaGetLastError();
+}
+
+size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32_t head_dim,
+                                        uint32_t max_ctx) {
+    const uint64_t splits = ((uint64_t)max_ctx + SPLIT - 1) / SPLIT;
+    return (size_t)((uint64_t)n_rows * n_head * splits * (2 + (uint64_t)head_dim));
+}
+
+cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a) {
+    if (!a || !cache_type_ok(a->cache_type) || a->n_head == 0 || a->n_head_kv == 0 ||
+        a->n_head % a->n_head_kv || a->head_dim == 0 || a->block_size == 0 ||
+        (uint64_t)a->n_head_kv * a->head_dim > a->kv_dim || a->n_head > 65535 ||
+        a->n_rows > 65535 ||
+        (a->n_rows > 1 && (a->q_stride < (uint64_t)a->n_head * a->head_dim ||
+                           a->out_stride < (uint64_t)a->n_head * a->head_dim)))
+        return cudaErrorInvalidValue;
+    if (a->n_rows == 0)
+        return cudaSuccess;
+    /* Keys a row sees: at most max_pos + 1, and at most the window. */
+    uint64_t span = (uint64_t)a->max_pos + 1;
+    if (a->window && a->window < span)
+        span = a->window;
+    attn_params p;
+    p.q = a->q;
+    p.q_stride = a->q_stride;
+    p.k_cache = a->k_cache;
+    p.v_cache = a->v_cache;
+    p.n_head = a->n_head;
+    p.group = a->n_head / a->n_head_kv;
+    p.head_dim = a->head_dim;
+    p.kv_dim = a->kv_dim;
+    p.block_size = a->block_size;
+    p.n_splits = (uint32_t)((span + SPLIT - 1) / SPLIT);
+    p.window = a->window;
+    p.pos = a->pos;
+    p.seq = a->seq;
+    p.block_start = a->block_start;
+    p.blocks = a->blocks;
+    p.scale = a->scale;
+    p.scratch = a->scratch;
+    const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
+    if (smem > 48 * 1024)
+        return cudaErrorInvalidValue;
+    if (a->cache_type == LLMI_T_F32)
+        launch_attention<LLMI_T_F32>(stream, p, a->n_rows, a->out, a->out_stride);
+    else if (a->cache_type == LLMI_T_F16)
+        launch_attention<LLMI_T_F16>(stream, p, a->n_rows, a->out, a->out_stride);
+    else
+        launch_attention<LLMI_T_BF16>(stream, p, a->n_rows, a->out, a->out_stride);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint32_t n_layers,
+                                  size_t row_bytes, uint32_t block_size, uint32_t dst, uint32_t src,
+                                  uint32_t n_slots) {
+    if (n_slots > block_size || n_layers > 32767)
+        return cudaErrorInvalidValue;
+    const size_t n = (size_t)n_slots * row_bytes;
+    if (n == 0 || n_layers == 0 || dst == src)
+        return cudaSuccess;
+    const size_t units = n % 16 ? n : n / 16;
+    const uint64_t want = (units + THREADS - 1) / THREADS;
+    const unsigned grid_x = (unsigned)(want < 1024 ? want : 1024);
+    const size_t block_bytes = (size_t)block_size * row_bytes;
+    kv_copy_kernel<<<dim3(grid_x, 2 * n_layers), THREADS, 0, stream>>>(
+        caches, (size_t)dst * block_bytes, (size_t)src * block_bytes, n);
+    return cudaGetLastError();
+}
+
+} // extern "C"

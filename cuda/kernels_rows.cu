@@ -1,0 +1,224 @@
+/* Row-wise and element-wise kernels (cuda/kernels.h): RMS norm (alone and
+ * fused with the residual add), RoPE, the GLU activations, the logit
+ * soft-cap and the gather of logit rows.
+ *
+ * RMS norm follows backend/cpu/kernels.c: the sum of squares of the f32
+ * values in double (each product exact), scale = (float)(1 / sqrt(ss / n +
+ * eps)) in double, out = x * scale * w in that order. Only the order of the
+ * double sum differs from the CPU's, so the scale almost always rounds to
+ * the same float. One CTA per row; the reduction order is fixed. */
+#include "device_math.h"
+#include "kernels.h"
+
+namespace {
+
+constexpr int NORM_THREADS = 256;
+constexpr int THREADS = 256;
+
+/* The sum of v over the CTA, in a fixed order; every thread gets it. */
+__device__ double block_sum(double v) {
+    __shared__ double part[NORM_THREADS / 32];
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int warp = threadIdx.x / 32;
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (threadIdx.x % 32 == 0)
+        part[warp] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int k = 0; k < NORM_THREADS / 32; k++)
+        s += part[k];
+    return s;
+}
+
+__device__ __forceinline__ float norm_scale(double ss, uint32_t dim, float eps) {
+    return (float)(1.0 / sqrt(ss / dim + (double)eps));
+}
+
+__global__ void __launch_bounds__(NORM_THREADS)
+    rmsnorm_kernel(const float *x, const float *__restrict__ w, float eps, uint32_t dim,
+                   float *out) {
+    const size_t base = (size_t)blockIdx.x * dim;
+    double ss = 0.0;
+    for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS) {
+        const double v = x[base + i];
+        ss += v * v;
+    }
+    const float scale = norm_scale(block_sum(ss), dim, eps);
+    for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS)
+        out[base + i] = llmi_cu_mul(llmi_cu_mul(x[base + i], scale), w[i]);
+}
+
+/* x += delta (normed with dw first when dw is not NULL), then out =
+ * rmsnorm(x) * w when w is not NULL. A thread reads and writes only its own
+ * elements, so delta or out may alias each other. */
+__global__ void __launch_bounds__(NORM_THREADS)
+    add_rmsnorm_kernel(float *x, const float *delta, const float *__restrict__ dw,
+                       const float *__restrict__ w, float eps, uint32_t dim, float *out) {
+    const size_t base = (size_t)blockIdx.x * dim;
+    float dscale = 1.0f;
+    if (dw) {
+        double ss = 0.0;
+        for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS) {
+            const double v = delta[base + i];
+            ss += v * v;
+        }
+        dscale = norm_scale(block_sum(ss), dim, eps);
+    }
+    double ss = 0.0;
+    for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS) {
+        const float d =
+            dw ? llmi_cu_mul(llmi_cu_mul(delta[base + i], dscale), dw[i]) : delta[base + i];
+        const float v = llmi_cu_add(x[base + i], d);
+        x[base + i] = v;
+        ss += (double)v * v;
+    }
+    if (!w)
+        return;
+    const float scale = norm_scale(block_sum(ss), dim, eps);
+    for (uint32_t i = threadIdx.x; i < dim; i += NORM_THREADS)
+        out[base + i] = llmi_cu_mul(llmi_cu_mul(x[base + i], scale), w[i]);
+}
+
+/* One CTA per row: the row's cos/sin table in shared memory (pair i's angle
+ * by the CPU's recurrence), then every head's pairs rotated. */
+__global__ void __launch_bounds__(THREADS)
+    rope_kernel(float *x, uint32_t stride, const uint32_t *__restrict__ pos, uint32_t n_heads,
+                uint32_t head_dim, uint32_t rope_dim, int layout, float scale, float freq_scale,
+                const float *__restrict__ freq_div) {
+    extern __shared__ float cs[]; /* [rope_dim]: cos, sin of each pair */
+    const uint32_t half = rope_dim / 2, p = pos[blockIdx.x];
+    for (uint32_t i = threadIdx.x; i < half; i += THREADS) {
+        const float angle =
+            llmi_cu_rope_angle(llmi_cu_rope_theta(p, scale, i), freq_div, i, freq_scale);
+        cs[2 * i] = cosf(angle);
+        cs[2 * i + 1] = sinf(angle);
+    }
+    __syncthreads();
+    float *row = x + (size_t)blockIdx.x * stride;
+    for (uint32_t t = threadIdx.x; t < n_heads * half; t += THREADS) {
+        const uint32_t h = t / half, i = t % half;
+        uint32_t a, b;
+        llmi_cu_rope_pair(layout, rope_dim, i, &a, &b);
+        float *v = row + (size_t)h * head_dim;
+        float x0 = v[a], x1 = v[b];
+        llmi_cu_rope_rotate(cs[2 * i], cs[2 * i + 1], &x0, &x1);
+        v[a] = x0;
+        v[b] = x1;
+    }
+}
+
+template <bool GELU>
+__global__ void __launch_bounds__(THREADS)
+    glu_kernel(float *__restrict__ gate, const float *__restrict__ up, uint64_t n) {
+    const uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (i < n)
+        gate[i] = GELU ? llmi_cu_gelu_tanh_mul(gate[i], up[i]) : llmi_cu_silu_mul(gate[i], up[i]);
+}
+
+__global__ void __launch_bounds__(THREADS)
+    softcap_kernel(float *x, uint64_t n, float inv_cap, float cap) {
+    const uint64_t i = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (i < n)
+        x[i] = llmi_cu_softcap(x[i], inv_cap, cap);
+}
+
+__global__ void __launch_bounds__(THREADS)
+    gather_kernel(const float *__restrict__ src, const uint32_t *__restrict__ rows, uint32_t n,
+                  uint32_t dim, float *__restrict__ dst) {
+    const uint64_t t = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (t >= (uint64_t)n * dim)
+        return;
+    const uint32_t r = (uint32_t)(t / dim), j = (uint32_t)(t % dim);
+    dst[t] = src[(size_t)rows[r] * dim + j];
+}
+
+/* CTAs for n items, or 0 when that exceeds the grid's limit. */
+unsigned blocks_for(uint64_t n) {
+    const uint64_t b = (n + THREADS - 1) / THREADS;
+    return b <= 0x7fffffffu ? (unsigned)b : 0;
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t llmi_cu_rmsnorm(cudaStream_t stream, const float *x, const float *w, float eps,
+                            uint32_t n_rows, uint32_t dim, float *out) {
+    if (n_rows > 0x7fffffffu || (n_rows && (!x || !w || !out || dim == 0)))
+        return cudaErrorInvalidValue;
+    if (n_rows == 0)
+        return cudaSuccess;
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, w, eps, dim, out);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_add_rmsnorm(cudaStream_t stream, float *x, const float *delta,
+                                const float *delta_norm_w, const float *w, float eps,
+                                uint32_t n_rows, uint32_t dim, float *out) {
+    if (n_rows > 0x7fffffffu || (n_rows && (!x || !delta || dim == 0 || (w && !out))))
+        return cudaErrorInvalidValue;
+    if (n_rows == 0)
+        return cudaSuccess;
+    add_rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, delta, delta_norm_w, w, eps, dim,
+                                                            out);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_rope(cudaStream_t stream, float *x, uint32_t stride, const uint32_t *pos,
+                         uint32_t n_rows, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim,
+                         int layout, float base, float freq_scale, const float *freq_div) {
+    if (rope_dim % 2 || rope_dim > head_dim || (layout != 0 && layout != 1) ||
+        n_rows > 0x7fffffffu || (n_rows > 1 && stride < (uint64_t)n_heads * head_dim) ||
+        (uint64_t)n_heads * (rope_dim / 2) > 0xffffffffu)
+        return cudaErrorInvalidValue;
+    if (n_rows == 0 || n_heads == 0 || rope_dim == 0)
+        return cudaSuccess;
+    /* The host's powf, as the CPU's rope_table computes it: the device's
+     * may differ in the last bit, and every angle inherits the scale. */
+    const float scale = powf(base, -2.0f / (float)rope_dim);
+    rope_kernel<<<n_rows, THREADS, rope_dim * sizeof(float), stream>>>(
+        x, stride, pos, n_heads, head_dim, rope_dim, layout, scale, freq_scale, freq_div);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_glu(cudaStream_t stream, float *gate, const float *up, uint32_t n_rows,
+                        uint32_t n, bool gelu) {
+    const uint64_t total = (uint64_t)n_rows * n;
+    if (total == 0)
+        return cudaSuccess;
+    const unsigned blocks = blocks_for(total);
+    if (!blocks)
+        return cudaErrorInvalidValue;
+    if (gelu)
+        glu_kernel<true><<<blocks, THREADS, 0, stream>>>(gate, up, total);
+    else
+        glu_kernel<false><<<blocks, THREADS, 0, stream>>>(gate, up, total);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_softcap(cudaStream_t stream, float *x, size_t n, float cap) {
+    if (!(cap > 0.0f))
+        return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
+    const unsigned blocks = blocks_for(n);
+    if (!blocks)
+        return cudaErrorInvalidValue;
+    softcap_kernel<<<blocks, THREADS, 0, stream>>>(x, n, 1.0f / cap, cap);
+    return cudaGetLastError();
+}
+
+cudaError_t llmi_cu_gather_rows(cudaStream_t stream, const float *src, const uint32_t *rows,
+                                uint32_t n, uint32_t dim, float *dst) {
+    const uint64_t total = (uint64_t)n * dim;
+    if (total == 0)
+        return cudaSuccess;
+    const unsigned blocks = blocks_for(total);
+    if (!blocks)
+        return cudaErrorInvalidValue;
+    gather_kernel<<<blocks, THREADS, 0, stream>>>(src, rows, n, dim, dst);
+    return cudaGetLastError();
+}
+
+} // extern "C"
