@@ -125,6 +125,13 @@ $(BUILD)/llm-bench-cpu: examples/llm-bench-cpu/main.c $(STLIB)
 $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 
+# Random-weight models of real shapes and a token-level benchmark on any
+# backend, for `make device-check` (tests/tools/, docs/device-check.md).
+$(BUILD)/llm-synth: tests/tools/synth.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
+$(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
+
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)
