@@ -400,7 +400,9 @@ int main(int argc, char **argv) {
            "\"load_s\": %.4f, \"session_s\": %.4f, \"first_decode_s\": %.4f, "
            "\"load_to_first_token_s\": %.4f",
            o.model, o.device ? o.device : "cpu",
-           o.kv_type == LLM_KV_F32 ? "f32" : o.kv_type == LLM_KV_F16 ? "f16" : "bf16",
+           o.kv_type == LLM_KV_F32   ? "f32"
+           : o.kv_type == LLM_KV_F16 ? "f16"
+                                     : "bf16",
            (unsigned long long)info.n_params, load_s, session_s, first_s, ltft_s);
     if (o.tg)
         printf(", \"tg_tokens\": %ld, \"tg_s\": %.6f, \"tg_tok_s\": %.3f", o.tg, tg_s,
@@ -410,8 +412,8 @@ int main(int argc, char **argv) {
                (double)o.pp / pp_s);
     printf(", \"batch_steps\": %ld, \"batched\": [", o.batch_steps);
     for (int i = 0; i < o.n_batch; i++)
-        printf("%s{\"n_seq\": %ld, \"s\": %.6f, \"tok_s\": %.3f}", i ? ", " : "", o.batch[i],
-               bs[i], (double)(o.batch[i] * o.batch_steps) / bs[i]);
+        printf("%s{\"n_seq\": %ld, \"s\": %.6f, \"tok_s\": %.3f}", i ? ", " : "", o.batch[i], bs[i],
+               (double)(o.batch[i] * o.batch_steps) / bs[i]);
     printf("]");
     if (o.identity)
         printf(", \"identity_batch\": %ld, \"identity_tokens\": %d, \"identity_same\": %s, "
@@ -420,8 +422,9 @@ int main(int argc, char **argv) {
                logits_equal ? "true" : "false");
     printf("}\n");
     if (!same)
-        fprintf(stderr, "llm-devbench: a sequence decoded in a batch of %ld differs from it "
-                        "decoded alone (first at token %d)\n",
+        fprintf(stderr,
+                "llm-devbench: a sequence decoded in a batch of %ld differs from it "
+                "decoded alone (first at token %d)\n",
                 o.identity, first_diff);
     return same ? 0 : 3;
 }

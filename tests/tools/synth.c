@@ -252,11 +252,23 @@ static void kv_str(obuf *b, const char *k, const char *v) {
 
 static size_t vsize(llmi_gguf_vtype t) {
     switch (t) {
-    case LLMI_GGUF_U8: case LLMI_GGUF_I8: case LLMI_GGUF_BOOL: return 1;
-    case LLMI_GGUF_U16: case LLMI_GGUF_I16: return 2;
-    case LLMI_GGUF_U32: case LLMI_GGUF_I32: case LLMI_GGUF_F32: return 4;
-    case LLMI_GGUF_U64: case LLMI_GGUF_I64: case LLMI_GGUF_F64: return 8;
-    default: return 0;
+    case LLMI_GGUF_U8:
+    case LLMI_GGUF_I8:
+    case LLMI_GGUF_BOOL:
+        return 1;
+    case LLMI_GGUF_U16:
+    case LLMI_GGUF_I16:
+        return 2;
+    case LLMI_GGUF_U32:
+    case LLMI_GGUF_I32:
+    case LLMI_GGUF_F32:
+        return 4;
+    case LLMI_GGUF_U64:
+    case LLMI_GGUF_I64:
+    case LLMI_GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -381,8 +393,8 @@ static void fill_bf16(const fill_job *j) {
         d[i] = (uint16_t)((word(j->key, (j->first + i) / 4) >> 16 * ((j->first + i) % 4) & 0x81ff) |
                           0x3a00);
     for (; i + 4 <= n; i += 4) {
-        uint64_t w = (word(j->key, (j->first + i) / 4) & 0x81ff81ff81ff81ffull) |
-                     0x3a003a003a003a00ull;
+        uint64_t w =
+            (word(j->key, (j->first + i) / 4) & 0x81ff81ff81ff81ffull) | 0x3a003a003a003a00ull;
         memcpy(d + i, &w, 8);
     }
     for (; i < n; i++)
@@ -414,10 +426,18 @@ static void fill_blocks(const fill_job *j, size_t bytes, size_t head) {
 static void *fill(void *arg) {
     const fill_job *j = arg;
     switch (j->t->type) {
-    case LLMI_T_F32: fill_f32(j); break;
-    case LLMI_T_BF16: fill_bf16(j); break;
-    case LLMI_T_Q8_0: fill_blocks(j, sizeof(llmi_block_q8_0), 2); break;
-    default: fill_blocks(j, sizeof(llmi_block_q4_k), 4); break;
+    case LLMI_T_F32:
+        fill_f32(j);
+        break;
+    case LLMI_T_BF16:
+        fill_bf16(j);
+        break;
+    case LLMI_T_Q8_0:
+        fill_blocks(j, sizeof(llmi_block_q8_0), 2);
+        break;
+    default:
+        fill_blocks(j, sizeof(llmi_block_q4_k), 4);
+        break;
     }
     return NULL;
 }
@@ -482,8 +502,13 @@ static llm_status emit_tensor(writer *w, const options *o, const tensor *t, uint
         uint64_t started = 0;
         for (long k = 0; k < nt; k++) {
             uint64_t a = n * (uint64_t)k / (uint64_t)nt, b = n * (uint64_t)(k + 1) / (uint64_t)nt;
-            jobs[k] = (fill_job){t, key, w->buf + w->len + a * unit, done + a, b - a,
-                                 llmi_f32_to_f16(8e-5f), llmi_f32_to_f16(6.5e-5f)};
+            jobs[k] = (fill_job){t,
+                                 key,
+                                 w->buf + w->len + a * unit,
+                                 done + a,
+                                 b - a,
+                                 llmi_f32_to_f16(8e-5f),
+                                 llmi_f32_to_f16(6.5e-5f)};
             if (k == nt - 1 || pthread_create(&th[k], NULL, fill, &jobs[k]) != 0)
                 fill(&jobs[k]); /* the last share, or one no thread took */
             else
