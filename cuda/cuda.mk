@@ -54,10 +54,17 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka $(DEPS_LIBS) \
 		-L$(CUDA_LIBDIR) -lcublasLt
 
+# Standalone GPU benchmarks (cuda/bench/, not part of the plug-in): the
+# floors `make device-check` compares its figures with.
+CUDA_BENCH_BIN := $(BUILD)/cuda-bench-bandwidth
+$(BUILD)/cuda-bench-bandwidth: cuda/bench/bandwidth.cu
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ -L$(CUDA_LIBDIR) -lcublasLt
+
 -include $(CUDA_OBJ:.o=.d)
 else
 CUDA_PLUGIN :=
 CUDA_TEST_BIN :=
+CUDA_BENCH_BIN :=
 endif
 
 .PHONY: cuda
