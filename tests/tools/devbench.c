@@ -17,10 +17,14 @@
  *            steps of S rows, one token per sequence, logits on every row
  *            (what a caller needs to pick each sequence's next token);
  *   identity: greedy decoding of one prompt alone, then of the same prompt
- *            as one of N sequences decoded together: the tokens, and the
- *            first logits bit for bit, must match.
- * Prints one JSON object on one line to stdout. Exit status: 0 ok, 1 usage,
- * 2 runtime error, 3 the identity check failed. */
+ *            as one of N sequences decoded together: the tokens must
+ *            match (whether the first logits match bit for bit is
+ *            reported too); it runs before the batched decodes, which
+ *            take longest.
+ * Prints
+ * a JSON object per measurement, one a line, as each ends ("phase": load,
+ * tg, pp, identity, batched). Exit status: 0 ok, 1 usage, 2 runtime error,
+ * 3 the identity check failed. */
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
@@ -309,6 +313,15 @@ static int run_identity(bench *b, long n, llm_status *st, int *first_diff, bool 
     return r;
 }
 
+/* One measurement as a line of its own, written at once: a run stopped by a
+ * timeout keeps what it measured before. */
+static void phase(const char *name, long n_seq, long tokens, double secs, double tok_s) {
+    printf("{\"phase\": \"%s\", \"n_seq\": %ld, \"tokens\": %ld, \"s\": %.6f, "
+           "\"tok_s\": %.3f}\n",
+           name, n_seq, tokens, secs, tok_s);
+    fflush(stdout);
+}
+
 static int fail(const char *what, llm_status st) {
     fprintf(stderr, "llm-devbench: %s: %s: %s\n", what, llm_status_name(st), llm_last_error());
     return 2;
@@ -372,59 +385,53 @@ int main(int argc, char **argv) {
         llm_model_free(model);
         return fail("batch", st);
     }
-    double first_s = 0, tg_s = 0, pp_s = 0, bs[MAX_BATCHES] = {0};
+    double first_s = 0, secs = 0;
     t1 = now_s();
     st = run_decode(&b, 1, 0, &first_s);
     first_s = now_s() - t1;
-    double ltft_s = now_s() - t0;
-    double warm_s = 0;
-    if (st == LLM_OK) /* grows every buffer once */
-        st = run_decode(&b, 1, 4, &warm_s);
-    if (st == LLM_OK && o.tg)
-        st = run_decode(&b, 1, o.tg, &tg_s);
-    if (st == LLM_OK && o.pp)
-        st = run_pp(&b, o.pp, &pp_s);
-    for (int i = 0; st == LLM_OK && i < o.n_batch; i++)
-        st = run_decode(&b, o.batch[i], o.batch_steps, &bs[i]);
-    int same = 1, first_diff = -1;
-    bool logits_equal = true;
-    if (st == LLM_OK && o.identity)
+    int same = 1;
+    if (st == LLM_OK) {
+        printf("{\"phase\": \"load\", \"model\": \"%s\", \"device\": \"%s\", "
+               "\"kv_type\": \"%s\", \"n_params\": %llu, \"load_s\": %.4f, "
+               "\"session_s\": %.4f, \"first_decode_s\": %.4f, "
+               "\"load_to_first_token_s\": %.4f}\n",
+               o.model, o.device ? o.device : "cpu",
+               o.kv_type == LLM_KV_F32   ? "f32"
+               : o.kv_type == LLM_KV_F16 ? "f16"
+                                         : "bf16",
+               (unsigned long long)info.n_params, load_s, session_s, first_s, now_s() - t0);
+        fflush(stdout);
+        st = run_decode(&b, 1, 4, &secs); /* grows every buffer once */
+    }
+    if (st == LLM_OK && o.tg && (st = run_decode(&b, 1, o.tg, &secs)) == LLM_OK)
+        phase("tg", 1, o.tg, secs, o.tg / secs);
+    if (st == LLM_OK && o.pp && (st = run_pp(&b, o.pp, &secs)) == LLM_OK)
+        phase("pp", 1, o.pp, secs, o.pp / secs);
+    if (st == LLM_OK && o.identity) {
+        int first_diff = -1;
+        bool logits_equal = false;
         same = run_identity(&b, o.identity, &st, &first_diff, &logits_equal);
+        if (st == LLM_OK) {
+            printf("{\"phase\": \"identity\", \"n_seq\": %ld, \"tokens\": %d, "
+                   "\"same\": %s, \"first_diff\": %d, \"first_logits_bitwise\": %s}\n",
+                   o.identity, IDENTITY_TOKENS, same ? "true" : "false", first_diff,
+                   logits_equal ? "true" : "false");
+            fflush(stdout);
+        }
+        if (same == 0)
+            fprintf(stderr,
+                    "llm-devbench: a sequence decoded in a batch of %ld differs from it "
+                    "decoded alone (first at token %d)\n",
+                    o.identity, first_diff);
+    }
+    for (int i = 0; st == LLM_OK && i < o.n_batch; i++)
+        if ((st = run_decode(&b, o.batch[i], o.batch_steps, &secs)) == LLM_OK)
+            phase("batched", o.batch[i], o.batch[i] * o.batch_steps, secs,
+                  o.batch[i] * o.batch_steps / secs);
     llm_batch_free(b.batch);
     llm_session_free(b.session);
     llm_model_free(model);
     if (st != LLM_OK)
         return fail("decoding", st);
-
-    printf("{\"model\": \"%s\", \"device\": \"%s\", \"kv_type\": \"%s\", \"n_params\": %llu, "
-           "\"load_s\": %.4f, \"session_s\": %.4f, \"first_decode_s\": %.4f, "
-           "\"load_to_first_token_s\": %.4f",
-           o.model, o.device ? o.device : "cpu",
-           o.kv_type == LLM_KV_F32   ? "f32"
-           : o.kv_type == LLM_KV_F16 ? "f16"
-                                     : "bf16",
-           (unsigned long long)info.n_params, load_s, session_s, first_s, ltft_s);
-    if (o.tg)
-        printf(", \"tg_tokens\": %ld, \"tg_s\": %.6f, \"tg_tok_s\": %.3f", o.tg, tg_s,
-               (double)o.tg / tg_s);
-    if (o.pp)
-        printf(", \"pp_tokens\": %ld, \"pp_s\": %.6f, \"pp_tok_s\": %.3f", o.pp, pp_s,
-               (double)o.pp / pp_s);
-    printf(", \"batch_steps\": %ld, \"batched\": [", o.batch_steps);
-    for (int i = 0; i < o.n_batch; i++)
-        printf("%s{\"n_seq\": %ld, \"s\": %.6f, \"tok_s\": %.3f}", i ? ", " : "", o.batch[i], bs[i],
-               (double)(o.batch[i] * o.batch_steps) / bs[i]);
-    printf("]");
-    if (o.identity)
-        printf(", \"identity_batch\": %ld, \"identity_tokens\": %d, \"identity_same\": %s, "
-               "\"identity_first_diff\": %d, \"identity_first_logits_bitwise\": %s",
-               o.identity, IDENTITY_TOKENS, same ? "true" : "false", first_diff,
-               logits_equal ? "true" : "false");
-    printf("}\n");
-    if (!same)
-        fprintf(stderr,
-                "llm-devbench: a sequence decoded in a batch of %ld differs from it "
-                "decoded alone (first at token %d)\n",
-                o.identity, first_diff);
     return same ? 0 : 3;
 }

@@ -2,7 +2,7 @@
  * (docs/device-check.md) where no real checkpoint may be downloaded.
  *
  *   llm-synth --shape 1b|8b|tiny --type bf16|q8_0|q4_k [--layers N]
- *             [--seed S] [--threads N] -o PATH
+ *             [--seed S] [--threads N] [--dry-run] -o PATH
  *   llm-synth --info PATH
  *
  * Shapes: 1b is Llama-3.2-1B (16 layers, n_embd 2048, 32/8 heads, n_ff
@@ -56,6 +56,7 @@ typedef struct options {
     uint64_t seed;
     long threads;
     const char *out, *info;
+    bool dry_run; /* print the file's size only */
 } options;
 
 enum { ALIGN = 32, MAX_THREADS = 64 };
@@ -67,6 +68,7 @@ static void usage(FILE *f) {
                "  --layers N    override the shape's layer count (a quick file for a CPU)\n"
                "  --seed S      weights (default 1)\n"
                "  --threads N   generator threads (default: online CPUs, at most 64)\n"
+               "  --dry-run     print the size the file would have; write nothing\n"
                "  --info PATH   print a model file's weight bytes, bytes read per generated\n"
                "                token and parameters per token, as JSON\n");
 }
@@ -93,6 +95,10 @@ static int parse_args(int argc, char **argv, options *o) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return -1;
+        if (!strcmp(a, "--dry-run")) {
+            o->dry_run = true;
+            continue;
+        }
         if (!val) {
             fprintf(stderr, "llm-synth: unknown option or missing value: %s\n", a);
             return 1;
@@ -553,13 +559,6 @@ static int write_model(const options *o) {
     what = "writing the metadata";
     if ((st = metadata(o, &meta, &n_kv)) != LLM_OK)
         goto done;
-    what = o->out;
-    w.fd = open(o->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w.fd < 0) {
-        st = llmi_error(LLM_ERR_IO, "cannot create it: %s", strerror(errno));
-        goto done;
-    }
-    created = true;
     obuf h = {0};
     put(&h, "GGUF", 4);
     put_u32(&h, 3);
@@ -574,8 +573,27 @@ static int write_model(const options *o) {
         put_u32(&h, (uint32_t)t[i].type);
         put_u64(&h, t[i].offset);
     }
-    if (h.oom)
+    if (h.oom) {
         st = llmi_oom("GGUF header");
+        free(h.p);
+        goto done;
+    }
+    if (o->dry_run) {
+        printf("{\"path\": \"%s\", \"shape\": \"%s\", \"type\": \"%s\", \"layers\": %u, "
+               "\"bytes\": %llu, \"dry_run\": true}\n",
+               o->out, o->s.name, llmi_ttype_get(o->type)->name, o->s.n_layer,
+               (unsigned long long)(align_up(h.len) + data));
+        free(h.p);
+        goto done;
+    }
+    what = o->out;
+    w.fd = open(o->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.fd < 0) {
+        st = llmi_error(LLM_ERR_IO, "cannot create it: %s", strerror(errno));
+        free(h.p);
+        goto done;
+    }
+    created = true;
     if (st == LLM_OK)
         st = emit(&w, h.p, h.len);
     free(h.p);
@@ -598,6 +616,8 @@ done:
     free(w.buf);
     if (st != LLM_OK)
         return fail(what, st);
+    if (o->dry_run)
+        return 0;
     double s = now_s() - t0;
     printf("{\"path\": \"%s\", \"shape\": \"%s\", \"type\": \"%s\", \"layers\": %u, "
            "\"bytes\": %llu, \"seconds\": %.3f, \"gb_s\": %.3f, \"threads\": %ld}\n",
