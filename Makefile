@@ -132,6 +132,14 @@ $(BUILD)/llm-synth: tests/tools/synth.c $(STLIB)
 $(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
 
+# One prepared run on a GPU machine (docs/device-check.md): builds, runs the
+# tests on the GPU and benchmarks it in under 8 minutes, results in $$OUT
+# (default build/device-check). DEVICE_CHECK_BACKEND=cpu runs the same flow
+# on the CPU with tiny models.
+.PHONY: device-check
+device-check:
+	@BUILD=$(BUILD) bash scripts/device-check.sh
+
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)

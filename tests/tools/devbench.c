@@ -356,13 +356,16 @@ int main(int argc, char **argv) {
     llm_model_info info = {sizeof info};
     llm_model_get_info(model, &info);
 
-    /* Room for the largest run: every batched sequence at full length. */
     uint64_t head_dim = info.n_heads ? info.n_embd / info.n_heads : 0;
     uint64_t kv_elem = o.kv_type == LLM_KV_F32 ? 4 : 2;
     uint64_t kv_per_pos = (uint64_t)info.n_layers * 2 * info.n_kv_heads * head_dim * kv_elem;
-    uint64_t positions = (uint64_t)max_batch * (uint64_t)(ctx + 16);
-    if ((uint64_t)o.pp + 64 > positions)
-        positions = (uint64_t)o.pp + 64;
+    /* Room for the largest run at once: the batched sequences, each to its
+     * last step plus a partly filled block (16 slots), or the batch-1 runs. */
+    long steps = o.batch_steps > IDENTITY_TOKENS ? o.batch_steps : IDENTITY_TOKENS;
+    long single = o.pp > o.tg + PROMPT ? o.pp : o.tg + PROMPT;
+    uint64_t positions = (uint64_t)max_batch * (uint64_t)(PROMPT + steps + 17);
+    if ((uint64_t)single + 64 > positions)
+        positions = (uint64_t)single + 64;
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.n_ctx = (uint32_t)ctx;
