@@ -187,10 +187,11 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
 	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3))
 test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
-		test-models
+		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN)
+	@bash tests/tools/test_cli.sh $(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
