@@ -206,7 +206,7 @@ if [ -z "${build_failed:-}" ]; then
         echo "CPU copy, read+write"))" "${COPY:-n/a} GB/s" - - - -
     row "read bandwidth (kernel; floor of decode)" "${BW:-n/a} GB/s" - - - -
     row "cuBLASLt bf16 8192^3 (floor of prefill)" \
-        "$([ -n "$GEMM" ] && echo "$GEMM TFLOP/s" || echo "n/a (no GPU)")" - - - -
+        "$([ -n "$GEMM" ] && echo "$GEMM TFLOP/s" || echo "n/a")" - - - -
 fi
 
 # ---- tests ----
@@ -219,25 +219,27 @@ assigns=$(printf '%s ' "${test_env[@]:1}")
 # Whether a test binary reads LLM_TEST_BACKEND at all (else it ran on the CPU).
 honours() { grep -q -a LLM_TEST_BACKEND "$1" 2>/dev/null; }
 summary_of() { tail -n 1 "$OUT/logs/$1.log" 2>/dev/null; }
-# After run-tests.sh: a run whose tests all skipped is "skipped", not "ok".
-tests_verdict() { # part-name
-    local s p f k
-    s=$(summary_of "$1")
+# After run-tests.sh: a run with skipped tests is "partial" (some ran) or
+# "skipped" (none did), never "ok"; the detail gives the binaries' reasons.
+tests_verdict() { # part-name binary...
+    local name=$1 s p f k reasons
+    shift
+    s=$(summary_of "$name")
     p=$(sed -n -E 's/^([0-9]+) passed.*/\1/p' <<<"$s")
     f=$(sed -n -E 's/.* ([0-9]+) failed.*/\1/p' <<<"$s")
     k=$(sed -n -E 's/.* ([0-9]+) skipped.*/\1/p' <<<"$s")
-    local reasons
-    reasons=$(grep -h -E '^    skipped: ' "$OUT/logs/$1.log" | sort -u | head -n 3 |
-        sed 's/^    skipped: //' | tr '\n' ';')
-    if [ "${p:-0}" = 0 ] && [ "${f:-0}" = 0 ] && [ "${k:-0}" != 0 ]; then
-        retag "$1" skipped "$s; $reasons"
+    reasons=$(cat "${@/%/.log}" 2>/dev/null | sed -n -E 's/^# skipped: //p' | sort | uniq -c |
+        sort -rn | head -n 2 | sed -E 's/^ *[0-9]+ //' | tr '\n' ';')
+    if [ "${f:-0}" = 0 ] && [ "${k:-0}" != 0 ]; then
+        retag "$name" "$([ "${p:-0}" = 0 ] && echo skipped || echo partial)" \
+            "$s; skipped: ${reasons:-see the log} ${PART_NOTE:-}"
     fi
-    row "tests: $1" "$s" - - - "$(awk -F'\t' -v n="$1" '$1 == n { print $2 }' "$OUT/parts.tsv")"
+    row "tests: $name" "$s" - - - "$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$OUT/parts.tsv")"
 }
 
 if [ -x "$BUILD/tests/backend/test_conformance" ]; then
     part conformance 90 bash tests/run-tests.sh "$assigns" "$BUILD/tests/backend/test_conformance"
-    tests_verdict conformance
+    tests_verdict conformance "$BUILD/tests/backend/test_conformance"
 fi
 
 if [ -x "$BUILD/tests/unit/test_golden" ]; then
@@ -260,7 +262,7 @@ if [ -x "$BUILD/tests/unit/test_golden" ]; then
             retag golden "$status" "SmolLM2: $ok passed, $bad failed (Gemma 3 not carried) $note"
             row "tests: golden (SmolLM2)" "$ok passed, $bad failed" - - - "$status"
         else
-            tests_verdict golden
+            PART_NOTE=$note tests_verdict golden "$BUILD/tests/unit/test_golden"
         fi
     fi
 fi
@@ -409,8 +411,9 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     a=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run-cpu.log")
     b=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run.log")
     speed=$(grep '^load ' "$OUT/logs/smollm2-run.log" | sed 's/.*generated/generated/')
-    row "SmolLM2 llm-run greedy 32 tokens" "${speed:-no timing}" - - "CPU's text" \
-        "$([ -n "$b" ] && [ "$a" = "$b" ] && echo "same text" || echo "text differs")"
+    same=$([ -n "$b" ] && [ "$a" = "$b" ] && echo "same text" || echo "text differs")
+    [ -z "$speed" ] && same="run failed"
+    row "SmolLM2 llm-run greedy 32 tokens" "${speed:-no timing}" - - "CPU's text" "$same"
 else
     record smollm2 skipped 0 "$SMOL was not carried"
 fi
@@ -425,9 +428,9 @@ if [ "${#ENGINE[@]}" -gt 0 ]; then
     for b in "${ENGINE[@]}"; do
         honours "$b" || note="$note $(basename "$b")"
     done
-    PART_DETAIL=${note:+ignore LLM_TEST_BACKEND (ran on the CPU):$note} \
-        part engine-tests 120 bash tests/run-tests.sh "$assigns" "${ENGINE[@]}"
-    tests_verdict engine-tests
+    note=${note:+ignore LLM_TEST_BACKEND (ran on the CPU):$note}
+    PART_DETAIL=$note part engine-tests 120 bash tests/run-tests.sh "$assigns" "${ENGINE[@]}"
+    PART_NOTE=$note tests_verdict engine-tests "${ENGINE[@]}"
 fi
 
 # ---- compute-sanitizer ----
