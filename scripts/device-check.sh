@@ -123,7 +123,7 @@ part() {
     return "$rc"
 }
 
-# Marks a part whose binary ran but whose tests all skipped as skipped.
+# Rewrites a recorded part's status and detail.
 retag() { # name status detail
     awk -F'\t' -v OFS='\t' -v n="$1" -v s="$2" -v d="$(clean "$3")" \
         '$1 == n { $2 = s; $4 = d } { print }' "$OUT/parts.tsv" >"$OUT/parts.tmp" &&
@@ -133,7 +133,6 @@ retag() { # name status detail
 
 # A number from a JSON line: jnum LINE KEY.
 jnum() { sed -n -E "s/.*\"$2\": (-?[0-9.eE+]+).*/\1/p" <<<"$1" | head -n 1; }
-jstr() { sed -n -E "s/.*\"$2\": \"([^\"]*)\".*/\1/p" <<<"$1" | head -n 1; }
 phase() { grep -E "\"phase\": \"$2\"${3:+.*\"n_seq\": $3,}" "$1" 2>/dev/null | head -n 1; }
 
 row() { # figure measured floor fraction goal verdict
@@ -173,6 +172,13 @@ printf '%s\n' "$machine" >"$OUT/machine.txt"
 # ---- build (release) ----
 TEST_BINS=(tests/backend/test_conformance tests/unit/test_sched tests/unit/test_spec
     tests/unit/test_state tests/unit/test_swakv tests/unit/test_golden)
+# The kernels' own checks against CPU references (tests/cuda/test_*.cu).
+CUDA_TESTS=()
+if [ "$BACKEND" = cuda ]; then
+    for t in tests/cuda/test_*.cu; do
+        [ -f "$t" ] && CUDA_TESTS+=("tests/cuda/$(basename "$t" .cu)")
+    done
+fi
 tools=("$BUILD/llm-synth" "$BUILD/llm-devbench" "$BUILD/llm-run")
 if [ "$BACKEND" = cuda ]; then
     tools+=("$BUILD/cuda-bench-bandwidth" "$BUILD/libllminfer-cuda.so")
@@ -186,7 +192,7 @@ if ! part build 300 make -j"$JOBS" --no-print-directory BUILD="$BUILD" "${gencod
 fi
 if [ -z "${build_failed:-}" ]; then
     part build-tests 240 make -j"$JOBS" --no-print-directory BUILD="$BUILD" "${gencode[@]}" \
-        "${TEST_BINS[@]/#/$BUILD/}"
+        "${TEST_BINS[@]/#/$BUILD/}" ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
 fi
 
 # ---- floors ----
@@ -219,27 +225,45 @@ assigns=$(printf '%s ' "${test_env[@]:1}")
 # Whether a test binary reads LLM_TEST_BACKEND at all (else it ran on the CPU).
 honours() { grep -q -a LLM_TEST_BACKEND "$1" 2>/dev/null; }
 summary_of() { tail -n 1 "$OUT/logs/$1.log" 2>/dev/null; }
-# After run-tests.sh: a run with skipped tests is "partial" (some ran) or
-# "skipped" (none did), never "ok"; the detail gives the binaries' reasons.
+# After run-tests.sh: the counts become the detail; a run with skipped tests
+# is "partial" (some ran) or "skipped" (none did), never "ok", with the
+# binaries' reasons; a failed one names its failed tests.
 tests_verdict() { # part-name binary...
-    local name=$1 s p f k reasons
+    local name=$1 s p f k logs status detail
     shift
+    logs=("${@/%/.log}")
     s=$(summary_of "$name")
     p=$(sed -n -E 's/^([0-9]+) passed.*/\1/p' <<<"$s")
     f=$(sed -n -E 's/.* ([0-9]+) failed.*/\1/p' <<<"$s")
     k=$(sed -n -E 's/.* ([0-9]+) skipped.*/\1/p' <<<"$s")
-    reasons=$(cat "${@/%/.log}" 2>/dev/null | sed -n -E 's/^# skipped: //p' | sort | uniq -c |
-        sort -rn | head -n 2 | sed -E 's/^ *[0-9]+ //' | tr '\n' ';')
-    if [ "${f:-0}" = 0 ] && [ "${k:-0}" != 0 ]; then
-        retag "$name" "$([ "${p:-0}" = 0 ] && echo skipped || echo partial)" \
-            "$s; skipped: ${reasons:-see the log} ${PART_NOTE:-}"
+    status=$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$OUT/parts.tsv")
+    detail=$s
+    if [ "${f:-0}" != 0 ]; then
+        detail="$detail; failed: $(cat "${logs[@]}" 2>/dev/null |
+            sed -n -E 's/^\[  FAILED  \] ([A-Za-z_].*)/\1/p' | sort -u | head -n 4 | tr '\n' ' ')"
+    elif [ "${k:-0}" != 0 ]; then
+        [ "$status" = ok ] && status=$([ "${p:-0}" = 0 ] && echo skipped || echo partial)
+        detail="$detail; skipped: $(cat "${logs[@]}" 2>/dev/null | sed -n -E 's/^# skipped: //p' |
+            sort | uniq -c | sort -rn | head -n 2 | sed -E 's/^ *[0-9]+ //' | tr '\n' ';')"
     fi
-    row "tests: $name" "$s" - - - "$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$OUT/parts.tsv")"
+    retag "$name" "$status" "$detail ${PART_NOTE:-}"
+    row "tests: $name" "$s" - - - "$status"
 }
 
 if [ -x "$BUILD/tests/backend/test_conformance" ]; then
     part conformance 90 bash tests/run-tests.sh "$assigns" "$BUILD/tests/backend/test_conformance"
     tests_verdict conformance "$BUILD/tests/backend/test_conformance"
+fi
+
+if [ "${#CUDA_TESTS[@]}" -gt 0 ]; then
+    bins=()
+    for t in "${CUDA_TESTS[@]}"; do
+        [ -x "$BUILD/$t" ] && bins+=("$BUILD/$t")
+    done
+    if [ "${#bins[@]}" -gt 0 ]; then
+        part cuda-kernel-tests 90 bash tests/run-tests.sh "$assigns" "${bins[@]}"
+        tests_verdict cuda-kernel-tests "${bins[@]}"
+    fi
 fi
 
 if [ -x "$BUILD/tests/unit/test_golden" ]; then

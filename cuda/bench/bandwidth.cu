@@ -58,6 +58,41 @@ bool fail_lt(cublasStatus_t st, const char *what) {
             return false;                                                                          \
     } while (0)
 
+/* Device memory and cuBLASLt objects freed on every path out. */
+struct dev_buf {
+    void *p = nullptr;
+    ~dev_buf() { cudaFree(p); }
+};
+struct lt_objects {
+    cublasLtHandle_t lt = nullptr;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~lt_objects() {
+        if (pref)
+            cublasLtMatmulPreferenceDestroy(pref);
+        if (a)
+            cublasLtMatrixLayoutDestroy(a);
+        if (b)
+            cublasLtMatrixLayoutDestroy(b);
+        if (c)
+            cublasLtMatrixLayoutDestroy(c);
+        if (desc)
+            cublasLtMatmulDescDestroy(desc);
+        if (lt)
+            cublasLtDestroy(lt);
+    }
+};
+struct events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    ~events() {
+        if (a)
+            cudaEventDestroy(a);
+        if (b)
+            cudaEventDestroy(b);
+    }
+};
+
 __global__ void read_kernel(const uint4 *__restrict__ src, size_t n, unsigned *__restrict__ out) {
     unsigned acc = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -90,92 +125,92 @@ __global__ void fill_bf16(__nv_bfloat16 *x, size_t n, uint32_t seed) {
 }
 
 /* Best seconds per launch of `launch` over reps rounds of iters. */
-template <typename F>
-bool time_best(const options &o, cudaStream_t s, F launch, double *best) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a), "cudaEventCreate");
-    CK(cudaEventCreate(&b), "cudaEventCreate");
+template <typename F> bool time_best(const options &o, cudaStream_t s, F launch, double *best) {
+    events ev;
+    CK(cudaEventCreate(&ev.a), "cudaEventCreate");
+    CK(cudaEventCreate(&ev.b), "cudaEventCreate");
     *best = 1e30;
     bool ok = true;
     for (int r = -1; ok && r < o.reps; r++) {
-        ok = !fail_cuda(cudaEventRecord(a, s), "cudaEventRecord");
+        ok = !fail_cuda(cudaEventRecord(ev.a, s), "cudaEventRecord");
         for (int i = 0; ok && i < o.iters; i++)
             ok = launch();
-        ok = ok && !fail_cuda(cudaEventRecord(b, s), "cudaEventRecord") &&
-             !fail_cuda(cudaEventSynchronize(b), "the timed launches");
+        ok = ok && !fail_cuda(cudaEventRecord(ev.b, s), "cudaEventRecord") &&
+             !fail_cuda(cudaEventSynchronize(ev.b), "the timed launches");
         float ms = 0;
-        ok = ok && !fail_cuda(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        ok = ok && !fail_cuda(cudaEventElapsedTime(&ms, ev.a, ev.b), "cudaEventElapsedTime");
         if (ok && r >= 0 && ms * 1e-3 / o.iters < *best)
             *best = ms * 1e-3 / o.iters;
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
     return ok;
 }
 
 bool bandwidth(const options &o, cudaStream_t s, double *memcpy_gbs, double *read_gbs) {
     size_t bytes = o.size_mb << 20;
-    void *src = nullptr, *dst = nullptr;
-    unsigned *out = nullptr;
+    dev_buf src, dst, out;
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, o.device), "SM count");
     int blocks = sms * 8, threads = 512;
-    bool ok = !fail_cuda(cudaMalloc(&src, bytes), "cudaMalloc (source)") &&
-              !fail_cuda(cudaMalloc(&dst, bytes), "cudaMalloc (destination)") &&
-              !fail_cuda(cudaMalloc(&out, blocks * sizeof *out), "cudaMalloc") &&
-              !fail_cuda(cudaMemsetAsync(src, 0x5a, bytes, s), "cudaMemset");
+    bool ok = !fail_cuda(cudaMalloc(&src.p, bytes), "cudaMalloc (source)") &&
+              !fail_cuda(cudaMalloc(&dst.p, bytes), "cudaMalloc (destination)") &&
+              !fail_cuda(cudaMalloc(&out.p, blocks * sizeof(unsigned)), "cudaMalloc") &&
+              !fail_cuda(cudaMemsetAsync(src.p, 0x5a, bytes, s), "cudaMemset");
     double t = 0;
-    ok = ok && time_best(o, s, [&] {
-             return !fail_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s),
-                               "cudaMemcpyAsync");
-         }, &t);
+    ok = ok && time_best(
+                   o, s,
+                   [&] {
+                       return !fail_cuda(
+                           cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, s),
+                           "cudaMemcpyAsync");
+                   },
+                   &t);
     if (ok)
         *memcpy_gbs = 2.0 * (double)bytes / t * 1e-9;
-    ok = ok && time_best(o, s, [&] {
-             read_kernel<<<blocks, threads, 0, s>>>((const uint4 *)src, bytes / 16, out);
-             return !fail_cuda(cudaGetLastError(), "read kernel launch");
-         }, &t);
+    ok = ok && time_best(
+                   o, s,
+                   [&] {
+                       read_kernel<<<blocks, threads, 0, s>>>((const uint4 *)src.p, bytes / 16,
+                                                              (unsigned *)out.p);
+                       return !fail_cuda(cudaGetLastError(), "read kernel launch");
+                   },
+                   &t);
     if (ok)
         *read_gbs = (double)bytes / t * 1e-9;
-    cudaFree(src);
-    cudaFree(dst);
-    cudaFree(out);
     return ok;
 }
 
 bool gemm(const options &o, cudaStream_t s, double *tflops) {
     const int64_t n = o.gemm_n;
     const size_t elems = (size_t)n * n, ws_bytes = 64u << 20;
-    __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
-    void *ws = nullptr;
-    CK(cudaMalloc(&a, elems * 2), "cudaMalloc (A)");
-    CK(cudaMalloc(&b, elems * 2), "cudaMalloc (B)");
-    CK(cudaMalloc(&c, elems * 2), "cudaMalloc (C)");
-    CK(cudaMalloc(&ws, ws_bytes), "cudaMalloc (workspace)");
-    fill_bf16<<<1024, 256, 0, s>>>(a, elems, 1);
-    fill_bf16<<<1024, 256, 0, s>>>(b, elems, 2);
+    dev_buf a, b, c, ws;
+    CK(cudaMalloc(&a.p, elems * 2), "cudaMalloc (A)");
+    CK(cudaMalloc(&b.p, elems * 2), "cudaMalloc (B)");
+    CK(cudaMalloc(&c.p, elems * 2), "cudaMalloc (C)");
+    CK(cudaMalloc(&ws.p, ws_bytes), "cudaMalloc (workspace)");
+    fill_bf16<<<1024, 256, 0, s>>>((__nv_bfloat16 *)a.p, elems, 1);
+    fill_bf16<<<1024, 256, 0, s>>>((__nv_bfloat16 *)b.p, elems, 2);
     CK(cudaGetLastError(), "fill kernel launch");
 
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulPreference_t pref;
-    CKL(cublasLtCreate(&lt), "create");
-    CKL(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    lt_objects lo;
+    CKL(cublasLtCreate(&lo.lt), "create");
+    CKL(cublasLtMatmulDescCreate(&lo.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-    CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
-    CKL(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n), "layout A");
-    CKL(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n), "layout B");
-    CKL(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n), "layout C");
-    CKL(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    CKL(cublasLtMatmulDescSetAttribute(lo.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+        "transa");
+    CKL(cublasLtMatmulDescSetAttribute(lo.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+        "transb");
+    CKL(cublasLtMatrixLayoutCreate(&lo.a, CUDA_R_16BF, n, n, n), "layout A");
+    CKL(cublasLtMatrixLayoutCreate(&lo.b, CUDA_R_16BF, n, n, n), "layout B");
+    CKL(cublasLtMatrixLayoutCreate(&lo.c, CUDA_R_16BF, n, n, n), "layout C");
+    CKL(cublasLtMatmulPreferenceCreate(&lo.pref), "preference");
     size_t wsb = ws_bytes;
-    CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                             sizeof wsb),
+    CKL(cublasLtMatmulPreferenceSetAttribute(lo.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &wsb, sizeof wsb),
         "workspace preference");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CKL(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found),
+    CKL(cublasLtMatmulAlgoGetHeuristic(lo.lt, lo.desc, lo.a, lo.b, lo.c, lo.c, lo.pref, 1, &heur,
+                                       &found),
         "heuristic");
     if (!found) {
         fprintf(stderr, "cuda-bench-bandwidth: cuBLASLt has no bf16 algorithm for %lldx%lld\n",
@@ -184,23 +219,16 @@ bool gemm(const options &o, cudaStream_t s, double *tflops) {
     }
     const float alpha = 1.0f, beta = 0.0f;
     double t = 0;
-    bool ok = time_best(o, s, [&] {
-        return !fail_lt(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc,
-                                       &heur.algo, ws, ws_bytes, s),
-                        "matmul");
-    }, &t);
+    bool ok = time_best(
+        o, s,
+        [&] {
+            return !fail_lt(cublasLtMatmul(lo.lt, lo.desc, &alpha, a.p, lo.a, b.p, lo.b, &beta, c.p,
+                                           lo.c, c.p, lo.c, &heur.algo, ws.p, ws_bytes, s),
+                            "matmul");
+        },
+        &t);
     if (ok)
         *tflops = 2.0 * (double)n * n * n / t * 1e-12;
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtDestroy(lt);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(c);
-    cudaFree(ws);
     return ok;
 }
 
