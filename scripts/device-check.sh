@@ -185,13 +185,13 @@ if [ "$BACKEND" = cuda ]; then
 else
     tools+=("$BUILD/llm-bench-cpu")
 fi
-if ! part build 300 make -j"$JOBS" --no-print-directory BUILD="$BUILD" "${gencode[@]}" \
+if ! part build 300 make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"} \
     all "${tools[@]}"; then
     echo "device-check: the build failed; nothing else can run"
     build_failed=1
 fi
 if [ -z "${build_failed:-}" ]; then
-    part build-tests 240 make -j"$JOBS" --no-print-directory BUILD="$BUILD" "${gencode[@]}" \
+    part build-tests 240 make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"} \
         "${TEST_BINS[@]/#/$BUILD/}" ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
 fi
 
