@@ -185,14 +185,14 @@ if [ "$BACKEND" = cuda ]; then
 else
     tools+=("$BUILD/llm-bench-cpu")
 fi
-if ! part build 300 make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"} \
-    all "${tools[@]}"; then
+mk=(make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"})
+if ! part build 300 "${mk[@]}" all "${tools[@]}"; then
     echo "device-check: the build failed; nothing else can run"
     build_failed=1
 fi
 if [ -z "${build_failed:-}" ]; then
-    part build-tests 240 make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"} \
-        "${TEST_BINS[@]/#/$BUILD/}" ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
+    part build-tests 240 "${mk[@]}" "${TEST_BINS[@]/#/$BUILD/}" \
+        ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
 fi
 
 # ---- floors ----
@@ -237,6 +237,10 @@ tests_verdict() { # part-name binary...
     f=$(sed -n -E 's/.* ([0-9]+) failed.*/\1/p' <<<"$s")
     k=$(sed -n -E 's/.* ([0-9]+) skipped.*/\1/p' <<<"$s")
     status=$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$OUT/parts.tsv")
+    if [ ! -s "$OUT/logs/$name.log" ]; then # never started (no time left)
+        row "tests: $name" "not run" - - - "$status"
+        return
+    fi
     detail=$s
     if [ "${f:-0}" != 0 ]; then
         detail="$detail; failed: $(cat "${logs[@]}" 2>/dev/null |
@@ -437,6 +441,7 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     speed=$(grep '^load ' "$OUT/logs/smollm2-run.log" | sed 's/.*generated/generated/')
     same=$([ -n "$b" ] && [ "$a" = "$b" ] && echo "same text" || echo "text differs")
     [ -z "$speed" ] && same="run failed"
+    [ -s "$OUT/logs/smollm2-run.log" ] || same="not run"
     row "SmolLM2 llm-run greedy 32 tokens" "${speed:-no timing}" - - "CPU's text" "$same"
 else
     record smollm2 skipped 0 "$SMOL was not carried"
