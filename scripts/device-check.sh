@@ -151,7 +151,7 @@ echo "device-check: backend $BACKEND, budget ${BUDGET}s, results in $OUT"
 # ---- the machine ----
 if [ "$BACKEND" = cuda ]; then
     echo "$gpus"
-    smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+    smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
         --format=csv,noheader 2>/dev/null | head -n 1)
     echo "driver: $smi"
     machine="$(head -n 1 <<<"$gpus"); $smi"
@@ -404,7 +404,7 @@ if [ -x "$BUILD/llm-synth" ] && [ -x "$BUILD/llm-devbench" ]; then
         file="$TMPD/$tag.gguf"
         synth=("$BUILD/llm-synth" --shape "$shape" --type "$type" -o "$file")
         [ -n "$layers" ] && synth+=(--layers "$layers")
-        need=$(jnum "$("${synth[@]}" --dry-run 2>/dev/null)" bytes)
+        need=$(jnum "$(timeout 30 "${synth[@]}" --dry-run 2>/dev/null)" bytes)
         free=$(df -P -B1 "$TMPD" 2>/dev/null | awk 'NR == 2 { print $4 }')
         if [ -z "$need" ] || [ -z "$free" ] || [ "$((need + (1 << 30)))" -gt "$free" ]; then
             record "synth-$tag" skipped 0 "needs ${need:-?} bytes and 1 GiB to spare; \
@@ -415,7 +415,7 @@ ${free:-?} free under $TMPD"
         [ "$shape" = 8b ] && limit=90
         part "synth-$tag" "$limit" "${synth[@]}" || { rm -f "$file"; continue; }
         grep '^{' "$OUT/logs/synth-$tag.log" >"$OUT/bench/$tag.synth.json"
-        info=$("$BUILD/llm-synth" --info "$file" 2>/dev/null)
+        info=$(timeout 30 "$BUILD/llm-synth" --info "$file" 2>/dev/null)
         limit=45
         [ "$shape" = 8b ] && limit=75
         label=$name
@@ -427,7 +427,7 @@ fi
 
 # ---- SmolLM2 end to end ----
 if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
-    info=$("$BUILD/llm-synth" --info "$SMOL" 2>/dev/null)
+    info=$(timeout 30 "$BUILD/llm-synth" --info "$SMOL" 2>/dev/null)
     # Two CPU cores take minutes over the full set on a 135M model.
     [ "$BACKEND" = cpu ] && DEVBENCH_ARGS="--tg 32 --pp 256 --batch 8,64 --batch-steps 8 --identity 16"
     bench_rows "SmolLM2" "$SMOL" "$info" 45
@@ -468,7 +468,7 @@ if [ "$BACKEND" = cuda ]; then
     small="$TMPD/sanitize.gguf"
     if [ -z "$cs" ]; then
         record sanitizer skipped 0 "compute-sanitizer is not installed"
-    elif "$BUILD/llm-synth" --shape tiny --type q4_k -o "$small" >/dev/null 2>&1; then
+    elif timeout 30 "$BUILD/llm-synth" --shape tiny --type q4_k -o "$small" >/dev/null 2>&1; then
         for tool in memcheck racecheck; do
             part "sanitizer-$tool" 75 "$cs" --tool "$tool" --error-exitcode 99 \
                 "$BUILD/llm-run" -m "$small" --device cuda --temp 0 -n 8 -p "hello world"
