@@ -19,7 +19,7 @@ OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-D_GNU_SOURCE -Iinclude -Ilib
-DEPS_LIBS := -lpcre2-8 -lcjson -lz -lm -pthread
+DEPS_LIBS := -lpcre2-8 -lcjson -lz -lm -ldl -pthread
 ifeq ($(TSAN),1)
 ALL_CFLAGS += -fsanitize=thread
 LDSAN := -fsanitize=thread
@@ -158,6 +158,18 @@ $(BUILD)/tests/backend/%: tests/backend/%.c tests/backend/conformance.c \
 	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS) -Itests/backend $< tests/backend/conformance.c -o $@ \
 		$(TESTLIB) -lcmocka $(LDSAN) $(DEPS_LIBS)
 
+# Fake plug-ins for test_plugins (tests/plugins/fake_plugin.c), one per
+# kind, built as a real plug-in is: no sanitizer, --no-undefined.
+FAKE_PLUGIN_KINDS := probe ok version noentry null missing cpu other
+FAKE_PLUGIN_DIR := $(BUILD)/tests/plugins
+FAKE_PLUGINS := $(FAKE_PLUGIN_KINDS:%=$(FAKE_PLUGIN_DIR)/fake_%.so)
+$(FAKE_PLUGIN_DIR)/fake_%.so: tests/plugins/fake_plugin.c lib/backend/plugin.h \
+		lib/backend/backend.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) $(OPT) -g -fPIC -fvisibility=hidden -D_GNU_SOURCE -Iinclude -Ilib \
+		-DFAKE_KIND_$* -shared $< -o $@ -Wl,--no-undefined
+$(BUILD)/tests/unit/test_plugins: $(FAKE_PLUGINS)
+
 # API tests are black-box: only llm.h and the shared library.
 $(BUILD)/tests/api/%: tests/api/%.c $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
@@ -185,12 +197,20 @@ test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3
 TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
 	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
-	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3))
+	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3)) \
+	LLM_PLUGIN_PATH=$(abspath $(BUILD)) LLM_TEST_PLUGINS=$(abspath $(FAKE_PLUGIN_DIR)) \
+	LLM_TEST_CUDA_PLUGIN=$(if $(CUDA_PLUGIN),$(abspath $(CUDA_PLUGIN)))
+# The engine tests (continuous batching, preemption, prefix cache, n
+# samples, speculation, state) run a second time on 2 CPU ranks of tensor
+# parallelism, and the backend conformance suite on the tp backend
+# (docs/tensor-parallel.md): both must give the CPU backend's results.
+TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state)
 test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
 		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
-		$(CUDA_TEST_BIN)
+		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
+		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	@bash tests/tools/test_cli.sh $(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
@@ -234,6 +254,7 @@ install: all
 	ln -sf libllminfer.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllminfer.so
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
+	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 755 $(BUILD)/llm-run $(DESTDIR)$(PREFIX)/bin/
 	for pc in llminfer llminfer-static; do \
 		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
@@ -255,7 +276,7 @@ bindings-test: all $(MODEL)
 
 # Installs into a scratch prefix and builds a downstream program with pkg-config.
 install-test:
-	+@bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
+	+@LLM_CUDA_PLUGIN="$(CUDA_PLUGIN)" bash tests/install/run.sh $(BUILD) "$(CC)" "$(LDSAN)"
 
 model: $(MODEL)
 $(MODEL): scripts/fetch-model.sh
@@ -272,7 +293,8 @@ format:
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
-		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/bin/llm-run \
+		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/lib/libllminfer-cuda.so \
+		$(DESTDIR)$(PREFIX)/bin/llm-run \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer-static.pc
 

@@ -1,30 +1,298 @@
-/* PLACEHOLDER (replaced by the real backend before this lands): a table
- * whose probe works and whose other entries refuse. */
-#include "backend/backend.h"
-#include "internal.h"
+/* The CUDA backend's table (backend/backend.h): instances (a device, one
+ * non-blocking stream, a cuBLASLt handle and its workspace, pinned staging)
+ * and KV stores (every layer's K and V in one device allocation). Weights
+ * are in weights.c, steps in step.c. Every operation on a KV store goes on
+ * its instance's stream, so copies, reads, writes and steps take effect in
+ * the order they are issued, as the table's contract asks. */
+#include "cuda_backend.h"
 
-static llm_status refuse(void) {
-    return llmi_cuda_error(LLM_ERR_UNSUPPORTED, "the CUDA backend is not built yet");
+#include <stdlib.h>
+#include <string.h>
+
+/* cuBLASLt's recommended workspace on Hopper (smaller chips need less). */
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+/* Pinned bytes for kv_read / kv_write; larger transfers go in pieces. */
+#define KV_STAGING_BYTES ((size_t)4 << 20)
+
+llm_status llmi_cuda_use_device(int device) {
+    return llmi_cuda_call(cudaSetDevice(device), "selecting the device");
 }
-static llm_status open_(const llmi_backend_config *cfg, void **out) { *out = NULL; return refuse(); }
-static void close_(void *b) { (void)b; }
-static llm_status wload(const llm_model *m, int32_t d, void **out) { *out = NULL; return refuse(); }
-static void wfree(void *w) { (void)w; }
-static llm_status kvc(void *b, const llmi_kv_layout *l, void **out) { *out = NULL; return refuse(); }
-static void kvf(void *kv) { (void)kv; }
-static llm_status kvcopy(void *kv, uint32_t d, uint32_t s, uint32_t n) { return refuse(); }
-static llm_status kvr(void *kv, uint32_t l, bool v, uint32_t s, uint32_t n, void *d) { return refuse(); }
-static llm_status kvw(void *kv, uint32_t l, bool v, uint32_t s, uint32_t n, const void *d) { return refuse(); }
-static llm_status sc(void *b, const llm_model *m, void *w, uint32_t r, uint32_t c, void **out) { *out = NULL; return refuse(); }
-static void sf(void *s) { (void)s; }
-static llm_status sr(void *s, void *kv, const llmi_step *st, float *lg) { return refuse(); }
-static llm_status sy(void *b) { return LLM_OK; }
+
+llm_status llmi_cuda_alloc(void **out, size_t bytes, const char *what) {
+    *out = NULL;
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err != cudaErrorMemoryAllocation)
+        return llmi_cuda_call(err, what);
+    cudaGetLastError(); /* not sticky: clear it for the launchers */
+    *out = NULL;
+    int device = -1;
+    size_t free_b = 0, total_b = 0;
+    cudaGetDevice(&device);
+    cudaMemGetInfo(&free_b, &total_b);
+    return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY,
+                           "CUDA device %d is out of memory: %s needs %.1f MiB, %.1f MiB are free",
+                           device, what, (double)bytes / 1048576.0, (double)free_b / 1048576.0);
+}
+
+llm_status llmi_cuda_staging_init(llmi_cuda_staging *s, size_t cap) {
+    memset(s, 0, sizeof *s);
+    llm_status st = llmi_cuda_call(cudaMallocHost(&s->host, cap), "allocating pinned memory");
+    if (st == LLM_OK)
+        st = llmi_cuda_call(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
+                            "creating an event");
+    if (st != LLM_OK) {
+        llmi_cuda_staging_free(s);
+        return st;
+    }
+    s->cap = cap;
+    return LLM_OK;
+}
+
+void llmi_cuda_staging_free(llmi_cuda_staging *s) {
+    if (s->done)
+        cudaEventDestroy(s->done);
+    if (s->host)
+        cudaFreeHost(s->host);
+    memset(s, 0, sizeof *s);
+}
+
+llm_status llmi_cuda_staging_wait(llmi_cuda_staging *s) {
+    if (!s->pending)
+        return LLM_OK;
+    s->pending = false;
+    return llmi_cuda_call(cudaEventSynchronize(s->done), "waiting for a copy");
+}
+
+/* ---- instance ---- */
+
+static void cuda_close(void *backend) {
+    llmi_cuda_instance *in = backend;
+    if (!in)
+        return;
+    cudaSetDevice(in->device);
+    if (in->stream)
+        cudaStreamSynchronize(in->stream);
+    llmi_cuda_gemm_plans_free(in);
+    llmi_cuda_staging_free(&in->staging);
+    if (in->workspace)
+        cudaFree(in->workspace);
+    if (in->lt)
+        cublasLtDestroy(in->lt);
+    if (in->stream)
+        cudaStreamDestroy(in->stream);
+    free(in);
+}
+
+static llm_status cuda_open(const llmi_backend_config *cfg, void **out) {
+    *out = NULL;
+    uint32_t n = 0;
+    llmi_cuda_device_count(&n);
+    if (cfg->device < 0 || (uint32_t)cfg->device >= n)
+        return llmi_cuda_error(LLM_ERR_INVALID_ARGUMENT,
+                               "CUDA device %d does not exist (%u device%s)", (int)cfg->device, n,
+                               n == 1 ? "" : "s");
+    llmi_cuda_instance *in = calloc(1, sizeof *in);
+    if (!in)
+        return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: CUDA backend instance");
+    in->device = cfg->device;
+    llm_status st = llmi_cuda_use_device(in->device);
+    if (st == LLM_OK)
+        st = llmi_cuda_call(cudaStreamCreateWithFlags(&in->stream, cudaStreamNonBlocking),
+                            "creating a stream");
+    if (st == LLM_OK)
+        st = llmi_cuda_lt_check(cublasLtCreate(&in->lt), "creating the cuBLASLt handle");
+    if (st == LLM_OK)
+        st = llmi_cuda_alloc(&in->workspace, WORKSPACE_BYTES, "the cuBLASLt workspace");
+    if (st == LLM_OK) {
+        in->workspace_bytes = WORKSPACE_BYTES;
+        st = llmi_cuda_staging_init(&in->staging, KV_STAGING_BYTES);
+    }
+    if (st != LLM_OK) {
+        cuda_close(in);
+        return st;
+    }
+    *out = in;
+    return LLM_OK;
+}
+
+/* Waits for everything issued on the instance and reports an asynchronous
+ * device failure (an earlier step's kernel fault surfaces here). */
+static llm_status cuda_sync(void *backend) {
+    llmi_cuda_instance *in = backend;
+    llm_status st = llmi_cuda_use_device(in->device);
+    if (st != LLM_OK)
+        return st;
+    return llmi_cuda_call(cudaStreamSynchronize(in->stream), "running the stream");
+}
+
+/* ---- KV store ---- */
+
+static void cuda_kv_free(void *ctx) {
+    llmi_cuda_kv *kv = ctx;
+    if (!kv)
+        return;
+    cudaSetDevice(kv->inst->device);
+    /* A step or copy still in flight may read these. */
+    cudaStreamSynchronize(kv->inst->stream);
+    if (kv->caches_dev)
+        cudaFree(kv->caches_dev);
+    if (kv->arena)
+        cudaFree(kv->arena);
+    free(kv->caches);
+    free(kv);
+}
+
+static llmi_ttype kv_ttype(llm_kv_type t) {
+    return t == LLM_KV_F16 ? LLMI_T_F16 : t == LLM_KV_BF16 ? LLMI_T_BF16 : LLMI_T_F32;
+}
+
+static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, void **out) {
+    *out = NULL;
+    llmi_cuda_instance *in = backend;
+    const uint32_t elem = layout->type == LLM_KV_F32                                  ? 4
+                          : layout->type == LLM_KV_F16 || layout->type == LLM_KV_BF16 ? 2
+                                                                                      : 0;
+    if (elem == 0)
+        return llmi_cuda_error(LLM_ERR_INVALID_ARGUMENT, "KV store of unknown element type %d",
+                               (int)layout->type);
+    /* One spare block past the pool's, which no sequence owns: the padding
+     * rows of graph-replayed steps write their K/V there (graph.c). */
+    size_t slots, layer_bytes, arena = 0, offset;
+    if (layout->n_blocks == UINT32_MAX ||
+        !llmi_mul_ok((size_t)layout->n_blocks + 1, layout->block_size, &slots) ||
+        !llmi_mul_ok(slots, (size_t)layout->kv_dim * elem, &layer_bytes))
+        return llmi_cuda_error(LLM_ERR_LIMIT, "KV store of %u blocks overflows", layout->n_blocks);
+    for (uint32_t i = 0; i < 2 * layout->n_layer; i++)
+        if (!llmi_cuda_arena_add(&arena, layer_bytes, &offset))
+            return llmi_cuda_error(LLM_ERR_LIMIT, "KV store of %u blocks overflows",
+                                   layout->n_blocks);
+    llm_status st = llmi_cuda_use_device(in->device);
+    if (st != LLM_OK)
+        return st;
+    llmi_cuda_kv *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: KV store");
+    kv->inst = in;
+    kv->layout = *layout;
+    kv->type = kv_ttype(layout->type);
+    kv->spare = layout->n_blocks;
+    kv->row_bytes = (size_t)layout->kv_dim * elem;
+    kv->layer_bytes = layer_bytes;
+    kv->caches = calloc(2 * (size_t)layout->n_layer + 1, sizeof *kv->caches);
+    if (!kv->caches) {
+        cuda_kv_free(kv);
+        return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: KV store");
+    }
+    if (arena)
+        st = llmi_cuda_alloc(&kv->arena, arena, "the KV store");
+    const size_t table_bytes = 2 * (size_t)layout->n_layer * sizeof(void *);
+    if (st == LLM_OK)
+        st = llmi_cuda_call(
+            cudaMalloc((void **)&kv->caches_dev, table_bytes ? table_bytes : sizeof(void *)),
+            "allocating the KV store");
+    if (st == LLM_OK) {
+        size_t end = 0;
+        for (uint32_t i = 0; i < 2 * layout->n_layer; i++) {
+            llmi_cuda_arena_add(&end, layer_bytes, &offset);
+            kv->caches[i] = (char *)kv->arena + offset;
+        }
+        /* Synchronous: the host array is not pinned and is read once. */
+        st = llmi_cuda_call(
+            cudaMemcpy(kv->caches_dev, kv->caches, table_bytes, cudaMemcpyHostToDevice),
+            "uploading the KV store's layer table");
+    }
+    if (st != LLM_OK) {
+        cuda_kv_free(kv);
+        return st;
+    }
+    *out = kv;
+    return LLM_OK;
+}
+
+static llm_status cuda_kv_copy(void *ctx, uint32_t dst, uint32_t src, uint32_t n_slots) {
+    llmi_cuda_kv *kv = ctx;
+    if (n_slots == 0 || kv->layout.n_layer == 0)
+        return LLM_OK;
+    llm_status st = llmi_cuda_use_device(kv->inst->device);
+    if (st != LLM_OK)
+        return st;
+    return llmi_cuda_call(llmi_cu_kv_copy_block(kv->inst->stream, kv->caches_dev,
+                                                kv->layout.n_layer, kv->row_bytes,
+                                                kv->layout.block_size, dst, src, n_slots),
+                          "copying a KV block");
+}
+
+static char *kv_rows(const llmi_cuda_kv *kv, uint32_t layer, bool v, uint32_t slot) {
+    return (char *)kv->caches[2 * (size_t)layer + (v ? 1 : 0)] + (size_t)slot * kv->row_bytes;
+}
+
+/* Device to pinned to `dst`, a staging buffer at a time, each piece waited
+ * for: the read returns with its rows in `dst`. */
+static llm_status cuda_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot, uint32_t n,
+                               void *dst) {
+    llmi_cuda_kv *kv = ctx;
+    llmi_cuda_instance *in = kv->inst;
+    llmi_cuda_staging *s = &in->staging;
+    LLMI_TRY(llmi_cuda_use_device(in->device));
+    const char *from = kv_rows(kv, layer, v, slot);
+    size_t left = (size_t)n * kv->row_bytes, done = 0;
+    while (left) {
+        size_t piece = left < s->cap ? left : s->cap;
+        LLMI_TRY(llmi_cuda_staging_wait(s));
+        LLMI_TRY(llmi_cuda_call(
+            cudaMemcpyAsync(s->host, from + done, piece, cudaMemcpyDeviceToHost, in->stream),
+            "reading KV rows"));
+        LLMI_TRY(llmi_cuda_call(cudaStreamSynchronize(in->stream), "reading KV rows"));
+        memcpy((char *)dst + done, s->host, piece);
+        done += piece;
+        left -= piece;
+    }
+    return LLM_OK;
+}
+
+/* `src` to pinned to the device; returns once `src` is no longer needed
+ * (the copy itself may still be in flight, ordered on the stream). */
+static llm_status cuda_kv_write(void *ctx, uint32_t layer, bool v, uint32_t slot, uint32_t n,
+                                const void *src) {
+    llmi_cuda_kv *kv = ctx;
+    llmi_cuda_instance *in = kv->inst;
+    llmi_cuda_staging *s = &in->staging;
+    LLMI_TRY(llmi_cuda_use_device(in->device));
+    char *to = kv_rows(kv, layer, v, slot);
+    size_t left = (size_t)n * kv->row_bytes, done = 0;
+    while (left) {
+        size_t piece = left < s->cap ? left : s->cap;
+        LLMI_TRY(llmi_cuda_staging_wait(s));
+        memcpy(s->host, (const char *)src + done, piece);
+        LLMI_TRY(llmi_cuda_call(
+            cudaMemcpyAsync(to + done, s->host, piece, cudaMemcpyHostToDevice, in->stream),
+            "writing KV rows"));
+        LLMI_TRY(llmi_cuda_call(cudaEventRecord(s->done, in->stream), "writing KV rows"));
+        s->pending = true;
+        done += piece;
+        left -= piece;
+    }
+    return LLM_OK;
+}
 
 static const llmi_backend_ops table = {
-    .version = LLMI_BACKEND_VERSION, .name = "cuda", .probe = llmi_cuda_probe,
-    .open = open_, .close = close_, .weights_load = wload, .weights_free = wfree,
-    .kv_create = kvc, .kv_free = kvf, .kv_copy = kvcopy, .kv_read = kvr, .kv_write = kvw,
-    .step_create = sc, .step_free = sf, .step_run = sr, .sync = sy,
+    .version = LLMI_BACKEND_VERSION,
+    .name = "cuda",
+    .probe = llmi_cuda_probe,
+    .open = cuda_open,
+    .close = cuda_close,
+    .weights_load = llmi_cuda_weights_load,
+    .weights_free = llmi_cuda_weights_free,
+    .kv_create = cuda_kv_create,
+    .kv_free = cuda_kv_free,
+    .kv_copy = cuda_kv_copy,
+    .kv_read = cuda_kv_read,
+    .kv_write = cuda_kv_write,
+    .step_create = llmi_cuda_step_create,
+    .step_free = llmi_cuda_step_free,
+    .step_run = llmi_cuda_step_run,
+    .sync = cuda_sync,
+    .step_set_f32_activations = llmi_cuda_step_set_f32_activations,
     .device_count = llmi_cuda_device_count,
 };
 

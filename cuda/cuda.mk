@@ -35,6 +35,11 @@ CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/
 CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
+# tests/cuda/test_*.c: host tests of the plug-in's pure host code (cuda/layout.c),
+# C like the files they test
+CUDA_TEST_C_SRC := $(sort $(wildcard tests/cuda/test_*.c))
+CUDA_TEST_BIN += $(CUDA_TEST_C_SRC:tests/cuda/%.c=$(BUILD)/tests/cuda/%)
+CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o
 
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -49,10 +54,17 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 $(CUDA_PLUGIN): $(CUDA_OBJ)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(TESTLIB)
+# Host tests link the plug-in's objects (they call its functions directly)
+# and the test archive (the CPU reference).
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(TESTLIB) -lcmocka $(DEPS_LIBS) \
-		-L$(CUDA_LIBDIR) -lcublasLt
+	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka $(filter-out -pthread,$(DEPS_LIBS)) -lpthread \
+		-L$(CUDA_LIBDIR) -lcublasLt -ldl
+
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(CUDA_HOST_OBJ) $(TESTLIB) -lcmocka \
+		$(DEPS_LIBS)
 
 # Standalone GPU benchmarks (cuda/bench/, not part of the plug-in): the
 # floors `make device-check` compares its figures with.

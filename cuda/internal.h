@@ -24,6 +24,7 @@ llm_status llmi_cuda_check(cudaError_t err, const char *what);
 void llmi_cuda_log(llm_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+
 /* plugin.c: whether a driver and a device are there, and how many. */
 llm_status llmi_cuda_probe(void);
 llm_status llmi_cuda_device_count(uint32_t *out);

@@ -1092,9 +1092,10 @@ typedef struct llm_device_params {
     uint32_t n_devices;
     /** Devices one model is split across (default 1; 0 means 1). More
      *  than 1 (at most 8) runs that many CPU ranks as threads (backend
-     *  NULL, "cpu" or "auto"; docs/tensor-parallel.md); a model whose heads
-     *  or FFN do not split that way gives ::LLM_ERR_UNSUPPORTED naming the
-     *  sizes that work. */
+     *  NULL, "cpu" or "auto"; docs/tensor-parallel.md), which give the
+     *  CPU's logits bit for bit; a model whose attention heads do not
+     *  split that way gives ::LLM_ERR_UNSUPPORTED naming the sizes that
+     *  work. */
     uint32_t tensor_parallel;
 } llm_device_params;
 

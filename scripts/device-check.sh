@@ -170,13 +170,14 @@ fi
 printf '%s\n' "$machine" >"$OUT/machine.txt"
 
 # ---- build (release) ----
-TEST_BINS=(tests/backend/test_conformance tests/unit/test_sched tests/unit/test_spec
-    tests/unit/test_state tests/unit/test_swakv tests/unit/test_golden)
-# The kernels' own checks against CPU references (tests/cuda/test_*.cu).
+ENGINE_TESTS=(test_sched test_samples test_spec test_state test_swakv)
+TEST_BINS=(tests/backend/test_conformance tests/unit/test_golden "${ENGINE_TESTS[@]/#/tests/unit/}")
+# The CUDA backend's own checks (tests/cuda/test_*.cu and .c: kernels
+# against CPU references, the host side's layouts).
 CUDA_TESTS=()
 if [ "$BACKEND" = cuda ]; then
-    for t in tests/cuda/test_*.cu; do
-        [ -f "$t" ] && CUDA_TESTS+=("tests/cuda/$(basename "$t" .cu)")
+    for t in tests/cuda/test_*.cu tests/cuda/test_*.c; do
+        [ -f "$t" ] && CUDA_TESTS+=("${t%.*}")
     done
 fi
 tools=("$BUILD/llm-synth" "$BUILD/llm-devbench" "$BUILD/llm-run")
@@ -449,7 +450,7 @@ fi
 
 # ---- engine tests on the backend ----
 ENGINE=()
-for t in test_sched test_spec test_state test_swakv; do
+for t in "${ENGINE_TESTS[@]}"; do
     [ -x "$BUILD/tests/unit/$t" ] && ENGINE+=("$BUILD/tests/unit/$t")
 done
 if [ "${#ENGINE[@]}" -gt 0 ]; then

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs cmocka test binaries and summarises them.
 #
-#   tests/run-tests.sh "<ENV assignments>" <test binary>...
+#   tests/run-tests.sh "<ENV assignments>" [--env=VAR=value] <test binary>...
 #
 # The first argument is one string of VAR=value assignments separated by
 # spaces ("A=1 B=2"; values cannot contain spaces), passed to every binary
-# through env(1). Each binary's output goes to <binary>.log; it is shown when
+# through env(1). --env=VAR=value adds one more assignment for the binaries
+# after it (a later --env replaces it, --env= drops it), so a binary can
+# run twice in one summary: its name then shows the assignment and its log
+# is <binary>.<VAR>-<value>.log. Each binary's output goes to <binary>.log; it is shown when
 # the binary fails (always with TEST_VERBOSE=1). Every binary runs even when
 # an earlier one failed. The last line is the summary, counting individual
 # cmocka tests:
@@ -60,17 +63,32 @@ sum_count() { # word log
         awk '{ s += $1 } END { print s + 0 }'
 }
 
+extra=()
 for bin in "$@"; do
-    name=${bin#./}
+    case "$bin" in
+    --env=)
+        extra=()
+        continue
+        ;;
+    --env=[A-Za-z_]*=*)
+        extra=("${bin#--env=}")
+        continue
+        ;;
+    --env=*)
+        echo "run-tests: '${bin#--env=}' is not a VAR=value assignment" >&2
+        exit 2
+        ;;
+    esac
+    name=${bin#./}${extra:+ [${extra[0]}]}
     if [ ! -x "$bin" ]; then
         printf 'FAIL  %s: missing or not executable\n' "$name"
         total_fail=$((total_fail + 1))
         failed_bins+=("$name")
         continue
     fi
-    log="$bin.log"
+    log="$bin${extra:+.${extra[0]/=/-}}.log"
     start=$(date +%s.%N)
-    "${timeout_cmd[@]}" env "${assigns[@]}" "$bin" >"$log" 2>&1 </dev/null
+    "${timeout_cmd[@]}" env "${assigns[@]}" "${extra[@]}" "$bin" >"$log" 2>&1 </dev/null
     rc=$?
     secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 

@@ -1,6 +1,7 @@
 /* The backend registry, the weights shared between sessions, and the test
  * hook that injects backend failures. */
 #include "backend/backend.h"
+#include "backend/plugin.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,8 +61,15 @@ void llmi_backend_unregister(const char *name) {
     pthread_mutex_unlock(&registry_lock);
 }
 
+/* A plug-in's name asks for it: the plug-ins are looked for first. */
+static void autoload_for(const char *name) {
+    for (size_t k = 0; name && k < LLMI_PLUGIN_KNOWN; k++)
+        if (strcmp(name, llmi_backend_plugin_known(k)) == 0) llmi_backend_plugin_autoload();
+}
+
 const llmi_backend_ops *llmi_backend_find(const char *name) {
     if (!name) return NULL;
+    autoload_for(name);
     pthread_mutex_lock(&registry_lock);
     size_t i = find_locked(name);
     const llmi_backend_ops *ops = i == SIZE_MAX ? NULL : registry[i];
@@ -79,14 +87,10 @@ size_t llmi_backend_list(const llmi_backend_ops **out, size_t cap) {
 
 /* ---- choosing a backend by name ---- */
 
-/* Backends that come as plug-ins: listed, as unavailable, while they are
- * not registered, so users see what they could install. */
-static const struct {
-    const char *name, *reason;
-} known_plugins[] = {
-    {"cuda", "the CUDA plug-in is not installed"},
-};
-enum { N_KNOWN = sizeof known_plugins / sizeof known_plugins[0] };
+/* Known plug-ins that are not registered are listed too, as unavailable
+ * with the reason (backend/plugin.c: not installed, or why loading failed),
+ * so users see what they could run on. */
+enum { N_KNOWN = LLMI_PLUGIN_KNOWN };
 
 /* The registered backends, and the known plug-ins not among them. */
 static size_t snapshot(const llmi_backend_ops **ops, const char **missing, size_t *n_missing) {
@@ -94,18 +98,13 @@ static size_t snapshot(const llmi_backend_ops **ops, const char **missing, size_
     if (n > LLMI_BACKEND_MAX) n = LLMI_BACKEND_MAX;
     *n_missing = 0;
     for (size_t k = 0; k < N_KNOWN; k++) {
+        const char *name = llmi_backend_plugin_known(k);
         bool registered = false;
         for (size_t i = 0; i < n; i++)
-            registered |= strcmp(ops[i]->name, known_plugins[k].name) == 0;
-        if (!registered) missing[(*n_missing)++] = known_plugins[k].name;
+            registered |= strcmp(ops[i]->name, name) == 0;
+        if (!registered) missing[(*n_missing)++] = name;
     }
     return n;
-}
-
-static const char *plugin_reason(const char *name) {
-    for (size_t k = 0; k < N_KNOWN; k++)
-        if (strcmp(known_plugins[k].name, name) == 0) return known_plugins[k].reason;
-    return NULL;
 }
 
 /* Probes a registered backend: available with its device count, or not,
@@ -131,6 +130,7 @@ static void probe(const llmi_backend_ops *ops, llmi_backend_state *out) {
 }
 
 size_t llmi_backend_state_count(void) {
+    llmi_backend_plugin_autoload();
     const llmi_backend_ops *ops[LLMI_BACKEND_MAX];
     const char *missing[N_KNOWN];
     size_t n_missing;
@@ -139,6 +139,7 @@ size_t llmi_backend_state_count(void) {
 }
 
 llm_status llmi_backend_state_get(size_t index, llmi_backend_state *out) {
+    llmi_backend_plugin_autoload();
     const llmi_backend_ops *ops[LLMI_BACKEND_MAX];
     const char *missing[N_KNOWN];
     size_t n_missing;
@@ -150,7 +151,7 @@ llm_status llmi_backend_state_get(size_t index, llmi_backend_state *out) {
     if (index - n < n_missing) {
         const char *name = missing[index - n];
         *out = (llmi_backend_state){.name = name};
-        snprintf(out->reason, sizeof out->reason, "%s", plugin_reason(name));
+        snprintf(out->reason, sizeof out->reason, "%s", llmi_backend_plugin_reason(name));
         return LLM_OK;
     }
     return llmi_error(LLM_ERR_NOT_FOUND, "no backend at index %zu; there are %zu", index,
@@ -167,7 +168,7 @@ static void list_names(char *buf, size_t cap) {
     for (size_t i = 0; i < n + n_missing && len < cap; i++) {
         int w = snprintf(buf + len, cap - len, "%s'%s'%s", i ? ", " : "",
                          i < n ? ops[i]->name : missing[i - n],
-                         i < n ? "" : " (not installed)");
+                         i < n ? "" : " (not loaded)");
         if (w < 0) break;
         len += (size_t)w;
     }
@@ -194,7 +195,7 @@ static llm_status select_auto(const llmi_backend_ops **out, uint32_t *n_devices)
     }
     for (size_t k = 0; k < n_missing; k++)
         llmi_log(LLM_LOG_INFO, "backend 'auto' skipped '%s': %s", missing[k],
-                 plugin_reason(missing[k]));
+                 llmi_backend_plugin_reason(missing[k]));
     llmi_log(LLM_LOG_INFO, "backend 'auto' chose 'cpu'");
     *out = &llmi_backend_cpu;
     *n_devices = 1;
@@ -206,10 +207,13 @@ llm_status llmi_backend_select(const char *name, const llmi_backend_ops **out,
     *out = NULL;
     *n_devices = 0;
     if (!name || !*name) name = llmi_backend_cpu.name;
+    /* Sessions on the CPU never open a plug-in; any other name may be one,
+     * and its message lists them. */
+    if (strcmp(name, llmi_backend_cpu.name) != 0) llmi_backend_plugin_autoload();
     if (strcmp(name, "auto") == 0) return select_auto(out, n_devices);
     const llmi_backend_ops *ops = llmi_backend_find(name);
     if (!ops) {
-        const char *why = plugin_reason(name);
+        const char *why = llmi_backend_plugin_reason(name);
         if (why)
             return llmi_error(LLM_ERR_UNSUPPORTED, "backend '%s' is not available: %s", name,
                               why);

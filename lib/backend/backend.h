@@ -176,7 +176,9 @@ typedef struct llmi_backend_ops {
 llm_status llmi_backend_register(const llmi_backend_ops *ops);
 /* Removes a backend registered by name (not "cpu"); no-op when absent. */
 void llmi_backend_unregister(const char *name);
-/* The backend registered under `name`, or NULL. */
+/* The backend registered under `name`, or NULL. A known plug-in's name
+ * ("cuda") first has the plug-ins looked for (llmi_backend_plugin_autoload,
+ * backend/plugin.h); other lookups, and the list below, never load one. */
 const llmi_backend_ops *llmi_backend_find(const char *name);
 /* Registered backends, in registration order ("cpu" first); returns the
  * count, writes at most `cap` tables. */
@@ -195,7 +197,9 @@ typedef struct llmi_backend_state {
 
 /* The backends users can name: the registered ones in registration order
  * ("cpu" first), then the known plug-ins that are not registered ("cuda"),
- * which are unavailable. The count changes when a backend registers. */
+ * which are unavailable. The count changes when a backend registers. These
+ * and llmi_backend_select (for any name but "cpu") look for the plug-ins
+ * first, once per process. */
 size_t llmi_backend_state_count(void);
 /* Describes backend `index` of that list, probing it; the thread's last
  * error message is left as it was. LLM_ERR_NOT_FOUND past the end. */

@@ -36,4 +36,46 @@ typedef struct llmi_plugin_host {
  * host outlives the plug-in. */
 typedef const llmi_backend_ops *(*llmi_plugin_init_fn)(const llmi_plugin_host *host);
 
+/* ---- the core's loader (backend/plugin.c) ----
+ * A plug-in does not call these: they are how the core finds and loads
+ * plug-ins. Every message names the file and what failed. */
+
+/* Loads the plug-in file `path` (dlopen), calls its entry with the host
+ * services and registers the table it returns (llmi_backend_register).
+ * Errors, each leaving nothing loaded or registered:
+ *   LLM_ERR_INVALID_ARGUMENT  path NULL or "", or the registry refused a
+ *                             table lacking a required entry
+ *   LLM_ERR_NOT_FOUND         no file at `path` (a path with a '/')
+ *   LLM_ERR_UNSUPPORTED       dlopen failed (not a shared object, a library
+ *                             it needs is missing: the dlerror text), the
+ *                             entry returned NULL (with the plug-in's
+ *                             message), the registry refused the table's
+ *                             version, or the table is named "cpu"
+ *   LLM_ERR_BAD_FORMAT        the file has no LLMI_PLUGIN_INIT_SYMBOL
+ * A path without '/' is searched by the dynamic loader. A loaded plug-in
+ * stays loaded for the life of the process (its table is registered).
+ * Thread-safe. */
+llm_status llmi_backend_plugin_load(const char *path);
+
+/* The plug-ins the core looks for by itself: backend "cuda", file
+ * libllminfer-cuda.so. */
+#define LLMI_PLUGIN_KNOWN 1
+/* The backend name of known plug-in k (< LLMI_PLUGIN_KNOWN). */
+const char *llmi_backend_plugin_known(size_t k);
+
+/* Looks for the known plug-ins and loads them, once per process (later
+ * calls return at once; thread-safe), in this order: LLM_PLUGIN_PATH (a
+ * ':'-separated list of files and folders; "none" disables loading), the
+ * folder of the core library (of the program, when it links the static
+ * library), then the dynamic loader's search path. The first file found is
+ * the one loaded. Leaves the thread's last error as it was. The registry
+ * calls it (backend.c) when a backend other than the CPU is asked for. */
+void llmi_backend_plugin_autoload(void);
+
+/* Why the known plug-in `name` is not registered: not installed (and where
+ * the loader looked), loading disabled, or the load error. NULL for a name
+ * that is no known plug-in. Valid after llmi_backend_plugin_autoload();
+ * static storage. */
+const char *llmi_backend_plugin_reason(const char *name);
+
 #endif

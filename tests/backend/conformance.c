@@ -85,6 +85,25 @@ llmi_engine *conf_engine(const llmi_backend_ops *ops, const llm_model *m, llm_kv
     return e;
 }
 
+bool conf_refused(const llm_model *m) {
+    llmi_engine_config cfg = {.model = m,
+                              .ops = g_dut.ops,
+                              .backend_cfg = {.n_threads = CONF_THREADS, .device = 0},
+                              .kv_block_size = 16,
+                              .kv_blocks = 4,
+                              .kv_type = LLM_KV_F32,
+                              .max_rows = 1,
+                              .max_ctx = 16};
+    llmi_engine *e = NULL;
+    llm_status st = llmi_engine_create(&cfg, &e);
+    llmi_engine_free(e);
+    if (st == LLM_ERR_UNSUPPORTED) {
+        printf("#   skipped on '%s': %s\n", g_dut.ops->name, llmi_error_message());
+        return true;
+    }
+    return false;
+}
+
 /* ---- poison ---- */
 
 static const uint32_t POISON = 0x7fc0dead;

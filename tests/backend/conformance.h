@@ -84,6 +84,10 @@ void conf_params(llmi_testmodel_params *p, llmi_ttype type, uint64_t seed);
  * (0: left in order) so that sequences get scattered block ids. */
 llmi_engine *conf_engine(const llmi_backend_ops *ops, const llm_model *m, llm_kv_type kv_type,
                          uint32_t block_size, uint32_t n_blocks, uint64_t shuffle_seed);
+/* Whether the backend under test refuses m as LLM_ERR_UNSUPPORTED (a
+ * tensor-parallel table whose ranks m does not split across); prints the
+ * reason: the caller skips that case. */
+bool conf_refused(const llm_model *m);
 /* Frees the blocks in random order: later allocations take them in it. */
 void conf_shuffle_pool(llmi_kv *kv, uint64_t seed);
 

@@ -9,7 +9,11 @@
  * registers a copy of the CPU table under the name "cpu-conformance" (its
  * own functions counting the calls, then the CPU's) and tests that, so the
  * default run goes through the registry and a table other than the
- * reference's, with its own instance, weights and KV store.
+ * reference's, with its own instance, weights and KV store. For "tp<N>"
+ * (N = 1 .. 8) it registers the tensor-parallel table of N CPU ranks
+ * (backend/tp) under that name: exact too, so bit-identical. A model a
+ * backend refuses as LLM_ERR_UNSUPPORTED (a shape that does not split in N)
+ * skips its case with the reason.
  *
  * Both engines ask for f32 activations (llmi_engine_set_f32_activations;
  * a backend without the entry computes as it does). Logits compare:
@@ -66,6 +70,7 @@
  *                   kv_copy fails) and the pool's invariants hold. */
 #include "conformance.h"
 
+#include "backend/tp/tp.h"
 #include "model/model.h"
 
 conf_backend g_dut;
@@ -94,6 +99,17 @@ static llm_status w_kv_write(void *kv, uint32_t l, bool v, uint32_t slot, uint32
 }
 
 static llmi_backend_ops g_wrapped_ops;
+static char g_tp_name[8];
+static llmi_backend_ops g_tp_ops; /* "tp<N>": backend/tp's table of N ranks */
+static bool g_tp_registered;
+
+/* "tp<N>" with N in 1 .. LLMI_TP_MAX: N, else 0. */
+static uint32_t tp_ranks(const char *name) {
+    if (strncmp(name, "tp", 2) != 0 || name[2] < '1' || name[2] > '9' || name[3])
+        return 0;
+    const uint32_t n = (uint32_t)(name[2] - '0');
+    return n <= LLMI_TP_MAX ? n : 0;
+}
 
 /* In the default run, the counter moved since `before`: the call went to
  * the table under test. */
@@ -122,6 +138,15 @@ static int setup(void **state) {
         }
         name = g_wrapped_ops.name;
         g_wrapped = true;
+    } else if (tp_ranks(name) && !llmi_backend_find(name)) {
+        g_tp_ops = *llmi_backend_tp(tp_ranks(name));
+        snprintf(g_tp_name, sizeof g_tp_name, "%s", name);
+        g_tp_ops.name = g_tp_name;
+        if (llmi_backend_register(&g_tp_ops) != LLM_OK) {
+            printf("register: %s\n", llmi_error_message());
+            return -1;
+        }
+        g_tp_registered = true;
     }
     const llmi_backend_ops *ops = llmi_backend_find(name);
     llm_status st;
@@ -138,7 +163,7 @@ static int setup(void **state) {
         printf("# %s: every test skips\n", g_dut.why);
         return 0;
     }
-    g_dut.exact = g_wrapped || ops->step_run == llmi_backend_cpu.step_run;
+    g_dut.exact = g_wrapped || ops->step_run == llmi_backend_cpu.step_run || g_tp_registered;
     g_dut.f32_act = ops->step_set_f32_activations != NULL;
     const char *tol = getenv("LLM_TEST_TOL");
     if (tol && *tol) {
@@ -166,6 +191,8 @@ static int teardown(void **state) {
     llmi_backend_fault_inject(0, LLM_OK);
     if (g_wrapped)
         llmi_backend_unregister(g_wrapped_ops.name);
+    if (g_tp_registered)
+        llmi_backend_unregister(g_tp_ops.name);
     return 0;
 }
 
@@ -268,6 +295,10 @@ static void run_mixed(conf_pair *p, uint64_t seed, uint32_t n_seqs, uint32_t n_s
 static void mixed_case(const llmi_testmodel_params *mp, llm_kv_type kv_type, uint32_t block_size,
                        uint64_t seed, const char *what) {
     llm_model *m = conf_model(mp);
+    if (conf_refused(m)) {
+        llmi_model_free(m);
+        return;
+    }
     conf_pair p;
     conf_pair_open(&p, m, kv_type, block_size, 4 * 160 / block_size + 8, seed ^ 0x5eed, what);
     run_mixed(&p, seed, 4, 12, 160);

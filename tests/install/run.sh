@@ -16,8 +16,15 @@
 #     (--help; a missing model exits 2).
 #     It builds once more with the .pc file's rpath variable and runs
 #     without LD_LIBRARY_PATH.
+#  2b. The CUDA plug-in: when the build made it (LLM_CUDA_PLUGIN, set by
+#     `make install-test`; else build/libllminfer-cuda.so exists), it is
+#     installed beside the library, and tests/install/backends.c, linked
+#     against the installed library, loads it from there: "cuda" shows its
+#     probe's verdict, not a loader's message. Without it, "cuda" says the
+#     plug-in is not installed and names the library's folder.
 #  3. Links the demo statically through llminfer-static.pc (the archive by
-#     name, plus the libraries llminfer.pc lists in Libs.private) and runs it.
+#     name, plus the libraries llminfer.pc lists in Libs.private) and runs it;
+#     backends.c too, which finds the plug-in through LD_LIBRARY_PATH.
 #  4. Checks the public header compiles as C++ (when a C++ compiler exists).
 #  5. `make install DESTDIR=<stage> PREFIX=/usr` (packager staging) puts
 #     everything under the stage, and the demo builds from it with
@@ -172,6 +179,50 @@ ldd_out=$(env -u LD_LIBRARY_PATH ldd "$demo-rpath")
 grep -q "$soname => $libdir/$soname" <<<"$ldd_out" ||
     die "demo-rpath did not resolve $soname through its rpath: $(grep llminfer <<<"$ldd_out")"
 
+# --- 2b. the CUDA plug-in ----------------------------------------------------
+if [ -n "${LLM_CUDA_PLUGIN+set}" ]; then
+    plugin=$LLM_CUDA_PLUGIN
+elif [ -f "$build/libllminfer-cuda.so" ]; then
+    plugin=$build/libllminfer-cuda.so
+else
+    plugin=
+fi
+if [ -n "$plugin" ]; then
+    [ -f "$libdir/libllminfer-cuda.so" ] || die "make install did not install lib/libllminfer-cuda.so"
+elif [ -e "$libdir/libllminfer-cuda.so" ]; then
+    die "make install installed lib/libllminfer-cuda.so, which this build did not make"
+fi
+# The "cuda" line a backends program prints; LLM_PLUGIN_PATH (the test
+# runner's) would point elsewhere.
+cuda_line() { # name binary [env...]
+    local name=$1 bin=$2
+    shift 2
+    if ! env -u LLM_PLUGIN_PATH "$@" "$bin" >"$work/$name.log" 2>&1; then
+        show "$work/$name.log"
+        die "$name exited with an error"
+    fi
+    sed -e "s/^/    $name: /" "$work/$name.log" >&2
+    grep '^cuda: ' "$work/$name.log" || die "$name does not list 'cuda'"
+}
+expect_plugin_loaded() { # name line
+    case $2 in
+    "cuda: available"*) ;;
+    *plug-in*) die "$1 did not load the installed CUDA plug-in: $2" ;;
+    esac
+}
+if ! "${cc[@]}" "${warn[@]}" tests/install/backends.c "${cflags[@]}" "${libs[@]}" "${rpath[@]}" \
+    "${ldsan[@]}" -o "$work/backends" >"$work/cc-backends.log" 2>&1; then
+    show "$work/cc-backends.log"
+    die "building backends.c with: ${cflags[*]} ${libs[*]} ${rpath[*]}"
+fi
+line=$(cuda_line backends "$work/backends" -u LD_LIBRARY_PATH)
+if [ -n "$plugin" ]; then
+    expect_plugin_loaded backends "$line"
+else
+    [[ $line == "cuda: the CUDA plug-in is not installed (looked for libllminfer-cuda.so in $libdir"* ]] ||
+        die "backends says '$line', expected the CUDA plug-in not installed, looked for in $libdir"
+fi
+
 # --- 3. static linking ------------------------------------------------------
 # `pkg-config --static --libs llminfer` keeps -lllminfer, which the linker
 # resolves to the shared library when both are installed; llminfer-static.pc
@@ -194,6 +245,13 @@ if readelf -d "$demo-static" | grep -q "(NEEDED).*libllminfer"; then
     die "demo-static still needs the shared libllminfer"
 fi
 run_demo demo-static "$demo-static"
+if ! "${cc[@]}" "${warn[@]}" tests/install/backends.c "${static_args[@]}" \
+    "${ldsan[@]}" -o "$work/backends-static" >"$work/cc-backends-static.log" 2>&1; then
+    show "$work/cc-backends-static.log"
+    die "linking backends.c against libllminfer.a with: ${static_args[*]}"
+fi
+line=$(cuda_line backends-static "$work/backends-static" LD_LIBRARY_PATH="$libdir")
+[ -z "$plugin" ] || expect_plugin_loaded backends-static "$line"
 
 # --- 4. the header from C++ ------------------------------------------------
 if command -v c++ >/dev/null 2>&1; then
@@ -211,7 +269,9 @@ if ! make --no-print-directory install BUILD="$build_arg" PREFIX=/usr DESTDIR="$
     show "$work/install-stage.log"
     die "make install DESTDIR=$stage PREFIX=/usr failed"
 fi
-for f in include/llm.h lib/$realname lib/$soname lib/libllminfer.so lib/pkgconfig/llminfer.pc; do
+stage_files=(include/llm.h lib/$realname lib/$soname lib/libllminfer.so lib/pkgconfig/llminfer.pc)
+[ -z "$plugin" ] || stage_files+=(lib/libllminfer-cuda.so)
+for f in "${stage_files[@]}"; do
     [ -e "$stage/usr/$f" ] || die "make install DESTDIR=$stage PREFIX=/usr did not create usr/$f"
 done
 grep -q '^prefix=/usr$' "$stage/usr/lib/pkgconfig/llminfer.pc" ||

@@ -5,7 +5,8 @@
  *     not registered ("cuda"), with probe messages as reasons, the thread's
  *     last error untouched;
  *   - by name: an unavailable backend gives LLM_ERR_UNSUPPORTED with its
- *     reason; a registered "cuda" replaces the "not installed" entry;
+ *     reason; a registered "cuda" replaces the entry of the plug-in that is
+ *     not loaded (this test disables plug-ins: LLM_PLUGIN_PATH=none);
  *   - "auto": the first available backend other than the CPU, each one
  *     skipped logged with why; the CPU when there is none;
  *   - a session created on a backend's device 1 opens that device. */
@@ -59,6 +60,9 @@ static llmi_backend_ops g_broken, g_empty, g_two, g_v1, g_cuda;
 
 static char g_log[4096];
 
+/* Why "cuda" is unavailable while no plug-in is loaded. */
+#define NO_CUDA "the CUDA plug-in was not looked for: plug-ins are disabled (LLM_PLUGIN_PATH=none)"
+
 static void log_sink(llm_log_level level, const char *message, void *user) {
     (void)user;
     size_t len = strlen(g_log);
@@ -80,7 +84,7 @@ static void test_list(void **state) {
     (void)state;
     assert_int_equal(llmi_backend_state_count(), 2);
     check_state(0, "cpu", true, 1, "");
-    check_state(1, "cuda", false, 0, "the CUDA plug-in is not installed");
+    check_state(1, "cuda", false, 0, NO_CUDA);
     assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
     assert_int_equal(llmi_backend_register(&g_empty), LLM_OK);
     assert_int_equal(llmi_backend_register(&g_v1), LLM_OK);
@@ -90,7 +94,7 @@ static void test_list(void **state) {
     check_state(1, "broken", false, 0, "driver 1.0 is too old");
     check_state(2, "empty", false, 0, "no device found");
     check_state(3, "v1", true, 1, ""); /* a version 1 table: device_count not read */
-    check_state(4, "cuda", false, 0, "the CUDA plug-in is not installed");
+    check_state(4, "cuda", false, 0, NO_CUDA);
     llmi_backend_state st;
     assert_int_equal(llmi_backend_state_get(5, &st), LLM_ERR_NOT_FOUND);
     assert_int_equal(llmi_backend_register(&g_cuda), LLM_OK);
@@ -141,10 +145,9 @@ static void test_by_name(void **state) {
     assert_int_equal(n, 2);
     expect_unsupported("broken", "backend 'broken' is not available: driver 1.0 is too old");
     expect_unsupported("empty", "backend 'empty' is not available: no device found");
-    expect_unsupported("cuda",
-                       "backend 'cuda' is not available: the CUDA plug-in is not installed");
+    expect_unsupported("cuda", "backend 'cuda' is not available: " NO_CUDA);
     expect_unsupported("nope", "no backend named 'nope'; the backends are 'cpu', 'broken', "
-                               "'empty', 'two', 'cuda' (not installed), or 'auto'");
+                               "'empty', 'two', 'cuda' (not loaded), or 'auto'");
     llmi_backend_unregister("broken");
     llmi_backend_unregister("empty");
     llmi_backend_unregister("two");
@@ -159,7 +162,7 @@ static void test_auto(void **state) {
     g_log[0] = '\0';
     assert_int_equal(llmi_backend_select("auto", &ops, &n), LLM_OK);
     assert_ptr_equal(ops, &llmi_backend_cpu);
-    assert_string_equal(g_log, "backend 'auto' skipped 'cuda': the CUDA plug-in is not installed\n"
+    assert_string_equal(g_log, "backend 'auto' skipped 'cuda': " NO_CUDA "\n"
                                "backend 'auto' chose 'cpu'\n");
 
     assert_int_equal(llmi_backend_register(&g_broken), LLM_OK);
@@ -250,6 +253,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
+    setenv("LLM_PLUGIN_PATH", "none", 1); /* the backends are the ones registered here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_keeps_error),

@@ -122,7 +122,7 @@ static llm_session *new_session_kv(uint32_t threads, uint32_t max_batch, bool pr
     p.prefix_cache = prefix_cache;
     p.kv_type = kv_type;
     llm_session *s = NULL;
-    if (llmi_session_create(g_model, &p, &s) != LLM_OK)
+    if (create_test_session(g_model, &p, &s) != LLM_OK)
         fail_msg("session: %s", llmi_error_message());
     assert_int_equal(s->eng->layout.type, kv_type);
     return s;

@@ -42,7 +42,7 @@ static llm_session *spec_session(const llm_model *m, const llm_model *draft, uin
                            llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim,
                                                block_size);
     llm_session *s = NULL;
-    llm_status st = llm_session_create(m, &p, &s);
+    llm_status st = create_test_session(m, &p, &s);
     if (st != LLM_OK) fail_msg("session: %s", llm_last_error());
     return s;
 }
@@ -205,7 +205,7 @@ static void test_f16_kv(void **state) {
     p.kv_cache_bytes = 4u << 20;
     p.draft_model = g_target;
     llm_session *s = NULL;
-    assert_int_equal(llm_session_create(g_target, &p, &s), LLM_OK);
+    assert_int_equal(create_test_session(g_target, &p, &s), LLM_OK);
     static gen_out base, out;
     llm_token prompt[80];
     uint64_t rng = 1616;
@@ -846,7 +846,7 @@ static void test_refusals(void **state) {
     /* A vocabulary that differs in one token text. */
     llm_model *renamed = renamed_model();
     sp.draft_model = renamed;
-    assert_int_equal(llm_session_create(g_target, &sp, &s), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(create_test_session(g_target, &sp, &s), LLM_ERR_INVALID_ARGUMENT);
     assert_null(s);
     printf("# %s\n", llm_last_error());
     assert_non_null(strstr(llm_last_error(), "vocabulary"));
@@ -857,14 +857,14 @@ static void test_refusals(void **state) {
     llm_model *big = NULL;
     if (path && llm_model_load(path, NULL, &big) == LLM_OK) {
         sp.draft_model = big;
-        assert_int_equal(llm_session_create(g_target, &sp, &s), LLM_ERR_INVALID_ARGUMENT);
+        assert_int_equal(create_test_session(g_target, &sp, &s), LLM_ERR_INVALID_ARGUMENT);
         printf("# %s\n", llm_last_error());
         assert_non_null(strstr(llm_last_error(), "vocabulary"));
         llm_model_free(big);
     }
     /* Bad parameters. */
     sp.draft_model = NULL;
-    assert_int_equal(llm_session_create(g_target, &sp, &s), LLM_OK);
+    assert_int_equal(create_test_session(g_target, &sp, &s), LLM_OK);
     llm_token prompt[4] = {1, 2, 3, 4};
     llm_request_params rp;
     llm_request_params_init(&rp);
@@ -955,7 +955,7 @@ static void test_alloc_failures(void **state) {
     for (n = 1; n < 100000; n++) { /* session create with a draft model */
         llm_session *s = (llm_session *)0x1;
         llmi_alloc_fail_after(n);
-        llm_status st = llm_session_create(g_target, &sp, &s);
+        llm_status st = create_test_session(g_target, &sp, &s);
         bool hit = alloc_disarm(n) == 0;
         if (st == LLM_OK) {
             llm_session_free(s);
@@ -1023,7 +1023,7 @@ static void test_smollm2(void **state) {
     sp.kv_cache_bytes = 64u << 20;
     sp.draft_model = m; /* its own draft */
     llm_session *s = NULL;
-    assert_int_equal(llm_session_create(m, &sp, &s), LLM_OK);
+    assert_int_equal(create_test_session(m, &sp, &s), LLM_OK);
     static gen_out base, out;
     generate(s, prompt, (uint32_t)n, 48, NULL, LLM_SPEC_NONE, 0, false, &base);
     printf("# plain: %u tokens: %.*s\n", base.n, (int)base.text_len, base.text);

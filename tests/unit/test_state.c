@@ -45,7 +45,7 @@ static llm_session *make_session(const llm_model *m, llm_kv_type type, uint32_t 
         (uint64_t)n_blocks * llmi_kv_block_bytes_ex(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim,
                                                     block_size, llmi_kv_type_size(type));
     llm_session *s = NULL;
-    if (llm_session_create(m, &p, &s) != LLM_OK)
+    if (create_test_session(m, &p, &s) != LLM_OK)
         fail_msg("session: %s", llm_last_error());
     return s;
 }
@@ -1004,9 +1004,9 @@ static void test_smollm2(void **state) {
     sp.kv_cache_bytes =
         8 * llmi_kv_block_bytes(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, 16);
     llm_session *s1 = NULL, *s2 = NULL;
-    assert_int_equal(llm_session_create(m, &sp, &s1), LLM_OK);
+    assert_int_equal(create_test_session(m, &sp, &s1), LLM_OK);
     sp.kv_block_size = 8;
-    assert_int_equal(llm_session_create(m, &sp, &s2), LLM_OK);
+    assert_int_equal(create_test_session(m, &sp, &s2), LLM_OK);
     llm_seq_id a, b;
     assert_int_equal(llm_seq_open(s1, &a), LLM_OK);
     llm_batch *bt = NULL;

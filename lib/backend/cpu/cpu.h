@@ -26,10 +26,23 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
 void llmi_cpu_step_free(void *step);
 llm_status llmi_cpu_step_run(void *step, void *kv, const llmi_step *st, float *logits);
 void llmi_cpu_step_set_f32_activations(void *step, bool on);
-/* Tensor parallelism: `fn` replaces n floats of x (this rank's partial sums
- * of a row-parallel matmul) with their sum over every rank; it is called
- * after the O and the down matmul of each layer. NULL: a lone rank. */
-typedef void (*llmi_cpu_reduce_fn)(void *ctx, float *x, size_t n);
-void llmi_cpu_step_set_reduce(void *step, llmi_cpu_reduce_fn fn, void *ctx);
+/* Tensor parallelism (backend/tp): the step computes one rank's slice of a
+ * layer from a shard of the model (its heads, its FFN columns, its rows of
+ * O and down, that is its slice of the output features) and the hooks
+ * assemble whole rows from every rank's slice, so every output element is
+ * computed as on one CPU. */
+typedef struct llmi_cpu_tp_hooks {
+    void *ctx;
+    /* out (n_rows rows of `full` floats) = every rank's x side by side in
+     * rank order; x holds this rank's slice of each row (llmi_tp_slice's
+     * columns of `full`), rows packed. */
+    llm_status (*gather)(void *ctx, const float *x, uint32_t n_rows, uint32_t full, float *out);
+    /* Before each layer: LLM_OK goes on; any other status ends the step.
+     * Every rank must get the same answer at the same layer. */
+    llm_status (*layer_begin)(void *ctx, uint32_t layer);
+    uint32_t q_dim, n_ff; /* the whole model's: the gathered widths */
+} llmi_cpu_tp_hooks;
+/* Copies the hooks and allocates the gathered rows; NULL: a lone rank. */
+llm_status llmi_cpu_step_set_tp(void *step, const llmi_cpu_tp_hooks *hooks);
 
 #endif

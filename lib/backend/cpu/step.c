@@ -42,16 +42,19 @@ struct cpu_forward {
     llmi_act act;
     bool f32_activations; /* skip 8-bit activations (tests against llama.cpp) */
     llmi_cpu_moe *moe;    /* the routed FFN's scratch; NULL without experts */
-    /* Tensor parallelism (backend/tp): sums the partial outputs of the
-     * row-parallel O and down matmuls across ranks; NULL alone. */
-    llmi_cpu_reduce_fn reduce;
-    void *reduce_ctx;
+    /* Tensor parallelism (backend/tp; tp.gather NULL alone): the rows
+     * gathered from every rank, and this rank's slice of an O or down
+     * output before its gather. */
+    llmi_cpu_tp_hooks tp;
+    float *tp_att;  /* [max_rows][tp.q_dim] */
+    float *tp_ff;   /* [max_rows][tp.n_ff] */
+    float *tp_part; /* [max_rows][n_embd] */
 };
 
 static void free_buffers(cpu_forward *f) {
-    float **bufs[] = {&f->x,    &f->xb,     &f->q,       &f->k,           &f->v,
-                      &f->att,  &f->gate,   &f->up,      &f->hout,        &f->scores,
-                      &f->rope_cs, &f->rope_cs_swa, &f->out_rows};
+    float **bufs[] = {&f->x,        &f->xb,     &f->q,     &f->k,      &f->v,       &f->att,
+                      &f->gate,     &f->up,     &f->hout,  &f->scores, &f->rope_cs, &f->rope_cs_swa,
+                      &f->out_rows, &f->tp_att, &f->tp_ff, &f->tp_part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         llmi_free_aligned(*bufs[i]);
         *bufs[i] = NULL;
@@ -151,10 +154,24 @@ void llmi_cpu_step_set_f32_activations(void *ctx, bool on) {
     ((cpu_forward *)ctx)->f32_activations = on;
 }
 
-void llmi_cpu_step_set_reduce(void *ctx, llmi_cpu_reduce_fn fn, void *reduce_ctx) {
+llm_status llmi_cpu_step_set_tp(void *ctx, const llmi_cpu_tp_hooks *hooks) {
     cpu_forward *f = ctx;
-    f->reduce = fn;
-    f->reduce_ctx = reduce_ctx;
+    float **bufs[] = {&f->tp_att, &f->tp_ff, &f->tp_part};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        llmi_free_aligned(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    f->tp = (llmi_cpu_tp_hooks){0};
+    if (!hooks)
+        return LLM_OK;
+    const uint32_t n_ff = hooks->n_ff ? hooks->n_ff : 1;
+    f->tp_att = alloc_rows(f->max_rows, hooks->q_dim);
+    f->tp_ff = alloc_rows(f->max_rows, n_ff);
+    f->tp_part = alloc_rows(f->max_rows, f->m->hp.n_embd);
+    if (!f->tp_att || !f->tp_ff || !f->tp_part)
+        return llmi_oom("tensor-parallel rows");
+    f->tp = *hooks;
+    return LLM_OK;
 }
 
 void llmi_cpu_step_free(void *ctx) {
@@ -319,8 +336,32 @@ static void norm_rows(float *out, const float *x, const llmi_weight *w, uint32_t
                      (int)dim, eps);
 }
 
-static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
-                            uint32_t layer, const llmi_step *st) {
+/* Makes x (n rows of this rank's `cols`) the matmul input; under TP, the
+ * whole rows (`full` wide) gathered from every rank into `buf`. */
+static llm_status gathered_input(cpu_forward *f, const float *x, uint32_t n, uint32_t cols,
+                                 uint32_t full, float *buf) {
+    if (!f->tp.gather) {
+        act_begin(f, x, n, cols);
+        return LLM_OK;
+    }
+    LLMI_TRY(f->tp.gather(f->tp.ctx, x, n, full, buf));
+    act_begin(f, buf, n, full);
+    return LLM_OK;
+}
+
+/* y (n rows of n_embd) = w * the current input; under TP w holds this
+ * rank's output features and the ranks' slices are gathered into y. */
+static llm_status output_matmul(cpu_forward *f, const llmi_weight *w, uint32_t n, float *y) {
+    if (!f->tp.gather) {
+        act_matmul(f, w, y);
+        return LLM_OK;
+    }
+    act_matmul(f, w, f->tp_part);
+    return f->tp.gather(f->tp.ctx, f->tp_part, n, f->m->hp.n_embd, y);
+}
+
+static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
+                                  uint32_t layer, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
     const uint32_t n = st->n_rows;
     const llmi_weight *W = L->w;
@@ -354,14 +395,14 @@ static void attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L
     }
     attn_job job = {f, kv, ops, st, layer, windowed ? hp->features.swa_window : 0};
     llmi_pool_run(f->pool, attn_task, &job);
-    act_begin(f, f->att, n, f->q_dim);
-    act_matmul(f, &W[LLMI_ROLE_O], f->hout);
-    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
+    LLMI_TRY(gathered_input(f, f->att, n, f->q_dim, f->tp.q_dim, f->tp_att));
+    LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_O], n, f->hout));
     if (W[LLMI_ROLE_POST_ATTN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
+    return LLM_OK;
 }
 
 /* f->hout = the dense FFN of the normed rows f->xb. */
@@ -385,7 +426,7 @@ static void glu_task(void *ctx, int ith, int nth) {
         glu(f->gate + (size_t)r * n_ff, f->up + (size_t)r * n_ff, (int)n_ff);
 }
 
-static void dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
+static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     act_begin(f, f->xb, n, hp->n_embd);
     act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
@@ -395,24 +436,26 @@ static void dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
         llmi_pool_run(f->pool, glu_task, &job);
     else
         glu_task(&job, 0, 1);
-    act_begin(f, f->gate, n, hp->n_ff);
-    act_matmul(f, &W[LLMI_ROLE_DOWN], f->hout);
+    LLMI_TRY(gathered_input(f, f->gate, n, hp->n_ff, f->tp.n_ff, f->tp_ff));
+    return output_matmul(f, &W[LLMI_ROLE_DOWN], n, f->hout);
 }
 
-static void mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
+/* A routed FFN runs whole on every rank (its weights are not split): the
+ * same result on each, so nothing to gather. */
+static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     const llmi_weight *W = L->w;
     norm_rows(f->xb, f->x, &W[LLMI_ROLE_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     if (W[LLMI_ROLE_FFN_ROUTER].data)
         llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
     else
-        dense_ffn(f, W, n);
-    if (f->reduce) f->reduce(f->reduce_ctx, f->hout, (size_t)n * hp->n_embd);
+        LLMI_TRY(dense_ffn(f, W, n));
     if (W[LLMI_ROLE_POST_FFN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
+    return LLM_OK;
 }
 
 /* The step is checked by the engine; sequence lengths are its to update. */
@@ -433,11 +476,13 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     }
     rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
+        if (f->tp.layer_begin)
+            LLMI_TRY(f->tp.layer_begin(f->tp.ctx, l));
+        else if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
             return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt) at layer %u",
                               l);
-        attention_block(f, kv, &m->layers[l], l, st);
-        mlp_block(f, &m->layers[l], n);
+        LLMI_TRY(attention_block(f, kv, &m->layers[l], l, st));
+        LLMI_TRY(mlp_block(f, &m->layers[l], n));
     }
     const uint32_t n_out = st->n_logits;
     for (uint32_t i = 0; i < n_out; i++)

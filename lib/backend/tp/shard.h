@@ -7,16 +7,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-/* One llm_model per rank, sharing the model's tensors where a slice is a
- * view; hp carries the rank's n_head, n_head_kv, n_ff and n_vocab. Only
+/* One llm_model per rank, whose weights are views of the model's
+ * tensors; hp carries the rank's n_head, n_head_kv, n_ff and n_vocab. Only
  * what the CPU step reads is meaningful (not the tokenizer's ownership: the
  * shards own nothing but their layer arrays). */
 typedef struct llmi_tp_weights {
     uint32_t n_ranks;
     llm_model shard[LLMI_TP_MAX];
     uint32_t vocab0[LLMI_TP_MAX]; /* the first output row of each rank */
-    void **owned;                 /* repacked O and down slices */
-    size_t n_owned;
 } llmi_tp_weights;
 
 llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_weights **out);

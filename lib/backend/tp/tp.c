@@ -1,6 +1,7 @@
 /* The tp backend's table: instances hold one CPU thread pool per rank, KV
  * stores one CPU KV store per rank (its heads' slice of every row), steps
- * one CPU step per rank, run concurrently by one thread per rank. */
+ * one CPU step per rank, run concurrently by one thread per rank, meeting
+ * at the gathers of the step's hooks (backend/cpu/cpu.h). */
 #include "backend/cpu/cpu.h"
 #include "backend/tp/shard.h"
 #include "kv/kv.h"
@@ -155,17 +156,23 @@ typedef struct tp_rank {
     uint32_t rank;
     void *step;    /* the rank's CPU step */
     float *logits; /* [max_rows][its vocabulary rows] */
+    /* The gather's packed slices: what this rank sends and what it gets. */
+    float *send; /* [max_rows][chunk] */
+    float *recv; /* [n_ranks][max_rows][chunk] */
     llm_status status;
+    char error[256]; /* the rank thread's message when status is not LLM_OK */
 } tp_rank;
 
 struct tp_step {
     uint32_t n_ranks, n_vocab;
+    uint32_t chunk; /* the widest slice of any gathered dimension */
     const llmi_tp_weights *w;
-    llmi_tp_comm *comm;
+    llmi_tp_comm comm;
     tp_rank rank[LLMI_TP_MAX];
     /* The step being run, for the rank threads. */
     tp_kv *kv;
     llmi_step st;
+    const atomic_int *interrupt; /* read by rank 0 only */
     /* Rank threads 1 .. n_ranks - 1 wait for a new generation. */
     pthread_t thread[LLMI_TP_MAX];
     uint32_t n_threads;
@@ -176,14 +183,55 @@ struct tp_step {
     bool quit;
 };
 
-static void rank_reduce(void *ctx, float *x, size_t n) {
+/* The collectives have one size per call on every rank: slices are padded
+ * to s->chunk, the widest, and unpacked into whole rows. */
+static llm_status rank_gather(void *ctx, const float *x, uint32_t n_rows, uint32_t full,
+                              float *out) {
     tp_rank *rk = ctx;
-    llmi_tp_all_reduce(rk->owner->comm, rk->rank, x, n);
+    tp_step *s = rk->owner;
+    const uint32_t n = s->n_ranks;
+    const uint32_t chunk = (uint32_t)(((uint64_t)full + n - 1) / n);
+    if (chunk > s->chunk)
+        return llmi_error(LLM_ERR_LIMIT, "tp step, rank %u: a gather of %u-wide rows (at most %u)",
+                          rk->rank, full, s->chunk * n);
+    uint32_t c0, c1;
+    llmi_tp_slice(full, n, rk->rank, &c0, &c1);
+    const uint32_t w = c1 - c0;
+    for (uint32_t i = 0; i < n_rows; i++)
+        memcpy(rk->send + (size_t)i * chunk, x + (size_t)i * w, w * sizeof *x);
+    const size_t per_rank = (size_t)n_rows * chunk;
+    LLMI_TRY(s->comm.ops->all_gather(s->comm.ctx, rk->rank, rk->send, per_rank * sizeof(float),
+                                     rk->recv));
+    for (uint32_t r = 0; r < n; r++) {
+        llmi_tp_slice(full, n, r, &c0, &c1);
+        for (uint32_t i = 0; i < n_rows; i++)
+            memcpy(out + (size_t)i * full + c0, rk->recv + r * per_rank + (size_t)i * chunk,
+                   (c1 - c0) * sizeof *out);
+    }
+    return LLM_OK;
+}
+
+/* Rank 0 reads the interrupt flag and shares what it saw, so every rank
+ * stops at the same layer (a rank stopping alone would leave the others
+ * waiting at the next gather). */
+static llm_status rank_layer_begin(void *ctx, uint32_t layer) {
+    tp_rank *rk = ctx;
+    tp_step *s = rk->owner;
+    int32_t stop = 0;
+    if (rk->rank == 0 && s->interrupt)
+        stop = atomic_load_explicit(s->interrupt, memory_order_relaxed) != 0;
+    LLMI_TRY(s->comm.ops->broadcast(s->comm.ctx, rk->rank, 0, &stop, sizeof stop));
+    if (stop)
+        return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt) at layer %u",
+                          layer);
+    return LLM_OK;
 }
 
 static void rank_run(tp_rank *rk) {
     tp_step *s = rk->owner;
     rk->status = llmi_cpu_step_run(rk->step, s->kv->rank[rk->rank], &s->st, rk->logits);
+    if (rk->status != LLM_OK)
+        snprintf(rk->error, sizeof rk->error, "%s", llmi_error_message());
 }
 
 static void *rank_thread(void *arg) {
@@ -224,9 +272,44 @@ static void tp_step_free(void *ctx) {
     for (uint32_t r = 0; r < s->n_ranks; r++) {
         llmi_cpu_step_free(s->rank[r].step);
         llmi_free_aligned(s->rank[r].logits);
+        llmi_free_aligned(s->rank[r].send);
+        llmi_free_aligned(s->rank[r].recv);
     }
-    llmi_tp_comm_free(s->comm);
+    if (s->comm.ops)
+        s->comm.ops->free(s->comm.ctx);
     llmi_free(s);
+}
+
+static float *alloc_floats(size_t a, size_t b) {
+    size_t ab, n;
+    if (!llmi_mul_ok(a, b, &ab) || !llmi_mul_ok(ab, sizeof(float), &n))
+        return NULL;
+    return llmi_malloc_aligned(n ? n : 1);
+}
+
+/* Rank r's CPU step, its hooks, and its logits and gather buffers. */
+static llm_status rank_create(tp_step *s, tp_instance *inst, const llm_model *m, uint32_t r,
+                              uint32_t max_rows, uint32_t max_ctx) {
+    const llmi_tp_weights *w = s->w;
+    tp_rank *rk = &s->rank[r];
+    *rk = (tp_rank){.owner = s, .rank = r};
+    s->n_ranks = r + 1;
+    LLMI_TRY(llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx, &rk->step));
+    if (w->n_ranks > 1) {
+        const llmi_cpu_tp_hooks hooks = {.ctx = rk,
+                                         .gather = rank_gather,
+                                         .layer_begin = rank_layer_begin,
+                                         .q_dim = m->hp.n_head * m->hp.head_dim,
+                                         .n_ff = m->hp.n_ff};
+        LLMI_TRY(llmi_cpu_step_set_tp(rk->step, &hooks));
+        rk->send = alloc_floats(max_rows, s->chunk);
+        rk->recv = alloc_floats((size_t)max_rows * w->n_ranks, s->chunk);
+        if (!rk->send || !rk->recv)
+            return llmi_oom("tensor-parallel gather buffers");
+    }
+    if (!(rk->logits = alloc_floats(max_rows, w->shard[r].hp.n_vocab)))
+        return llmi_oom("tensor-parallel logits");
+    return LLM_OK;
 }
 
 static llm_status tp_step_create(void *backend, const llm_model *m, void *weights,
@@ -246,21 +329,17 @@ static llm_status tp_step_create(void *backend, const llm_model *m, void *weight
     pthread_cond_init(&s->done, NULL);
     s->w = w;
     s->n_vocab = m->hp.n_vocab;
-    llm_status st = llmi_tp_comm_create(w->n_ranks, (size_t)max_rows * m->hp.n_embd, &s->comm);
-    for (uint32_t r = 0; st == LLM_OK && r < w->n_ranks; r++) {
-        tp_rank *rk = &s->rank[r];
-        *rk = (tp_rank){.owner = s, .rank = r};
-        s->n_ranks = r + 1;
-        st = llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx, &rk->step);
-        if (st != LLM_OK)
-            break;
-        if (w->n_ranks > 1)
-            llmi_cpu_step_set_reduce(rk->step, rank_reduce, rk);
-        size_t n;
-        if (!llmi_mul_ok((size_t)max_rows * w->shard[r].hp.n_vocab, sizeof(float), &n) ||
-            !(rk->logits = llmi_malloc_aligned(n ? n : 1)))
-            st = llmi_oom("tensor-parallel logits");
-    }
+    uint32_t widest = m->hp.n_head * m->hp.head_dim;
+    widest = m->hp.n_ff > widest ? m->hp.n_ff : widest;
+    widest = m->hp.n_embd > widest ? m->hp.n_embd : widest;
+    s->chunk = (widest + w->n_ranks - 1) / w->n_ranks;
+    size_t gather_bytes = 0;
+    llm_status st =
+        llmi_mul_ok((size_t)max_rows * s->chunk, sizeof(float), &gather_bytes)
+            ? llmi_tp_comm_local(w->n_ranks, 0, gather_bytes, &s->comm)
+            : llmi_error(LLM_ERR_LIMIT, "tp step: %u rows per step is too many", max_rows);
+    for (uint32_t r = 0; st == LLM_OK && r < w->n_ranks; r++)
+        st = rank_create(s, inst, m, r, max_rows, max_ctx);
     for (uint32_t r = 1; st == LLM_OK && r < w->n_ranks; r++) {
         if (pthread_create(&s->thread[r - 1], NULL, rank_thread, &s->rank[r]) != 0)
             st = llmi_error(LLM_ERR_BACKEND, "tp step: cannot start the thread of rank %u", r);
@@ -281,15 +360,14 @@ static void tp_step_set_f32_activations(void *ctx, bool on) {
         llmi_cpu_step_set_f32_activations(s->rank[r].step, on);
 }
 
-/* The ranks meet at every all-reduce, so none may stop on its own: the
- * interrupt flag is read once, before the step, not between layers. */
+/* Every rank runs the step; an interrupt stops all of them at the same
+ * layer (rank_layer_begin). */
 static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
     tp_step *s = ctx;
-    if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
-        return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt)");
     s->kv = kv_store;
     s->st = *st;
-    s->st.interrupt = NULL;
+    s->interrupt = st->interrupt;
+    s->st.interrupt = s->n_ranks == 1 ? st->interrupt : NULL;
     pthread_mutex_lock(&s->lock);
     s->n_done = 0;
     s->generation++;
@@ -300,9 +378,11 @@ static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
     while (s->n_done < s->n_ranks - 1)
         pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    for (uint32_t r = 0; r < s->n_ranks; r++)
+    if (s->rank[0].status != LLM_OK)
+        return s->rank[0].status; /* its message is this thread's */
+    for (uint32_t r = 1; r < s->n_ranks; r++)
         if (s->rank[r].status != LLM_OK)
-            return s->rank[r].status;
+            return llmi_error(s->rank[r].status, "rank %u: %s", r, s->rank[r].error);
     /* Vocab-parallel output: each wanted row gathers its ranks' slices. */
     for (uint32_t i = 0; i < st->n_logits; i++)
         for (uint32_t r = 0; r < s->n_ranks; r++) {
@@ -312,6 +392,10 @@ static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
         }
     return LLM_OK;
 }
+
+#ifdef LLMI_TEST_HOOKS
+llmi_tp_comm *llmi_tp_step_comm(void *step) { return &((tp_step *)step)->comm; }
+#endif
 
 static llm_status tp_sync(void *backend) {
     (void)backend;

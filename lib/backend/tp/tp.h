@@ -1,10 +1,10 @@
 /* Tensor parallelism on CPU ranks: a backend that drives N CPU backend
  * instances (ranks) as threads of one process. Each rank holds a shard of
- * the weights (column-parallel Q/K/V and gate/up, row-parallel O and down,
- * vocab-parallel output; embeddings and norms replicated) and the K/V of its
- * heads; the ranks meet at one all-reduce after each O and down matmul
- * (comm.c), summed in rank order so results never depend on timing.
- * docs/tensor-parallel.md describes it for users. */
+ * the weights and the K/V of its heads (shard.c). The split is exact: every
+ * output element of every matmul is computed by one rank with the whole
+ * input row, as on one CPU, so logits are bit-identical at any TP size
+ * (docs/tensor-parallel.md). The ranks meet at all-gathers through a
+ * communicator (comm.c). */
 #ifndef LLMI_BACKEND_TP_H
 #define LLMI_BACKEND_TP_H
 
@@ -22,21 +22,53 @@ const llmi_backend_ops *llmi_backend_tp(uint32_t n_ranks);
  * sizes that work. */
 llm_status llmi_tp_check(const llm_model *m, uint32_t n_ranks);
 
-/* ---- the communicator (comm.c) ---- */
+/* Rank r's slice of a dimension of `full` elements: [*begin, *end), the
+ * same rule for every split dimension (FFN columns, embedding features,
+ * vocabulary rows), so slices of ranks in order tile the dimension. */
+static inline void llmi_tp_slice(uint32_t full, uint32_t n_ranks, uint32_t rank, uint32_t *begin,
+                                 uint32_t *end) {
+    *begin = (uint32_t)((uint64_t)full * rank / n_ranks);
+    *end = (uint32_t)((uint64_t)full * (rank + 1) / n_ranks);
+}
 
-/* Ranks of one process meeting at barriers. Collectives are called by every
- * rank, in the same order; each returns once all ranks took part. */
-typedef struct llmi_tp_comm llmi_tp_comm;
+/* ---- the communicator ----
+ *
+ * An ops table, so that a communicator of device ranks (NCCL) can stand in
+ * for the in-process one. Collectives are called by every rank of the
+ * communicator, in the same order, with the same sizes; each returns once
+ * this rank's part is done. An error names the rank that saw it. A
+ * collective that can fail on one rank alone must make the others' fail
+ * too (NCCL: abort the communicator), or they would wait forever. */
+typedef struct llmi_tp_comm_ops {
+    llm_status (*barrier)(void *ctx, uint32_t rank);
+    /* x (n floats) becomes the sum over ranks of their x, added in rank
+     * order (((x0 + x1) + x2) + ...): the same bits on every rank, every
+     * run. */
+    llm_status (*all_reduce)(void *ctx, uint32_t rank, float *x, size_t n);
+    /* out[r * bytes .. (r + 1) * bytes) = rank r's x, on every rank. */
+    llm_status (*all_gather)(void *ctx, uint32_t rank, const void *x, size_t bytes, void *out);
+    /* x (bytes) becomes rank `root`'s x on every rank. */
+    llm_status (*broadcast)(void *ctx, uint32_t rank, uint32_t root, void *x, size_t bytes);
+    /* Accepts NULL. */
+    void (*free)(void *ctx);
+} llmi_tp_comm_ops;
 
-llm_status llmi_tp_comm_create(uint32_t n_ranks, size_t max_floats, llmi_tp_comm **out);
-void llmi_tp_comm_free(llmi_tp_comm *c);
-void llmi_tp_barrier(llmi_tp_comm *c);
-/* x (n <= max_floats) becomes the sum over ranks of their x, added in rank
- * order (((x0 + x1) + x2) + ...) on every rank: the same bits every run. */
-void llmi_tp_all_reduce(llmi_tp_comm *c, uint32_t rank, float *x, size_t n);
-/* out[r * n .. (r + 1) * n) = rank r's x, on every rank. */
-void llmi_tp_all_gather(llmi_tp_comm *c, uint32_t rank, const float *x, size_t n, float *out);
-/* x (n floats) becomes rank `root`'s x on every rank. */
-void llmi_tp_broadcast(llmi_tp_comm *c, uint32_t rank, uint32_t root, float *x, size_t n);
+typedef struct llmi_tp_comm {
+    const llmi_tp_comm_ops *ops;
+    void *ctx;
+    uint32_t n_ranks;
+} llmi_tp_comm;
+
+/* The in-process communicator of n_ranks threads (comm.c): all-reduces of
+ * up to max_floats floats, all-gathers and broadcasts of up to max_bytes
+ * per rank; larger ones are refused with LLM_ERR_LIMIT. */
+llm_status llmi_tp_comm_local(uint32_t n_ranks, size_t max_floats, size_t max_bytes,
+                              llmi_tp_comm *out);
+
+#ifdef LLMI_TEST_HOOKS
+/* The communicator of a tp step (a step_create result of llmi_backend_tp),
+ * for tests that wrap it. */
+llmi_tp_comm *llmi_tp_step_comm(void *step);
+#endif
 
 #endif
