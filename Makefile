@@ -125,6 +125,21 @@ $(BUILD)/llm-bench-cpu: examples/llm-bench-cpu/main.c $(STLIB)
 $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 
+# Random-weight models of real shapes and a token-level benchmark on any
+# backend, for `make device-check` (tests/tools/, docs/device-check.md).
+$(BUILD)/llm-synth: tests/tools/synth.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
+$(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
+
+# One prepared run on a GPU machine (docs/device-check.md): builds, runs the
+# tests on the GPU and benchmarks it in under 8 minutes, results in $$OUT
+# (default build/device-check). DEVICE_CHECK_BACKEND=cpu runs the same flow
+# on the CPU with tiny models.
+.PHONY: device-check
+device-check:
+	@BUILD=$(BUILD) bash scripts/device-check.sh
+
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)
@@ -191,11 +206,12 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 # (docs/tensor-parallel.md): both must give the CPU backend's results.
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state)
 test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
-		test-models
+		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
 		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
+	@bash tests/tools/test_cli.sh $(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,

@@ -85,10 +85,17 @@ cuda-ptxas: $(CUDA_PTXAS_REPORT)
 	@cat $<
 test: $(CUDA_PTXAS_REPORT)
 
+# Standalone GPU benchmarks (cuda/bench/, not part of the plug-in): the
+# floors `make device-check` compares its figures with.
+CUDA_BENCH_BIN := $(BUILD)/cuda-bench-bandwidth
+$(BUILD)/cuda-bench-bandwidth: cuda/bench/bandwidth.cu
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ -L$(CUDA_LIBDIR) -lcublasLt
+
 -include $(CUDA_OBJ:.o=.d)
 else
 CUDA_PLUGIN :=
 CUDA_TEST_BIN :=
+CUDA_BENCH_BIN :=
 endif
 
 .PHONY: cuda cuda-ptxas

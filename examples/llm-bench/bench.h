@@ -5,7 +5,7 @@
 #ifndef LLM_BENCH_H
 #define LLM_BENCH_H
 
-/* --tp sets llm_device_params.tensor_parallel. */
+/* --tp and --device set llm_device_params (tensor_parallel, backend). */
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
@@ -31,8 +31,9 @@ typedef struct bench_range {
 
 typedef struct bench_opts {
     const char *model;
-    long threads; /* 0 = library default (all cores) */
-    long tp;      /* tensor-parallel CPU ranks (1 = none) */
+    long threads;       /* 0 = library default (all cores) */
+    long tp;            /* tensor-parallel CPU ranks (1 = none) */
+    const char *device; /* backend name: "cpu", "cuda", "auto"; NULL = cpu */
     long requests;
     bench_range prompt_len; /* tokens of each request's own part */
     bench_range output_len; /* new tokens per request (exact: ignore_eos) */
@@ -108,12 +109,13 @@ int bench_run(const llm_model *model, const bench_opts *o, const bench_workload 
               bool prefix_cache, bench_result *r);
 const char *bench_mode_name(bench_mode m);
 int bench_fail(const char *what, llm_status st);
-/* llm_session_create with the --tp ranks. */
+/* llm_session_create on the --device backend with the --tp ranks. */
 static inline llm_status bench_session_create(const llm_model *m, const llm_session_params *sp,
                                               const bench_opts *o, llm_session **out) {
     llm_device_params dp;
     llm_device_params_init(&dp);
     dp.tensor_parallel = o->tp > 0 ? (uint32_t)o->tp : 1;
+    dp.backend = o->device;
     return llm_session_create_ex(m, sp, &dp, out);
 }
 void bench_json_str(FILE *f, const char *s);

@@ -16,6 +16,9 @@ static void usage(FILE *f) {
                "  -t THREADS              threads (default: all cores)\n"
                "  --tp N                  split the model across N CPU ranks (tensor\n"
                "                          parallelism, experimental; default 1)\n"
+               "  --device NAME           backend: cpu, cuda or auto (the first available one\n"
+               "                          besides the CPU, else the CPU); experimental\n"
+               "                          (default cpu)\n"
                "  --requests N            number of requests (default 64)\n"
                "  --prompt-len MIN:MAX    prompt tokens per request, uniform (default 32:256)\n"
                "  --output-len MIN:MAX    new tokens per request, exact (default 16:128)\n"
@@ -139,6 +142,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             ok = parse_long(v, 1, 512, &o->threads);
         else if (!strcmp(a, "--tp"))
             ok = parse_long(v, 1, 64, &o->tp);
+        else if (!strcmp(a, "--device"))
+            o->device = v;
         else if (!strcmp(a, "--requests")) {
             ok = parse_long(v, 1, 1000000, &o->requests);
             o->requests_set = true;
@@ -174,8 +179,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                 o->workload = WORKLOAD_FREE;
             else
                 ok = 0;
-        }
-        else if (!strcmp(a, "--arrival-rate"))
+        } else if (!strcmp(a, "--arrival-rate"))
             ok = parse_double(v, 0, 1e9, &o->arrival_rate);
         else if (!strcmp(a, "--shared-prefix-len"))
             ok = parse_long(v, 0, 1 << 20, &o->prefix_len);
@@ -351,12 +355,14 @@ static void json_config(FILE *f, const bench_opts *o, const bench_result *r, con
                         const char *ind) {
     fprintf(f, "{\n%s  \"model\": ", ind);
     bench_json_str(f, o->model);
+    fprintf(f, ",\n%s  \"device\": ", ind);
+    bench_json_str(f, o->device ? o->device : "cpu");
     fprintf(f,
             ",\n%s  \"threads\": %ld,\n%s  \"tp\": %ld,\n%s  \"requests\": %ld,\n"
             "%s  \"prompt_len\": [%ld, %ld],\n%s  \"output_len\": [%ld, %ld],\n"
             "%s  \"arrival_rate\": ",
-            ind, o->threads, ind, o->tp, ind, o->requests, ind, o->prompt_len.lo, o->prompt_len.hi, ind,
-            o->output_len.lo, o->output_len.hi, ind);
+            ind, o->threads, ind, o->tp, ind, o->requests, ind, o->prompt_len.lo, o->prompt_len.hi,
+            ind, o->output_len.lo, o->output_len.hi, ind);
     bench_json_num(f, o->arrival_rate);
     fprintf(f, ",\n%s  \"shared_prefix_len\": %ld,\n%s  \"shared_prefix_frac\": ", ind,
             o->prefix_len, ind);

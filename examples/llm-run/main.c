@@ -1,7 +1,7 @@
 /* llm-run: generate text with a model from the command line.
  * Text goes to stdout as it is generated; timings go to stderr.
  * Exit status: 0 ok, 1 usage error, 2 runtime error. */
-/* --tp sets llm_device_params.tensor_parallel. */
+/* --tp and --device set llm_device_params (tensor_parallel, backend). */
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
@@ -21,6 +21,7 @@ typedef struct options {
     bool chat, no_mmap, verbose;
     long threads;
     long tp; /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
+    const char *device; /* llm_device_params.backend: "cpu", "cuda", "auto" */
     uint32_t spec_mode; /* llm_spec_mode */
     long spec_k;
     const char *draft_model;
@@ -53,6 +54,8 @@ static void usage(FILE *f) {
             "  -t THREADS     threads (default: all cores)\n"
             "  --tp N         split the model across N CPU ranks (tensor parallelism,\n"
             "                 experimental; default 1)\n"
+            "  --device NAME  backend to run on: cpu, cuda or auto (the first available\n"
+            "                 one besides the CPU, else the CPU); experimental (default cpu)\n"
             "  --no-mmap      read the model into memory instead of mapping it\n"
             "  -v             log library messages to stderr\n"
             "  -h, --help     this text\n");
@@ -97,6 +100,7 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "-m")) o->model = v;
         else if (!strcmp(a, "-p")) o->prompt = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model = v;
+        else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--spec-k")) ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
         else if (!strcmp(a, "--spec")) {
             if (!strcmp(v, "none")) o->spec_mode = LLM_SPEC_NONE;
@@ -243,6 +247,7 @@ int main(int argc, char **argv) {
     llm_device_params dp;
     llm_device_params_init(&dp);
     dp.tensor_parallel = (uint32_t)o.tp;
+    dp.backend = o.device;
     if ((st = llm_session_create_ex(model, &sp, &dp, &session)) != LLM_OK) {
         exit_code = fail("creating the session", st);
     } else if ((st = make_prompt(model, &o, &prompt, &n_prompt)) != LLM_OK) {

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The command-line tools end to end: --device in llm-run, llm-bench and
+# llm-devbench (an unavailable or unknown backend exits 2 with the
+# library's reason), and llm-synth's files (sizes and parameter counts
+# against the shape's own arithmetic, determinism, the loader accepts them).
+#
+#   tests/tools/test_cli.sh [BUILD dir]
+#
+# Prints one line per check and "cli-test: N passed, M failed" last; exit
+# status 1 when a check failed.
+set -uo pipefail
+
+build=${1:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf -- "$tmp"' EXIT
+passed=0
+failed=0
+
+ok() {
+    printf 'ok    %s\n' "$1"
+    passed=$((passed + 1))
+}
+bad() {
+    printf 'FAIL  %s\n' "$1"
+    [ -n "${2:-}" ] && sed 's/^/    | /' <<<"$2"
+    failed=$((failed + 1))
+}
+# expect DESCRIPTION STATUS REGEX CMD...: CMD exits STATUS and its stderr
+# matches REGEX (grep -E; empty: anything).
+expect() {
+    local what=$1 want=$2 re=$3
+    shift 3
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    local rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        bad "$what: exit status $rc, expected $want" "$(cat "$tmp/err")"
+    elif [ -n "$re" ] && ! grep -q -E -- "$re" "$tmp/err"; then
+        bad "$what: stderr does not match /$re/" "$(cat "$tmp/err")"
+    else
+        ok "$what"
+    fi
+}
+jnum() { sed -n -E "s/.*\"$2\": (-?[0-9.]+).*/\1/p" <<<"$1"; }
+
+# ---- llm-synth ----
+tiny=$tmp/tiny-q8.gguf
+expect "llm-synth writes a tiny Q8_0 model" 0 "" "$build/llm-synth" --shape tiny --type q8_0 \
+    -o "$tiny"
+# The tiny shape: 2 layers, n_embd 256, 4 heads (64 wide), 2 KV heads,
+# n_ff 512, vocabulary 4096, an output matrix of its own.
+L=2 e=256 q=256 kv=128 ff=512 v=4096
+layer=$((e * q + 2 * e * kv + q * e + 3 * e * ff))
+params=$((L * layer + 2 * v * e + (2 * L + 1) * e))
+q8() { echo $(($1 / 32 * 34)); } # Q8_0: 34 bytes per 32 weights
+per_token=$(($(q8 $((L * layer))) + $(q8 $((v * e))) + (2 * L + 1) * e * 4))
+info=$("$build/llm-synth" --info "$tiny" 2>&1)
+if [ "$(jnum "$info" params)" = "$params" ] &&
+    [ "$(jnum "$info" bytes_per_token)" = "$per_token" ] &&
+    [ "$(jnum "$info" weight_bytes)" = "$((per_token + $(q8 $((v * e)))))" ] &&
+    [ "$(jnum "$info" layer_macs_per_token)" = "$((L * layer))" ] &&
+    [ "$(jnum "$info" lm_head_macs)" = "$((v * e))" ]; then
+    ok "llm-synth --info counts the shape's parameters and bytes"
+else
+    bad "llm-synth --info: expected $params params, $per_token bytes per token" "$info"
+fi
+size=$(stat -c %s "$tiny" 2>/dev/null)
+dry=$(jnum "$("$build/llm-synth" --shape tiny --type q8_0 -o "$tmp/none.gguf" --dry-run)" bytes)
+if [ -n "$size" ] && [ "$dry" = "$size" ] && [ ! -e "$tmp/none.gguf" ]; then
+    ok "llm-synth --dry-run gives the file's size and writes nothing"
+else
+    bad "llm-synth --dry-run: $dry bytes, the file has ${size:-?}"
+fi
+"$build/llm-synth" --shape tiny --type q8_0 --threads 1 -o "$tmp/again.gguf" >/dev/null 2>&1
+"$build/llm-synth" --shape tiny --type q8_0 --seed 2 -o "$tmp/seed2.gguf" >/dev/null 2>&1
+if cmp -s "$tiny" "$tmp/again.gguf" && [ -s "$tmp/seed2.gguf" ] && ! cmp -s "$tiny" "$tmp/seed2.gguf"; then
+    ok "llm-synth: the same options give the same bytes whatever the threads; the seed changes them"
+else
+    bad "llm-synth is not deterministic, or ignores --seed"
+fi
+for t in bf16 q4_k; do
+    expect "llm-synth --type $t, 1 layer" 0 "" "$build/llm-synth" --shape tiny --type "$t" \
+        --layers 1 -o "$tmp/tiny-$t.gguf"
+    expect "llm-run runs the $t model on the CPU" 0 "" "$build/llm-run" -m "$tmp/tiny-$t.gguf" \
+        --device cpu --temp 0 -n 4 -p "hello world"
+done
+expect "llm-synth: an unknown type is a usage error" 1 "bad value 'q5_9'" "$build/llm-synth" \
+    --shape tiny --type q5_9 -o "$tmp/x.gguf"
+expect "llm-synth --info on a missing file" 2 "LLM_ERR_" "$build/llm-synth" --info "$tmp/missing.gguf"
+
+# ---- --device ----
+run=("$build/llm-run" -m "$tiny" --temp 0 -n 4 -p "hello world")
+expect "llm-run --device cpu" 0 "" "${run[@]}" --device cpu
+expect "llm-run --device auto (falls back to the CPU without a GPU)" 0 "" "${run[@]}" --device auto
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    printf 'skip  llm-run --device cuda: a GPU is present (make device-check covers it)\n'
+else
+    expect "llm-run --device cuda without a GPU says why" 2 \
+        "backend 'cuda' is not available: [^ ].*" "${run[@]}" --device cuda
+fi
+expect "llm-run --device bogus names the backends" 2 "no backend named 'bogus'.*'cpu'" \
+    "${run[@]}" --device bogus
+expect "llm-bench --device bogus" 2 "no backend named 'bogus'.*'cpu'" "$build/llm-bench" \
+    -m "$tiny" --device bogus --requests 2 --prompt-len 4:8 --output-len 2:4
+expect "llm-bench --device cpu" 0 "" "$build/llm-bench" -m "$tiny" --device cpu --requests 2 \
+    --prompt-len 4:8 --output-len 2:4 --json "$tmp/bench.json"
+if grep -q '"device": "cpu"' "$tmp/bench.json" 2>/dev/null; then
+    ok "llm-bench --json records the device"
+else
+    bad "llm-bench --json has no \"device\": \"cpu\"" "$(head -c 400 "$tmp/bench.json" 2>&1)"
+fi
+expect "llm-devbench --device bogus" 2 "no backend named 'bogus'" "$build/llm-devbench" \
+    -m "$tiny" --device bogus
+expect "llm-devbench on the CPU, batch identity" 0 "" "$build/llm-devbench" -m "$tiny" \
+    --device cpu --tg 8 --pp 64 --batch 4 --batch-steps 2 --identity 8
+if grep -q '"phase": "identity".*"same": true' "$tmp/out" &&
+    [ "$(grep -c '"phase"' "$tmp/out")" = 5 ]; then
+    ok "llm-devbench reports load, tg, pp, identity and batched"
+else
+    bad "llm-devbench output" "$(cat "$tmp/out")"
+fi
+
+echo "cli-test: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
