@@ -77,5 +77,13 @@ llmi_backend_plugin_init(const llmi_plugin_host *h) {
     if (!h || h->version < 1)
         return NULL;
     host = h;
+    if (h->release != LLM_VERSION_NUMBER) {
+        llmi_cuda_error(LLM_ERR_UNSUPPORTED,
+                        "the CUDA plug-in is from libllminfer %d.%d.%d and this library is "
+                        "%u.%u.%u: install the plug-in of the library's own release",
+                        LLM_VERSION_MAJOR, LLM_VERSION_MINOR, LLM_VERSION_PATCH,
+                        h->release / 10000, h->release / 100 % 100, h->release % 100);
+        return NULL;
+    }
     return llmi_cuda_table();
 }

@@ -26,6 +26,7 @@ static void host_log(llm_log_level level, const char *message) {
 
 static const llmi_plugin_host plugin_host = {
     .version = LLMI_PLUGIN_HOST_VERSION,
+    .release = LLM_VERSION_NUMBER,
     .set_error = host_set_error,
     .log = host_log,
 };

@@ -24,6 +24,10 @@
  * which are valid. */
 typedef struct llmi_plugin_host {
     uint32_t version; /* LLMI_PLUGIN_HOST_VERSION of the core */
+    /* The core's release, LLM_VERSION_NUMBER: a plug-in reads the core's
+     * structs, so it refuses a core of another release (the table version
+     * alone would not catch a changed struct). */
+    uint32_t release;
     /* Records `message` as the calling thread's last error (what
      * llm_last_error() shows the user) and returns `status`. */
     llm_status (*set_error)(llm_status status, const char *message);

@@ -1,5 +1,5 @@
-/* The NCCL communicator of the CUDA plug-in (cuda/nccl_comm.c), on a
- * machine with or without a GPU:
+/* The CUDA plug-in's entry refuses a core of another release; its NCCL
+ * communicator (cuda/nccl_comm.c), on a machine with or without a GPU:
  *   - NCCL loads through dlopen and its entry points resolve; a missing
  *     library is LLM_ERR_UNSUPPORTED naming the file (in a child process:
  *     loading happens once per process);
@@ -28,6 +28,7 @@ extern "C" {
  * is the host and keeps the last message. */
 struct host_services {
     uint32_t version;
+    uint32_t release;
     llm_status (*set_error)(llm_status status, const char *message);
     void (*log)(llm_log_level level, const char *message);
 };
@@ -39,7 +40,18 @@ static llm_status record(llm_status status, const char *message) {
     return status;
 }
 static void quiet(llm_log_level, const char *) {}
-static const host_services host = {1, record, quiet};
+static const host_services host = {1, LLM_VERSION_NUMBER, record, quiet};
+
+/* A plug-in reads the core's structs: it refuses a core of another
+ * release, saying which. */
+static void test_release_mismatch(void **state) {
+    (void)state;
+    const host_services older = {1, LLM_VERSION_NUMBER - 1, record, quiet};
+    last_message[0] = 0;
+    assert_null(llmi_backend_plugin_init(&older));
+    assert_non_null(strstr(last_message, "install the plug-in of the library's own release"));
+    assert_non_null(llmi_backend_plugin_init(&host));
+}
 
 static bool have_gpu(void) {
     int n = 0;
@@ -147,6 +159,7 @@ int main(void) {
         /* First: the child must start before this process loads NCCL. */
         cmocka_unit_test(test_missing_library), cmocka_unit_test(test_load),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_without_gpu),
+        cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_one_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
