@@ -140,6 +140,12 @@ $(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
 device-check:
 	@BUILD=$(BUILD) bash scripts/device-check.sh
 
+# What device-check runs, prebuilt for a GPU machine that cannot build
+# (build/device-bundle; scripts/device-bundle.sh, docs/device-check.md).
+.PHONY: device-bundle
+device-bundle:
+	@bash scripts/device-bundle.sh $(CUDA_ARCH)
+
 # The main job: fetch the model, build, generate.
 PROMPT ?= What is the capital of Germany?
 run: all $(MODEL)

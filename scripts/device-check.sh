@@ -19,6 +19,11 @@
 #                         models/SmolLM2-135M-Instruct.Q4_1.gguf); its parts
 #                         are skipped when the file is absent
 #   BUILD                 build folder (default build)
+#   DEVICE_CHECK_PREBUILT set: $BUILD is a bundle from scripts/device-bundle.sh
+#                         (binaries and the shared libraries they need, for
+#                         a machine that cannot build); nothing is built
+# A model file absent but present as parts (NAME.part-aa, -ab, ...) is
+# joined and checked against its pinned sha256.
 #
 # Every part runs under timeout(1) with its own limit, cut to what is left
 # of the budget; a failed, timed-out or skipped part is recorded and the
@@ -57,6 +62,27 @@ case "$BUDGET" in
     ;;
 esac
 
+# What the run needs built (paths under $BUILD).
+ENGINE_TESTS=(test_sched test_samples test_spec test_state test_swakv)
+TEST_BINS=(tests/backend/test_conformance tests/unit/test_golden "${ENGINE_TESTS[@]/#/tests/unit/}")
+# The CUDA backend's own checks (tests/cuda/test_*.cu and .c: kernels
+# against CPU references, the host side's layouts).
+CUDA_TESTS=()
+if [ "$BACKEND" = cuda ]; then
+    for t in tests/cuda/test_*.cu tests/cuda/test_*.c; do
+        [ -f "$t" ] && CUDA_TESTS+=("${t%.*}")
+    done
+fi
+tools=("$BUILD/llm-synth" "$BUILD/llm-devbench" "$BUILD/llm-run" "$BUILD/llm-bench")
+[ "$BACKEND" = cpu ] && tools+=("$BUILD/llm-bench-cpu")
+# scripts/device-bundle.sh builds the same list ahead of time.
+if [ -n "${DEVICE_CHECK_PRINT_TARGETS:-}" ]; then
+    printf '%s\n' "${tools[@]}" "${TEST_BINS[@]/#/$BUILD/}" \
+        ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"} "$BUILD/libllminfer-cuda.so" \
+        "$BUILD/cuda-bench-bandwidth"
+    exit 0
+fi
+
 if [ "$BACKEND" = cuda ]; then
     if ! command -v nvidia-smi >/dev/null 2>&1; then
         echo "device-check: no GPU here: nvidia-smi is not installed (no NVIDIA driver)." >&2
@@ -69,6 +95,26 @@ if [ "$BACKEND" = cuda ]; then
         exit 2
     fi
 fi
+
+# A model too big to carry in one piece may come in parts (NAME.part-aa,
+# NAME.part-ab, ... as split(1) names them): joined here and checked
+# against the sha256 scripts/fetch-model.sh pins.
+join_parts() { # file model-name
+    local f=$1 want have
+    compgen -G "$f.part-*" >/dev/null || return 0
+    [ -f "$f" ] && return 0
+    cat "$f".part-* >"$f.tmp" || return 1
+    want=$(sed -n "/^$2)/,/;;/s/.*SHA256=//p" scripts/fetch-model.sh)
+    have=$(sha256sum "$f.tmp" | cut -d' ' -f1)
+    if [ -n "$want" ] && [ "$have" = "$want" ]; then
+        mv "$f.tmp" "$f" && echo "device-check: joined $f from its parts (sha256 ok)"
+    else
+        rm -f "$f.tmp"
+        echo "device-check: the parts of $f do not make the pinned file (sha256 $have)" >&2
+    fi
+}
+join_parts "$SMOL" smollm2
+join_parts "$GEMMA3" gemma3
 
 mkdir -p "$OUT/logs" "$OUT/bench" "$TMP_BASE" || exit 1
 TMPD=$(mktemp -d "$TMP_BASE/llminfer-device-check.XXXXXX") || exit 1
@@ -170,30 +216,23 @@ fi
 printf '%s\n' "$machine" >"$OUT/machine.txt"
 
 # ---- build (release) ----
-ENGINE_TESTS=(test_sched test_samples test_spec test_state test_swakv)
-TEST_BINS=(tests/backend/test_conformance tests/unit/test_golden "${ENGINE_TESTS[@]/#/tests/unit/}")
-# The CUDA backend's own checks (tests/cuda/test_*.cu and .c: kernels
-# against CPU references, the host side's layouts).
-CUDA_TESTS=()
-if [ "$BACKEND" = cuda ]; then
-    for t in tests/cuda/test_*.cu tests/cuda/test_*.c; do
-        [ -f "$t" ] && CUDA_TESTS+=("${t%.*}")
-    done
-fi
-tools=("$BUILD/llm-synth" "$BUILD/llm-devbench" "$BUILD/llm-run" "$BUILD/llm-bench")
-[ "$BACKEND" = cpu ] && tools+=("$BUILD/llm-bench-cpu")
 mk=(make -j"$JOBS" --no-print-directory BUILD="$BUILD" ${gencode[@]+"${gencode[@]}"})
 # The core and the tools first, without the plug-in: a plug-in that does not
 # build still leaves the floors and the CPU-side parts to run. -k: one
 # target that fails does not keep the others from building.
-if ! part build 300 "${mk[@]}" CUDA=0 all "${tools[@]}"; then
+if [ -n "${DEVICE_CHECK_PREBUILT:-}" ]; then
+    # A bundle from scripts/device-bundle.sh: nothing to build, and the
+    # shared libraries a machine without the -dev packages lacks are in it.
+    export LD_LIBRARY_PATH="$ABS_BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    record build skipped 0 "prebuilt bundle in $BUILD"
+elif ! part build 300 "${mk[@]}" CUDA=0 all "${tools[@]}"; then
     echo "device-check: the build failed; nothing else can run"
     build_failed=1
 fi
-if [ -z "${build_failed:-}" ] && [ "$BACKEND" = cuda ]; then
+if [ -z "${build_failed:-}${DEVICE_CHECK_PREBUILT:-}" ] && [ "$BACKEND" = cuda ]; then
     part build-cuda 240 "${mk[@]}" -k "$BUILD/libllminfer-cuda.so" "$BUILD/cuda-bench-bandwidth"
 fi
-if [ -z "${build_failed:-}" ]; then
+if [ -z "${build_failed:-}${DEVICE_CHECK_PREBUILT:-}" ]; then
     part build-tests 240 "${mk[@]}" -k "${TEST_BINS[@]/#/$BUILD/}" \
         ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
 fi
