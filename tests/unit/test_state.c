@@ -1086,23 +1086,21 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_f32),
-        cmocka_unit_test(test_round_trip_f16_bf16),
-        cmocka_unit_test(test_round_trip_converted),
-        cmocka_unit_test(test_seq_tokens),
-        cmocka_unit_test(test_prefixes),
-        cmocka_unit_test(test_corruption),
-        cmocka_unit_test(test_other_model_and_version),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_arguments),
-        cmocka_unit_test(test_session_state),
-        cmocka_unit_test(test_files),
-        cmocka_unit_test(test_oom_save),
-        cmocka_unit_test(test_oom_load),
-        cmocka_unit_test(test_smollm2),
+    struct CMUnitTest tests[] = {
+        device_test(test_round_trip_f32),
+        device_test(test_round_trip_f16_bf16),
+        device_test(test_round_trip_converted),
+        device_test(test_seq_tokens),
+        device_test(test_prefixes),
+        device_test(test_corruption),
+        device_test(test_other_model_and_version),
+        device_test(test_limits),
+        device_test(test_arguments),
+        device_test(test_session_state),
+        device_test(test_files),
+        device_test(test_oom_save),
+        device_test(test_oom_load),
+        device_test(test_smollm2),
     };
-    if (getenv("LLM_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }
