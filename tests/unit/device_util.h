@@ -126,23 +126,34 @@ static inline bool device_params_from_env(llm_device_params *dp) {
     return true;
 }
 
-/* A model the device refuses: disarms allocation failures (a countdown
- * left armed would fail the next test's first allocation) and skips. */
-static inline void skip_refused_model(void) {
+/* The test device refused the test's model (LLM_ERR_UNSUPPORTED, the
+ * message in llm_last_error): frees `own` (a model the test loaded for
+ * itself; NULL for none), disarms allocation failures (a countdown left
+ * armed would fail the next test's first allocation) and skips. */
+static inline void skip_refused_model(llm_model *own) {
+    printf("# skipped: %s\n", llm_last_error());
+    llm_model_free(own);
     llmi_alloc_fail_after(0);
-    printf("# skipped: %s\n", llmi_error_message());
     skip();
 }
 
-/* llm_session_create on the device of LLM_TEST_TP / LLM_TEST_BACKEND. */
-static inline llm_status create_test_session(const llm_model *m, const llm_session_params *p,
-                                             llm_session **out) {
+/* llm_session_create on the device of LLM_TEST_TP / LLM_TEST_BACKEND. A
+ * test that holds a model of its own checks for LLM_ERR_UNSUPPORTED and
+ * calls skip_refused_model with it. */
+static inline llm_status try_test_session(const llm_model *m, const llm_session_params *p,
+                                          llm_session **out) {
     llm_device_params dp;
     if (!device_params_from_env(&dp))
         return llm_session_create(m, p, out);
-    llm_status st = llm_session_create_ex(m, p, &dp, out);
+    return llm_session_create_ex(m, p, &dp, out);
+}
+
+/* try_test_session, skipping the test when the device refuses the model. */
+static inline llm_status create_test_session(const llm_model *m, const llm_session_params *p,
+                                             llm_session **out) {
+    llm_status st = try_test_session(m, p, out);
     if (st == LLM_ERR_UNSUPPORTED)
-        skip_refused_model();
+        skip_refused_model(NULL);
     return st;
 }
 
@@ -162,7 +173,7 @@ static inline llm_status create_test_engine(const llmi_engine_config *cfg, llmi_
     }
     llm_status st = llmi_engine_create(&c, out);
     if (st == LLM_ERR_UNSUPPORTED)
-        skip_refused_model();
+        skip_refused_model(NULL);
     return st;
 }
 
