@@ -1,20 +1,12 @@
 /* Shared helpers for the scheduler tests: a tiny random model, request
- * drivers that collect each request's tokens, text and finish reason, and
- * the device their sessions run on.
- *
- * Sessions made here (new_session, create_test_session) run where two
- * environment variables say, so that one test binary covers every backend:
- *   LLM_TEST_TP=N        N ranks of tensor parallelism (CPU ranks, or N
- *                        devices of LLM_TEST_BACKEND);
- *   LLM_TEST_BACKEND=x   the registered backend named x ("cpu", "cuda").
- * Unset: the CPU backend. A backend that is not registered or cannot run
- * here, or a model it refuses as LLM_ERR_UNSUPPORTED (one that does not
- * split in N), skips the test with the reason. */
+ * drivers that collect each request's tokens, text and finish reason.
+ * Sessions made here (new_session) run on the device of LLM_TEST_BACKEND /
+ * LLM_TEST_TP (device_util.h): tests that make them are device tests. */
 #ifndef TEST_SCHED_UTIL_H
 #define TEST_SCHED_UTIL_H
 
+#include "device_util.h"
 #include "model/testmodel.h"
-#include "session/session.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,56 +56,6 @@ static inline llm_model *tiny_model(uint32_t n_ctx, uint64_t seed) {
     p.seed = seed;
     p.type = LLMI_T_Q8_0;
     return model_from_params(&p, "sched");
-}
-
-/* The device params of LLM_TEST_TP / LLM_TEST_BACKEND; false when neither
- * is set. Skips the calling test when the backend cannot run here. */
-static inline bool device_params_from_env(llm_device_params *dp) {
-    const char *tp = getenv("LLM_TEST_TP"), *name = getenv("LLM_TEST_BACKEND");
-    if ((!tp || !*tp) && (!name || !*name))
-        return false;
-    llm_device_params_init(dp);
-    if (tp && *tp) {
-        char *end = NULL;
-        unsigned long n = strtoul(tp, &end, 10);
-        if (!end || *end || n == 0 || n > 64)
-            fail_msg("LLM_TEST_TP='%s': a rank count is wanted", tp);
-        dp->tensor_parallel = (uint32_t)n;
-    }
-    if (name && *name) {
-        dp->backend = name;
-        bool found = false;
-        for (size_t i = 0; i < llm_backend_count(); i++) {
-            llm_backend_info info = {sizeof info};
-            if (llm_backend_get_info(i, &info) != LLM_OK || strcmp(info.name, name) != 0)
-                continue;
-            found = true;
-            if (!info.available) {
-                printf("# skipped: backend '%s' (LLM_TEST_BACKEND) cannot run here: %s\n", name,
-                       info.reason);
-                skip();
-            }
-        }
-        if (!found) {
-            printf("# skipped: backend '%s' (LLM_TEST_BACKEND) is not registered\n", name);
-            skip();
-        }
-    }
-    return true;
-}
-
-/* llm_session_create on the device of LLM_TEST_TP / LLM_TEST_BACKEND. */
-static inline llm_status create_test_session(const llm_model *m, const llm_session_params *p,
-                                             llm_session **out) {
-    llm_device_params dp;
-    if (!device_params_from_env(&dp))
-        return llm_session_create(m, p, out);
-    llm_status st = llm_session_create_ex(m, p, &dp, out);
-    if (st == LLM_ERR_UNSUPPORTED) {
-        printf("# skipped: %s\n", llm_last_error());
-        skip();
-    }
-    return st;
 }
 
 static inline llm_session *new_session(const llm_model *m, uint32_t threads, uint32_t n_ctx,

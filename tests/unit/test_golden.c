@@ -31,9 +31,20 @@
  * checks on its own files (tests/golden/gemma3-*.txt: prompts starting with
  * <bos>, 16-token greedy runs, one past the 512-position sliding window)
  * with the bounds of gemma3_golden below, greedy in 8-bit arithmetic only;
- * its tokenizer is checked from the GGUF's metadata alone. */
+ * its tokenizer is checked from the GGUF's metadata alone.
+ *
+ * The forward passes run on the device of LLM_TEST_BACKEND / LLM_TEST_TP
+ * (device_util.h; tokenization needs none), with the same bounds: a backend
+ * that keeps f32 activations (step_set_f32_activations) computes what the
+ * CPU does up to float summation order, far inside the bounds above, and
+ * its default arithmetic rounds activations no coarser than 8 bits (the
+ * CUDA backend: bf16 into its matmuls of more than 8 rows). A backend
+ * without the f32 entry skips the f32 tests rather than run them in its
+ * default arithmetic under the f32 bounds. A model the device cannot split
+ * (tensor parallelism) skips its tests. LLM_TEST_FILTER=test_smollm2_*
+ * runs the SmolLM2 tests only (no Gemma 3 file needed). */
+#include "device_util.h"
 #include "feed_util.h"
-#include "session/session.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -154,7 +165,7 @@ static void skip_without_q5_0(const golden_spec *g, const char *path) {
     }
 }
 
-static void test_tokenization(void **state) {
+static void test_smollm2_tokenization(void **state) {
     (void)state;
     tokenization(&smollm2_golden, g_smollm2->tok);
 }
@@ -209,25 +220,34 @@ static float *all_logits(llm_session *s, const llm_token *toks, size_t n) {
     return logits;
 }
 
+/* A session on the test device; made before a test holds anything else,
+ * since the device may refuse the model (the test then skips). */
 static llm_session *make_session(const golden_spec *g, uint32_t threads, bool f32_activations) {
     llm_session_params p;
     llm_session_params_init(&p);
     p.n_ctx = g->n_ctx;
     p.n_threads = threads;
     llm_session *s = NULL;
-    assert_int_equal(llmi_session_create(g_model, &p, &s), LLM_OK);
+    if (create_test_session(g_model, &p, &s) != LLM_OK)
+        fail_msg("session for %s: %s", g->prefix, llm_last_error());
+    if (f32_activations && !s->eng->ops->step_set_f32_activations) {
+        printf("# skipped: backend '%s' has no f32 activations (step_set_f32_activations)\n",
+               s->eng->ops->name);
+        llm_session_free(s);
+        skip();
+    }
     llmi_engine_set_f32_activations(s->eng, f32_activations);
     return s;
 }
 
 static void teacher_forced(const golden_spec *g, bool f32_activations) {
+    llm_session *s = make_session(g, 2, f32_activations);
     FILE *f = open_golden(g, "logits");
     char *line = malloc(LINE);
     llm_token toks[MAX_TOK];
     size_t n_toks = 0;
     float *logits = NULL;
     uint32_t V = g_model->hp.n_vocab;
-    llm_session *s = make_session(g, 2, f32_activations);
     int positions = 0, top1_same = 0, values = 0, clear = 0, clear_same = 0;
     double sum_diff = 0, max_diff = 0;
     while (fgets(line, LINE, f)) {
@@ -266,11 +286,12 @@ static void teacher_forced(const golden_spec *g, bool f32_activations) {
     fclose(f);
     free(line);
     free(logits);
-    llmi_session_free(s);
+    const char *backend = s->eng->ops->name; /* static text of the backend's table */
+    llm_session_free(s);
     double agree = (double)top1_same / positions, mean = sum_diff / values;
-    printf("# %s, %s activations, teacher-forced: %d positions, top-1 agreement %.2f%% (%d/%d "
-           "where llama.cpp's margin > %.2f), logit |diff| mean %.4f max %.4f\n",
-           g->prefix, f32_activations ? "f32" : "8-bit", positions, 100 * agree, clear_same,
+    printf("# %s on %s, %s activations, teacher-forced: %d positions, top-1 agreement %.2f%% "
+           "(%d/%d where llama.cpp's margin > %.2f), logit |diff| mean %.4f max %.4f\n",
+           g->prefix, backend, f32_activations ? "f32" : "8-bit", positions, 100 * agree, clear_same,
            clear, g->clear_margin, mean, max_diff);
     assert_true(positions >= g->min_positions);
     assert_true(agree >= (f32_activations ? g->min_agree_f32 : g->min_agree_8bit));
@@ -280,9 +301,9 @@ static void teacher_forced(const golden_spec *g, bool f32_activations) {
 }
 
 static void greedy(const golden_spec *g, bool f32_activations) {
+    llm_session *s = make_session(g, 2, f32_activations);
     FILE *f = open_golden(g, "greedy");
     char *line = malloc(LINE);
-    llm_session *s = make_session(g, 2, f32_activations);
     llmi_kv_seq seq = {0};
     float *logits = malloc(g_model->hp.n_vocab * sizeof(float));
     assert_non_null(logits);
@@ -333,8 +354,9 @@ static void greedy(const golden_spec *g, bool f32_activations) {
     free(line);
     llmi_kv_seq_destroy(s->kv, &seq);
     free(logits);
-    llmi_session_free(s);
-    printf("# %s, %s greedy: %d/%d continuations identical\n", g->prefix,
+    const char *backend = s->eng->ops->name; /* static text of the backend's table */
+    llm_session_free(s);
+    printf("# %s on %s, %s greedy: %d/%d continuations identical\n", g->prefix, backend,
            f32_activations ? "f32" : "8-bit", identical, prompts);
     assert_int_equal(prompts, g->greedy_prompts);
     if (f32_activations) assert_true(identical >= g->min_identical_f32);
@@ -376,7 +398,7 @@ static llm_model *use_model(const golden_spec *g, llm_model **slot) {
         greedy(&spec, false);                                                                      \
     }
 
-GOLDEN_TESTS(, smollm2_golden, g_smollm2)
+GOLDEN_TESTS(smollm2_, smollm2_golden, g_smollm2)
 
 /* Gemma 3: greedy runs in the default 8-bit arithmetic only. With f32
  * activations every quantized matmul dequantizes its weights, and each step
@@ -418,16 +440,16 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tokenization),
-        cmocka_unit_test(test_teacher_forced_f32),
-        cmocka_unit_test(test_teacher_forced_8bit),
-        cmocka_unit_test(test_greedy_f32),
-        cmocka_unit_test(test_greedy_8bit),
+    struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_smollm2_tokenization),
+        device_test(test_smollm2_teacher_forced_f32),
+        device_test(test_smollm2_teacher_forced_8bit),
+        device_test(test_smollm2_greedy_f32),
+        device_test(test_smollm2_greedy_8bit),
         cmocka_unit_test(test_gemma3_tokenization),
-        cmocka_unit_test(test_gemma3_teacher_forced_f32),
-        cmocka_unit_test(test_gemma3_teacher_forced_8bit),
-        cmocka_unit_test(test_gemma3_greedy_8bit),
+        device_test(test_gemma3_teacher_forced_f32),
+        device_test(test_gemma3_teacher_forced_8bit),
+        device_test(test_gemma3_greedy_8bit),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }

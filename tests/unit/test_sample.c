@@ -972,7 +972,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_repeat_penalty),
         cmocka_unit_test(test_presence_frequency),
@@ -986,8 +986,8 @@ int main(void) {
         cmocka_unit_test(test_distribution_chi_square),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_logprobs_top),
-        cmocka_unit_test(test_sched_seeded_independent),
-        cmocka_unit_test(test_sched_params_errors),
+        device_test(test_sched_seeded_independent),
+        device_test(test_sched_params_errors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }

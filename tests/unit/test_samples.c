@@ -507,15 +507,15 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_samples_match_single_requests),
-        cmocka_unit_test(test_greedy_samples_equal),
-        cmocka_unit_test(test_samples_share_prompt_blocks),
-        cmocka_unit_test(test_samples_small_pool),
-        cmocka_unit_test(test_samples_cancel),
-        cmocka_unit_test(test_samples_finish_independently),
-        cmocka_unit_test(test_samples_params),
-        cmocka_unit_test(test_samples_alloc_failures),
+    struct CMUnitTest tests[] = {
+        device_test(test_samples_match_single_requests),
+        device_test(test_greedy_samples_equal),
+        device_test(test_samples_share_prompt_blocks),
+        device_test(test_samples_small_pool),
+        device_test(test_samples_cancel),
+        device_test(test_samples_finish_independently),
+        device_test(test_samples_params),
+        device_test(test_samples_alloc_failures),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }

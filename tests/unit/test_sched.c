@@ -596,17 +596,16 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mixed_requests_match_alone),
-        cmocka_unit_test(test_mixed_requests_match_alone_f16),
-        cmocka_unit_test(test_small_pool_preempts),
-        cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_stop_conditions),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_concurrent_submit_cancel),
-        cmocka_unit_test(test_soak),
+    struct CMUnitTest tests[] = {
+        device_test(test_mixed_requests_match_alone),
+        device_test(test_mixed_requests_match_alone_f16),
+        device_test(test_small_pool_preempts),
+        device_test(test_prefix_cache),
+        device_test(test_cancel),
+        device_test(test_stop_conditions),
+        device_test(test_limits),
+        device_test(test_concurrent_submit_cancel),
+        device_test(test_soak),
     };
-    if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }

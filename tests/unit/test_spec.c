@@ -1023,7 +1023,10 @@ static void test_smollm2(void **state) {
     sp.kv_cache_bytes = 64u << 20;
     sp.draft_model = m; /* its own draft */
     llm_session *s = NULL;
-    assert_int_equal(create_test_session(m, &sp, &s), LLM_OK);
+    llm_status st = try_test_session(m, &sp, &s);
+    if (st == LLM_ERR_UNSUPPORTED)
+        skip_refused_model(m);
+    assert_int_equal(st, LLM_OK);
     static gen_out base, out;
     generate(s, prompt, (uint32_t)n, 48, NULL, LLM_SPEC_NONE, 0, false, &base);
     printf("# plain: %u tokens: %.*s\n", base.n, (int)base.text_len, base.text);
@@ -1062,21 +1065,20 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_proposer),
-        cmocka_unit_test(test_generate_greedy_equal),
-        cmocka_unit_test(test_f16_kv),
-        cmocka_unit_test(test_sched_greedy_equal_alone),
-        cmocka_unit_test(test_sched_sampled_equal_alone),
-        cmocka_unit_test(test_draft_sampling_k_invariant),
-        cmocka_unit_test(test_distribution_chi_square),
-        cmocka_unit_test(test_stop_conditions),
-        cmocka_unit_test(test_rollback_soak),
-        cmocka_unit_test(test_concurrent_spec),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_smollm2),
+        device_test(test_generate_greedy_equal),
+        device_test(test_f16_kv),
+        device_test(test_sched_greedy_equal_alone),
+        device_test(test_sched_sampled_equal_alone),
+        device_test(test_draft_sampling_k_invariant),
+        device_test(test_distribution_chi_square),
+        device_test(test_stop_conditions),
+        device_test(test_rollback_soak),
+        device_test(test_concurrent_spec),
+        device_test(test_refusals),
+        device_test(test_alloc_failures),
+        device_test(test_smollm2),
     };
-    if (getenv("LLM_TEST_FILTER")) cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }

@@ -195,7 +195,9 @@ static void test_speculation(void **state) {
 /* The engine hands no released block to the backend for a position a layer
  * reads: a row whose window reaches a hole is refused, one whose window
  * starts at the first held position runs; state reads of released
- * positions are refused too. */
+ * positions are refused too. The engine runs on the test device: the
+ * refusals are the engine's, before any backend, and the step that runs
+ * must run there. */
 static void test_engine_refuses_holes(void **state) {
     (void)state;
     llmi_engine_config cfg = {.model = g_model,
@@ -206,7 +208,7 @@ static void test_engine_refuses_holes(void **state) {
                               .max_rows = 16,
                               .max_ctx = N_CTX};
     llmi_engine *e = NULL;
-    assert_int_equal(llmi_engine_create(&cfg, &e), LLM_OK);
+    assert_int_equal(create_test_engine(&cfg, &e), LLM_OK);
     llmi_kv_seq seq = {0};
     const llmi_kv_seq *all[] = {&seq};
     float *logits = llmi_malloc(g_model->hp.n_vocab * sizeof *logits);
@@ -296,13 +298,13 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_is_windowed),
-        cmocka_unit_test(test_engine_refuses_holes),
-        cmocka_unit_test(test_token_level_keeps_blocks),
-        cmocka_unit_test(test_plain),
-        cmocka_unit_test(test_samples),
-        cmocka_unit_test(test_speculation),
+        device_test(test_engine_refuses_holes),
+        device_test(test_token_level_keeps_blocks),
+        device_test(test_plain),
+        device_test(test_samples),
+        device_test(test_speculation),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, setup, teardown);
 }
