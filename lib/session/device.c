@@ -77,7 +77,8 @@ static llm_status device_group(const llm_device_params *p, const llmi_backend_op
 }
 
 /* tensor_parallel > 1: CPU ranks for "cpu" (and for "auto" when what it
- * picks offers no groups), else a group of the chosen backend's devices. */
+ * picks offers no groups, or too few devices), else a group of the chosen
+ * backend's devices. */
 static llm_status resolve_tensor_parallel(const llm_device_params *p, llmi_session_device *out) {
     const char *name = p->backend && p->backend[0] ? p->backend : "cpu";
     if (strcmp(name, "cpu") == 0)
@@ -85,10 +86,16 @@ static llm_status resolve_tensor_parallel(const llm_device_params *p, llmi_sessi
     const llmi_backend_ops *ops;
     uint32_t n_devices;
     LLMI_TRY(llmi_backend_select(name, &ops, &n_devices));
-    if (offers_groups(ops))
+    const bool is_auto = strcmp(name, "auto") == 0;
+    if (offers_groups(ops) && (!is_auto || n_devices >= p->tensor_parallel))
         return device_group(p, ops, n_devices, out);
-    if (strcmp(name, "auto") == 0)
+    if (is_auto) {
+        llmi_log(LLM_LOG_INFO,
+                 "tensor_parallel %u: backend 'auto' runs CPU ranks ('%s' %s)",
+                 p->tensor_parallel, ops->name,
+                 offers_groups(ops) ? "has too few devices" : "offers no device groups");
         return cpu_ranks(p, out);
+    }
     return llmi_error(LLM_ERR_UNSUPPORTED,
                       "tensor_parallel %u: backend '%s' does not split a model across devices "
                       "(use backend \"cpu\" for CPU ranks, or tensor_parallel 1)",

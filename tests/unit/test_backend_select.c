@@ -337,6 +337,12 @@ static void test_groups(void **state) {
     d.n_devices = 0;
     d.tensor_parallel = 5;
     expect_refused(&d, LLM_ERR_UNSUPPORTED, "needs 5 devices; it has 4");
+    /* "auto" runs CPU ranks instead (the model is checked when it loads). */
+    d.backend = "auto";
+    llmi_session_device dev = {NULL, -1};
+    assert_int_equal(llmi_session_device_resolve(&d, &dev), LLM_OK);
+    assert_ptr_equal(dev.ops, llmi_backend_tp(5));
+    d.backend = "quad";
     /* The group entry's own failure comes back as it said it. */
     d.tensor_parallel = 2;
     g_group_status = LLM_ERR_BACKEND;
