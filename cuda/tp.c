@@ -9,9 +9,9 @@
  * fails with LLM_ERR_BACKEND naming the rank; every later call on the
  * group fails at once with the same message (a new session makes a new
  * group). CUDA graphs are off in a group. */
+#include "tp.h"
 #include "cuda_backend.h"
 #include "nccl_comm.h"
-#include "tp.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -203,17 +203,18 @@ static llm_status tp_weights_load(const tp_group *grp, const llm_model *m, int32
     for (uint32_t r = 0; r < grp->n && st == LLM_OK; r++) {
         st = llmi_cuda_tp_rank_make(m, grp->n, r, &w->rank[r]);
         if (st != LLM_OK) {
-            st = llmi_cuda_error(st, st == LLM_ERR_OUT_OF_MEMORY
-                                         ? "rank %u: out of host memory to repack its O and down "
-                                           "slices"
-                                         : "rank %u: its O and down slices cannot be repacked",
+            st = llmi_cuda_error(st,
+                                 st == LLM_ERR_OUT_OF_MEMORY
+                                     ? "rank %u: out of host memory to repack its O and down "
+                                       "slices"
+                                     : "rank %u: its O and down slices cannot be repacked",
                                  r);
             break;
         }
         st = llmi_cuda_weights_load(&w->rank[r].m, grp->devices[r], (void **)&w->w[r]);
         if (st != LLM_OK)
-            llmi_cuda_log(LLM_LOG_ERROR, "rank %u (CUDA device %d): loading its weights failed",
-                          r, (int)grp->devices[r]);
+            llmi_cuda_log(LLM_LOG_ERROR, "rank %u (CUDA device %d): loading its weights failed", r,
+                          (int)grp->devices[r]);
         llmi_cuda_tp_rank_release_host(&w->rank[r], m);
     }
     if (st != LLM_OK) {
@@ -308,8 +309,8 @@ static llm_status tp_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot, u
             continue;
         LLMI_TRY(rows_reserve(kv, (size_t)n * kv->n_kv[r] * kv->head_bytes));
         LLMI_TRY(cu->kv_read(kv->rank[r], layer, v, slot, n, kv->rows));
-        llmi_cuda_tp_kv_scatter(kv->rows, n, kv->n_head_kv, kv->head_bytes, kv->kv0[r],
-                                kv->n_kv[r], dst);
+        llmi_cuda_tp_kv_scatter(kv->rows, n, kv->n_head_kv, kv->head_bytes, kv->kv0[r], kv->n_kv[r],
+                                dst);
     }
     return LLM_OK;
 }
@@ -401,14 +402,13 @@ static llm_status all_reduce_hout(tp_step *s, uint32_t n) {
 }
 
 /* Issues one phase on every rank, each with its device current. */
-#define EACH_RANK(call)                                                                           \
-    for (uint32_t r = 0; r < g->n; r++) {                                                         \
-        LLMI_TRY(llmi_cuda_use_device(g->devices[r]));                                            \
-        LLMI_TRY(call);                                                                           \
+#define EACH_RANK(call)                                                                            \
+    for (uint32_t r = 0; r < g->n; r++) {                                                          \
+        LLMI_TRY(llmi_cuda_use_device(g->devices[r]));                                             \
+        LLMI_TRY(call);                                                                            \
     }
 
-static llm_status run_layers(tp_step *s, tp_kv *kv, const llmi_step *st,
-                             llmi_cuda_dev_step *d) {
+static llm_status run_layers(tp_step *s, tp_kv *kv, const llmi_step *st, llmi_cuda_dev_step *d) {
     tp_inst *g = s->g;
     const uint32_t n = st->n_rows, max_pos = llmi_cuda_max_pos(st->pos, st->n_rows);
     EACH_RANK(llmi_cuda_step_upload(s->rank[r], st, &d[r]));
@@ -469,12 +469,12 @@ static tp_group groups[LLMI_CUDA_TP_GROUPS];
 static uint32_t n_groups;
 static pthread_mutex_t groups_lock = PTHREAD_MUTEX_INITIALIZER;
 
-#define SLOT(i)                                                                                   \
-    static llm_status open_##i(const llmi_backend_config *cfg, void **out) {                      \
-        return tp_open(&groups[i], cfg, out);                                                     \
-    }                                                                                             \
-    static llm_status weights_load_##i(const llm_model *m, int32_t device, void **out) {          \
-        return tp_weights_load(&groups[i], m, device, out);                                       \
+#define SLOT(i)                                                                                    \
+    static llm_status open_##i(const llmi_backend_config *cfg, void **out) {                       \
+        return tp_open(&groups[i], cfg, out);                                                      \
+    }                                                                                              \
+    static llm_status weights_load_##i(const llm_model *m, int32_t device, void **out) {           \
+        return tp_weights_load(&groups[i], m, device, out);                                        \
     }
 SLOT(0)
 SLOT(1)

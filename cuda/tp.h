@@ -30,9 +30,9 @@
 
 /* Rank r's share of each split dimension. */
 typedef struct llmi_cuda_tp_shard {
-    uint32_t head0, n_head; /* query heads */
-    uint32_t kv0, n_kv;     /* KV heads */
-    uint32_t ff0, n_ff;     /* FFN features: gate/up rows, down columns */
+    uint32_t head0, n_head;   /* query heads */
+    uint32_t kv0, n_kv;       /* KV heads */
+    uint32_t ff0, n_ff;       /* FFN features: gate/up rows, down columns */
     uint32_t vocab0, n_vocab; /* output rows, logit columns */
 } llmi_cuda_tp_shard;
 
@@ -51,8 +51,7 @@ void llmi_cuda_tp_kv_heads(uint32_t n_head_kv, uint32_t n, uint32_t r, uint32_t 
 
 /* Rank r's shard of a model with hyper-parameters hp across n ranks
  * (llmi_cuda_tp_check passed). */
-void llmi_cuda_tp_shard_of(const llmi_hparams *hp, uint32_t n, uint32_t r,
-                           llmi_cuda_tp_shard *out);
+void llmi_cuda_tp_shard_of(const llmi_hparams *hp, uint32_t n, uint32_t r, llmi_cuda_tp_shard *out);
 
 /* The first rank holding KV head `head`. */
 uint32_t llmi_cuda_tp_kv_owner(uint32_t n_head_kv, uint32_t n, uint32_t head);
@@ -105,8 +104,8 @@ void llmi_cuda_tp_place_logits(float *out, uint32_t n_rows, uint32_t n_vocab, ui
  * the first rank holding each head). */
 void llmi_cuda_tp_kv_gather(const void *full, uint32_t n, uint32_t n_head_kv, size_t head_bytes,
                             uint32_t kv0, uint32_t n_kv, void *part);
-void llmi_cuda_tp_kv_scatter(const void *part, uint32_t n, uint32_t n_head_kv,
-                             size_t head_bytes, uint32_t kv0, uint32_t n_kv, void *full);
+void llmi_cuda_tp_kv_scatter(const void *part, uint32_t n, uint32_t n_head_kv, size_t head_bytes,
+                             uint32_t kv0, uint32_t n_kv, void *full);
 
 /* ---- tp.c: the group's backend table (needs CUDA and NCCL) ---- */
 

@@ -93,8 +93,8 @@ uint32_t llmi_cuda_tp_kv_owner(uint32_t n_head_kv, uint32_t n, uint32_t head) {
 
 /* Whether every rank's columns [c0, c0 + n_cols) of a weight of `type`
  * fall on its blocks; names the first that does not in why. */
-static bool cols_on_blocks(const llmi_weight *w, const char *name, uint32_t n,
-                           const uint32_t *c0, const uint32_t *n_cols, char *why, size_t cap) {
+static bool cols_on_blocks(const llmi_weight *w, const char *name, uint32_t n, const uint32_t *c0,
+                           const uint32_t *n_cols, char *why, size_t cap) {
     uint32_t block, bytes;
     char tbuf[24];
     if (!w->data)
@@ -162,14 +162,18 @@ llm_status llmi_cuda_tp_check(const llm_model *m, uint32_t n, char *why, size_t 
         if (splits(m, k, scratch, sizeof scratch) && len + 8 < sizeof ok)
             len += (size_t)snprintf(ok + len, sizeof ok - len, "%s%u", len ? ", " : "", k);
     if (n == 0 || n > LLMI_CUDA_TP_MAX) {
-        snprintf(why, cap, "tensor_parallel %u: groups of 1 to %u GPUs are supported (sizes "
-                 "that work for model '%s': %s)", n, LLMI_CUDA_TP_MAX, m->name, ok);
+        snprintf(why, cap,
+                 "tensor_parallel %u: groups of 1 to %u GPUs are supported (sizes "
+                 "that work for model '%s': %s)",
+                 n, LLMI_CUDA_TP_MAX, m->name, ok);
         return LLM_ERR_UNSUPPORTED;
     }
     if (splits(m, n, scratch, sizeof scratch))
         return LLM_OK;
-    snprintf(why, cap, "model '%s' cannot run at tensor_parallel %u on GPUs: %s (sizes that work: "
-             "%s)", m->name, n, scratch, ok);
+    snprintf(why, cap,
+             "model '%s' cannot run at tensor_parallel %u on GPUs: %s (sizes that work: "
+             "%s)",
+             m->name, n, scratch, ok);
     return LLM_ERR_UNSUPPORTED;
 }
 
@@ -187,8 +191,8 @@ bool llmi_cuda_tp_repack_cols(const llmi_weight *w, uint32_t c0, uint32_t n_cols
         return false;
     const size_t from = (size_t)(c0 / block) * bytes, len = (size_t)(n_cols / block) * bytes;
     for (int64_t i = 0; i < w->rows; i++)
-        memcpy((char *)dst + (size_t)i * len, (const char *)w->data + (size_t)i * w->row_bytes + from,
-               len);
+        memcpy((char *)dst + (size_t)i * len,
+               (const char *)w->data + (size_t)i * w->row_bytes + from, len);
     return true;
 }
 
@@ -282,8 +286,7 @@ llm_status llmi_cuda_tp_rank_make(const llm_model *m, uint32_t n, uint32_t r,
         const struct {
             int role;
             uint32_t c0, n_cols;
-        } cut[2] = {{LLMI_ROLE_O, (uint32_t)q0, (uint32_t)nq},
-                    {LLMI_ROLE_DOWN, sh->ff0, sh->n_ff}};
+        } cut[2] = {{LLMI_ROLE_O, (uint32_t)q0, (uint32_t)nq}, {LLMI_ROLE_DOWN, sh->ff0, sh->n_ff}};
         for (int i = 0; i < 2; i++) {
             const llmi_weight *w = &src[cut[i].role];
             if (!w->data)
@@ -326,8 +329,8 @@ void llmi_cuda_tp_kv_gather(const void *full, uint32_t n, uint32_t n_head_kv, si
                (size_t)n_kv * head_bytes);
 }
 
-void llmi_cuda_tp_kv_scatter(const void *part, uint32_t n, uint32_t n_head_kv,
-                             size_t head_bytes, uint32_t kv0, uint32_t n_kv, void *full) {
+void llmi_cuda_tp_kv_scatter(const void *part, uint32_t n, uint32_t n_head_kv, size_t head_bytes,
+                             uint32_t kv0, uint32_t n_kv, void *full) {
     for (uint32_t i = 0; i < n; i++)
         memcpy((char *)full + ((size_t)i * n_head_kv + kv0) * head_bytes,
                (const char *)part + (size_t)i * n_kv * head_bytes, (size_t)n_kv * head_bytes);

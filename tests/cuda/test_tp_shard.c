@@ -213,7 +213,8 @@ static void check_cols_slice(const llmi_weight *whole, const llmi_weight *slice,
     assert_int_equal(slice->type, whole->type);
     assert_int_equal(slice->row_bytes, llmi_ttype_row_bytes(whole->type, n_cols));
     float *scratch = malloc((size_t)whole->cols * sizeof *scratch);
-    float *want = malloc((size_t)n_cols * sizeof *want), *got = malloc((size_t)n_cols * sizeof *got);
+    float *want = malloc((size_t)n_cols * sizeof *want),
+          *got = malloc((size_t)n_cols * sizeof *got);
     assert_true(scratch && want && got);
     for (int64_t i = 0; i < whole->rows; i++) {
         whole_row_cols(whole, i, c0, n_cols, scratch, want);
@@ -277,8 +278,7 @@ static void check_rank_models(const llm_model *m, uint32_t n) {
                                 sizeof(llmi_weight));
             assert_memory_equal(&dst[LLMI_ROLE_FFN_NORM], &src[LLMI_ROLE_FFN_NORM],
                                 sizeof(llmi_weight));
-            check_cols_slice(&src[LLMI_ROLE_O], &dst[LLMI_ROLE_O], sh->head0 * hd,
-                             sh->n_head * hd);
+            check_cols_slice(&src[LLMI_ROLE_O], &dst[LLMI_ROLE_O], sh->head0 * hd, sh->n_head * hd);
             check_cols_slice(&src[LLMI_ROLE_DOWN], &dst[LLMI_ROLE_DOWN], sh->ff0, sh->n_ff);
         }
         /* After the upload only shapes remain, over the whole tensors. */
@@ -479,8 +479,7 @@ static void test_kv_rows(void **state) {
             for (uint32_t i = 0; i < rows; i++)
                 for (uint32_t h = 0; h < n_kv; h++)
                     assert_memory_equal(part[r] + (i * n_kv + h) * head_bytes,
-                                        full + (i * n_head_kv + kv0 + h) * head_bytes,
-                                        head_bytes);
+                                        full + (i * n_head_kv + kv0 + h) * head_bytes, head_bytes);
         }
         /* kv_read: the first holder of each head puts it back. */
         memset(back, 0x5A, full_bytes);
@@ -520,8 +519,8 @@ static void test_smollm2(void **state) {
         skip();
     char ok[64], why[512];
     check_sizes(m, ok, sizeof ok);
-    printf("SmolLM2 (%u heads, %u KV heads): sizes that work %s\n", m->hp.n_head,
-           m->hp.n_head_kv, ok);
+    printf("SmolLM2 (%u heads, %u KV heads): sizes that work %s\n", m->hp.n_head, m->hp.n_head_kv,
+           ok);
     assert_int_equal(llmi_cuda_tp_check(m, 2, why, sizeof why), LLM_ERR_UNSUPPORTED);
     printf("  tp 2: %s\n", why);
     assert_non_null(strstr(why, "9 attention heads do not split in 2"));
