@@ -5,6 +5,7 @@
  * its instance's stream, so copies, reads, writes and steps take effect in
  * the order they are issued, as the table's contract asks. */
 #include "cuda_backend.h"
+#include "tp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +295,7 @@ static const llmi_backend_ops table = {
     .sync = cuda_sync,
     .step_set_f32_activations = llmi_cuda_step_set_f32_activations,
     .device_count = llmi_cuda_device_count,
+    .group = llmi_cuda_tp_group,
 };
 
 const llmi_backend_ops *llmi_cuda_table(void) { return &table; }

@@ -40,11 +40,12 @@ CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/
 CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
-# tests/cuda/test_*.c: host tests of the plug-in's pure host code (cuda/layout.c),
+# tests/cuda/test_*.c: host tests of the plug-in's pure host code (cuda/layout.c,
+# cuda/tp_shard.c),
 # C like the files they test
 CUDA_TEST_C_SRC := $(sort $(wildcard tests/cuda/test_*.c))
 CUDA_TEST_BIN += $(CUDA_TEST_C_SRC:tests/cuda/%.c=$(BUILD)/tests/cuda/%)
-CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o
+CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o $(BUILD)/obj-cuda/cuda/tp_shard.o
 
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -174,6 +174,24 @@ void llmi_cuda_gemm_plans_free(llmi_cuda_instance *inst);
 
 /* ---- step.c ---- */
 
+/* Uploads the step descriptor (one copy through pinned memory) and points
+ * d at its arrays on the device. */
+llm_status llmi_cuda_step_upload(llmi_cuda_step *s, const llmi_step *st, llmi_cuda_dev_step *d);
+/* The phases of llmi_cuda_step_layers, each enqueued on the stream, so a
+ * tensor-parallel group (tp.c) can run them rank by rank and all-reduce
+ * s->hout between them:
+ *   embed            x = embd_scale * embed(token)
+ *   layer_attention  xb = attn_norm(x) (after x += post_ffn_norm(hout) of
+ *                    layer l - 1), attention, hout = Wo att
+ *   layer_ffn        x += post_attn_norm(hout); xb = ffn_norm(x);
+ *                    hout = Wdown act(Wgate xb) * Wup xb
+ *   finish           x += post_ffn_norm(hout) of the last layer */
+llm_status llmi_cuda_step_embed(llmi_cuda_step *s, const llmi_cuda_dev_step *d, uint32_t n_rows);
+llm_status llmi_cuda_step_layer_attention(llmi_cuda_step *s, llmi_cuda_kv *kv, uint32_t layer,
+                                          const llmi_cuda_dev_step *d, uint32_t n_rows,
+                                          uint32_t block_size, uint32_t max_pos);
+llm_status llmi_cuda_step_layer_ffn(llmi_cuda_step *s, uint32_t layer, uint32_t n_rows);
+llm_status llmi_cuda_step_finish(llmi_cuda_step *s, uint32_t n_rows);
 /* Enqueues a step's layers for n_rows rows (embedding to the last residual
  * add) on the stream, reading the descriptor at d; checks `interrupt`
  * (may be NULL) between layers. */

@@ -21,6 +21,8 @@ llm_status llmi_cuda_error(llm_status status, const char *fmt, ...)
  * cudaErrorMemoryAllocation and LLM_ERR_BACKEND for anything else, with a
  * message naming `what` and CUDA's own words. */
 llm_status llmi_cuda_check(cudaError_t err, const char *what);
+/* The message the calling thread's last llmi_cuda_error recorded. */
+const char *llmi_cuda_last_message(void);
 void llmi_cuda_log(llm_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -7,15 +7,19 @@
 #include <stdio.h>
 
 static const llmi_plugin_host *host;
+/* The calling thread's last message, for code that must report a first
+ * failure after later calls recorded others (tp.c). */
+static _Thread_local char last_message[1024];
 
 llm_status llmi_cuda_error(llm_status status, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(last_message, sizeof last_message, fmt, ap);
     va_end(ap);
-    return host ? host->set_error(status, msg) : status;
+    return host ? host->set_error(status, last_message) : status;
 }
+
+const char *llmi_cuda_last_message(void) { return last_message; }
 
 void llmi_cuda_log(llm_log_level level, const char *fmt, ...) {
     if (!host)

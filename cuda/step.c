@@ -196,6 +196,10 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     return LLM_OK;
 }
 
+llm_status llmi_cuda_step_upload(cuda_step *s, const llmi_step *st, dev_step *d) {
+    return upload_step(s, st, d);
+}
+
 #define KCHECK(call, what) LLMI_TRY(llmi_cuda_call((call), (what)))
 
 static const float *vec(const llmi_cu_matrix *w) { return (const float *)w->data; }
@@ -265,18 +269,17 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
     };
     KCHECK(llmi_cu_attention(stream, &a), "attention");
     LLMI_TRY(mm_input(s, s->att, n, s->q_dim));
-    LLMI_TRY(mm(s, LW(LLMI_ROLE_O), NULL, s->hout, hp->n_embd));
-    /* x += post_attn_norm(hout); xb = ffn_norm(x). */
-    KCHECK(llmi_cu_add_rmsnorm(stream, s->x, s->hout, vec(LW(LLMI_ROLE_POST_ATTN_NORM)),
-                               vec(LW(LLMI_ROLE_FFN_NORM)), hp->rms_eps, n, hp->n_embd, s->xb),
-           "residual add and norm");
-    return LLM_OK;
+    return mm(s, LW(LLMI_ROLE_O), NULL, s->hout, hp->n_embd);
 }
 
-/* hout = down(act(gate xb) * up xb); the residual add is the next norm's. */
+/* x += post_attn_norm(hout); xb = ffn_norm(x); hout = down(act(gate xb) *
+ * up xb); the residual add of hout is the next norm's. */
 static llm_status ffn_block(cuda_step *s, uint32_t l, uint32_t n) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
+    KCHECK(llmi_cu_add_rmsnorm(s->inst->stream, s->x, s->hout, vec(LW(LLMI_ROLE_POST_ATTN_NORM)),
+                               vec(LW(LLMI_ROLE_FFN_NORM)), hp->rms_eps, n, hp->n_embd, s->xb),
+           "residual add and norm");
     LLMI_TRY(mm_input(s, s->xb, n, hp->n_embd));
     LLMI_TRY(mm(s, LW(LLMI_ROLE_GATE), NULL, s->gate, hp->n_ff));
     LLMI_TRY(mm(s, LW(LLMI_ROLE_UP), NULL, s->up, hp->n_ff));
@@ -288,42 +291,66 @@ static llm_status ffn_block(cuda_step *s, uint32_t l, uint32_t n) {
 #undef LW
 }
 
-llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step *d, uint32_t n_rows,
-                                 uint32_t block_size, uint32_t max_pos,
-                                 const atomic_int *interrupt) {
+/* ---- the phases of a step (cuda_backend.h): the single-GPU path runs
+ * them back to back, a tensor-parallel group (tp.c) rank by rank with an
+ * all-reduce of hout after each layer phase ---- */
+
+llm_status llmi_cuda_step_embed(cuda_step *s, const dev_step *d, uint32_t n) {
+    const llmi_hparams *hp = &s->m->hp;
+    KCHECK(llmi_cu_embed(s->inst->stream, llmi_cuda_model_w(s->w, LLMI_ROLE_TOKEN_EMBD), d->token,
+                         n, hp->features.embd_scale, s->x),
+           "embedding");
+    return LLM_OK;
+}
+
+llm_status llmi_cuda_step_layer_attention(cuda_step *s, llmi_cuda_kv *kv, uint32_t l,
+                                          const dev_step *d, uint32_t n, uint32_t block_size,
+                                          uint32_t max_pos) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
     cudaStream_t stream = s->inst->stream;
-    const step_geom g = {n_rows, block_size, max_pos};
-    const uint32_t n = n_rows;
-    KCHECK(llmi_cu_embed(stream, llmi_cuda_model_w(w, LLMI_ROLE_TOKEN_EMBD), d->token, n,
-                         hp->features.embd_scale, s->x),
-           "embedding");
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
+    const step_geom g = {n, block_size, max_pos};
+    const float *attn_norm = vec(llmi_cuda_layer_w(w, l, LLMI_ROLE_ATTN_NORM));
+    if (l == 0)
+        KCHECK(llmi_cu_rmsnorm(stream, s->x, attn_norm, hp->rms_eps, n, hp->n_embd, s->xb),
+               "the attention norm");
+    else
+        KCHECK(llmi_cu_add_rmsnorm(stream, s->x, s->hout,
+                                   vec(llmi_cuda_layer_w(w, l - 1, LLMI_ROLE_POST_FFN_NORM)),
+                                   attn_norm, hp->rms_eps, n, hp->n_embd, s->xb),
+               "residual add and norm");
+    return attention_block(s, kv, l, &g, d);
+}
+
+llm_status llmi_cuda_step_layer_ffn(cuda_step *s, uint32_t l, uint32_t n) {
+    return ffn_block(s, l, n);
+}
+
+llm_status llmi_cuda_step_finish(cuda_step *s, uint32_t n) {
+    const llmi_hparams *hp = &s->m->hp;
+    if (hp->n_layer > 0)
+        KCHECK(llmi_cu_add_rmsnorm(
+                   s->inst->stream, s->x, s->hout,
+                   vec(llmi_cuda_layer_w(s->w, hp->n_layer - 1, LLMI_ROLE_POST_FFN_NORM)), NULL,
+                   hp->rms_eps, n, hp->n_embd, s->xb),
+               "residual add");
+    return LLM_OK;
+}
+
+llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step *d, uint32_t n_rows,
+                                 uint32_t block_size, uint32_t max_pos,
+                                 const atomic_int *interrupt) {
+    LLMI_TRY(llmi_cuda_step_embed(s, d, n_rows));
+    for (uint32_t l = 0; l < s->m->hp.n_layer; l++) {
         /* Stops issuing work; what was issued finishes and writes only the
          * rows' K/V slots. */
         if (interrupt && atomic_load_explicit(interrupt, memory_order_relaxed))
             return llmi_cuda_error(LLM_ERR_CANCELLED,
                                    "interrupted (llm_session_interrupt) at layer %u", l);
-        const float *attn_norm = vec(llmi_cuda_layer_w(w, l, LLMI_ROLE_ATTN_NORM));
-        if (l == 0)
-            KCHECK(llmi_cu_rmsnorm(stream, s->x, attn_norm, hp->rms_eps, n, hp->n_embd, s->xb),
-                   "the attention norm");
-        else
-            KCHECK(llmi_cu_add_rmsnorm(stream, s->x, s->hout,
-                                       vec(llmi_cuda_layer_w(w, l - 1, LLMI_ROLE_POST_FFN_NORM)),
-                                       attn_norm, hp->rms_eps, n, hp->n_embd, s->xb),
-                   "residual add and norm");
-        LLMI_TRY(attention_block(s, kv, l, &g, d));
-        LLMI_TRY(ffn_block(s, l, n));
+        LLMI_TRY(llmi_cuda_step_layer_attention(s, kv, l, d, n_rows, block_size, max_pos));
+        LLMI_TRY(llmi_cuda_step_layer_ffn(s, l, n_rows));
     }
-    if (hp->n_layer > 0)
-        KCHECK(
-            llmi_cu_add_rmsnorm(stream, s->x, s->hout,
-                                vec(llmi_cuda_layer_w(w, hp->n_layer - 1, LLMI_ROLE_POST_FFN_NORM)),
-                                NULL, hp->rms_eps, n, hp->n_embd, s->xb),
-            "residual add");
-    return LLM_OK;
+    return llmi_cuda_step_finish(s, n_rows);
 }
 
 llm_status llmi_cuda_step_logits(cuda_step *s, const uint32_t *rows, uint32_t n) {

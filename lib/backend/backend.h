@@ -51,7 +51,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define LLMI_BACKEND_VERSION 2
+#define LLMI_BACKEND_VERSION 3
 #define LLMI_BACKEND_VERSION_MIN 1
 #define LLMI_BACKEND_MAX 8 /* registered backends at once */
 
@@ -164,6 +164,20 @@ typedef struct llmi_backend_ops {
      * after probe succeeded; 0 makes the backend unavailable. NULL: one
      * device, id 0. */
     llm_status (*device_count)(uint32_t *out);
+
+    /* ---- version 3 ---- */
+    /* Optional: tensor parallelism across n_ranks (> 1) of this backend's
+     * devices, devices[r] the device of rank r (distinct, each below
+     * device_count: the core checks). *out is a table whose entries run
+     * the whole group, one model split across the ranks (docs/
+     * tensor-parallel.md); its `device` arguments and config.device are 0.
+     * The backend keeps the table for the life of the process, one per
+     * distinct device list, so the shared weights (keyed by table) of a
+     * group load once. A model that does not split is refused by the
+     * group's weights_load. NULL: the backend offers no groups, and
+     * tensor_parallel > 1 on it is refused. */
+    llm_status (*group)(uint32_t n_ranks, const int32_t *devices,
+                        const struct llmi_backend_ops **out);
 } llmi_backend_ops;
 
 /* ---- registry ---- */

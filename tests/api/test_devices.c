@@ -265,7 +265,16 @@ static void test_session_errors(void **state) {
     d.backend = "auto";
     expect_fail(&d, LLM_ERR_UNSUPPORTED, "sizes that work: 1, 3");
     d.backend = "tpu9000";
-    expect_fail(&d, LLM_ERR_UNSUPPORTED, "CPU ranks only, not on backend 'tpu9000'");
+    expect_fail(&d, LLM_ERR_UNSUPPORTED, "no backend named 'tpu9000'");
+    /* GPU ranks: the CUDA plug-in's group, refused here with the reason
+     * the plug-in cannot run, or for want of a second GPU. */
+    d.backend = "cuda";
+    if (find_backend("cuda", &cuda) >= 0 && !cuda.available) {
+        expect_fail(&d, LLM_ERR_UNSUPPORTED, "backend 'cuda' is not available: ");
+        expect_fail(&d, LLM_ERR_UNSUPPORTED, cuda.reason);
+    } else if (find_backend("cuda", &cuda) >= 0 && cuda.n_devices < 2) {
+        expect_fail(&d, LLM_ERR_UNSUPPORTED, "needs 2 devices; it has 1");
+    }
     d.backend = "cpu";
     d.tensor_parallel = 9;
     expect_fail(&d, LLM_ERR_UNSUPPORTED, "at most 8 CPU ranks");

@@ -9,10 +9,16 @@
  *     not loaded (this test disables plug-ins: LLM_PLUGIN_PATH=none);
  *   - "auto": the first available backend other than the CPU, each one
  *     skipped logged with why; the CPU when there is none;
- *   - a session created on a backend's device 1 opens that device. */
+ *   - a session created on a backend's device 1 opens that device;
+ *   - tensor_parallel > 1 on a backend that offers groups (version 3's
+ *     `group` entry) runs the table it returns, on the devices asked for
+ *     (here the CPU ranks' table stands in for a GPU group); devices
+ *     listed twice or missing, too few devices, and backends without
+ *     groups are refused. */
 #include "sched_util.h"
 
 #include "backend/backend.h"
+#include "backend/tp/tp.h"
 
 static llm_model *g_model;
 
@@ -30,7 +36,28 @@ static llm_status count_two(uint32_t *n) {
     return LLM_OK;
 }
 
+static llm_status count_four(uint32_t *n) {
+    *n = 4;
+    return LLM_OK;
+}
+
 static int32_t g_opened_device = -1;
+
+/* What the last call of group_cpu_ranks was asked for. */
+static uint32_t g_group_ranks;
+static int32_t g_group_devices[8];
+static llm_status g_group_status = LLM_OK;
+
+static llm_status group_cpu_ranks(uint32_t n_ranks, const int32_t *devices,
+                                  const llmi_backend_ops **out) {
+    *out = NULL;
+    g_group_ranks = n_ranks;
+    memcpy(g_group_devices, devices, n_ranks * sizeof *devices);
+    if (g_group_status != LLM_OK)
+        return llmi_error(g_group_status, "the group's devices cannot reach each other");
+    *out = llmi_backend_tp(n_ranks);
+    return LLM_OK;
+}
 
 /* Devices of the fake backends are all the CPU's device 0 underneath. */
 static llm_status open_recording(const llmi_backend_config *cfg, void **out) {
@@ -56,7 +83,7 @@ static llmi_backend_ops fake(const char *name, llm_status (*probe)(void),
     return ops;
 }
 
-static llmi_backend_ops g_broken, g_empty, g_two, g_v1, g_cuda;
+static llmi_backend_ops g_broken, g_empty, g_two, g_v1, g_cuda, g_quad;
 
 static char g_log[4096];
 
@@ -234,6 +261,109 @@ static void test_session_on_device(void **state) {
     llmi_session_free(s);
 }
 
+/* One decode step of a 3-token prompt on `s`, and its last row's logits. */
+static void decode_prompt(llm_session *s, float *logits, uint32_t n_vocab) {
+    llm_seq_id seq;
+    assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(4, &b), LLM_OK);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(llm_batch_add(b, seq, i, (llm_token)(5 + 7 * i), i == 2), LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    const float *row = NULL;
+    assert_int_equal(llm_session_logits(s, 2, &row), LLM_OK);
+    memcpy(logits, row, n_vocab * sizeof *logits);
+    llm_batch_free(b);
+    assert_int_equal(llm_seq_close(s, seq), LLM_OK);
+}
+
+static void expect_refused(const llm_device_params *d, llm_status want, const char *text) {
+    assert_null(create(d, want));
+    if (!strstr(llmi_error_message(), text))
+        fail_msg("'%s' does not say '%s'", llmi_error_message(), text);
+}
+
+static void test_groups(void **state) {
+    (void)state;
+    assert_int_equal(llmi_backend_register(&g_quad), LLM_OK);
+    const uint32_t n_vocab = g_model->hp.n_vocab;
+    float *want = malloc(n_vocab * sizeof *want), *got = malloc(n_vocab * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    llm_device_params d;
+    llm_device_params_init(&d);
+    d.backend = "quad";
+    llm_session *s = create(&d, LLM_OK); /* tensor_parallel 1: the backend itself */
+    assert_ptr_equal(s->eng->ops, &g_quad);
+    decode_prompt(s, want, n_vocab);
+    llmi_session_free(s);
+
+    /* Devices 0 .. N-1 by default; the group's table runs the session on
+     * its "device" 0. */
+    d.tensor_parallel = 2;
+    g_group_ranks = 0;
+    s = create(&d, LLM_OK);
+    assert_int_equal(g_group_ranks, 2);
+    assert_int_equal(g_group_devices[0], 0);
+    assert_int_equal(g_group_devices[1], 1);
+    assert_ptr_equal(s->eng->ops, llmi_backend_tp(2));
+    assert_int_equal(s->eng->device, 0);
+    decode_prompt(s, got, n_vocab);
+    /* The CPU ranks standing in for the group are exact. */
+    assert_memory_equal(got, want, n_vocab * sizeof *got);
+    llmi_session_free(s);
+
+    /* The caller's devices, in the caller's order; "auto" picks the
+     * backend with groups too. */
+    int32_t ids[4] = {3, 1, 0, 2};
+    d.devices = ids;
+    d.n_devices = 4;
+    d.tensor_parallel = 4;
+    d.backend = "auto";
+    s = create(&d, LLM_OK);
+    assert_int_equal(g_group_ranks, 4);
+    assert_memory_equal(g_group_devices, ids, sizeof ids);
+    assert_ptr_equal(s->eng->ops, llmi_backend_tp(4));
+    llmi_session_free(s);
+
+    d.backend = "quad";
+    ids[2] = 1;
+    expect_refused(&d, LLM_ERR_INVALID_ARGUMENT, "device 1 is listed twice");
+    ids[2] = 4;
+    expect_refused(&d, LLM_ERR_INVALID_ARGUMENT, "backend 'quad' has no device 4");
+    ids[2] = -1;
+    expect_refused(&d, LLM_ERR_INVALID_ARGUMENT, "no device -1");
+    d.devices = NULL;
+    d.n_devices = 0;
+    d.tensor_parallel = 5;
+    expect_refused(&d, LLM_ERR_UNSUPPORTED, "needs 5 devices; it has 4");
+    /* "auto" runs CPU ranks instead (the model is checked when it loads). */
+    d.backend = "auto";
+    llmi_session_device dev = {NULL, -1};
+    assert_int_equal(llmi_session_device_resolve(&d, &dev), LLM_OK);
+    assert_ptr_equal(dev.ops, llmi_backend_tp(5));
+    d.backend = "quad";
+    /* The group entry's own failure comes back as it said it. */
+    d.tensor_parallel = 2;
+    g_group_status = LLM_ERR_BACKEND;
+    expect_refused(&d, LLM_ERR_BACKEND, "cannot reach each other");
+    g_group_status = LLM_OK;
+
+    /* A backend without groups keeps refusing; "auto" falls back to CPU
+     * ranks when what it picks has none. */
+    llmi_backend_unregister("quad");
+    assert_int_equal(llmi_backend_register(&g_two), LLM_OK);
+    d.backend = "two";
+    expect_refused(&d, LLM_ERR_UNSUPPORTED, "backend 'two' does not split a model");
+    d.backend = "auto";
+    s = create(&d, LLM_OK);
+    assert_ptr_equal(s->eng->ops, llmi_backend_tp(2));
+    llmi_session_free(s);
+    llmi_backend_unregister("two");
+    free(want);
+    free(got);
+}
+
 static int setup(void **state) {
     (void)state;
     g_model = tiny_model(64, 99);
@@ -243,6 +373,8 @@ static int setup(void **state) {
     g_v1 = fake("v1", NULL, count_zero);
     g_v1.version = 1;
     g_cuda = fake("cuda", NULL, count_two);
+    g_quad = fake("quad", NULL, count_four);
+    g_quad.group = group_cpu_ranks;
     return 0;
 }
 
@@ -260,6 +392,7 @@ int main(void) {
         cmocka_unit_test(test_by_name),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_session_on_device),
+        cmocka_unit_test(test_groups),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -118,8 +118,11 @@ static void test_load_failures(void **state) {
     (void)state;
     char path[600];
     fake("version", path, sizeof path);
-    expect_load_fails(path, LLM_ERR_UNSUPPORTED,
-                      "backend 'cuda' has interface version 99; this library takes 1 to 2");
+    char want[128];
+    snprintf(want, sizeof want,
+             "backend 'cuda' has interface version 99; this library takes %d to %d",
+             LLMI_BACKEND_VERSION_MIN, LLMI_BACKEND_VERSION);
+    expect_load_fails(path, LLM_ERR_UNSUPPORTED, want);
     fake("noentry", path, sizeof path);
     expect_load_fails(path, LLM_ERR_BAD_FORMAT,
                       "has no entry point llmi_backend_plugin_init: it is not a libllminfer "
