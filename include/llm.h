@@ -1091,11 +1091,12 @@ typedef struct llm_device_params {
     const int32_t *devices;
     uint32_t n_devices;
     /** Devices one model is split across (default 1; 0 means 1). More
-     *  than 1 (at most 8) runs that many CPU ranks as threads (backend
-     *  NULL, "cpu" or "auto"; docs/tensor-parallel.md), which give the
-     *  CPU's logits bit for bit; a model whose attention heads do not
-     *  split that way gives ::LLM_ERR_UNSUPPORTED naming the sizes that
-     *  work. */
+     *  than 1 (at most 8): on backend "cpu" (or NULL), that many CPU ranks
+     *  as threads, which give the CPU's logits bit for bit; on "cuda",
+     *  that many GPUs of one process joined by NCCL; "auto" picks "cuda"
+     *  when it has enough devices, else CPU ranks
+     *  (docs/tensor-parallel.md). A model that does not split that way
+     *  gives ::LLM_ERR_UNSUPPORTED naming the sizes that work. */
     uint32_t tensor_parallel;
 } llm_device_params;
 
@@ -1110,9 +1111,9 @@ LLM_LEGACY_INIT(llm_device_params)
  * llm_session_create(): a backend that is not registered, or not available
  * here, gives ::LLM_ERR_UNSUPPORTED with a message saying why ("backend
  * 'cuda' is not available: the CUDA plug-in is not installed") or, for an
- * unknown name, which backends there are; tensor_parallel > 1 on another
- * backend than the CPU, or for a model that does not split, gives
- * ::LLM_ERR_UNSUPPORTED; a device id the backend does not have (anything
+ * unknown name, which backends there are; tensor_parallel > 1 on a
+ * backend that cannot split a model across its devices, or for a model
+ * that does not split, gives ::LLM_ERR_UNSUPPORTED; a device id the backend does not have (anything
  * but 0 on "cpu"), or `devices` that do not match tensor_parallel, give
  * ::LLM_ERR_INVALID_ARGUMENT. Caller frees `*out` with llm_session_free().
  */
