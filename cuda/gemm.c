@@ -2,8 +2,9 @@
  * weight already stored in the operand type (BF16, or F32 with f32
  * activations: llmi_cuda_gemm_in_place) is multiplied where it lies in one
  * matmul; any other has its rows dequantized a chunk at a time (bf16, or
- * f32) into scratch, then one cuBLASLt matmul per chunk, with f32 output. Row-major y[n][m] = x[n][k] * W[m][k]^T is, in cuBLASLt's
- * column-major terms, C (m x n, ld y_stride) = op(A)^T (A: W as k x m, ld k)
+ * f32) into scratch, then one cuBLASLt matmul per chunk, with f32 output. Row-major y[n][m] =
+ * x[n][k] * W[m][k]^T is, in cuBLASLt's column-major terms, C (m x n, ld y_stride) = op(A)^T (A: W
+ * as k x m, ld k)
  * * B (x as k x n, ld k): the "TN" product tensor cores like best. Each
  * shape's descriptors and algorithm are set up once per instance (the
  * heuristic query costs more than a small matmul) and kept. */

@@ -68,7 +68,7 @@ struct attn_params {
     uint32_t n_head, group, head_dim, kv_dim, block_size, n_splits, window;
     const uint32_t *pos, *seq, *block_start, *blocks;
     float scale;
-    float *scratch;      /* [n_rows][n_head][n_splits][2 + head_dim]: m, l, acc */
+    float *scratch;       /* [n_rows][n_head][n_splits][2 + head_dim]: m, l, acc */
     const uint32_t *rows; /* grid row z is row rows[z]; NULL: row z */
 };
 
@@ -465,9 +465,9 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
                            a->out_stride < (uint64_t)a->n_head * a->head_dim)))
         return cudaErrorInvalidValue;
     const bool tiled = a->n_tiles > 0;
-    if (tiled && (!a->tiles || a->n_tiles > a->n_rows || a->n_decode_rows > a->n_rows ||
-                  (a->n_decode_rows && !a->decode_rows) ||
-                  a->head_dim > LLMI_CU_PREFILL_MAX_HEAD_DIM))
+    if (tiled &&
+        (!a->tiles || a->n_tiles > a->n_rows || a->n_decode_rows > a->n_rows ||
+         (a->n_decode_rows && !a->decode_rows) || a->head_dim > LLMI_CU_PREFILL_MAX_HEAD_DIM))
         return cudaErrorInvalidValue;
     if (a->n_rows == 0)
         return cudaSuccess;
@@ -499,11 +499,10 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
     if (smem > 48 * 1024)
         return cudaErrorInvalidValue;
     if (tiled) {
-        const prefill_params f = {a->q,         a->q_stride,   a->out,        a->out_stride,
-                                  a->k_cache,   a->v_cache,    p.group,       a->head_dim,
-                                  a->kv_dim,    a->block_size, a->window,     a->pos,
-                                  a->seq,       a->block_start, a->blocks,    a->tiles,
-                                  a->scale};
+        const prefill_params f = {
+            a->q,    a->q_stride,    a->out,    a->out_stride, a->k_cache, a->v_cache,
+            p.group, a->head_dim,    a->kv_dim, a->block_size, a->window,  a->pos,
+            a->seq,  a->block_start, a->blocks, a->tiles,      a->scale};
         cudaError_t err;
         if (a->cache_type == LLMI_T_F32)
             err = launch_prefill<LLMI_T_F32>(stream, f, a->n_tiles, a->n_head);

@@ -315,8 +315,8 @@ static uint32_t run_length(const uint32_t *pos, const uint32_t *seq, uint32_t n_
 }
 
 void llmi_cuda_prefill_plan(const uint32_t *pos, const uint32_t *seq, uint32_t n_rows,
-                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles,
-                            uint32_t *decode, uint32_t *n_decode) {
+                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles, uint32_t *decode,
+                            uint32_t *n_decode) {
     const bool fits = head_dim <= LLMI_CU_PREFILL_MAX_HEAD_DIM;
     uint32_t nt = 0, nd = 0;
     for (uint32_t r = 0; r < n_rows;) {
@@ -324,8 +324,7 @@ void llmi_cuda_prefill_plan(const uint32_t *pos, const uint32_t *seq, uint32_t n
         if (fits && len >= LLMI_CU_PREFILL_MIN_ROWS) {
             for (uint32_t t = 0; t < len; t += LLMI_CU_PREFILL_TILE) {
                 tiles[2 * nt] = r + t;
-                tiles[2 * nt + 1] =
-                    len - t < LLMI_CU_PREFILL_TILE ? len - t : LLMI_CU_PREFILL_TILE;
+                tiles[2 * nt + 1] = len - t < LLMI_CU_PREFILL_TILE ? len - t : LLMI_CU_PREFILL_TILE;
                 nt++;
             }
         } else {

@@ -117,8 +117,8 @@ uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows);
  * goes, in order, to `decode`. Room needed: n_rows pairs and n_rows rows.
  * No tiles at all when head_dim is over LLMI_CU_PREFILL_MAX_HEAD_DIM. */
 void llmi_cuda_prefill_plan(const uint32_t *pos, const uint32_t *seq, uint32_t n_rows,
-                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles,
-                            uint32_t *decode, uint32_t *n_decode);
+                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles, uint32_t *decode,
+                            uint32_t *n_decode);
 
 /* ---- CUDA graphs of small steps ----
  * A step of a few rows (decode, speculative verification) is replayed from
