@@ -11,7 +11,9 @@
  * check against the CPU backend's code on machines without a GPU.
  *
  * Results never depend on what else is in the batch: a row's output comes
- * from the same reduction order whatever the other rows are. */
+ * from the same reduction order whatever the other rows are. One choice is
+ * the host's: attention rows it gives the prefill kernel (runs of rows of
+ * one sequence) round differently from rows it gives the split kernel. */
 #ifndef LLMI_CUDA_KERNELS_H
 #define LLMI_CUDA_KERNELS_H
 
