@@ -275,7 +275,8 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(const prefill_
 #pragma unroll
         for (int i = 0; i < (int)PF_TILE; i++)
             acc[c][i] = 0.0f;
-    const uint32_t kb0 = kmin / PF_KEYS * PF_KEYS, n_chunks = (kmax - kb0) / PF_KEYS + 1;
+    uint32_t kb0, n_chunks;
+    llmi_cu_prefill_chunks(p0, n, a.window, PF_KEYS, &kb0, &n_chunks);
     for (uint32_t chunk = 0; chunk < n_chunks; chunk++) {
         const uint32_t kb = kb0 + chunk * PF_KEYS;
         if (tid < PF_KEYS) {
@@ -308,8 +309,8 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(const prefill_
         const uint32_t kp = kb + lane;
 #pragma unroll
         for (int k = 0; k < PF_ROWS; k++) {
-            const uint32_t i = 4 * (PF_WARPS * (k / 4) + warp) + k % 4, qp = p0 + i;
-            const bool ok = i < n && kp <= qp && kp >= llmi_cu_attn_first(qp, a.window);
+            const uint32_t i = llmi_cu_prefill_row(warp, PF_WARPS, k);
+            const bool ok = llmi_cu_prefill_sees(p0, n, a.window, i, kp);
             const float sv = ok ? sc[k] * a.scale : -INFINITY;
             const float mx = fmaxf(m[k], warp_max(sv));
             float p = 0.0f, c = 1.0f; /* nothing seen yet: the state stays zero */
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(const prefill_
     if (lane == 0) {
 #pragma unroll
         for (int k = 0; k < PF_ROWS; k++)
-            ls[4 * (PF_WARPS * (k / 4) + warp) + k % 4] = l[k];
+            ls[llmi_cu_prefill_row(warp, PF_WARPS, k)] = l[k];
     }
     __syncthreads();
 #pragma unroll
