@@ -216,11 +216,11 @@ struct prefill_params {
     float scale;
 };
 
-/* Shared memory: weights pt[PF_KEYS][PF_PSTRIDE], queries qt[head_dim][PF_TILE]
- * (transposed: a warp's rows are one float4 pair per dimension), K or V
- * kv[PF_KEYS][head_dim + 1] (an odd stride for the even head sizes models
- * use: lanes reading one key each hit distinct banks), rescale factors and sums [PF_TILE] each, slots
- * [PF_KEYS]. */
+/* Shared memory: weights pt[PF_KEYS][PF_PSTRIDE], queries
+ * qt[head_dim][PF_TILE] (transposed: a warp's rows are one float4 pair per
+ * dimension), K or V kv[PF_KEYS][head_dim + 1] (an odd stride for the even
+ * head sizes models use: lanes reading one key each hit distinct banks),
+ * rescale factors and sums [PF_TILE] each, slots [PF_KEYS]. */
 size_t prefill_smem(uint32_t hd) {
     return sizeof(float) * ((size_t)PF_KEYS * PF_PSTRIDE + (size_t)hd * PF_TILE +
                             (size_t)PF_KEYS * (hd + 1) + 2 * PF_TILE) +
