@@ -62,7 +62,8 @@ $(CUDA_PLUGIN): $(CUDA_OBJ)
 
 # Host tests link the plug-in's objects (they call its kernels' launchers
 # and its host functions directly) and the test archive (the CPU reference).
-$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.h)
+$(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.h) \
+		$(wildcard tests/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka \
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl

@@ -125,10 +125,14 @@ typedef struct llmi_cuda_step {
     bool graphs_off; /* LLM_CUDA_GRAPHS=0 */
 } llmi_cuda_step;
 
-/* The descriptor's arrays as device pointers. */
+/* The descriptor's arrays as device pointers, and the attention's split
+ * between the prefill and the split kernel (llmi_cuda_prefill_plan; zero
+ * and NULL: every row takes the split kernel, as graphs do). */
 typedef struct llmi_cuda_dev_step {
     const int32_t *token;
     const uint32_t *pos, *seq, *block_start, *blocks, *logit_rows;
+    const uint32_t *tiles, *decode_rows;
+    uint32_t n_tiles, n_decode_rows;
 } llmi_cuda_dev_step;
 
 /* llmi_cuda_check that also clears CUDA's per-thread last error after a
@@ -164,8 +168,9 @@ void llmi_cuda_weights_free(void *weights);
  * CUBLAS_STATUS_ALLOC_FAILED). */
 llm_status llmi_cuda_lt_check(cublasStatus_t st, const char *what);
 /* y[r][o] = sum_i W[o][i] x[r][i] (+ bias[o]) for n rows through cuBLASLt:
- * W's rows are dequantized `chunk` at a time into deq (bf16, or f32 when
- * f32 is set), x is already in that type, dense [n][W.cols] (x_ld =
+ * W itself when it is stored in the operand type (llmi_cuda_gemm_in_place),
+ * else its rows dequantized `chunk` at a time into deq (bf16, or f32 when
+ * f32 is set); x is already in that type, dense [n][W.cols] (x_ld =
  * W.cols). The plan of each shape is made on first use and kept. */
 llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, const void *x,
                           uint32_t n, const float *bias, float *y, uint32_t y_stride, bool f32,

@@ -469,6 +469,36 @@ LLMI_HD uint32_t llmi_cu_attn_first(uint32_t pos, uint32_t window) {
     return window && pos >= window ? pos - window + 1 : 0;
 }
 
+/* ---- prefill tiles ----
+ * A tile of n rows of one sequence at positions p0 .. p0 + n - 1. */
+
+/* The keys the tile reads, [first(p0), p0 + n - 1], as n_chunks chunks of
+ * `chunk` positions from kb0, aligned to multiples of chunk so that a row's
+ * chunks do not depend on the tile it is in. */
+LLMI_HD void llmi_cu_prefill_chunks(uint32_t p0, uint32_t n, uint32_t window, uint32_t chunk,
+                                    uint32_t *kb0, uint32_t *n_chunks) {
+    const uint32_t kmin = llmi_cu_attn_first(p0, window), kmax = p0 + n - 1;
+    *kb0 = kmin / chunk * chunk;
+    *n_chunks = (kmax - *kb0) / chunk + 1;
+}
+
+/* Whether row i of the tile sees the key at kp: the keys the split kernel
+ * gives a row at p0 + i, [first(p0 + i), p0 + i]; none for rows past n. */
+LLMI_HD bool llmi_cu_prefill_sees(uint32_t p0, uint32_t n, uint32_t window, uint32_t i,
+                                  uint32_t kp) {
+    if (i >= n)
+        return false;
+    const uint32_t qp = p0 + i;
+    return kp <= qp && kp >= llmi_cu_attn_first(qp, window);
+}
+
+/* The tile row whose scores warp `warp` of n_warps keeps in its register k:
+ * groups of four rows (one float4 of the transposed queries), group g of
+ * the warp at float4 n_warps * g + warp. */
+LLMI_HD uint32_t llmi_cu_prefill_row(uint32_t warp, uint32_t n_warps, uint32_t k) {
+    return 4 * (n_warps * (k / 4) + warp) + k % 4;
+}
+
 /* ---- RoPE ---- */
 
 /* theta_i of pair i at position pos as the CPU's rope_table computes it:

@@ -1,8 +1,10 @@
-/* The tensor-core path for batches wider than the GEMV kernel takes: the
- * weight's rows dequantized a chunk at a time (bf16, or f32 with f32
- * activations) into scratch, then one cuBLASLt matmul per chunk with f32
- * output. Row-major y[n][m] = x[n][k] * W[m][k]^T is, in cuBLASLt's
- * column-major terms, C (m x n, ld y_stride) = op(A)^T (A: W as k x m, ld k)
+/* The tensor-core path for batches wider than the GEMV kernel takes: a
+ * weight already stored in the operand type (BF16, or F32 with f32
+ * activations: llmi_cuda_gemm_in_place) is multiplied where it lies in one
+ * matmul; any other has its rows dequantized a chunk at a time (bf16, or
+ * f32) into scratch, then one cuBLASLt matmul per chunk, with f32 output. Row-major y[n][m] =
+ * x[n][k] * W[m][k]^T is, in cuBLASLt's column-major terms, C (m x n, ld y_stride) = op(A)^T (A: W
+ * as k x m, ld k)
  * * B (x as k x n, ld k): the "TN" product tensor cores like best. Each
  * shape's descriptors and algorithm are set up once per instance (the
  * heuristic query costs more than a small matmul) and kept. */
@@ -128,12 +130,22 @@ static llm_status plan_get(llmi_cuda_instance *inst, uint32_t m, uint32_t n, uin
 llm_status llmi_cuda_gemm(llmi_cuda_instance *inst, const llmi_cu_matrix *w, const void *x,
                           uint32_t n, const float *bias, float *y, uint32_t y_stride, bool f32,
                           void *deq, size_t deq_bytes) {
+    const float alpha = 1.0f, beta = 0.0f;
+    if (llmi_cuda_gemm_in_place(w->type, f32)) {
+        llmi_cuda_gemm_plan *p;
+        LLMI_TRY(plan_get(inst, w->rows, n, w->cols, y_stride, f32, bias != NULL, &p));
+        if (bias)
+            LLMI_TRY(set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        return llmi_cuda_lt_check(cublasLtMatmul(inst->lt, p->desc, &alpha, w->data, p->a, x, p->b,
+                                                 &beta, y, p->c, y, p->c, &p->algo, inst->workspace,
+                                                 inst->workspace_bytes, inst->stream),
+                                  "running a matmul");
+    }
     const uint32_t chunk = llmi_cuda_chunk_rows(w->rows, w->cols, f32 ? 4 : 2, deq_bytes);
     if (chunk == 0)
         return llmi_cuda_error(LLM_ERR_INTERNAL,
                                "dequantization scratch of %zu bytes is too small for %u columns",
                                deq_bytes, w->cols);
-    const float alpha = 1.0f, beta = 0.0f;
     for (uint32_t row0 = 0; row0 < w->rows; row0 += chunk) {
         const uint32_t mc = w->rows - row0 < chunk ? w->rows - row0 : chunk;
         LLMI_TRY(llmi_cuda_call(llmi_cu_dequantize(inst->stream, w, row0, mc, !f32, deq),

@@ -11,7 +11,9 @@
  * check against the CPU backend's code on machines without a GPU.
  *
  * Results never depend on what else is in the batch: a row's output comes
- * from the same reduction order whatever the other rows are. */
+ * from the same reduction order whatever the other rows are. One choice is
+ * the host's: attention rows it gives the prefill kernel (runs of rows of
+ * one sequence) round differently from rows it gives the split kernel. */
 #ifndef LLMI_CUDA_KERNELS_H
 #define LLMI_CUDA_KERNELS_H
 
@@ -136,7 +138,27 @@ typedef struct llmi_cu_attention_args {
     float scale;      /* 1/sqrt(head_dim) unless the model says otherwise */
     uint32_t window;  /* a query at p sees keys at q with p - q < window; 0: all q <= p */
     float *scratch;   /* llmi_cu_attention_scratch_floats(...) floats */
+    /* Appended; all zero: every row takes the split kernel, as before.
+     * n_tiles > 0: the prefill kernel takes the rows of n_tiles tiles
+     * (pairs {first row, rows} at `tiles`, device memory, laid out by
+     * llmi_cuda_prefill_plan: 1 .. LLMI_CU_PREFILL_TILE consecutive rows of
+     * one sequence at consecutive positions, their K/V already stored) and
+     * the split kernel only the n_decode_rows rows listed at decode_rows.
+     * The host counts both, so the grid sizes are known at launch. */
+    const uint32_t *tiles;
+    uint32_t n_tiles;
+    const uint32_t *decode_rows;
+    uint32_t n_decode_rows;
 } llmi_cu_attention_args;
+
+/* The prefill kernel's query tile (rows of one sequence per CTA and head),
+ * the shortest run of rows it is given (shorter runs and long contexts of
+ * few rows parallelize better split over their keys), and the largest
+ * head it takes (its shared memory holds the tile's queries and 32 keys'
+ * K and V in f32). */
+#define LLMI_CU_PREFILL_TILE 32u
+#define LLMI_CU_PREFILL_MIN_ROWS 32u
+#define LLMI_CU_PREFILL_MAX_HEAD_DIM 256u
 
 /* Scratch the attention of n_rows rows over at most max_ctx positions
  * needs (split-KV partials). */
@@ -145,9 +167,14 @@ size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32
 
 /* Causal attention of each row over its sequence's keys at positions
  * [first, pos[r]] (first = pos - window + 1 with a window, else 0), GQA
- * (head h reads KV head h / (n_head / n_head_kv)), softmax in f32. Keys are
- * processed in splits of LLMI_CU_ATTN_SPLIT positions whose partial results
- * (max, sum, weighted values) are merged in split order. */
+ * (head h reads KV head h / (n_head / n_head_kv)), softmax in f32. The
+ * split kernel processes a row's keys in splits of LLMI_CU_ATTN_SPLIT
+ * positions whose partial results (max, sum, weighted values) are merged
+ * in split order. The prefill kernel (tiles) streams the keys of a tile's
+ * sequence once per tile and head, 32 positions at a time aligned to
+ * multiples of 32, with an online softmax; a row's result there depends
+ * only on its own position and keys too, but differs in rounding from the
+ * split kernel's. Plain f32 FMA, no tensor cores. */
 cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a);
 
 /* Copies the first n_slots slots of block src to block dst, in each of the

@@ -9,9 +9,9 @@
  * (device_math.h's llmi_cu_softmax_merge) and divides. Scores are
  * dot(q, k) * scale in f32, as the CPU computes them.
  *
- * The same kernels serve prompts (every row attends on its own); a
- * flash-style prefill path that tiles the queries of one sequence is not
- * written yet. */
+ * Prompts: runs of rows of one sequence (llmi_cuda_prefill_plan) go to
+ * the prefill kernel below, which reads each key once per tile of queries
+ * and head instead of once per row; the rest take the split kernel. */
 #include "device_math.h"
 #include "kernels.h"
 
@@ -68,7 +68,8 @@ struct attn_params {
     uint32_t n_head, group, head_dim, kv_dim, block_size, n_splits, window;
     const uint32_t *pos, *seq, *block_start, *blocks;
     float scale;
-    float *scratch; /* [n_rows][n_head][n_splits][2 + head_dim]: m, l, acc */
+    float *scratch;       /* [n_rows][n_head][n_splits][2 + head_dim]: m, l, acc */
+    const uint32_t *rows; /* grid row z is row rows[z]; NULL: row z */
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -95,13 +96,14 @@ __device__ float block_reduce(float v, bool is_max) {
     return s;
 }
 
-/* The partial of split blockIdx.x of head blockIdx.y of row blockIdx.z. */
+/* The partial of split blockIdx.x of head blockIdx.y of grid row
+ * blockIdx.z. */
 template <llmi_ttype T>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(const attn_params a) {
     extern __shared__ float smem[]; /* q[head_dim], p[SPLIT], slots[SPLIT] */
     float *q = smem, *p = smem + a.head_dim;
     uint32_t *slots = (uint32_t *)(p + SPLIT);
-    const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const uint32_t split = blockIdx.x, h = blockIdx.y, r = a.rows ? a.rows[blockIdx.z] : blockIdx.z;
     const uint32_t pos = a.pos[r], first = llmi_cu_attn_first(pos, a.window);
     const uint32_t start = first + split * SPLIT;
     if (start > pos)
@@ -150,11 +152,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(const attn_par
     }
 }
 
-/* Row blockIdx.y, head blockIdx.x: the row's partials merged in split
- * order, then divided by the total weight. */
+/* Grid row blockIdx.y, head blockIdx.x: the row's partials merged in
+ * split order, then divided by the total weight. */
 __global__ void __launch_bounds__(ATTN_THREADS)
     attn_merge_kernel(const attn_params a, float *__restrict__ out, uint32_t out_stride) {
-    const uint32_t h = blockIdx.x, r = blockIdx.y, hd = a.head_dim;
+    const uint32_t h = blockIdx.x, r = a.rows ? a.rows[blockIdx.y] : blockIdx.y, hd = a.head_dim;
     const uint32_t pos = a.pos[r], first = llmi_cu_attn_first(pos, a.window);
     const uint32_t n_splits = (pos - first) / SPLIT + 1;
     const float *part = a.scratch + ((size_t)r * a.n_head + h) * a.n_splits * (2 + hd);
@@ -179,6 +181,221 @@ void launch_attention(cudaStream_t stream, const attn_params &p, uint32_t n_rows
     const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
     attn_split_kernel<T><<<dim3(p.n_splits, p.n_head, n_rows), ATTN_THREADS, smem, stream>>>(p);
     attn_merge_kernel<<<dim3(p.n_head, n_rows), ATTN_THREADS, 0, stream>>>(p, out, out_stride);
+}
+
+/* ---- prefill attention ----
+ * One CTA per (tile, head): the tile's queries (up to PF_TILE consecutive
+ * rows of one sequence at consecutive positions p0 ..) stay in shared
+ * memory while the sequence's keys [first(p0), last row's pos] stream
+ * through it PF_KEYS positions at a time, chunks aligned to multiples of
+ * PF_KEYS (so a row's chunks, and its arithmetic, do not depend on the
+ * tile it is in). K is loaded, scored, then V replaces it in the same
+ * buffer. Each warp owns PF_ROWS rows' scores and online-softmax state
+ * (max m, sum l, replicated over its lanes; lane j is key kb + j); each
+ * thread owns the output columns d = tid + PF_THREADS * c of every row in
+ * registers (acc). Keys outside [first(p0), last] are never read (a
+ * windowed sequence may have dropped them) and count as zero. */
+
+constexpr uint32_t PF_TILE = LLMI_CU_PREFILL_TILE;
+constexpr uint32_t PF_KEYS = 32; /* one per lane */
+constexpr int PF_THREADS = 128;
+constexpr int PF_WARPS = PF_THREADS / 32;
+constexpr int PF_ROWS = PF_TILE / PF_WARPS;
+constexpr uint32_t PF_PSTRIDE = PF_TILE + 4; /* float4 rows of weights per key */
+static_assert(PF_TILE % (4 * PF_WARPS) == 0 && PF_ROWS % 4 == 0, "tile layout");
+static_assert(PF_THREADS * 2 >= LLMI_CU_PREFILL_MAX_HEAD_DIM, "two columns per thread at most");
+
+struct prefill_params {
+    const float *q;
+    uint32_t q_stride;
+    float *out;
+    uint32_t out_stride;
+    const void *k_cache, *v_cache;
+    uint32_t group, head_dim, kv_dim, block_size, window;
+    const uint32_t *pos, *seq, *block_start, *blocks, *tiles;
+    float scale;
+};
+
+/* Shared memory: weights pt[PF_KEYS][PF_PSTRIDE], queries
+ * qt[head_dim][PF_TILE] (transposed: a warp's rows are one float4 pair per
+ * dimension), K or V kv[PF_KEYS][head_dim + 1] (an odd stride for the even
+ * head sizes models use: lanes reading one key each hit distinct banks),
+ * rescale factors and sums [PF_TILE] each, slots [PF_KEYS]. */
+size_t prefill_smem(uint32_t hd) {
+    return sizeof(float) * ((size_t)PF_KEYS * PF_PSTRIDE + (size_t)hd * PF_TILE +
+                            (size_t)PF_KEYS * (hd + 1) + 2 * PF_TILE) +
+           sizeof(uint32_t) * PF_KEYS;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+/* kv[j][d] = the cache's element d of key j's head (0 for a key whose slot
+ * is UINT32_MAX); publishes it to the CTA. */
+template <llmi_ttype T>
+__device__ __forceinline__ void prefill_load(float *kv, const void *cache, const uint32_t *slots,
+                                             size_t kv_dim, size_t kv_off, uint32_t hd) {
+    for (uint32_t i = threadIdx.x; i < PF_KEYS * hd; i += PF_THREADS) {
+        const uint32_t j = i / hd, d = i % hd, slot = slots[j];
+        kv[j * (hd + 1) + d] =
+            slot != UINT32_MAX ? kv_load<T>(cache, (size_t)slot * kv_dim + kv_off + d) : 0.0f;
+    }
+    __syncthreads();
+}
+
+/* Tile blockIdx.x, head blockIdx.y. DCH: output columns per thread
+ * (head_dim <= DCH * PF_THREADS). */
+template <llmi_ttype T, int DCH>
+__global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(const prefill_params a) {
+    extern __shared__ float4 smem4[];
+    const uint32_t hd = a.head_dim;
+    float *pt = (float *)smem4, *qt = pt + PF_KEYS * PF_PSTRIDE, *kv = qt + (size_t)hd * PF_TILE;
+    float *cs = kv + PF_KEYS * (hd + 1), *ls = cs + PF_TILE;
+    uint32_t *slots = (uint32_t *)(ls + PF_TILE);
+    const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, h = blockIdx.y;
+    const uint32_t row0 = a.tiles[2 * blockIdx.x], n = a.tiles[2 * blockIdx.x + 1];
+    const uint32_t p0 = a.pos[row0], s = a.seq[row0];
+    const uint32_t kmin = llmi_cu_attn_first(p0, a.window), kmax = p0 + n - 1;
+    const size_t kv_off = (size_t)(h / a.group) * hd;
+    for (uint32_t i = tid; i < hd * PF_TILE; i += PF_THREADS) {
+        const uint32_t r = i % PF_TILE, d = i / PF_TILE;
+        qt[i] = r < n ? a.q[(size_t)(row0 + r) * a.q_stride + (size_t)h * hd + d] : 0.0f;
+    }
+    float m[PF_ROWS], l[PF_ROWS], acc[DCH][PF_TILE];
+#pragma unroll
+    for (int k = 0; k < PF_ROWS; k++) {
+        m[k] = -INFINITY;
+        l[k] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < DCH; c++)
+#pragma unroll
+        for (int i = 0; i < (int)PF_TILE; i++)
+            acc[c][i] = 0.0f;
+    uint32_t kb0, n_chunks;
+    llmi_cu_prefill_chunks(p0, n, a.window, PF_KEYS, &kb0, &n_chunks);
+    for (uint32_t chunk = 0; chunk < n_chunks; chunk++) {
+        const uint32_t kb = kb0 + chunk * PF_KEYS;
+        if (tid < PF_KEYS) {
+            const uint32_t kp = kb + tid;
+            slots[tid] = kp >= kmin && kp <= kmax
+                             ? llmi_cu_kv_slot(a.block_start, a.blocks, a.block_size, s, kp)
+                             : UINT32_MAX;
+        }
+        __syncthreads(); /* slots; qt on the first chunk */
+        prefill_load<T>(kv, a.k_cache, slots, a.kv_dim, kv_off, hd);
+        /* Scores of this warp's rows 4 * PF_WARPS * g + 4 * warp + e (two
+         * float4 groups g of rows) against key kb + lane. */
+        float sc[PF_ROWS];
+#pragma unroll
+        for (int k = 0; k < PF_ROWS; k++)
+            sc[k] = 0.0f;
+        const float *kr = kv + lane * (hd + 1);
+        for (uint32_t d = 0; d < hd; d++) {
+            const float kd = kr[d];
+            const float4 *qd = (const float4 *)(qt + (size_t)d * PF_TILE);
+#pragma unroll
+            for (int g = 0; g < PF_ROWS / 4; g++) {
+                const float4 q4 = qd[PF_WARPS * g + warp];
+                sc[4 * g + 0] = fmaf(q4.x, kd, sc[4 * g + 0]);
+                sc[4 * g + 1] = fmaf(q4.y, kd, sc[4 * g + 1]);
+                sc[4 * g + 2] = fmaf(q4.z, kd, sc[4 * g + 2]);
+                sc[4 * g + 3] = fmaf(q4.w, kd, sc[4 * g + 3]);
+            }
+        }
+        const uint32_t kp = kb + lane;
+#pragma unroll
+        for (int k = 0; k < PF_ROWS; k++) {
+            const uint32_t i = llmi_cu_prefill_row(warp, PF_WARPS, k);
+            const bool ok = llmi_cu_prefill_sees(p0, n, a.window, i, kp);
+            const float sv = ok ? sc[k] * a.scale : -INFINITY;
+            const float mx = fmaxf(m[k], warp_max(sv));
+            float p = 0.0f, c = 1.0f; /* nothing seen yet: the state stays zero */
+            if (mx != -INFINITY) {
+                c = m[k] == -INFINITY ? 0.0f : llmi_cu_softmax_weight(m[k], mx);
+                p = ok ? llmi_cu_softmax_weight(sv, mx) : 0.0f;
+            }
+            l[k] = l[k] * c + warp_sum(p);
+            m[k] = mx;
+            pt[lane * PF_PSTRIDE + i] = p;
+            if (lane == 0)
+                cs[i] = c;
+        }
+        __syncthreads(); /* every score read K: V may replace it */
+        prefill_load<T>(kv, a.v_cache, slots, a.kv_dim, kv_off, hd);
+#pragma unroll
+        for (int c = 0; c < DCH; c++) {
+            const uint32_t d = tid + c * PF_THREADS;
+            if (d < hd) {
+#pragma unroll
+                for (int i = 0; i < (int)PF_TILE; i++)
+                    acc[c][i] *= cs[i];
+                for (uint32_t j = 0; j < PF_KEYS; j++) {
+                    const float v = kv[j * (hd + 1) + d];
+                    const float4 *pj = (const float4 *)(pt + j * PF_PSTRIDE);
+#pragma unroll
+                    for (int g = 0; g < (int)PF_TILE / 4; g++) {
+                        const float4 p4 = pj[g];
+                        acc[c][4 * g + 0] = fmaf(p4.x, v, acc[c][4 * g + 0]);
+                        acc[c][4 * g + 1] = fmaf(p4.y, v, acc[c][4 * g + 1]);
+                        acc[c][4 * g + 2] = fmaf(p4.z, v, acc[c][4 * g + 2]);
+                        acc[c][4 * g + 3] = fmaf(p4.w, v, acc[c][4 * g + 3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* V, pt, cs and slots are free for the next chunk */
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < PF_ROWS; k++)
+            ls[llmi_cu_prefill_row(warp, PF_WARPS, k)] = l[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < DCH; c++) {
+        const uint32_t d = tid + c * PF_THREADS;
+        if (d < hd) {
+#pragma unroll
+            for (int i = 0; i < (int)PF_TILE; i++)
+                if (i < (int)n)
+                    a.out[(size_t)(row0 + i) * a.out_stride + (size_t)h * hd + d] =
+                        acc[c][i] / ls[i];
+        }
+    }
+}
+
+template <llmi_ttype T, int DCH>
+cudaError_t launch_prefill_dch(cudaStream_t stream, const prefill_params &p, uint32_t n_tiles,
+                               uint32_t n_head) {
+    const size_t smem = prefill_smem(p.head_dim);
+    if (smem > 48 * 1024) {
+        int dev = 0, optin = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess)
+            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (err != cudaSuccess)
+            return err;
+        if (smem > (size_t)optin)
+            return cudaErrorInvalidValue;
+        err = cudaFuncSetAttribute(attn_prefill_kernel<T, DCH>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess)
+            return err;
+    }
+    attn_prefill_kernel<T, DCH><<<dim3(n_tiles, n_head), PF_THREADS, smem, stream>>>(p);
+    return cudaSuccess;
+}
+
+template <llmi_ttype T>
+cudaError_t launch_prefill(cudaStream_t stream, const prefill_params &p, uint32_t n_tiles,
+                           uint32_t n_head) {
+    if (p.head_dim <= PF_THREADS)
+        return launch_prefill_dch<T, 1>(stream, p, n_tiles, n_head);
+    return launch_prefill_dch<T, 2>(stream, p, n_tiles, n_head);
 }
 
 bool cache_type_ok(llmi_ttype t) { return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16; }
@@ -248,6 +465,11 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
         (a->n_rows > 1 && (a->q_stride < (uint64_t)a->n_head * a->head_dim ||
                            a->out_stride < (uint64_t)a->n_head * a->head_dim)))
         return cudaErrorInvalidValue;
+    const bool tiled = a->n_tiles > 0;
+    if (tiled &&
+        (!a->tiles || a->n_tiles > a->n_rows || a->n_decode_rows > a->n_rows ||
+         (a->n_decode_rows && !a->decode_rows) || a->head_dim > LLMI_CU_PREFILL_MAX_HEAD_DIM))
+        return cudaErrorInvalidValue;
     if (a->n_rows == 0)
         return cudaSuccess;
     /* Keys a row sees: at most max_pos + 1, and at most the window. */
@@ -272,15 +494,34 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
     p.blocks = a->blocks;
     p.scale = a->scale;
     p.scratch = a->scratch;
+    p.rows = tiled ? a->decode_rows : NULL;
+    const uint32_t n_split_rows = tiled ? a->n_decode_rows : a->n_rows;
     const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
     if (smem > 48 * 1024)
         return cudaErrorInvalidValue;
+    if (tiled) {
+        const prefill_params f = {
+            a->q,    a->q_stride,    a->out,    a->out_stride, a->k_cache, a->v_cache,
+            p.group, a->head_dim,    a->kv_dim, a->block_size, a->window,  a->pos,
+            a->seq,  a->block_start, a->blocks, a->tiles,      a->scale};
+        cudaError_t err;
+        if (a->cache_type == LLMI_T_F32)
+            err = launch_prefill<LLMI_T_F32>(stream, f, a->n_tiles, a->n_head);
+        else if (a->cache_type == LLMI_T_F16)
+            err = launch_prefill<LLMI_T_F16>(stream, f, a->n_tiles, a->n_head);
+        else
+            err = launch_prefill<LLMI_T_BF16>(stream, f, a->n_tiles, a->n_head);
+        if (err != cudaSuccess)
+            return err;
+    }
+    if (n_split_rows == 0)
+        return cudaGetLastError();
     if (a->cache_type == LLMI_T_F32)
-        launch_attention<LLMI_T_F32>(stream, p, a->n_rows, a->out, a->out_stride);
+        launch_attention<LLMI_T_F32>(stream, p, n_split_rows, a->out, a->out_stride);
     else if (a->cache_type == LLMI_T_F16)
-        launch_attention<LLMI_T_F16>(stream, p, a->n_rows, a->out, a->out_stride);
+        launch_attention<LLMI_T_F16>(stream, p, n_split_rows, a->out, a->out_stride);
     else
-        launch_attention<LLMI_T_BF16>(stream, p, a->n_rows, a->out, a->out_stride);
+        launch_attention<LLMI_T_BF16>(stream, p, n_split_rows, a->out, a->out_stride);
     return cudaGetLastError();
 }
 

@@ -306,6 +306,37 @@ uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows) {
     return max;
 }
 
+/* Rows from r on that continue row r's run: same sequence, next position. */
+static uint32_t run_length(const uint32_t *pos, const uint32_t *seq, uint32_t n_rows, uint32_t r) {
+    uint32_t e = r + 1;
+    while (e < n_rows && seq[e] == seq[e - 1] && (uint64_t)pos[e] == (uint64_t)pos[e - 1] + 1)
+        e++;
+    return e - r;
+}
+
+void llmi_cuda_prefill_plan(const uint32_t *pos, const uint32_t *seq, uint32_t n_rows,
+                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles, uint32_t *decode,
+                            uint32_t *n_decode) {
+    const bool fits = head_dim <= LLMI_CU_PREFILL_MAX_HEAD_DIM;
+    uint32_t nt = 0, nd = 0;
+    for (uint32_t r = 0; r < n_rows;) {
+        const uint32_t len = run_length(pos, seq, n_rows, r);
+        if (fits && len >= LLMI_CU_PREFILL_MIN_ROWS) {
+            for (uint32_t t = 0; t < len; t += LLMI_CU_PREFILL_TILE) {
+                tiles[2 * nt] = r + t;
+                tiles[2 * nt + 1] = len - t < LLMI_CU_PREFILL_TILE ? len - t : LLMI_CU_PREFILL_TILE;
+                nt++;
+            }
+        } else {
+            for (uint32_t i = 0; i < len; i++)
+                decode[nd++] = r + i;
+        }
+        r += len;
+    }
+    *n_tiles = nt;
+    *n_decode = nd;
+}
+
 uint32_t llmi_cuda_graph_rows(uint32_t n_rows, uint32_t max_rows, uint32_t logit_rows) {
     if (n_rows == 0 || n_rows > LLMI_CUDA_GRAPH_MAX_ROWS || n_rows > max_rows)
         return 0;

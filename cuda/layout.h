@@ -74,6 +74,17 @@ uint32_t llmi_cuda_chunk_rows(uint32_t rows, uint32_t cols, size_t elem_bytes, s
  * LLMI_CU_GEMV_MAX_ROWS rows, else dequantize + cuBLASLt. */
 static inline bool llmi_cuda_use_gemv(uint32_t n_rows) { return n_rows <= LLMI_CU_GEMV_MAX_ROWS; }
 
+/* Whether the tensor-core path multiplies a weight of `type` where it lies
+ * (one matmul for the whole matrix) instead of converting it into scratch
+ * first: when the stored type is already the operand type, BF16 with bf16
+ * activations or F32 with f32 ones. F16 weights are converted to bf16 a
+ * chunk at a time like quantized ones: cuBLASLt takes no f16 x bf16 mix,
+ * f16 activations could overflow, and storing them as bf16 would cost the
+ * GEMV path (and the CPU agreement) three mantissa bits. */
+static inline bool llmi_cuda_gemm_in_place(llmi_ttype type, bool f32_act) {
+    return f32_act ? type == LLMI_T_F32 : type == LLMI_T_BF16;
+}
+
 /* One step context's device scratch, cut from one allocation: byte offsets
  * of f32 activations for max_rows rows (x, xb: n_embd; q, att: q_dim; k,
  * v: kv_dim; gate, up: n_ff; hout: n_embd), the rows that want logits
@@ -97,6 +108,17 @@ bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_f
 
 /* The largest position of the step's rows (the attention grid's size). */
 uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows);
+
+/* Which rows of a step the prefill attention kernel takes (kernels.h,
+ * llmi_cu_attention_args): runs of at least LLMI_CU_PREFILL_MIN_ROWS
+ * consecutive rows of one sequence at consecutive positions, cut from the
+ * run's first row into tiles of LLMI_CU_PREFILL_TILE rows (the last one
+ * shorter), written to `tiles` as pairs {first row, rows}; every other row
+ * goes, in order, to `decode`. Room needed: n_rows pairs and n_rows rows.
+ * No tiles at all when head_dim is over LLMI_CU_PREFILL_MAX_HEAD_DIM. */
+void llmi_cuda_prefill_plan(const uint32_t *pos, const uint32_t *seq, uint32_t n_rows,
+                            uint32_t head_dim, uint32_t *tiles, uint32_t *n_tiles, uint32_t *decode,
+                            uint32_t *n_decode);
 
 /* ---- CUDA graphs of small steps ----
  * A step of a few rows (decode, speculative verification) is replayed from

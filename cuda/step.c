@@ -177,11 +177,17 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
         !in_words(st, st->logit_rows, st->n_logits))
         return llmi_cuda_error(LLM_ERR_INTERNAL,
                                "step descriptor: an array lies outside its words buffer");
-    LLMI_TRY(words_reserve(s, st->n_words));
+    /* The attention's tile table and decode rows follow the descriptor's
+     * words in the same copy: at most n_rows pairs and n_rows rows. */
+    const size_t room = 3 * (size_t)st->n_rows;
+    LLMI_TRY(words_reserve(s, st->n_words + room));
     llmi_cuda_staging *stage = &s->words_stage;
     LLMI_TRY(llmi_cuda_staging_wait(stage));
-    const size_t bytes = st->n_words * sizeof(uint32_t);
-    memcpy(stage->host, st->words, bytes);
+    uint32_t *host = stage->host, *tiles = host + st->n_words, *decode = tiles + 2 * st->n_rows;
+    memcpy(host, st->words, st->n_words * sizeof(uint32_t));
+    llmi_cuda_prefill_plan(st->pos, st->seq, st->n_rows, s->m->hp.head_dim, tiles, &d->n_tiles,
+                           decode, &d->n_decode_rows);
+    const size_t bytes = (st->n_words + room) * sizeof(uint32_t);
     LLMI_TRY(llmi_cuda_call(
         cudaMemcpyAsync(s->words, stage->host, bytes, cudaMemcpyHostToDevice, s->inst->stream),
         "uploading the step"));
@@ -193,6 +199,8 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     d->block_start = dev_ptr(s, st, st->block_start);
     d->blocks = dev_ptr(s, st, st->blocks);
     d->logit_rows = dev_ptr(s, st, st->logit_rows);
+    d->tiles = s->words + st->n_words;
+    d->decode_rows = d->tiles + 2 * st->n_rows;
     return LLM_OK;
 }
 
@@ -266,6 +274,10 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
         .scale = 1.0f / sqrtf((float)hp->head_dim),
         .window = windowed ? hp->features.swa_window : 0,
         .scratch = s->attn,
+        .tiles = d->tiles,
+        .n_tiles = d->n_tiles,
+        .decode_rows = d->decode_rows,
+        .n_decode_rows = d->n_decode_rows,
     };
     KCHECK(llmi_cu_attention(stream, &a), "attention");
     LLMI_TRY(mm_input(s, s->att, n, s->q_dim));

@@ -2,8 +2,9 @@
  * against the CPU backend's code and independent references: every block
  * type's dequantization bit for bit (random blocks, quantized rows and the
  * llama.cpp-recorded Q5 blocks of tests/golden/q5-blocks.txt), f16/bf16
- * rounding, KV slot addressing over shuffled block tables, RoPE angles, the
- * split-KV softmax merge and the GLU activations. Needs no GPU: the same
+ * rounding, KV slot addressing over shuffled block tables, the prefill
+ * kernel's tiles (key chunks, causal and window masks, row layout), RoPE
+ * angles, the split-KV softmax merge and the GLU activations. Needs no GPU: the same
  * functions run in the kernels. Seeds are fixed and printed. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -295,6 +296,61 @@ static void test_kv_slot_shuffled_tables(void **state) {
     assert_int_equal(llmi_cu_attn_first(4, 4), 1);
 }
 
+/* ---- prefill tiles ---- */
+
+/* For random tiles (p0, n rows, window): a row sees exactly the keys q with
+ * q <= p and p - q < window (all q <= p without one); every key a row sees
+ * lies in the tile's chunks, which are aligned, start at or before the
+ * first key and end at or after the last; the chunks holding a row's keys
+ * are the aligned ones from its first key to its own position, whatever
+ * p0 is (so its result does not depend on the tile); and the warps' score
+ * registers hold every row of a tile once, in float4 groups. */
+static void test_prefill_tiles(void **state) {
+    (void)state;
+    rng_seed(0x5eed0008, "prefill tiles");
+    const uint32_t chunk = 32, tile = 32;
+    for (int trial = 0; trial < 3000; trial++) {
+        const uint32_t p0 = rng_below(trial % 2 ? 5000 : 70), n = 1 + rng_below(tile);
+        const uint32_t window = rng_below(3) == 0 ? 0 : 1 + rng_below(trial % 3 ? 100 : 3000);
+        uint32_t kb0, n_chunks;
+        llmi_cu_prefill_chunks(p0, n, window, chunk, &kb0, &n_chunks);
+        const uint64_t end = (uint64_t)kb0 + (uint64_t)n_chunks * chunk; /* past the last chunk */
+        assert_int_equal(kb0 % chunk, 0);
+        assert_true(kb0 <= llmi_cu_attn_first(p0, window) && end > p0 + n - 1 &&
+                    end - chunk <= p0 + n - 1);
+        for (uint32_t i = 0; i < tile; i++) {
+            const uint32_t p = p0 + i;
+            for (uint32_t q = kb0; q < end; q++) {
+                const bool want = i < n && q <= p && (window == 0 || p - q < window);
+                assert_int_equal(llmi_cu_prefill_sees(p0, n, window, i, q), want);
+            }
+            if (i >= n)
+                continue;
+            /* This row's chunks: from its first key's to its own. */
+            uint64_t lo = UINT64_MAX, hi = 0;
+            for (uint32_t q = kb0; q < end; q++)
+                if (llmi_cu_prefill_sees(p0, n, window, i, q)) {
+                    const uint64_t c = q / chunk * chunk;
+                    lo = c < lo ? c : lo;
+                    hi = c > hi ? c : hi;
+                }
+            const uint32_t first = p >= window && window ? p - window + 1 : 0;
+            assert_int_equal(lo, first / chunk * chunk);
+            assert_int_equal(hi, p / chunk * chunk);
+        }
+    }
+    const uint32_t n_warps = 4, per_warp = tile / n_warps;
+    uint8_t seen[32] = {0};
+    for (uint32_t w = 0; w < n_warps; w++)
+        for (uint32_t k = 0; k < per_warp; k++) {
+            const uint32_t r = llmi_cu_prefill_row(w, n_warps, k);
+            assert_true(r < tile);
+            assert_int_equal(seen[r]++, 0);
+            assert_int_equal(r / 4, n_warps * (k / 4) + w); /* the float4 the kernel loads */
+            assert_int_equal(r % 4, k % 4);
+        }
+}
+
 /* ---- RoPE ---- */
 
 /* The CPU's rope_table (backend/cpu/step.c, static there), transcribed: the
@@ -467,7 +523,7 @@ int main(void) {
         cmocka_unit_test(test_dequant_matches_cpu), cmocka_unit_test(test_dequant_q5_golden),
         cmocka_unit_test(test_f16_bf16_rounding),   cmocka_unit_test(test_kv_slot_shuffled_tables),
         cmocka_unit_test(test_rope_angles),         cmocka_unit_test(test_split_merge),
-        cmocka_unit_test(test_glu_activations),
+        cmocka_unit_test(test_glu_activations),     cmocka_unit_test(test_prefill_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,71 +30,7 @@ extern "C" {
 
 #include <cuda_runtime.h>
 
-static bool have_device;
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess)                                                                   \
-            fail_msg("%s: %s", #call, cudaGetErrorString(err_));                                   \
-    } while (0)
-
-#define NEED_DEVICE()                                                                              \
-    do {                                                                                           \
-        if (!have_device)                                                                          \
-            skip();                                                                                \
-    } while (0)
-
-/* ---- random numbers (splitmix64), seeds printed ---- */
-
-static uint64_t rng_state;
-static void rng_seed(uint64_t s, const char *what) {
-    rng_state = s;
-    printf("# %s: seed %llu\n", what, (unsigned long long)s);
-}
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
-static float rng_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) * 0x1.0p-53);
-}
-static void fill(float *x, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform(lo, hi);
-}
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* ---- device buffers ---- */
-
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    CU(cudaMalloc(&p, bytes ? bytes : 1));
-    CU(cudaMemset(p, 0xff, bytes ? bytes : 1)); /* NaN floats */
-    return p;
-}
-static void *dev_copy(const void *h, size_t bytes) {
-    void *p = dev_alloc(bytes);
-    CU(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return p;
-}
-static void to_host(void *h, const void *d, size_t bytes) {
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-}
-
-/* |got - want| <= tol * scale, reported with the place. */
-static void near(double got, double want, double tol, double scale, const char *what, size_t i) {
-    if (!(fabs(got - want) <= tol * scale))
-        fail_msg("%s[%zu]: %.9g, reference %.9g (tolerance %.3g)", what, i, got, want, tol * scale);
-}
+#include "kernel_test.h"
 
 /* ---- weights ---- */
 
@@ -433,47 +369,6 @@ static void test_elementwise(void **state) {
 }
 
 /* ---- paged KV cache ---- */
-
-static size_t cache_elem(llmi_ttype t) { return t == LLMI_T_F32 ? 4 : 2; }
-
-/* v rounded into the cache type, and back (the value attention reads). */
-static void cache_put(llmi_ttype t, void *cache, size_t i, float v) {
-    if (t == LLMI_T_F32)
-        ((float *)cache)[i] = v;
-    else if (t == LLMI_T_F16)
-        ((uint16_t *)cache)[i] = llmi_f32_to_f16(v);
-    else
-        ((uint16_t *)cache)[i] = llmi_f32_to_bf16(v);
-}
-static float cache_get(llmi_ttype t, const void *cache, size_t i) {
-    if (t == LLMI_T_F32)
-        return ((const float *)cache)[i];
-    if (t == LLMI_T_F16)
-        return llmi_f16_to_f32(((const uint16_t *)cache)[i]);
-    return llmi_bf16_to_f32(((const uint16_t *)cache)[i]);
-}
-
-static const llmi_ttype cache_types[] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16};
-
-/* A shuffled CSR block table: sequence s gets blocks_per_seq[s] blocks of a
- * permutation of n_blocks. */
-static void shuffled_table(uint32_t n_seqs, const uint32_t *blocks_per_seq, uint32_t n_blocks,
-                           uint32_t *block_start, uint32_t *blocks) {
-    uint32_t *perm = (uint32_t *)malloc(4 * n_blocks);
-    for (uint32_t i = 0; i < n_blocks; i++)
-        perm[i] = i;
-    for (uint32_t i = n_blocks - 1; i > 0; i--) {
-        const uint32_t j = rng_below(i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    block_start[0] = 0;
-    for (uint32_t s = 0; s < n_seqs; s++)
-        block_start[s + 1] = block_start[s] + blocks_per_seq[s];
-    assert_true(block_start[n_seqs] <= n_blocks);
-    memcpy(blocks, perm, 4 * block_start[n_seqs]);
-    free(perm);
-}
 
 static void test_kv_store(void **state) {
     (void)state;

@@ -455,6 +455,125 @@ static void test_gemv_choice_and_max_pos(void **state) {
     }
 }
 
+/* The matmul takes a weight in place exactly when its stored rows are
+ * already dense rows of the operand type (bf16, or f32 with f32
+ * activations): what the in-place cuBLASLt call relies on. */
+static void test_gemm_in_place(void **state) {
+    (void)state;
+    uint64_t s = 0x6e1;
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            const llmi_ttype type = all_types[t];
+            const llmi_ttype operand = f32 ? LLMI_T_F32 : LLMI_T_BF16;
+            assert_int_equal(llmi_cuda_gemm_in_place(type, f32), type == operand);
+            if (!llmi_cuda_gemm_in_place(type, f32))
+                continue;
+            for (int round = 0; round < 50; round++) {
+                const uint32_t cols = rng_range(&s, 1, 20000);
+                assert_int_equal(llmi_ttype_row_bytes(type, cols), (size_t)cols * (f32 ? 4 : 2));
+            }
+        }
+    /* F16 weights never go in place: no f16 x bf16 matmul. */
+    assert_false(llmi_cuda_gemm_in_place(LLMI_T_F16, false));
+    assert_false(llmi_cuda_gemm_in_place(LLMI_T_F16, true));
+}
+
+/* ---- prefill attention tiles ---- */
+
+/* Row r's run, found from r itself: the first row of its stretch of rows
+ * of one sequence at consecutive positions, and the stretch's length. */
+static void run_of(const uint32_t *pos, const uint32_t *seq, uint32_t n, uint32_t r,
+                   uint32_t *start, uint32_t *len) {
+    uint32_t a = r, b = r;
+    while (a > 0 && seq[a - 1] == seq[a] && pos[a - 1] + 1 == pos[a])
+        a--;
+    while (b + 1 < n && seq[b + 1] == seq[b] && pos[b] + 1 == pos[b + 1])
+        b++;
+    *start = a;
+    *len = b - a + 1;
+}
+
+/* A random descriptor: segments of rows of random sequences, each at
+ * consecutive positions from a random start (decode rows are segments of
+ * one); neighbouring segments sometimes continue each other. */
+static uint32_t random_rows(uint64_t *s, uint32_t *pos, uint32_t *seq, uint32_t cap) {
+    uint32_t n = 0;
+    const uint32_t want = rng_range(s, 1, cap);
+    while (n < want) {
+        const uint32_t len = rng_range(s, 0, 3) == 0 ? 1 : rng_range(s, 1, 100);
+        uint32_t sq = rng_range(s, 0, 3), p = rng_range(s, 0, 5000);
+        if (n > 0 && rng_range(s, 0, 4) == 0) { /* continues the previous row */
+            sq = seq[n - 1];
+            p = pos[n - 1] + 1;
+        }
+        for (uint32_t i = 0; i < len && n < want; i++, n++) {
+            seq[n] = sq;
+            pos[n] = p + i;
+        }
+    }
+    return n;
+}
+
+static void test_prefill_plan(void **state) {
+    (void)state;
+    enum { CAP = 600 };
+    uint32_t pos[CAP], seq[CAP], tiles[2 * CAP], decode[CAP], owner[CAP];
+    uint64_t s = 0x9f11;
+    printf("# prefill plan: seed %llu\n", (unsigned long long)s);
+    for (int round = 0; round < 2000; round++) {
+        const uint32_t n = random_rows(&s, pos, seq, CAP);
+        const uint32_t hd = round % 7 == 0 ? LLMI_CU_PREFILL_MAX_HEAD_DIM + 32 * rng_range(&s, 0, 2)
+                                           : 32 * rng_range(&s, 1, 8);
+        uint32_t nt = UINT32_MAX, nd = UINT32_MAX;
+        llmi_cuda_prefill_plan(pos, seq, n, hd, tiles, &nt, decode, &nd);
+        assert_true(nt <= n && nd <= n);
+        for (uint32_t r = 0; r < n; r++)
+            owner[r] = UINT32_MAX;
+        /* Tiles: consecutive rows of one sequence at consecutive positions. */
+        for (uint32_t t = 0; t < nt; t++) {
+            const uint32_t r0 = tiles[2 * t], len = tiles[2 * t + 1];
+            assert_true(len >= 1 && len <= LLMI_CU_PREFILL_TILE && r0 + len <= n);
+            for (uint32_t i = 0; i < len; i++) {
+                assert_int_equal(seq[r0 + i], seq[r0]);
+                assert_int_equal(pos[r0 + i], pos[r0] + i);
+                assert_int_equal(owner[r0 + i], UINT32_MAX);
+                owner[r0 + i] = t;
+            }
+        }
+        for (uint32_t i = 0; i < nd; i++) {
+            assert_true(decode[i] < n);
+            if (i > 0)
+                assert_true(decode[i] > decode[i - 1]);
+            assert_int_equal(owner[decode[i]], UINT32_MAX);
+            owner[decode[i]] = UINT32_MAX - 1;
+        }
+        /* Each row where its own run says it belongs. */
+        for (uint32_t r = 0; r < n; r++) {
+            uint32_t start, len;
+            run_of(pos, seq, n, r, &start, &len);
+            if (hd > LLMI_CU_PREFILL_MAX_HEAD_DIM || len < LLMI_CU_PREFILL_MIN_ROWS) {
+                assert_int_equal(owner[r], UINT32_MAX - 1);
+                continue;
+            }
+            assert_true(owner[r] < nt);
+            const uint32_t k = (r - start) / LLMI_CU_PREFILL_TILE;
+            const uint32_t first = start + k * LLMI_CU_PREFILL_TILE, left = len - (first - start);
+            assert_int_equal(tiles[2 * owner[r]], first);
+            assert_int_equal(tiles[2 * owner[r] + 1],
+                             left < LLMI_CU_PREFILL_TILE ? left : LLMI_CU_PREFILL_TILE);
+        }
+    }
+    /* One long prompt: ceil(n / tile) tiles, nothing left for decode. */
+    for (uint32_t r = 0; r < CAP; r++) {
+        seq[r] = 2;
+        pos[r] = 1000 + r;
+    }
+    uint32_t nt, nd;
+    llmi_cuda_prefill_plan(pos, seq, CAP, 64, tiles, &nt, decode, &nd);
+    assert_int_equal(nt, (CAP + LLMI_CU_PREFILL_TILE - 1) / LLMI_CU_PREFILL_TILE);
+    assert_int_equal(nd, 0);
+}
+
 /* ---- CUDA graph shapes ---- */
 
 static void test_graph_rows_and_max_pos(void **state) {
@@ -640,6 +759,8 @@ int main(void) {
         cmocka_unit_test(test_chunk_rows),
         cmocka_unit_test(test_scratch_plan_random),
         cmocka_unit_test(test_gemv_choice_and_max_pos),
+        cmocka_unit_test(test_gemm_in_place),
+        cmocka_unit_test(test_prefill_plan),
         cmocka_unit_test(test_graph_rows_and_max_pos),
         cmocka_unit_test(test_graph_pack),
         cmocka_unit_test(test_smollm2),

@@ -1,0 +1,375 @@
+/* The prefill attention kernel (llmi_cu_attention with a tile table) on the
+ * GPU against a double-precision reference: chunks that start mid-sequence
+ * (earlier keys already cached), prompts from position 0, tiles shorter
+ * than LLMI_CU_PREFILL_TILE and starting at any position, GQA and MQA,
+ * sliding windows, every cache type, head sizes up to
+ * LLMI_CU_PREFILL_MAX_HEAD_DIM (odd ones too), shuffled block tables of
+ * several block sizes. Rows of the same step go to the split kernel through
+ * the decode list; a row in neither list keeps its poison. A row's result
+ * is checked to be the same bits whatever tile it is in, and the decode
+ * rows the same bits as a step without tiles. A timing of an 8B-sized
+ * 2,048-token prompt (prefill against split) is printed, not asserted.
+ * Without a CUDA device every test skips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <math.h>
+
+extern "C" {
+#include <cmocka.h>
+
+#include "core/core.h"
+#include "core/ttype.h"
+}
+
+#include "device_math.h"
+#include "kernels.h"
+
+#include <cuda_runtime.h>
+
+#include "kernel_test.h"
+
+typedef struct pf_case {
+    uint32_t n_head, n_head_kv, head_dim, window, block_size;
+} pf_case;
+
+/* The step: four sequences' rows in batch order (pos, seq), the tiles and
+ * decode rows given to the kernels, and one row in neither. */
+enum { N_SEQS = 4, N_ROWS = 45 + 1 + 70 + 10 + 1 };
+static const uint32_t seq_len[N_SEQS] = {600, 45, 301, 87};
+
+static void make_rows(uint32_t *pos, uint32_t *seq) {
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < 45; i++, r++) { /* a prompt from position 0 */
+        seq[r] = 1;
+        pos[r] = i;
+    }
+    seq[r] = 2; /* a decode row */
+    pos[r++] = 300;
+    for (uint32_t i = 0; i < 70; i++, r++) { /* a chunk after 530 cached keys */
+        seq[r] = 0;
+        pos[r] = 530 + i;
+    }
+    for (uint32_t i = 0; i < 10; i++, r++) { /* a short run: the split kernel */
+        seq[r] = 3;
+        pos[r] = 77 + i;
+    }
+    seq[r] = 2; /* untouched */
+    pos[r++] = 100;
+    assert_int_equal(r, N_ROWS);
+}
+
+/* Tilings of the rows above (pairs {first row, rows}); the chunk of
+ * sequence 0 (rows 46 ..) cut two ways. */
+static const uint32_t tiles_a[] = {0, 32, 32, 13, 46, 32, 78, 32, 110, 6};
+static const uint32_t tiles_b[] = {0, 1, 1, 32, 33, 12, 46, 7, 53, 32, 85, 31};
+static const uint32_t decode_rows[] = {45, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125};
+enum { UNTOUCHED = N_ROWS - 1 };
+
+typedef struct pf_bufs {
+    llmi_cu_attention_args a;
+    uint32_t os, qd;
+    float *out; /* host copy of the output */
+} pf_bufs;
+
+static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_decode) {
+    uint32_t *dt = n_tiles ? (uint32_t *)dev_copy(tiles, 8 * n_tiles) : NULL;
+    uint32_t *dd = (uint32_t *)dev_copy(decode_rows, sizeof decode_rows);
+    CU(cudaMemset(b->a.out, 0xff, 4 * (size_t)N_ROWS * b->os));
+    b->a.tiles = dt;
+    b->a.n_tiles = n_tiles;
+    b->a.decode_rows = with_decode ? dd : NULL;
+    b->a.n_decode_rows = with_decode ? (uint32_t)(sizeof decode_rows / 4) : 0;
+    CU(llmi_cu_attention(0, &b->a));
+    to_host(b->out, b->a.out, 4 * (size_t)N_ROWS * b->os);
+    cudaFree(dt);
+    cudaFree(dd);
+}
+
+static void run_case(const pf_case *c, llmi_ttype ct) {
+    const uint32_t bs = c->block_size, hd = c->head_dim, kv_dim = c->n_head_kv * hd;
+    uint32_t per_seq[N_SEQS], n_blocks = 3, block_start[N_SEQS + 1];
+    for (uint32_t s = 0; s < N_SEQS; s++)
+        n_blocks += (per_seq[s] = (seq_len[s] + bs - 1) / bs);
+    uint32_t *blocks = (uint32_t *)malloc(4 * n_blocks), pos[N_ROWS], seq[N_ROWS];
+    shuffled_table(N_SEQS, per_seq, n_blocks, block_start, blocks);
+    make_rows(pos, seq);
+    const size_t n_slots = (size_t)n_blocks * bs, eb = cache_elem(ct);
+    uint8_t *kc = (uint8_t *)malloc(n_slots * kv_dim * eb),
+            *vc = (uint8_t *)malloc(n_slots * kv_dim * eb);
+    for (size_t i = 0; i < n_slots * kv_dim; i++) {
+        cache_put(ct, kc, i, rng_uniform(-1.0f, 1.0f));
+        cache_put(ct, vc, i, rng_uniform(-1.0f, 1.0f) + (float)(i % 5) * 0.3f);
+    }
+    pf_bufs b;
+    b.qd = c->n_head * hd;
+    b.os = b.qd + 8;
+    const uint32_t qs = b.qd + 3;
+    float *q = (float *)malloc(4 * (size_t)N_ROWS * qs);
+    fill(q, (size_t)N_ROWS * qs, -0.6f, 0.6f);
+    float *ref_tiles = (float *)malloc(4 * (size_t)N_ROWS * b.os);
+    b.out = (float *)malloc(4 * (size_t)N_ROWS * b.os);
+    llmi_cu_attention_args *a = &b.a;
+    memset(a, 0, sizeof *a);
+    a->q = (const float *)dev_copy(q, 4 * (size_t)N_ROWS * qs);
+    a->q_stride = qs;
+    a->out = (float *)dev_alloc(4 * (size_t)N_ROWS * b.os);
+    a->out_stride = b.os;
+    a->k_cache = dev_copy(kc, n_slots * kv_dim * eb);
+    a->v_cache = dev_copy(vc, n_slots * kv_dim * eb);
+    a->cache_type = ct;
+    a->n_rows = N_ROWS;
+    a->n_head = c->n_head;
+    a->n_head_kv = c->n_head_kv;
+    a->head_dim = hd;
+    a->kv_dim = kv_dim;
+    a->block_size = bs;
+    a->pos = (const uint32_t *)dev_copy(pos, sizeof pos);
+    a->seq = (const uint32_t *)dev_copy(seq, sizeof seq);
+    a->block_start = (const uint32_t *)dev_copy(block_start, sizeof block_start);
+    a->blocks = (const uint32_t *)dev_copy(blocks, 4 * n_blocks);
+    a->max_pos = 599;
+    a->scale = 1.0f / sqrtf((float)hd);
+    a->window = c->window;
+    a->scratch =
+        (float *)dev_alloc(4 * llmi_cu_attention_scratch_floats(N_ROWS, c->n_head, hd, 600));
+
+    run(&b, tiles_a, sizeof tiles_a / 8, true);
+    memcpy(ref_tiles, b.out, 4 * (size_t)N_ROWS * b.os);
+    double *w = (double *)malloc(sizeof(double) * 600);
+    for (uint32_t r = 0; r < N_ROWS; r++) {
+        if (r == UNTOUCHED) {
+            for (uint32_t i = 0; i < b.qd; i++)
+                assert_int_equal(bits_of(b.out[r * b.os + i]), 0xffffffffu);
+            continue;
+        }
+        for (uint32_t h = 0; h < c->n_head; h++) {
+            const uint32_t first = c->window && pos[r] >= c->window ? pos[r] - c->window + 1 : 0;
+            const uint32_t n = pos[r] + 1 - first, kvh = h / (c->n_head / c->n_head_kv);
+            double mx = -INFINITY, sum = 0.0;
+            for (uint32_t i = 0; i < n; i++) {
+                const uint32_t p = first + i;
+                const size_t row =
+                    ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
+                    (size_t)kvh * hd;
+                double dot = 0.0;
+                for (uint32_t d = 0; d < hd; d++)
+                    dot += (double)q[r * qs + h * hd + d] * cache_get(ct, kc, row + d);
+                w[i] = dot * a->scale;
+                mx = w[i] > mx ? w[i] : mx;
+            }
+            for (uint32_t i = 0; i < n; i++)
+                sum += (w[i] = exp(w[i] - mx));
+            for (uint32_t d = 0; d < hd; d++) {
+                double want = 0.0, mag = 0.0;
+                for (uint32_t i = 0; i < n; i++) {
+                    const uint32_t p = first + i;
+                    const size_t row =
+                        ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
+                        (size_t)kvh * hd;
+                    const double v = cache_get(ct, vc, row + d);
+                    want += w[i] / sum * v;
+                    mag += w[i] / sum * fabs(v);
+                }
+                near(b.out[r * b.os + h * hd + d], want, 2e-5, mag + 1e-6, "prefill attention",
+                     (size_t)r * b.qd + h * hd + d);
+            }
+        }
+    }
+    /* Another tiling: the same bits for every row. */
+    run(&b, tiles_b, sizeof tiles_b / 8, true);
+    for (uint32_t r = 0; r < N_ROWS; r++)
+        for (uint32_t i = 0; i < b.qd; i++)
+            if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
+                fail_msg("row %u, element %u: %.9g with one tiling, %.9g with another", r, i,
+                         b.out[r * b.os + i], ref_tiles[r * b.os + i]);
+    /* No tiles: the split kernel's rows give the bits they give with tiles. */
+    run(&b, NULL, 0, false);
+    for (size_t k = 0; k < sizeof decode_rows / 4; k++) {
+        const uint32_t r = decode_rows[k];
+        for (uint32_t i = 0; i < b.qd; i++)
+            if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
+                fail_msg("decode row %u, element %u: %.9g alone, %.9g beside tiles", r, i,
+                         b.out[r * b.os + i], ref_tiles[r * b.os + i]);
+    }
+    free(w);
+    cudaFree((void *)a->q);
+    cudaFree(a->out);
+    cudaFree((void *)a->k_cache);
+    cudaFree((void *)a->v_cache);
+    cudaFree((void *)a->pos);
+    cudaFree((void *)a->seq);
+    cudaFree((void *)a->block_start);
+    cudaFree((void *)a->blocks);
+    cudaFree(a->scratch);
+    free(blocks);
+    free(kc);
+    free(vc);
+    free(q);
+    free(ref_tiles);
+    free(b.out);
+}
+
+static void test_prefill_attention(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    rng_seed(0x6e0101, "prefill attention");
+    const pf_case cases[] = {{4, 2, 64, 0, 16},   {8, 8, 128, 0, 16}, {2, 1, 256, 0, 16},
+                             {4, 1, 64, 300, 16}, {4, 2, 80, 5, 5},   {6, 3, 96, 40, 16},
+                             {2, 2, 200, 33, 8},  {1, 1, 32, 0, 3},   {3, 1, 130, 64, 32}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t t = 0; t < 3; t++) {
+            printf("# case %zu, cache type %d\n", c, (int)cache_types[t]);
+            run_case(&cases[c], cache_types[t]);
+        }
+}
+
+static void test_prefill_refusals(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    static const uint32_t tiles[2] = {0, 1};
+    llmi_cu_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.cache_type = LLMI_T_F16;
+    a.n_rows = 1;
+    a.n_head = 2;
+    a.n_head_kv = 1;
+    a.head_dim = 64;
+    a.kv_dim = 64;
+    a.block_size = 16;
+    a.n_tiles = 1; /* no table */
+    assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
+    a.tiles = tiles;
+    a.n_tiles = 2; /* more tiles than rows */
+    assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
+    a.n_tiles = 1;
+    a.n_decode_rows = 1; /* decode rows without a list */
+    assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
+    a.n_decode_rows = 0;
+    a.head_dim = LLMI_CU_PREFILL_MAX_HEAD_DIM + 8;
+    a.kv_dim = a.head_dim;
+    assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
+}
+
+/* An 8B-sized prompt: 2,048 rows, 32 heads over 8 KV heads of 128, bf16
+ * cache; milliseconds of each path, best of three (printed for the
+ * device check's figures), and the two within rounding of each other. */
+static void test_prefill_speed(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    rng_seed(0x6e0102, "prefill speed");
+    const uint32_t n = 2048, nh = 32, nkv = 8, hd = 128, bs = 16, kv_dim = nkv * hd;
+    const uint32_t qd = nh * hd, n_blocks = n / bs;
+    uint32_t *pos = (uint32_t *)malloc(4 * n), *seq = (uint32_t *)calloc(n, 4);
+    uint32_t *tiles = (uint32_t *)malloc(8 * n), block_start[2] = {0, n_blocks};
+    uint32_t *blocks = (uint32_t *)malloc(4 * n_blocks);
+    shuffled_table(1, &n_blocks, n_blocks, block_start, blocks);
+    uint32_t n_tiles = 0;
+    for (uint32_t r = 0; r < n; r++)
+        pos[r] = r;
+    for (uint32_t r = 0; r < n; r += LLMI_CU_PREFILL_TILE, n_tiles++) {
+        tiles[2 * n_tiles] = r;
+        tiles[2 * n_tiles + 1] = LLMI_CU_PREFILL_TILE;
+    }
+    const size_t cache_elems = (size_t)n * kv_dim;
+    uint16_t *kc = (uint16_t *)malloc(2 * cache_elems), *vc = (uint16_t *)malloc(2 * cache_elems);
+    for (size_t i = 0; i < cache_elems; i++) {
+        kc[i] = llmi_f32_to_bf16(rng_uniform(-1.0f, 1.0f));
+        vc[i] = llmi_f32_to_bf16(rng_uniform(-1.0f, 1.0f));
+    }
+    float *q = (float *)malloc(4 * (size_t)n * qd);
+    fill(q, (size_t)n * qd, -0.5f, 0.5f);
+    llmi_cu_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (const float *)dev_copy(q, 4 * (size_t)n * qd);
+    a.q_stride = qd;
+    a.out = (float *)dev_alloc(4 * (size_t)n * qd);
+    a.out_stride = qd;
+    a.k_cache = dev_copy(kc, 2 * cache_elems);
+    a.v_cache = dev_copy(vc, 2 * cache_elems);
+    a.cache_type = LLMI_T_BF16;
+    a.n_rows = n;
+    a.n_head = nh;
+    a.n_head_kv = nkv;
+    a.head_dim = hd;
+    a.kv_dim = kv_dim;
+    a.block_size = bs;
+    a.pos = (const uint32_t *)dev_copy(pos, 4 * n);
+    a.seq = (const uint32_t *)dev_copy(seq, 4 * n);
+    a.block_start = (const uint32_t *)dev_copy(block_start, sizeof block_start);
+    a.blocks = (const uint32_t *)dev_copy(blocks, 4 * n_blocks);
+    a.max_pos = n - 1;
+    a.scale = 1.0f / sqrtf((float)hd);
+    a.scratch = (float *)dev_alloc(4 * llmi_cu_attention_scratch_floats(n, nh, hd, n));
+    uint32_t *dtiles = (uint32_t *)dev_copy(tiles, 8 * n_tiles);
+    float *out_split = (float *)malloc(4 * (size_t)n * qd),
+          *out_tiles = (float *)malloc(4 * (size_t)n * qd);
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    float best[2] = {INFINITY, INFINITY};
+    for (int path = 0; path < 2; path++) {
+        a.tiles = path ? dtiles : NULL;
+        a.n_tiles = path ? n_tiles : 0;
+        for (int rep = 0; rep < 4; rep++) {
+            CU(cudaEventRecord(e0, 0));
+            CU(llmi_cu_attention(0, &a));
+            CU(cudaEventRecord(e1, 0));
+            CU(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            CU(cudaEventElapsedTime(&ms, e0, e1));
+            if (rep > 0 && ms < best[path]) /* the first run loads the kernels */
+                best[path] = ms;
+        }
+        to_host(path ? out_tiles : out_split, a.out, 4 * (size_t)n * qd);
+    }
+    printf("# attention of a 2048-token prompt, 32 x 128 heads over 8 KV heads, bf16 cache: "
+           "split %.3f ms, prefill %.3f ms\n",
+           best[0], best[1]);
+    for (size_t i = 0; i < (size_t)n * qd; i++)
+        near(out_tiles[i], out_split[i], 1e-5, 1.0, "prefill against split", i);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(dtiles);
+    cudaFree((void *)a.q);
+    cudaFree(a.out);
+    cudaFree((void *)a.k_cache);
+    cudaFree((void *)a.v_cache);
+    cudaFree((void *)a.pos);
+    cudaFree((void *)a.seq);
+    cudaFree((void *)a.block_start);
+    cudaFree((void *)a.blocks);
+    cudaFree(a.scratch);
+    free(pos);
+    free(seq);
+    free(tiles);
+    free(blocks);
+    free(kc);
+    free(vc);
+    free(q);
+    free(out_split);
+    free(out_tiles);
+}
+
+static int setup(void **state) {
+    (void)state;
+    int n = 0;
+    have_device = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    if (!have_device)
+        printf("# no CUDA device: the prefill attention tests skip\n");
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_attention),
+        cmocka_unit_test(test_prefill_refusals),
+        cmocka_unit_test(test_prefill_speed),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
