@@ -196,23 +196,6 @@ bool llmi_cuda_tp_repack_cols(const llmi_weight *w, uint32_t c0, uint32_t n_cols
     return true;
 }
 
-static llmi_weight rows_view(llmi_weight w, uint64_t row0, uint64_t n_rows) {
-    if (!w.data)
-        return w;
-    w.data = (const uint8_t *)w.data + row0 * w.row_bytes;
-    w.rows = (int64_t)n_rows;
-    return w;
-}
-
-static llmi_weight vector_view(llmi_weight w, uint64_t c0, uint64_t n) {
-    if (!w.data)
-        return w;
-    w.data = (const float *)w.data + c0;
-    w.cols = (int64_t)n;
-    w.row_bytes = n * sizeof(float);
-    return w;
-}
-
 /* A column slice's shape, its data at `data`. */
 static llmi_weight cols_view(llmi_weight w, uint32_t n_cols, const void *data) {
     w.data = data;
@@ -267,7 +250,7 @@ llm_status llmi_cuda_tp_rank_make(const llm_model *m, uint32_t n, uint32_t r,
         llmi_cuda_tp_rank_free(out);
         return LLM_ERR_OUT_OF_MEMORY;
     }
-    s->w[LLMI_ROLE_OUTPUT] = rows_view(m->w[LLMI_ROLE_OUTPUT], sh->vocab0, sh->n_vocab);
+    s->w[LLMI_ROLE_OUTPUT] = llmi_weight_rows(m->w[LLMI_ROLE_OUTPUT], sh->vocab0, sh->n_vocab);
     const uint64_t hd = hp->head_dim, q0 = sh->head0 * hd, nq = sh->n_head * hd;
     const uint64_t k0 = sh->kv0 * hd, nk = sh->n_kv * hd;
     char *at = out->host;
@@ -275,14 +258,14 @@ llm_status llmi_cuda_tp_rank_make(const llm_model *m, uint32_t n, uint32_t r,
         const llmi_weight *src = m->layers[l].w;
         llmi_weight *dst = s->layers[l].w;
         memcpy(dst, src, sizeof s->layers[l].w);
-        dst[LLMI_ROLE_Q] = rows_view(src[LLMI_ROLE_Q], q0, nq);
-        dst[LLMI_ROLE_K] = rows_view(src[LLMI_ROLE_K], k0, nk);
-        dst[LLMI_ROLE_V] = rows_view(src[LLMI_ROLE_V], k0, nk);
-        dst[LLMI_ROLE_Q_BIAS] = vector_view(src[LLMI_ROLE_Q_BIAS], q0, nq);
-        dst[LLMI_ROLE_K_BIAS] = vector_view(src[LLMI_ROLE_K_BIAS], k0, nk);
-        dst[LLMI_ROLE_V_BIAS] = vector_view(src[LLMI_ROLE_V_BIAS], k0, nk);
-        dst[LLMI_ROLE_GATE] = rows_view(src[LLMI_ROLE_GATE], sh->ff0, sh->n_ff);
-        dst[LLMI_ROLE_UP] = rows_view(src[LLMI_ROLE_UP], sh->ff0, sh->n_ff);
+        dst[LLMI_ROLE_Q] = llmi_weight_rows(src[LLMI_ROLE_Q], q0, nq);
+        dst[LLMI_ROLE_K] = llmi_weight_rows(src[LLMI_ROLE_K], k0, nk);
+        dst[LLMI_ROLE_V] = llmi_weight_rows(src[LLMI_ROLE_V], k0, nk);
+        dst[LLMI_ROLE_Q_BIAS] = llmi_weight_elems(src[LLMI_ROLE_Q_BIAS], q0, nq);
+        dst[LLMI_ROLE_K_BIAS] = llmi_weight_elems(src[LLMI_ROLE_K_BIAS], k0, nk);
+        dst[LLMI_ROLE_V_BIAS] = llmi_weight_elems(src[LLMI_ROLE_V_BIAS], k0, nk);
+        dst[LLMI_ROLE_GATE] = llmi_weight_rows(src[LLMI_ROLE_GATE], sh->ff0, sh->n_ff);
+        dst[LLMI_ROLE_UP] = llmi_weight_rows(src[LLMI_ROLE_UP], sh->ff0, sh->n_ff);
         const struct {
             int role;
             uint32_t c0, n_cols;

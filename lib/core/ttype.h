@@ -102,4 +102,24 @@ typedef struct llmi_weight {
     size_t row_bytes;
 } llmi_weight;
 
+/* Rows [row0, row0 + n) of w, viewing the same data; an absent weight
+ * (data NULL) stays absent. */
+static inline llmi_weight llmi_weight_rows(llmi_weight w, uint64_t row0, uint64_t n) {
+    if (!w.data)
+        return w;
+    w.data = (const uint8_t *)w.data + row0 * w.row_bytes;
+    w.rows = (int64_t)n;
+    return w;
+}
+
+/* Elements [c0, c0 + n) of an F32 vector (a bias or a norm's scales). */
+static inline llmi_weight llmi_weight_elems(llmi_weight w, uint64_t c0, uint64_t n) {
+    if (!w.data)
+        return w;
+    w.data = (const float *)w.data + c0;
+    w.cols = (int64_t)n;
+    w.row_bytes = n * sizeof(float);
+    return w;
+}
+
 #endif

@@ -89,8 +89,7 @@ const char *llmi_gguf_vtype_name(uint32_t t) {
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
-/* Byte size of a fixed-size value type; 0 for string, array and unknown. */
-static size_t vtype_size(uint32_t t) {
+size_t llmi_gguf_vtype_size(uint32_t t) {
     switch (t) {
     case LLMI_GGUF_U8:
     case LLMI_GGUF_I8:
@@ -129,7 +128,7 @@ static const char *ggml_type_name(uint32_t t) {
 
 /* Decodes one fixed-size scalar; bools must be 0 or 1 as the format says. */
 static llm_status decode_scalar(reader *r, llmi_gguf_kv *kv, uint32_t type) {
-    size_t n = vtype_size(type);
+    size_t n = llmi_gguf_vtype_size(type);
     if (r->size - r->pos < n)
         return truncated(r, "value");
     const uint8_t *p = r->p + r->pos;
@@ -216,7 +215,7 @@ static llm_status parse_array(reader *r, llmi_gguf_kv *kv) {
             LLMI_TRY(rd_str(r, &kv->arr_strs[i], "array string"));
         return LLM_OK;
     }
-    size_t esize = vtype_size(et), bytes;
+    size_t esize = llmi_gguf_vtype_size(et), bytes;
     if (len > SIZE_MAX || !llmi_mul_ok((size_t)len, esize, &bytes) || bytes > left)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "metadata key '%.*s': array of %" PRIu64

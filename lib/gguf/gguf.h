@@ -67,6 +67,9 @@ const llmi_gguf_tensor *llmi_gguf_find_tensor(const llmi_gguf *g, const char *na
 bool llmi_str_eq(llmi_str s, const char *c);
 /* "u32", "string", ...; "unknown" for values outside the enum. */
 const char *llmi_gguf_vtype_name(uint32_t type);
+/* Bytes of one value of a fixed-size type in a file; 0 for string, array
+ * and unknown types. */
+size_t llmi_gguf_vtype_size(uint32_t type);
 
 /* Typed getters: LLM_ERR_NOT_FOUND if absent (when required) or
  * LLM_ERR_BAD_FORMAT if present with an incompatible type; each message names

@@ -256,28 +256,6 @@ static void kv_str(obuf *b, const char *k, const char *v) {
     put_str(b, v, strlen(v));
 }
 
-static size_t vsize(llmi_gguf_vtype t) {
-    switch (t) {
-    case LLMI_GGUF_U8:
-    case LLMI_GGUF_I8:
-    case LLMI_GGUF_BOOL:
-        return 1;
-    case LLMI_GGUF_U16:
-    case LLMI_GGUF_I16:
-        return 2;
-    case LLMI_GGUF_U32:
-    case LLMI_GGUF_I32:
-    case LLMI_GGUF_F32:
-        return 4;
-    case LLMI_GGUF_U64:
-    case LLMI_GGUF_I64:
-    case LLMI_GGUF_F64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 /* Re-serialises one entry read from a file (little-endian host). */
 static void kv_copy(obuf *b, const llmi_gguf_kv *kv) {
     put_str(b, kv->key.ptr, kv->key.len);
@@ -291,7 +269,7 @@ static void kv_copy(obuf *b, const llmi_gguf_kv *kv) {
             for (uint64_t i = 0; i < kv->arr_len; i++)
                 put_str(b, kv->arr_strs[i].ptr, kv->arr_strs[i].len);
         else
-            put(b, kv->arr_data, kv->arr_len * vsize(kv->arr_type));
+            put(b, kv->arr_data, kv->arr_len * llmi_gguf_vtype_size(kv->arr_type));
     } else if (kv->type == LLMI_GGUF_F32) {
         float f = (float)kv->scalar.f;
         put(b, &f, 4);
@@ -301,7 +279,7 @@ static void kv_copy(obuf *b, const llmi_gguf_kv *kv) {
         uint8_t v = kv->scalar.b;
         put(b, &v, 1);
     } else {
-        put(b, &kv->scalar.u, vsize(kv->type)); /* the low bytes: same for signed */
+        put(b, &kv->scalar.u, llmi_gguf_vtype_size(kv->type)); /* the low bytes: same for signed */
     }
 }
 

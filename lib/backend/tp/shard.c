@@ -67,24 +67,6 @@ llm_status llmi_tp_check(const llm_model *m, uint32_t n_ranks) {
                       m->name, n_ranks, why, ok);
 }
 
-static llmi_weight rows_view(llmi_weight w, uint64_t row0, uint64_t n_rows) {
-    if (!w.data)
-        return w;
-    w.data = (const uint8_t *)w.data + row0 * w.row_bytes;
-    w.rows = (int64_t)n_rows;
-    return w;
-}
-
-/* A bias (an F32 vector) or any vector's elements [c0, c0 + n). */
-static llmi_weight vector_view(llmi_weight w, uint64_t c0, uint64_t n) {
-    if (!w.data)
-        return w;
-    w.data = (const float *)w.data + c0;
-    w.cols = (int64_t)n;
-    w.row_bytes = n * sizeof(float);
-    return w;
-}
-
 void llmi_tp_weights_free(llmi_tp_weights *w) {
     if (!w)
         return;
@@ -118,23 +100,24 @@ llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_
         llmi_tp_slice(hp->n_vocab, n_ranks, r, &w->vocab0[r], &v1);
         s->hp.n_ff = f1 - f0;
         s->hp.n_vocab = v1 - w->vocab0[r];
-        s->w[LLMI_ROLE_OUTPUT] = rows_view(m->w[LLMI_ROLE_OUTPUT], w->vocab0[r], s->hp.n_vocab);
+        s->w[LLMI_ROLE_OUTPUT] =
+            llmi_weight_rows(m->w[LLMI_ROLE_OUTPUT], w->vocab0[r], s->hp.n_vocab);
         const uint64_t q0 = (uint64_t)r * hq * hd, kvd0 = (uint64_t)kv0 * hd;
         const uint64_t nq = (uint64_t)hq * hd, nkv = (uint64_t)n_kv * hd;
         for (uint32_t l = 0; l < hp->n_layer; l++) {
             const llmi_weight *src = m->layers[l].w;
             llmi_weight *dst = s->layers[l].w;
             memcpy(dst, src, sizeof s->layers[l].w);
-            dst[LLMI_ROLE_Q] = rows_view(src[LLMI_ROLE_Q], q0, nq);
-            dst[LLMI_ROLE_K] = rows_view(src[LLMI_ROLE_K], kvd0, nkv);
-            dst[LLMI_ROLE_V] = rows_view(src[LLMI_ROLE_V], kvd0, nkv);
-            dst[LLMI_ROLE_Q_BIAS] = vector_view(src[LLMI_ROLE_Q_BIAS], q0, nq);
-            dst[LLMI_ROLE_K_BIAS] = vector_view(src[LLMI_ROLE_K_BIAS], kvd0, nkv);
-            dst[LLMI_ROLE_V_BIAS] = vector_view(src[LLMI_ROLE_V_BIAS], kvd0, nkv);
-            dst[LLMI_ROLE_GATE] = rows_view(src[LLMI_ROLE_GATE], f0, f1 - f0);
-            dst[LLMI_ROLE_UP] = rows_view(src[LLMI_ROLE_UP], f0, f1 - f0);
-            dst[LLMI_ROLE_O] = rows_view(src[LLMI_ROLE_O], e0, e1 - e0);
-            dst[LLMI_ROLE_DOWN] = rows_view(src[LLMI_ROLE_DOWN], e0, e1 - e0);
+            dst[LLMI_ROLE_Q] = llmi_weight_rows(src[LLMI_ROLE_Q], q0, nq);
+            dst[LLMI_ROLE_K] = llmi_weight_rows(src[LLMI_ROLE_K], kvd0, nkv);
+            dst[LLMI_ROLE_V] = llmi_weight_rows(src[LLMI_ROLE_V], kvd0, nkv);
+            dst[LLMI_ROLE_Q_BIAS] = llmi_weight_elems(src[LLMI_ROLE_Q_BIAS], q0, nq);
+            dst[LLMI_ROLE_K_BIAS] = llmi_weight_elems(src[LLMI_ROLE_K_BIAS], kvd0, nkv);
+            dst[LLMI_ROLE_V_BIAS] = llmi_weight_elems(src[LLMI_ROLE_V_BIAS], kvd0, nkv);
+            dst[LLMI_ROLE_GATE] = llmi_weight_rows(src[LLMI_ROLE_GATE], f0, f1 - f0);
+            dst[LLMI_ROLE_UP] = llmi_weight_rows(src[LLMI_ROLE_UP], f0, f1 - f0);
+            dst[LLMI_ROLE_O] = llmi_weight_rows(src[LLMI_ROLE_O], e0, e1 - e0);
+            dst[LLMI_ROLE_DOWN] = llmi_weight_rows(src[LLMI_ROLE_DOWN], e0, e1 - e0);
             /* The fused tensors stay whole: the step reads only their views. */
         }
     }
