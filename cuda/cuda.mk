@@ -34,6 +34,12 @@ CUDA_CFLAGS := -std=c11 $(WARN) $(OPT) -g -fPIC -fvisibility=hidden -pthread -D_
 	-Iinclude -Ilib -Icuda -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_LIBDIR) -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm
 
+# A sanitized build's tests link the sanitizers' runtimes; nvcc splits
+# -Xcompiler values at commas, so each sanitizer goes on its own.
+comma := ,
+NVCC_LDSAN := $(foreach s,$(subst $(comma), ,$(patsubst -fsanitize=%,%,$(LDSAN))), \
+	-Xcompiler -fsanitize=$(s))
+
 CUDA_C_SRC := $(sort $(wildcard cuda/*.c))
 CUDA_CU_SRC := $(sort $(wildcard cuda/*.cu))
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/obj-cuda/%.cu.o)
@@ -66,12 +72,13 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.
 		$(wildcard tests/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka \
-		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl
+		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl \
+		$(NVCC_LDSAN)
 
 $(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(CUDA_HOST_OBJ) $(TESTLIB) -lcmocka \
-		$(DEPS_LIBS)
+		$(DEPS_LIBS) $(LDSAN)
 
 # Registers, shared memory, stack and spills of every kernel for sm_90
 # (cuda/ptxas-report.sh); fails when a GEMV or attention kernel spills.
