@@ -1,8 +1,8 @@
 /* Helpers of the CUDA kernel tests (tests/cuda/test_*.cu): seeded random
  * numbers, poisoned device buffers, tolerance checks, KV caches on the
  * host and shuffled block tables. Included by each test file after
- * cmocka.h, core/core.h (the CPU's f16/bf16 conversions), core/ttype.h and
- * cuda_runtime.h; every helper is static inline so that a file may leave
+ * cmocka.h, core/core.h (the CPU's f16/bf16 conversions), core/ttype.h,
+ * kernels.h and cuda_runtime.h; every helper is static inline so that a file may leave
  * some unused. */
 #ifndef LLMI_TESTS_CUDA_KERNEL_TEST_H
 #define LLMI_TESTS_CUDA_KERNEL_TEST_H
@@ -113,6 +113,51 @@ static inline void shuffled_table(uint32_t n_seqs, const uint32_t *blocks_per_se
     assert_true(block_start[n_seqs] <= n_blocks);
     memcpy(blocks, perm, 4 * block_start[n_seqs]);
     free(perm);
+}
+
+/* ---- attention in double ---- */
+
+/* Host copies of what an attention launch reads (its args hold the device
+ * copies): q at the args' q_stride, the caches, rows and block tables. */
+typedef struct attn_host {
+    const float *q;
+    const void *k, *v;
+    const uint32_t *pos, *seq, *block_start, *blocks;
+} attn_host;
+
+/* Head h of row r of an attention's output (`out`, head_dim floats) against
+ * softmax(q . k * scale) v in double over the row's keys, with the window
+ * and GQA of `a`; relative to the sum of |v| weights. w: scratch for
+ * pos[r] + 1 doubles. `index` names the first element in a failure. */
+static inline void check_attention_head(const llmi_cu_attention_args *a, const attn_host *in,
+                                        uint32_t r, uint32_t h, const float *out, const char *what,
+                                        size_t index, double *w) {
+    const uint32_t hd = a->head_dim, bs = a->block_size, pos = in->pos[r];
+    const uint32_t first = a->window && pos >= a->window ? pos - a->window + 1 : 0;
+    const uint32_t n = pos + 1 - first, kvh = h / (a->n_head / a->n_head_kv);
+    const uint32_t *table = in->blocks + in->block_start[in->seq[r]];
+    const float *q = in->q + (size_t)r * a->q_stride + (size_t)h * hd;
+#define KV_ROW(p) (((size_t)table[(p) / bs] * bs + (p) % bs) * a->kv_dim + (size_t)kvh * hd)
+    double mx = -INFINITY, sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        double dot = 0.0;
+        for (uint32_t d = 0; d < hd; d++)
+            dot += (double)q[d] * cache_get(a->cache_type, in->k, KV_ROW(first + i) + d);
+        w[i] = dot * a->scale;
+        mx = w[i] > mx ? w[i] : mx;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        sum += (w[i] = exp(w[i] - mx));
+    for (uint32_t d = 0; d < hd; d++) {
+        double want = 0.0, mag = 0.0;
+        for (uint32_t i = 0; i < n; i++) {
+            const double v = cache_get(a->cache_type, in->v, KV_ROW(first + i) + d);
+            want += w[i] / sum * v;
+            mag += w[i] / sum * fabs(v);
+        }
+        near(out[d], want, 2e-5, mag + 1e-6, what, index + d);
+    }
+#undef KV_ROW
 }
 
 #endif

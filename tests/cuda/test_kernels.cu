@@ -481,39 +481,11 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
     CU(llmi_cu_attention(0, &a));
     to_host(out, a.out, 4 * n_rows * os);
     double *sc = (double *)malloc(sizeof(double) * len[0]);
+    const attn_host in = {q, kc, vc, pos, seq, block_start, blocks};
     for (uint32_t r = 0; r < n_rows; r++)
-        for (uint32_t h = 0; h < c->n_head; h++) {
-            const uint32_t first = c->window && pos[r] >= c->window ? pos[r] - c->window + 1 : 0;
-            const uint32_t n = pos[r] + 1 - first, kvh = h / (c->n_head / c->n_head_kv);
-            double mx = -INFINITY, sum = 0.0;
-            for (uint32_t i = 0; i < n; i++) {
-                const uint32_t p = first + i;
-                const size_t row =
-                    ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
-                    (size_t)kvh * hd;
-                double dot = 0.0;
-                for (uint32_t d = 0; d < hd; d++)
-                    dot += (double)q[r * qs + h * hd + d] * cache_get(ct, kc, row + d);
-                sc[i] = dot * a.scale;
-                mx = sc[i] > mx ? sc[i] : mx;
-            }
-            for (uint32_t i = 0; i < n; i++)
-                sum += (sc[i] = exp(sc[i] - mx));
-            for (uint32_t d = 0; d < hd; d++) {
-                double want = 0.0, mag = 0.0;
-                for (uint32_t i = 0; i < n; i++) {
-                    const uint32_t p = first + i;
-                    const size_t row =
-                        ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
-                        (size_t)kvh * hd;
-                    const double v = cache_get(ct, vc, row + d);
-                    want += sc[i] / sum * v;
-                    mag += sc[i] / sum * fabs(v);
-                }
-                near(out[r * os + h * hd + d], want, 2e-5, mag + 1e-6, "attention",
-                     (size_t)r * qd + h * hd + d);
-            }
-        }
+        for (uint32_t h = 0; h < c->n_head; h++)
+            check_attention_head(&a, &in, r, h, out + (size_t)r * os + (size_t)h * hd,
+                                 "attention", (size_t)r * qd + (size_t)h * hd, sc);
     free(sc);
     cudaFree((void *)a.q);
     cudaFree(a.out);

@@ -142,44 +142,16 @@ static void run_case(const pf_case *c, llmi_ttype ct) {
     run(&b, tiles_a, sizeof tiles_a / 8, true);
     memcpy(ref_tiles, b.out, 4 * (size_t)N_ROWS * b.os);
     double *w = (double *)malloc(sizeof(double) * 600);
+    const attn_host in = {q, kc, vc, pos, seq, block_start, blocks};
     for (uint32_t r = 0; r < N_ROWS; r++) {
         if (r == UNTOUCHED) {
             for (uint32_t i = 0; i < b.qd; i++)
                 assert_int_equal(bits_of(b.out[r * b.os + i]), 0xffffffffu);
             continue;
         }
-        for (uint32_t h = 0; h < c->n_head; h++) {
-            const uint32_t first = c->window && pos[r] >= c->window ? pos[r] - c->window + 1 : 0;
-            const uint32_t n = pos[r] + 1 - first, kvh = h / (c->n_head / c->n_head_kv);
-            double mx = -INFINITY, sum = 0.0;
-            for (uint32_t i = 0; i < n; i++) {
-                const uint32_t p = first + i;
-                const size_t row =
-                    ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
-                    (size_t)kvh * hd;
-                double dot = 0.0;
-                for (uint32_t d = 0; d < hd; d++)
-                    dot += (double)q[r * qs + h * hd + d] * cache_get(ct, kc, row + d);
-                w[i] = dot * a->scale;
-                mx = w[i] > mx ? w[i] : mx;
-            }
-            for (uint32_t i = 0; i < n; i++)
-                sum += (w[i] = exp(w[i] - mx));
-            for (uint32_t d = 0; d < hd; d++) {
-                double want = 0.0, mag = 0.0;
-                for (uint32_t i = 0; i < n; i++) {
-                    const uint32_t p = first + i;
-                    const size_t row =
-                        ((size_t)blocks[block_start[seq[r]] + p / bs] * bs + p % bs) * kv_dim +
-                        (size_t)kvh * hd;
-                    const double v = cache_get(ct, vc, row + d);
-                    want += w[i] / sum * v;
-                    mag += w[i] / sum * fabs(v);
-                }
-                near(b.out[r * b.os + h * hd + d], want, 2e-5, mag + 1e-6, "prefill attention",
-                     (size_t)r * b.qd + h * hd + d);
-            }
-        }
+        for (uint32_t h = 0; h < c->n_head; h++)
+            check_attention_head(a, &in, r, h, b.out + (size_t)r * b.os + (size_t)h * hd,
+                                 "prefill attention", (size_t)r * b.qd + (size_t)h * hd, w);
     }
     /* Another tiling: the same bits for every row. */
     run(&b, tiles_b, sizeof tiles_b / 8, true);
