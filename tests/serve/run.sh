@@ -30,7 +30,8 @@ start_server() {
     "$SERVER_BIN" -m "$MODEL" --port 0 "$@" >"$log.out" 2>"$log.err" &
     SERVER_PID=$!
     for _ in $(seq 100); do
-        LLM_SERVE_URL=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$log.out")
+        # The server's shell may not have created $log.out yet: not an error.
+        LLM_SERVE_URL=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$log.out" 2>/dev/null || true)
         [ -n "$LLM_SERVE_URL" ] && break
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log.err"; echo "serve-test: server died"; exit 1; }
         sleep 0.1
