@@ -74,7 +74,9 @@ size_t llmi_state_header_write(const llmi_state_header *h, const char *name, uin
     llmi_state_put_u64(q + 36, h->raw_len);
     llmi_state_put_u64(q + 44, h->comp_len);
     llmi_state_put_u32(q + 52, h->crc);
-    llmi_state_put_u32(q + 56, llmi_state_crc_update(0, p, h->header_len - 4));
+    if (h->version >= 2)
+        llmi_state_put_u32(q + 56, h->comp_crc);
+    llmi_state_put_u32(p + h->header_len - 4, llmi_state_crc_update(0, p, h->header_len - 4));
     return h->header_len;
 }
 
@@ -83,11 +85,11 @@ llm_status llmi_state_header_start(const uint8_t *p, size_t avail, uint32_t *hea
         return llmi_error(LLM_ERR_BAD_FORMAT, "not a libllminfer state (magic is not LLMSTATE)");
     if (avail < 16)
         return llmi_error(LLM_ERR_BAD_FORMAT, "truncated: %zu bytes, a state header is at least %d",
-                          avail, LLMI_STATE_HEADER_FIXED);
+                          avail, LLMI_STATE_HEADER_FIXED_V1);
     *header_len = llmi_state_get_u32(p + 12);
-    if (*header_len < LLMI_STATE_HEADER_FIXED || *header_len > LLMI_STATE_MAX_HEADER)
+    if (*header_len < LLMI_STATE_HEADER_FIXED_V1 || *header_len > LLMI_STATE_MAX_HEADER)
         return llmi_error(LLM_ERR_BAD_FORMAT, "header length %u is out of range (%d..%d)",
-                          *header_len, LLMI_STATE_HEADER_FIXED, LLMI_STATE_MAX_HEADER);
+                          *header_len, LLMI_STATE_HEADER_FIXED_V1, LLMI_STATE_MAX_HEADER);
     return LLM_OK;
 }
 
@@ -112,7 +114,8 @@ llm_status llmi_state_header_read(const uint8_t *p, size_t avail, llmi_state_hea
                           LLMI_STATE_VERSION);
     h->kind = llmi_state_get_u32(p + 16);
     h->name_len = llmi_state_get_u32(p + 20);
-    if (h->name_len > LLMI_STATE_MAX_NAME || hl != LLMI_STATE_HEADER_FIXED + h->name_len)
+    if (h->name_len > LLMI_STATE_MAX_NAME ||
+        hl != llmi_state_header_fixed(h->version) + h->name_len)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "header length %u does not fit a model name of %u bytes", hl,
                           h->name_len);
@@ -132,6 +135,8 @@ llm_status llmi_state_header_read(const uint8_t *p, size_t avail, llmi_state_hea
     h->raw_len = llmi_state_get_u64(q + 36);
     h->comp_len = llmi_state_get_u64(q + 44);
     h->crc = llmi_state_get_u32(q + 52);
+    if (h->version >= 2)
+        h->comp_crc = llmi_state_get_u32(q + 56);
     if (h->kind != LLMI_STATE_KIND_SEQUENCE && h->kind != LLMI_STATE_KIND_SESSION)
         return llmi_error(LLM_ERR_BAD_FORMAT, "unknown state kind %u", h->kind);
     if (h->kv_type > LLM_KV_BF16)

@@ -57,8 +57,14 @@ typedef struct llmi_state_header {
     uint64_t fingerprint;
     uint32_t n_layer, kv_dim, n_vocab, kv_type, n_records;
     uint64_t n_tokens, raw_len, comp_len;
-    uint32_t crc;
+    uint32_t crc;      /* of the raw payload */
+    uint32_t comp_crc; /* of the compressed payload (version >= 2) */
 } llmi_state_header;
+
+/* Header bytes besides the model name in a header of `version`. */
+static inline uint32_t llmi_state_header_fixed(uint32_t version) {
+    return version >= 2 ? LLMI_STATE_HEADER_FIXED : LLMI_STATE_HEADER_FIXED_V1;
+}
 
 /* The raw length R records of T tokens take; false on overflow. */
 bool llmi_state_raw_length(const llmi_state_header *h, uint64_t *out);

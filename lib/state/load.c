@@ -16,7 +16,8 @@ enum { SCRATCH = 1 << 16 };
 typedef struct source {
     z_stream z;
     bool z_ready;
-    uint32_t crc;
+    uint32_t crc;          /* of the raw bytes inflated so far */
+    uint32_t comp_crc;     /* of the compressed bytes handed to zlib so far */
     uint64_t raw, raw_len; /* raw bytes produced so far, and the most allowed */
     /* buffer: the compressed bytes not yet handed to zlib */
     const uint8_t *in;
@@ -40,6 +41,7 @@ static llm_status source_refill(source *r) {
         uint64_t n = r->in_left > LLMI_STATE_ZMAX ? LLMI_STATE_ZMAX : r->in_left;
         r->z.next_in = (Bytef *)(uintptr_t)r->in;
         r->z.avail_in = (uInt)n;
+        r->comp_crc = llmi_state_crc_update(r->comp_crc, r->in, (size_t)n);
         r->in += n;
         r->in_left -= n;
         return LLM_OK;
@@ -58,6 +60,7 @@ static llm_status source_refill(source *r) {
                           (unsigned long long)r->file_left);
     r->z.next_in = r->chunk;
     r->z.avail_in = (uInt)got;
+    r->comp_crc = llmi_state_crc_update(r->comp_crc, r->chunk, (size_t)got);
     r->file_left -= (uint64_t)got;
     return LLM_OK;
 }
@@ -112,7 +115,8 @@ static llm_status source_read(source *r, void *out, size_t n) {
 }
 
 /* After the last record: the stream must end here, with its last input
- * byte, and the CRC must match. */
+ * byte (so every compressed byte went through comp_crc), and the CRCs must
+ * match. */
 static llm_status source_finish(source *r, const llmi_state_header *h) {
     if (r->raw != h->raw_len)
         return bad_payload("its records are shorter than the header says");
@@ -128,6 +132,10 @@ static llm_status source_finish(source *r, const llmi_state_header *h) {
         LLMI_TRY(source_refill(r));
     if (r->z.avail_in != 0)
         return bad_payload("bytes follow the compressed stream");
+    if (h->version >= 2 && r->comp_crc != h->comp_crc)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "compressed payload CRC mismatch (stored %08x, computed %08x)",
+                          h->comp_crc, r->comp_crc);
     if (r->crc != h->crc)
         return llmi_error(LLM_ERR_BAD_FORMAT, "payload CRC mismatch (stored %08x, computed %08x)",
                           h->crc, r->crc);
@@ -171,8 +179,8 @@ static void convert(const uint8_t *src, llm_kv_type st, uint8_t *dst, llm_kv_typ
 /* Rows [0, n) of one layer's K or V, written into the reserved blocks of
  * the backend's KV store through `scratch` (scratch_bytes(), two halves:
  * the file's rows, then the converted rows when the types differ). */
-static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint32_t layer,
-                           bool v, uint32_t n, llm_kv_type ft, uint8_t *scratch) {
+static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint32_t layer, bool v,
+                           uint32_t n, llm_kv_type ft, uint8_t *scratch) {
     const llm_kv_type kt = e->layout.type;
     size_t frow = (size_t)e->layout.kv_dim * llmi_kv_type_size(ft);
     size_t row = frow > e->kv_row_bytes ? frow : e->kv_row_bytes;
@@ -181,7 +189,8 @@ static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint
     for (uint32_t pos = 0; pos < n;) {
         uint32_t k = n - pos < per_round ? n - pos : per_round;
         LLMI_TRY(source_read(r, scratch, k * frow));
-        if (ft != kt) convert(scratch, ft, converted, kt, (size_t)k * e->layout.kv_dim);
+        if (ft != kt)
+            convert(scratch, ft, converted, kt, (size_t)k * e->layout.kv_dim);
         LLMI_TRY(llmi_engine_kv_write(e, q, layer, v, pos, k, ft == kt ? scratch : converted));
         pos += k;
     }

@@ -15,8 +15,9 @@
 typedef struct sink {
     z_stream z;
     bool z_ready;
-    uint32_t crc; /* of the raw bytes so far */
-    uint64_t raw; /* raw bytes so far */
+    uint32_t crc;      /* of the raw bytes so far */
+    uint32_t comp_crc; /* file: of the compressed bytes written so far */
+    uint64_t raw;      /* raw bytes so far */
     /* buffer: deflate writes into out[0, cap) directly */
     uint8_t *out;
     uint64_t cap, used; /* used: bytes of out handed to zlib so far */
@@ -48,6 +49,7 @@ static llm_status write_all(int fd, const char *path, const uint8_t *p, size_t n
 static llm_status sink_room(sink *k) {
     if (k->fd >= 0) {
         size_t n = LLMI_STATE_CHUNK - k->z.avail_out;
+        k->comp_crc = llmi_state_crc_update(k->comp_crc, k->chunk, n);
         LLMI_TRY(write_all(k->fd, k->path, k->chunk, n, k->off));
         k->off += n;
         k->z.next_out = k->chunk;
@@ -208,7 +210,8 @@ static llm_status write_payload(llm_session *s, const plan *p, sink *k) {
     LLMI_TRY(sink_init(k));
     size_t bytes = s->eng->kv_row_bytes > SCRATCH ? s->eng->kv_row_bytes : SCRATCH;
     uint8_t *scratch = llmi_malloc(bytes);
-    if (!scratch) return llmi_oom("state rows");
+    if (!scratch)
+        return llmi_oom("state rows");
     llm_status st = write_records(s, p, k, scratch);
     llmi_free(scratch);
     LLMI_TRY(st);
@@ -236,6 +239,7 @@ llm_status llmi_state_save(llm_session *s, const llm_seq_id *seq, void *buf, siz
     if (st == LLM_OK) {
         p.h.comp_len = sink_size(&k);
         p.h.crc = k.crc;
+        p.h.comp_crc = llmi_state_crc_update(0, out + p.h.header_len, (size_t)p.h.comp_len);
         *size = llmi_state_header_write(&p.h, s->model->name, out) + (size_t)p.h.comp_len;
     }
     sink_end(&k);
@@ -305,6 +309,7 @@ llm_status llmi_state_save_file(llm_session *s, const llm_seq_id *seq, const cha
         goto done;
     p.h.comp_len = k.off + tail - p.h.header_len;
     p.h.crc = k.crc;
+    p.h.comp_crc = llmi_state_crc_update(k.comp_crc, k.chunk, tail);
     llmi_state_header_write(&p.h, s->model->name, hbuf);
     if ((st = write_all(k.fd, tmp, hbuf, p.h.header_len, 0)) != LLM_OK)
         goto done;

@@ -2,12 +2,14 @@
  * to bytes or files and loaded back into a session on the same model, in
  * this process or a later one.
  *
- * Format, version 1. Integers are little-endian; offsets in bytes.
+ * Format, version 2. Integers are little-endian; offsets in bytes.
  *
  *   header
  *     0   char[8]  magic "LLMSTATE"
- *     8   u32      format version (1; a newer one gives LLM_ERR_UNSUPPORTED)
- *     12  u32      header length H, both CRCs included (84 + name length)
+ *     8   u32      format version (2, or 1 as older libraries wrote it; a
+ *                  newer one gives LLM_ERR_UNSUPPORTED)
+ *     12  u32      header length H, every CRC included (88 + name length;
+ *                  version 1: 84 + name length)
  *     16  u32      kind: 1 = one sequence, 2 = a session's sequences
  *     20  u32      N = length of the model's general.name
  *     24  u8[N]    general.name, no NUL (for messages; identity is below)
@@ -23,6 +25,7 @@
  *                  e = bytes per KV element (4 or 2)
  *         u64      compressed payload length = file length - H
  *         u32      CRC-32 of the raw payload
+ *         u32      CRC-32 of the compressed payload (version 2 only)
  *     H-4 u32      CRC-32 of header bytes [0, H - 4)
  *   payload: a zlib stream (RFC 1950, deflate level 1) of R records:
  *         i32      sequence id (kind 2: the id it is loaded under)
@@ -30,6 +33,12 @@
  *         i32[n]   the tokens
  *         then for each layer: K rows of positions 0..n-1, then V rows of
  *         positions 0..n-1; a row is kv_dim elements of the KV type.
+ *
+ * Why both payload CRCs: a deflate stream has bits that change no output
+ * byte (the code lengths of symbols a block never uses, for one), so the
+ * raw CRC alone lets some altered files load with their original content.
+ * The compressed CRC refuses every altered byte; a version 1 state, which
+ * lacks it, still loads with the raw check only.
  *
  * Level 1 because K/V values are noisy floats that deflate barely shrinks
  * (a few percent for f32, more for f16's exponent bytes) at any level;
@@ -53,13 +62,15 @@
 #include "session/session.h"
 
 #define LLMI_STATE_MAGIC "LLMSTATE"
-#define LLMI_STATE_VERSION 1u
+#define LLMI_STATE_VERSION 2u
 
 enum {
     LLMI_STATE_KIND_SEQUENCE = 1,
     LLMI_STATE_KIND_SESSION = 2,
-    /* Header bytes besides the model name (version 1). */
-    LLMI_STATE_HEADER_FIXED = 84,
+    /* Header bytes besides the model name: this version's, and version
+     * 1's (no compressed-payload CRC), the smallest a header may be. */
+    LLMI_STATE_HEADER_FIXED = 88,
+    LLMI_STATE_HEADER_FIXED_V1 = 84,
     /* Largest header length accepted from any version. */
     LLMI_STATE_MAX_HEADER = 1 << 16,
     /* Longest model name a header may carry (a model keeps 127 bytes; the

@@ -143,12 +143,13 @@ static uint32_t get32(const uint8_t *p) {
 
 /* Header + raw payload -> a state with this model's identity and every
  * length and CRC right (offsets from the header's end, as state.h lays
- * them out). NULL when the input has no header to fix. */
+ * them out; version 1 has no compressed CRC before the header CRC). NULL
+ * when the input has no header to fix. */
 static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
-    if (size < LLMI_STATE_HEADER_FIXED || memcmp(data, LLMI_STATE_MAGIC, 8) != 0)
+    if (size < LLMI_STATE_HEADER_FIXED_V1 || memcmp(data, LLMI_STATE_MAGIC, 8) != 0)
         return NULL;
     uint32_t hl = get32(data + 12);
-    if (hl < LLMI_STATE_HEADER_FIXED || hl > size)
+    if (hl < LLMI_STATE_HEADER_FIXED_V1 || hl > size)
         return NULL;
     const uint8_t *raw = data + hl;
     size_t raw_len = size - hl;
@@ -157,7 +158,12 @@ static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
     memcpy(out, data, hl);
     uLongf comp = cap;
     FUZZ_CHECK(compress2(out + hl, &comp, raw, raw_len, 1) == Z_OK, "compress2");
-    uint8_t *e = out + hl; /* the header's end */
+    /* e: where version 1's header CRC would start, 4 bytes + the
+     * compressed CRC before the end in version 2. */
+    bool v1 = get32(data + 8) == 1;
+    uint8_t *e = out + hl - (v1 ? 0 : 4);
+    if (!v1)
+        put32(e - 4, (uint32_t)crc32(0, out + hl, (uInt)comp));
     const llmi_hparams *hp = &g_model->hp;
     put64(e - 60, g_model->fingerprint);
     put32(e - 52, hp->n_layer);
@@ -171,7 +177,7 @@ static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
     put64(e - 24, raw_len);
     put64(e - 16, comp);
     put32(e - 8, (uint32_t)crc32(0, raw, (uInt)raw_len));
-    put32(e - 4, (uint32_t)crc32(0, out, hl - 4));
+    put32(out + hl - 4, (uint32_t)crc32(0, out, hl - 4));
     *out_size = hl + comp;
     return out;
 }

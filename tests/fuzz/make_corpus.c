@@ -190,7 +190,8 @@ static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq) 
     uint32_t hl = (uint32_t)buf[12] | (uint32_t)buf[13] << 8 | (uint32_t)buf[14] << 16 |
                   (uint32_t)buf[15] << 24;
     uint64_t raw_len = 0;
-    for (int i = 7; i >= 0; i--) raw_len = raw_len << 8 | buf[hl - 24 + i];
+    for (int i = 7; i >= 0; i--)
+        raw_len = raw_len << 8 | buf[hl - 28 + i]; /* version 2 */
     uint8_t *raw = malloc(hl + raw_len);
     memcpy(raw, buf, hl);
     uLongf got = (uLongf)raw_len;
@@ -206,14 +207,16 @@ static void decode_seed(llm_session *s, llm_seq_id seq, uint32_t pos, const llm_
                         uint32_t n) {
     llm_batch *b;
     OK(llm_batch_create(n, &b));
-    for (uint32_t i = 0; i < n; i++) OK(llm_batch_add(b, seq, pos + i, t[i], false));
+    for (uint32_t i = 0; i < n; i++)
+        OK(llm_batch_add(b, seq, pos + i, t[i], false));
     OK(llm_session_decode(s, b));
     llm_batch_free(b);
 }
 
 static void state_seeds(void) {
     llm_model *m = fuzz_state_model();
-    if (!m) die("fuzz_state model");
+    if (!m)
+        die("fuzz_state model");
     static const llm_token toks[] = {1, 17, 42, 99, 200, 300, 7, 8, 9};
     for (int f16 = 0; f16 < 2; f16++) {
         llm_session_params p;
@@ -246,7 +249,8 @@ static void st_seed(const char *name, const char *header, size_t data_bytes) {
     if (!b)
         die("safetensors seed");
     uint64_t len = hl + pad;
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(len >> (8 * i));
     memcpy(b + 8, header, hl);
     memset(b + 8 + hl, ' ', pad);
     save("safetensors", name, b, n);

@@ -197,14 +197,19 @@ static uint64_t get_u64le(const uint8_t *p) {
 static uint8_t *raw_payload(const uint8_t *st, size_t size, size_t *raw_len) {
     uint32_t hl =
         (uint32_t)st[12] | (uint32_t)st[13] << 8 | (uint32_t)st[14] << 16 | (uint32_t)st[15] << 24;
-    uint64_t n = get_u64le(st + hl - 24), comp = get_u64le(st + hl - 16);
+    /* Version 2: ... raw len, comp len, raw CRC, comp CRC, header CRC. */
+    assert_int_equal(st[8], 2);
+    uint64_t n = get_u64le(st + hl - 28), comp = get_u64le(st + hl - 20);
     assert_int_equal(comp, size - hl);
+    uint32_t comp_crc = (uint32_t)st[hl - 8] | (uint32_t)st[hl - 7] << 8 |
+                        (uint32_t)st[hl - 6] << 16 | (uint32_t)st[hl - 5] << 24;
+    assert_int_equal(comp_crc, (uint32_t)crc32(0, st + hl, (uInt)comp));
     uint8_t *raw = malloc(n + 1);
     uLongf got = (uLongf)n;
     assert_int_equal(uncompress(raw, &got, st + hl, (uLong)comp), Z_OK);
     assert_int_equal(got, n);
-    uint32_t crc = (uint32_t)st[hl - 8] | (uint32_t)st[hl - 7] << 8 | (uint32_t)st[hl - 6] << 16 |
-                   (uint32_t)st[hl - 5] << 24;
+    uint32_t crc = (uint32_t)st[hl - 12] | (uint32_t)st[hl - 11] << 8 |
+                   (uint32_t)st[hl - 10] << 16 | (uint32_t)st[hl - 9] << 24;
     assert_int_equal(crc, (uint32_t)crc32(0, raw, (uInt)n));
     *raw_len = (size_t)n;
     return raw;
@@ -434,19 +439,16 @@ static void test_prefixes(void **state) {
     llm_session_free(t);
 }
 
-static void test_corruption(void **state) {
-    (void)state;
-    llm_seq_id a;
-    llm_token p[PROMPT];
-    llm_session *s = prompted(LLM_KV_F32, 16, 12, &a, p, NULL);
-    size_t size = 0;
-    uint8_t *buf = save_seq(s, a, &size);
-    llm_session *t = make_session(g_model, LLM_KV_F32, 16, 64, 256);
+/* Every single-byte corruption of one saved state is refused, the session
+ * unchanged. Returns the number of loads tried; counts[status & 15]. */
+static unsigned corrupt_every_byte(llm_session *t, const uint8_t *buf, size_t size,
+                                   unsigned counts[16]) {
     uint32_t hl = LLMI_STATE_HEADER_FIXED + (uint32_t)strlen(g_model->name);
     size_t stride = size > 65536 ? size / 65536 + 1 : 1;
-    unsigned counts[16] = {0}, tried = 0;
+    unsigned tried = 0;
     uint8_t *bad = malloc(size);
-    static const uint8_t masks[] = {0xff, 0x01};
+    assert_non_null(bad);
+    static const uint8_t masks[] = {0xff, 0x01, 0x80};
     for (size_t i = 0; i < size; i += stride) {
         for (size_t k = 0; k < sizeof masks; k++) {
             memcpy(bad, buf, size);
@@ -456,13 +458,33 @@ static void test_corruption(void **state) {
             tried++;
         }
     }
-    printf("# %u single-byte corruptions refused: %u BAD_FORMAT, %u LIMIT, %u other\n", tried,
-           counts[LLM_ERR_BAD_FORMAT], counts[LLM_ERR_LIMIT],
-           tried - counts[LLM_ERR_BAD_FORMAT] - counts[LLM_ERR_LIMIT]);
     free(bad);
+    return tried;
+}
+
+/* Several states (prompts and KV types): a deflate stream has bits that
+ * change no output byte (the code lengths of unused symbols, say), so a
+ * check of the raw payload alone misses a flip there on some states and
+ * not others. The format's CRC of the compressed bytes refuses them all. */
+static void test_corruption(void **state) {
+    (void)state;
+    static const llm_kv_type types[] = {LLM_KV_F32, LLM_KV_F16, LLM_KV_BF16};
+    unsigned counts[16] = {0}, tried = 0;
+    llm_session *t = make_session(g_model, LLM_KV_F32, 16, 64, 256);
+    for (uint64_t seed = 12; seed < 18; seed++) {
+        llm_seq_id a;
+        llm_token p[PROMPT];
+        llm_session *s = prompted(types[seed % 3], 16, seed, &a, p, NULL);
+        size_t size = 0;
+        uint8_t *buf = save_seq(s, a, &size);
+        tried += corrupt_every_byte(t, buf, size, counts);
+        free(buf);
+        llm_session_free(s);
+    }
+    printf("# %u single-byte corruptions of 6 states refused: %u BAD_FORMAT, %u LIMIT, %u other\n",
+           tried, counts[LLM_ERR_BAD_FORMAT], counts[LLM_ERR_LIMIT],
+           tried - counts[LLM_ERR_BAD_FORMAT] - counts[LLM_ERR_LIMIT]);
     check_invariants(t);
-    free(buf);
-    llm_session_free(s);
     llm_session_free(t);
 }
 
@@ -493,16 +515,41 @@ static void test_other_model_and_version(void **state) {
 
     uint8_t *v = malloc(size);
     memcpy(v, buf, size);
-    v[8] = 2; /* version 2, CRC fixed: refused as newer */
+    v[8] = 3; /* version 3, CRC fixed: refused as newer */
     fix_header_crc(v);
     expect_refused(s, v, size, LLM_ERR_UNSUPPORTED);
     v[8] = 0;
     fix_header_crc(v);
     expect_refused(s, v, size, LLM_ERR_BAD_FORMAT);
-    v[8] = 1; /* and back: valid again */
+    v[8] = 1; /* version 1 says its header is 4 bytes shorter */
+    fix_header_crc(v);
+    expect_refused(s, v, size, LLM_ERR_BAD_FORMAT);
+    v[8] = 2; /* and back: valid again */
     fix_header_crc(v);
     assert_memory_equal(v, buf, size);
     free(v);
+
+    /* The same state as version 1 wrote it (no compressed CRC) loads with
+     * the same tokens, and a flip inside its payload is still refused by
+     * the raw CRC or by zlib. */
+    uint32_t hl = LLMI_STATE_HEADER_FIXED + (uint32_t)strlen(g_model->name);
+    size_t size1 = size - 4;
+    uint8_t *v1 = malloc(size1);
+    memcpy(v1, buf, hl - 8);
+    memcpy(v1 + hl - 8, buf + hl - 4, 4 + size - hl); /* drop the compressed CRC */
+    v1[8] = 1;
+    v1[12] = (uint8_t)(hl - 4);
+    v1[13] = (uint8_t)((hl - 4) >> 8);
+    fix_header_crc(v1);
+    llm_session *t = make_session(g_model, LLM_KV_F32, 16, 64, 256);
+    llm_seq_id b = -1;
+    if (llm_seq_state_load(t, v1, size1, &b) != LLM_OK)
+        fail_msg("version 1 load: %s", llm_last_error());
+    check_tokens(t, b, p, PROMPT);
+    v1[size1 - 1] ^= 0xff;
+    expect_refused(t, v1, size1, LLM_ERR_BAD_FORMAT);
+    llm_session_free(t);
+    free(v1);
     free(buf);
     llm_session_free(s);
 }
