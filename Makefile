@@ -140,6 +140,13 @@ $(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
 device-check:
 	@BUILD=$(BUILD) bash scripts/device-check.sh
 
+# Nsight Compute per-kernel summaries of decode batch 1 (bf16, Q4_K), a
+# 2048-token prefill and decode batch 64, one text file each, packed into
+# $$OUT/device-profile.tar.gz (scripts/device-profile.sh).
+.PHONY: device-profile
+device-profile:
+	@BUILD=$(BUILD) bash scripts/device-profile.sh
+
 # What device-check runs, prebuilt for a GPU machine that cannot build
 # (build/device-bundle; scripts/device-bundle.sh, docs/device-check.md).
 .PHONY: device-bundle

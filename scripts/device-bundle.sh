@@ -8,8 +8,11 @@
 #
 #   scripts/device-bundle.sh [ARCH]    ARCH: compute capability, default 90
 #
-# On the GPU machine, from a checkout holding that folder:
+# The folder is also packed into build/device-bundle.tar.xz (at most 40 MB:
+# it travels beside a part of a model). On the GPU machine, from a checkout
+# holding the folder, or the archive unpacked with `tar -C build -xJf`:
 #   DEVICE_CHECK_PREBUILT=1 BUILD=build/device-bundle make device-check
+# scripts/device-carry.sh plans the transfers of the archive and the models.
 # Binaries built against this machine's C library run on one with the same
 # or a newer glibc.
 set -euo pipefail
@@ -38,4 +41,16 @@ for lib in libpcre2-8.so.0 libcjson.so.1 libcmocka.so.0 libz.so.1; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
     [ -n "$path" ] && cp -L "$path" "$dst/lib/$lib"
 done
-echo "device-bundle: $dst for sm_$arch, $(du -sh "$dst" | cut -f1)"
+# One archive to carry: xz with a 64 MiB window finds the kernels' fat
+# binary and the static CUDA runtime repeated in every test binary, which
+# gzip's 32 KiB window cannot.
+archive=build/device-bundle.tar.xz
+tar -C build -cf - device-bundle | xz -T0 -9e --lzma2=preset=9e,dict=64MiB >"$archive.tmp"
+mv "$archive.tmp" "$archive"
+size=$(stat -c %s "$archive")
+echo "device-bundle: $dst for sm_$arch, $(du -sh "$dst" | cut -f1); $archive $((size / 1000000)) MB"
+limit=$((40 * 1000 * 1000))
+if [ "$size" -gt "$limit" ]; then
+    echo "device-bundle: $archive is over 40 MB, too big to travel beside a model part" >&2
+    exit 1
+fi

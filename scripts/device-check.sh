@@ -22,6 +22,10 @@
 #   DEVICE_CHECK_PREBUILT set: $BUILD is a bundle from scripts/device-bundle.sh
 #                         (binaries and the shared libraries they need, for
 #                         a machine that cannot build); nothing is built
+#   DEVICE_CHECK_STAGE    a folder of carried pieces (scripts/device-stage.sh):
+#                         model parts are joined from there, and with
+#                         DEVICE_CHECK_PREBUILT its device-bundle.tar.xz is
+#                         unpacked beside $BUILD when $BUILD is absent
 # A model file absent but present as parts (NAME.part-aa, -ab, ...) is
 # joined and checked against its pinned sha256.
 #
@@ -96,14 +100,39 @@ if [ "$BACKEND" = cuda ]; then
     fi
 fi
 
+STAGE=${DEVICE_CHECK_STAGE:-}
+if [ -n "$STAGE" ] && [ -n "${DEVICE_CHECK_PREBUILT:-}" ] &&
+    [ -f "$STAGE/device-bundle.tar.xz" ]; then
+    # The archive holds one folder, device-bundle/: it replaces $BUILD.
+    if [ "$(basename "$BUILD")" != device-bundle ]; then
+        echo "device-check: the staged archive unpacks as device-bundle/; BUILD is $BUILD" >&2
+        exit 3
+    fi
+    parent=$(dirname "$BUILD")
+    rm -rf -- "$BUILD" && mkdir -p "$parent" || exit 1
+    if tar -C "$parent" -xJf "$STAGE/device-bundle.tar.xz" 2>/dev/null ||
+        python3 -m tarfile -e "$STAGE/device-bundle.tar.xz" "$parent"; then
+        echo "device-check: unpacked $STAGE/device-bundle.tar.xz into $BUILD"
+    else
+        echo "device-check: cannot unpack $STAGE/device-bundle.tar.xz" >&2
+        exit 1
+    fi
+fi
+
 # A model too big to carry in one piece may come in parts (NAME.part-aa,
-# NAME.part-ab, ... as split(1) names them): joined here and checked
-# against the sha256 scripts/fetch-model.sh pins.
+# NAME.part-ab, ... as split(1) names them), beside the model's path or in
+# $STAGE: joined here and checked against the sha256
+# scripts/fetch-model.sh pins.
 join_parts() { # file model-name
-    local f=$1 want have
-    compgen -G "$f.part-*" >/dev/null || return 0
+    local f=$1 want have dir
+    dir=$(dirname "$f")
+    if ! compgen -G "$f.part-*" >/dev/null; then
+        [ -n "$STAGE" ] && compgen -G "$STAGE/$(basename "$f").part-*" >/dev/null || return 0
+        dir=$STAGE
+    fi
     [ -f "$f" ] && return 0
-    cat "$f".part-* >"$f.tmp" || return 1
+    mkdir -p "$(dirname "$f")" || return 1
+    cat "$dir/$(basename "$f")".part-* >"$f.tmp" || return 1
     want=$(sed -n "/^$2)/,/;;/s/.*SHA256=//p" scripts/fetch-model.sh)
     have=$(sha256sum "$f.tmp" | cut -d' ' -f1)
     if [ -n "$want" ] && [ "$have" = "$want" ]; then
@@ -365,7 +394,7 @@ bench_rows() {
     part "bench-$tag" "$limit" "$BUILD/llm-devbench" -m "$file" --device "$BACKEND" \
         ${DEVBENCH_ARGS:-$FULL_ARGS}
     local brc=$?
-    grep '^{' "$OUT/logs/bench-$tag.log" >"$jl"
+    grep "^{" "$OUT/logs/bench-$tag.log" >"$jl" 2>/dev/null
     [ -n "$info" ] && printf '%s\n' "$info" >>"$jl"
     local B L H
     B=$(jnum "$info" bytes_per_token) L=$(jnum "$info" layer_macs_per_token)
@@ -484,9 +513,9 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     part smollm2-run-cpu 30 "$BUILD/llm-run" -m "$SMOL" --device cpu --temp 0 -n 32 -p "$prompt"
     part smollm2-run 30 "$BUILD/llm-run" -m "$SMOL" --device "$BACKEND" --temp 0 -n 32 \
         -p "$prompt"
-    a=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run-cpu.log")
-    b=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run.log")
-    speed=$(grep '^load ' "$OUT/logs/smollm2-run.log" | sed 's/.*generated/generated/')
+    a=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run-cpu.log" 2>/dev/null)
+    b=$(grep -v -E '^(load |\[)' "$OUT/logs/smollm2-run.log" 2>/dev/null)
+    speed=$(grep '^load ' "$OUT/logs/smollm2-run.log" 2>/dev/null | sed 's/.*generated/generated/')
     same=$([ -n "$b" ] && [ "$a" = "$b" ] && echo "same text" || echo "text differs")
     [ -z "$speed" ] && same="run failed"
     [ -s "$OUT/logs/smollm2-run.log" ] || same="not run"

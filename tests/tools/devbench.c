@@ -4,6 +4,7 @@
  *
  *   llm-devbench -m MODEL [--device NAME] [--tg N] [--pp N]
  *                [--batch LIST] [--batch-steps N] [--identity N]
+ *                [--profile tg|pp|batched]
  *
  * In order, in one process:
  *   load-to-first-token: llm_model_load, llm_session_create_ex (a GPU
@@ -24,10 +25,16 @@
  * Prints
  * a JSON object per measurement, one a line, as each ends ("phase": load,
  * tg, pp, identity, batched). Exit status: 0 ok, 1 usage, 2 runtime error,
- * 3 the identity check failed. */
+ * 3 the identity check failed.
+ *
+ * --profile PHASE brackets that phase's timed part (the decodes, not the
+ * prompts before them) with the CUDA driver's cuProfilerStart/Stop, found
+ * with dlopen, so that Nsight Compute run with --profile-from-start off
+ * sees only those kernels (scripts/device-profile.sh). */
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +49,38 @@ typedef struct options {
     int n_batch;
     llm_kv_type kv_type;
     unsigned long long seed;
+    const char *profile; /* phase bracketed for a profiler, or NULL */
 } options;
+
+/* ---- profiler bracketing (--profile) ---- */
+
+typedef int (*cu_profiler_fn)(void);
+static cu_profiler_fn g_prof_start, g_prof_stop;
+static const char *g_prof_phase; /* the phase to bracket */
+static const char *g_phase = ""; /* the phase running now */
+
+/* Finds cuProfilerStart/Stop in the driver; false with a message if not. */
+static bool profiler_open(void) {
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (cuda) {
+        g_prof_start = (cu_profiler_fn)(uintptr_t)dlsym(cuda, "cuProfilerStart");
+        g_prof_stop = (cu_profiler_fn)(uintptr_t)dlsym(cuda, "cuProfilerStop");
+    }
+    if (!g_prof_start || !g_prof_stop) {
+        fprintf(stderr, "llm-devbench: --profile needs the CUDA driver (libcuda.so.1): %s\n",
+                cuda ? "no cuProfilerStart in it" : dlerror());
+        return false;
+    }
+    return true;
+}
+static void profile_mark(bool start) {
+    if (g_prof_phase && !strcmp(g_prof_phase, g_phase)) {
+        int r = (start ? g_prof_start : g_prof_stop)();
+        if (r != 0)
+            fprintf(stderr, "llm-devbench: cuProfiler%s returned %d\n", start ? "Start" : "Stop",
+                    r);
+    }
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llm-devbench -m MODEL [options]\n"
@@ -54,7 +92,8 @@ static void usage(FILE *f) {
                "  --batch-steps N   decodes per batched run (16)\n"
                "  --identity N      alone vs in a batch of N sequences, 0 = skip (64)\n"
                "  --kv f32|f16|bf16 KV cache type (bf16)\n"
-               "  --seed S          token ids (1)\n");
+               "  --seed S          token ids (1)\n"
+               "  --profile PHASE   bracket tg, pp or batched with cuProfilerStart/Stop\n");
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
@@ -122,6 +161,9 @@ static int parse_args(int argc, char **argv, options *o) {
                          : !strcmp(v, "bf16") ? LLM_KV_BF16
                                               : (llm_kv_type)-1;
             ok = (int)o->kv_type >= 0;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = v;
+            ok = !strcmp(v, "tg") || !strcmp(v, "pp") || !strcmp(v, "batched");
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -205,6 +247,10 @@ static llm_status run_decode(bench *b, long n_seq, long steps, double *secs) {
         return LLM_ERR_OUT_OF_MEMORY;
     long opened;
     llm_status st = open_prompts(b, seqs, n_seq, &opened);
+    const float *lg;
+    if (st == LLM_OK && steps) /* the prompts' work ends before the mark */
+        st = llm_session_logits(b->session, (uint32_t)(n_seq * PROMPT - 1), &lg);
+    profile_mark(true);
     double t0 = now_s();
     for (long i = 0; st == LLM_OK && i < steps; i++) {
         llm_batch_clear(b->batch);
@@ -214,11 +260,11 @@ static llm_status run_decode(bench *b, long n_seq, long steps, double *secs) {
             st = llm_session_decode(b->session, b->batch);
     }
     /* Reading the last logits waits for a backend that returns early. */
-    const float *lg;
     uint32_t last = steps ? (uint32_t)(n_seq - 1) : (uint32_t)(n_seq * PROMPT - 1);
     if (st == LLM_OK)
         st = llm_session_logits(b->session, last, &lg);
     *secs = now_s() - t0;
+    profile_mark(false);
     close_all(b, seqs, opened);
     free(seqs);
     return st;
@@ -232,6 +278,7 @@ static llm_status run_pp(bench *b, long n, double *secs) {
     llm_batch_clear(b->batch);
     for (long i = 0; st == LLM_OK && i < n; i++)
         st = llm_batch_add(b->batch, seq, (uint32_t)i, rand_token(b), i == n - 1);
+    profile_mark(true);
     double t0 = now_s();
     const float *lg;
     if (st == LLM_OK)
@@ -239,6 +286,7 @@ static llm_status run_pp(bench *b, long n, double *secs) {
     if (st == LLM_OK)
         st = llm_session_logits(b->session, (uint32_t)(n - 1), &lg);
     *secs = now_s() - t0;
+    profile_mark(false);
     llm_seq_close(b->session, seq);
     return st;
 }
@@ -334,6 +382,9 @@ int main(int argc, char **argv) {
         usage(rc < 0 ? stdout : stderr);
         return rc < 0 ? 0 : 1;
     }
+    if (o.profile && !profiler_open())
+        return 2;
+    g_prof_phase = o.profile;
     long max_batch = o.identity > 1 ? o.identity : 1;
     for (int i = 0; i < o.n_batch; i++)
         if (o.batch[i] > max_batch)
@@ -406,10 +457,13 @@ int main(int argc, char **argv) {
         fflush(stdout);
         st = run_decode(&b, 1, 4, &secs); /* grows every buffer once */
     }
+    g_phase = "tg";
     if (st == LLM_OK && o.tg && (st = run_decode(&b, 1, o.tg, &secs)) == LLM_OK)
         phase("tg", 1, o.tg, secs, o.tg / secs);
+    g_phase = "pp";
     if (st == LLM_OK && o.pp && (st = run_pp(&b, o.pp, &secs)) == LLM_OK)
         phase("pp", 1, o.pp, secs, o.pp / secs);
+    g_phase = "identity";
     if (st == LLM_OK && o.identity) {
         int first_diff = -1;
         bool logits_equal = false;
@@ -427,6 +481,7 @@ int main(int argc, char **argv) {
                     "decoded alone (first at token %d)\n",
                     o.identity, first_diff);
     }
+    g_phase = "batched";
     for (int i = 0; st == LLM_OK && i < o.n_batch; i++)
         if ((st = run_decode(&b, o.batch[i], o.batch_steps, &secs)) == LLM_OK)
             phase("batched", o.batch[i], o.batch[i] * o.batch_steps, secs,
