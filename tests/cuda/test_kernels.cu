@@ -205,11 +205,11 @@ static void test_dequantize_embed(void **state) {
 
 /* ---- rows ---- */
 
-static void test_norms(void **state) {
-    (void)state;
-    NEED_DEVICE();
-    rng_seed(0x6e0003, "norms");
-    const uint32_t n = 5, dim = 1000;
+/* One width: the register kernels take widths divisible by 4 up to 8192
+ * (1, 2, 4 and 8 float4 groups a thread), the loop kernels the rest. */
+static void check_norms(uint32_t dim) {
+    printf("# norms: width %u\n", dim);
+    const uint32_t n = 5;
     const size_t N = (size_t)n * dim;
     float *x = (float *)malloc(4 * N), *delta = (float *)malloc(4 * N),
           *w = (float *)malloc(4 * dim);
@@ -258,6 +258,16 @@ static void test_norms(void **state) {
     to_host(xg, dx, 4 * N);
     for (size_t i = 0; i < N; i++)
         assert_int_equal(bits_of(xg[i]), bits_of(x[i] + delta[i]));
+    /* A row alone gives the bits it gives among n rows. */
+    CU(cudaMemcpy(dx, x, 4 * N, cudaMemcpyHostToDevice));
+    CU(llmi_cu_add_rmsnorm(0, dx, dd, ddw, dwv, eps, n, dim, dout));
+    to_host(got, dout, 4 * N);
+    CU(cudaMemcpy(dx, x, 4 * N, cudaMemcpyHostToDevice));
+    const size_t r3 = (size_t)3 * dim;
+    CU(llmi_cu_add_rmsnorm(0, dx + r3, dd + r3, ddw, dwv, eps, 1, dim, dout + r3));
+    to_host(ref, dout, 4 * N);
+    for (size_t i = r3; i < r3 + dim; i++)
+        assert_int_equal(bits_of(ref[i]), bits_of(got[i]));
     cudaFree(dx);
     cudaFree(dd);
     cudaFree(dwv);
@@ -271,6 +281,15 @@ static void test_norms(void **state) {
     free(got);
     free(xr);
     free(xg);
+}
+
+static void test_norms(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    rng_seed(0x6e0003, "norms");
+    static const uint32_t widths[] = {1000, 64, 576, 2048, 4096, 8192, 1002, 8196};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        check_norms(widths[i]);
 }
 
 static void test_rope(void **state) {
@@ -494,8 +513,8 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
     const attn_host in = {q, kc, vc, pos, seq, block_start, blocks};
     for (uint32_t r = 0; r < n_rows; r++)
         for (uint32_t h = 0; h < c->n_head; h++)
-            check_attention_head(&a, &in, r, h, out + (size_t)r * os + (size_t)h * hd,
-                                 "attention", (size_t)r * qd + (size_t)h * hd, sc);
+            check_attention_head(&a, &in, r, h, out + (size_t)r * os + (size_t)h * hd, "attention",
+                                 (size_t)r * qd + (size_t)h * hd, sc);
     free(sc);
     cudaFree((void *)a.q);
     cudaFree(a.out);
