@@ -261,6 +261,48 @@ static bool add_rows(size_t *size, uint32_t rows, uint32_t dim, size_t elem, siz
     return llmi_mul_ok((size_t)rows * dim, elem, &n) && llmi_cuda_arena_add(size, n, offset);
 }
 
+bool llmi_cuda_stack_rows(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_matrix *out) {
+    if (n == 0 || !parts[0]->data)
+        return false;
+    llmi_cu_matrix v = *parts[0];
+    for (size_t i = 1; i < n; i++) {
+        const llmi_cu_matrix *p = parts[i];
+        const char *end = (const char *)v.data + (size_t)v.rows * v.row_bytes;
+        if (!p->data || p->type != v.type || p->cols != v.cols || p->row_bytes != v.row_bytes ||
+            (const char *)p->data != end || p->rows > UINT32_MAX - v.rows)
+            return false;
+        v.rows += p->rows;
+    }
+    *out = v;
+    return true;
+}
+
+bool llmi_cuda_join_vectors(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_matrix *out) {
+    size_t present = 0;
+    for (size_t i = 0; i < n; i++)
+        present += parts[i]->data != NULL;
+    if (present == 0) {
+        *out = (llmi_cu_matrix){0};
+        return true;
+    }
+    if (present != n)
+        return false;
+    llmi_cu_matrix v = *parts[0];
+    if (v.type != LLMI_T_F32 || v.rows != 1)
+        return false;
+    for (size_t i = 1; i < n; i++) {
+        const llmi_cu_matrix *p = parts[i];
+        const char *end = (const char *)v.data + (size_t)v.cols * sizeof(float);
+        if (p->type != LLMI_T_F32 || p->rows != 1 || (const char *)p->data != end ||
+            p->cols > UINT32_MAX - v.cols)
+            return false;
+        v.cols += p->cols;
+    }
+    v.row_bytes = (size_t)v.cols * sizeof(float);
+    *out = v;
+    return true;
+}
+
 bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_floats,
                             llmi_cuda_scratch *out) {
     const llmi_hparams *hp = &m->hp;
@@ -276,8 +318,9 @@ bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_f
     bool ok =
         add_rows(&size, max_rows, hp->n_embd, 4, &s.x) &&
         add_rows(&size, max_rows, hp->n_embd, 4, &s.xb) &&
-        add_rows(&size, max_rows, q_dim, 4, &s.q) && add_rows(&size, max_rows, kv_dim, 4, &s.k) &&
-        add_rows(&size, max_rows, kv_dim, 4, &s.v) && add_rows(&size, max_rows, q_dim, 4, &s.att) &&
+        add_rows(&size, max_rows, q_dim + 2 * kv_dim, 4, &s.q) &&
+        add_rows(&size, max_rows, kv_dim, 4, &s.k) && add_rows(&size, max_rows, kv_dim, 4, &s.v) &&
+        add_rows(&size, max_rows, q_dim, 4, &s.att) &&
         add_rows(&size, max_rows, hp->n_ff, 4, &s.gate) &&
         add_rows(&size, max_rows, hp->n_ff, 4, &s.up) &&
         add_rows(&size, max_rows, hp->n_embd, 4, &s.hout) &&

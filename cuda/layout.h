@@ -92,6 +92,9 @@ static inline bool llmi_cuda_gemm_in_place(llmi_ttype type, bool f32_act) {
  * split-KV partials, and with the tensor-core path (max_rows >
  * LLMI_CU_GEMV_MAX_ROWS) the bf16 activations (act) and the dequantized
  * weight chunk (deq, deq_bytes). Absent buffers have size 0 and offset 0. */
+/* q holds max_rows rows of q_dim + 2 kv_dim floats, so that a fused Q/K/V
+ * product writes its rows [q | k | v] there; k and v are the unfused
+ * products' own regions. */
 typedef struct llmi_cuda_scratch {
     size_t x, xb, q, k, v, att, gate, up, hout, out_rows, logits, attn, act, deq;
     size_t deq_bytes;
@@ -99,6 +102,21 @@ typedef struct llmi_cuda_scratch {
     uint32_t logit_rows;
     bool gemm;
 } llmi_cuda_scratch;
+
+/* One matrix of the rows of `n` matrices that lie one after another in
+ * device memory: the same type, width and row pitch, each part starting
+ * where the one before ends (the weight planner puts Q, K and V, and gate
+ * and up, in consecutive slots; alignment padding breaks the run). A
+ * product with the view computes every part's rows in one launch, each
+ * output row as the part's own product computes it. False when a part is
+ * absent or they do not lie so. */
+bool llmi_cuda_stack_rows(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_matrix *out);
+
+/* The same for f32 vectors (biases: one row each), laid end to end: one
+ * vector of their elements in order. True with out->data NULL when every
+ * part is absent (no bias at all); false when only some are, or when they
+ * do not lie end to end. */
+bool llmi_cuda_join_vectors(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_matrix *out);
 
 /* The scratch of steps of up to max_rows rows (>= 1) whose attention needs
  * attn_floats floats (llmi_cu_attention_scratch_floats). False when a size

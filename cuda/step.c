@@ -217,44 +217,73 @@ typedef struct step_geom {
     uint32_t n, block_size, max_pos;
 } step_geom;
 
+#define LW(role) llmi_cuda_layer_w(w, l, role)
+
+/* Where a layer's q, k and v rows are, at what stride in floats. */
+typedef struct qkv_rows {
+    float *q, *k, *v;
+    uint32_t q_stride, kv_stride;
+} qkv_rows;
+
+/* q, k and v of the current input: one product over Q, K and V stacked
+ * when they lie one after another in the arena (rows [q | k | v] in the
+ * scratch's q region), else three. Each output row is the same product
+ * either way. QK-norm reads q and k as dense rows of heads: unfused. */
+static llm_status qkv_products(cuda_step *s, uint32_t l, qkv_rows *out) {
+    const llmi_cuda_weights *w = s->w;
+    const llmi_cu_matrix *mats[3] = {LW(LLMI_ROLE_Q), LW(LLMI_ROLE_K), LW(LLMI_ROLE_V)};
+    const llmi_cu_matrix *biases[3] = {LW(LLMI_ROLE_Q_BIAS), LW(LLMI_ROLE_K_BIAS),
+                                       LW(LLMI_ROLE_V_BIAS)};
+    llmi_cu_matrix qkv, bias;
+    if (!LW(LLMI_ROLE_Q_NORM)->data && !LW(LLMI_ROLE_K_NORM)->data &&
+        llmi_cuda_stack_rows(mats, 3, &qkv) && llmi_cuda_join_vectors(biases, 3, &bias)) {
+        const uint32_t stride = s->q_dim + 2 * s->kv_dim;
+        *out = (qkv_rows){s->q, s->q + s->q_dim, s->q + s->q_dim + s->kv_dim, stride, stride};
+        return mm(s, &qkv, &bias, s->q, stride);
+    }
+    *out = (qkv_rows){s->q, s->k, s->v, s->q_dim, s->kv_dim};
+    LLMI_TRY(mm(s, mats[0], biases[0], s->q, s->q_dim));
+    LLMI_TRY(mm(s, mats[1], biases[1], s->k, s->kv_dim));
+    return mm(s, mats[2], biases[2], s->v, s->kv_dim);
+}
+
 static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, const step_geom *g,
                                   const dev_step *d) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
     cudaStream_t stream = s->inst->stream;
     const uint32_t n = g->n;
-#define LW(role) llmi_cuda_layer_w(w, l, role)
     LLMI_TRY(mm_input(s, s->xb, n, hp->n_embd));
-    LLMI_TRY(mm(s, LW(LLMI_ROLE_Q), LW(LLMI_ROLE_Q_BIAS), s->q, s->q_dim));
-    LLMI_TRY(mm(s, LW(LLMI_ROLE_K), LW(LLMI_ROLE_K_BIAS), s->k, s->kv_dim));
-    LLMI_TRY(mm(s, LW(LLMI_ROLE_V), LW(LLMI_ROLE_V_BIAS), s->v, s->kv_dim));
+    qkv_rows r;
+    LLMI_TRY(qkv_products(s, l, &r));
     /* QK-norm: each head normed on its own, before RoPE. */
     if (LW(LLMI_ROLE_Q_NORM)->data)
-        KCHECK(llmi_cu_rmsnorm(stream, s->q, vec(LW(LLMI_ROLE_Q_NORM)), hp->rms_eps, n * hp->n_head,
-                               hp->head_dim, s->q),
+        KCHECK(llmi_cu_rmsnorm(stream, r.q, vec(LW(LLMI_ROLE_Q_NORM)), hp->rms_eps, n * hp->n_head,
+                               hp->head_dim, r.q),
                "QK-norm");
     if (LW(LLMI_ROLE_K_NORM)->data)
-        KCHECK(llmi_cu_rmsnorm(stream, s->k, vec(LW(LLMI_ROLE_K_NORM)), hp->rms_eps,
-                               n * hp->n_head_kv, hp->head_dim, s->k),
+        KCHECK(llmi_cu_rmsnorm(stream, r.k, vec(LW(LLMI_ROLE_K_NORM)), hp->rms_eps,
+                               n * hp->n_head_kv, hp->head_dim, r.k),
                "QK-norm");
     /* Windowed layers rotate with their own base and scale (Gemma 3). */
     const bool windowed = llmi_layer_windowed(&hp->features, l);
     const float base = windowed ? hp->features.swa_rope_base : hp->rope_base;
     const float scale = windowed ? hp->features.swa_rope_freq_scale : hp->rope_freq_scale;
     const float *freq_div = vec(llmi_cuda_model_w(w, LLMI_ROLE_ROPE_FREQS));
-    KCHECK(llmi_cu_rope(stream, s->q, s->q_dim, d->pos, n, hp->n_head, hp->head_dim, hp->rope_dim,
+    KCHECK(llmi_cu_rope(stream, r.q, r.q_stride, d->pos, n, hp->n_head, hp->head_dim, hp->rope_dim,
                         (int)hp->rope_layout, base, scale, freq_div),
            "RoPE");
-    KCHECK(llmi_cu_rope(stream, s->k, s->kv_dim, d->pos, n, hp->n_head_kv, hp->head_dim,
+    KCHECK(llmi_cu_rope(stream, r.k, r.kv_stride, d->pos, n, hp->n_head_kv, hp->head_dim,
                         hp->rope_dim, (int)hp->rope_layout, base, scale, freq_div),
            "RoPE");
     void *k_cache = kv->caches[2 * (size_t)l], *v_cache = kv->caches[2 * (size_t)l + 1];
-    KCHECK(llmi_cu_kv_store(stream, k_cache, v_cache, kv->type, s->kv_dim, s->k, s->kv_dim, s->v,
-                            s->kv_dim, d->pos, d->seq, d->block_start, d->blocks, g->block_size, n),
+    KCHECK(llmi_cu_kv_store(stream, k_cache, v_cache, kv->type, s->kv_dim, r.k, r.kv_stride, r.v,
+                            r.kv_stride, d->pos, d->seq, d->block_start, d->blocks, g->block_size,
+                            n),
            "storing K/V");
     const llmi_cu_attention_args a = {
-        .q = s->q,
-        .q_stride = s->q_dim,
+        .q = r.q,
+        .q_stride = r.q_stride,
         .out = s->att,
         .out_stride = s->q_dim,
         .k_cache = k_cache,

@@ -368,7 +368,7 @@ static void check_scratch_plan(const llm_model *m, uint32_t max_rows, size_t att
     range want[] = {
         {p.x, r4 * hp->n_embd},
         {p.xb, r4 * hp->n_embd},
-        {p.q, r4 * q_dim},
+        {p.q, r4 * (q_dim + 2 * kv_dim)}, /* a fused Q/K/V product's rows */
         {p.k, r4 * kv_dim},
         {p.v, r4 * kv_dim},
         {p.att, r4 * q_dim},
@@ -750,8 +750,68 @@ static void test_gemma3(void **state) {
     real_model("LLM_TEST_MODEL_GEMMA3", true);
 }
 
+/* Views of matrices one after another: the fused Q/K/V and gate/up. */
+static void test_stack_rows(void **state) {
+    (void)state;
+    static char arena[1 << 16];
+    const size_t rb = 96;
+    llmi_cu_matrix q = {arena, LLMI_T_Q8_0, 12, 64, 72}, k = q, v = q;
+    q.row_bytes = k.row_bytes = v.row_bytes = rb;
+    k.rows = v.rows = 4;
+    k.data = arena + 12 * rb;
+    v.data = arena + 16 * rb;
+    const llmi_cu_matrix *parts[3] = {&q, &k, &v};
+    llmi_cu_matrix out;
+    assert_true(llmi_cuda_stack_rows(parts, 3, &out));
+    assert_ptr_equal(out.data, arena);
+    assert_int_equal(out.rows, 20);
+    assert_int_equal(out.cols, 64);
+    assert_int_equal(out.row_bytes, rb);
+    assert_int_equal(out.type, LLMI_T_Q8_0);
+    assert_true(llmi_cuda_stack_rows(parts, 1, &out) && out.rows == 12);
+    /* A gap (arena alignment), another type, width or pitch, a part absent. */
+    v.data = arena + 16 * rb + 256;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+    v.data = arena + 16 * rb;
+    k.type = LLMI_T_Q4_0;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+    k.type = LLMI_T_Q8_0;
+    k.cols = 32;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+    k.cols = 64;
+    k.row_bytes = 2 * rb;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+    k.row_bytes = rb;
+    k.data = NULL;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+    k.data = arena + 12 * rb;
+    q.data = NULL;
+    assert_false(llmi_cuda_stack_rows(parts, 3, &out));
+
+    /* Biases: all absent is no bias; some absent, or apart, is no view. */
+    llmi_cu_matrix bq = {0}, bk = {0}, bv = {0};
+    const llmi_cu_matrix *bias[3] = {&bq, &bk, &bv};
+    assert_true(llmi_cuda_join_vectors(bias, 3, &out));
+    assert_null(out.data);
+    bq = (llmi_cu_matrix){arena, LLMI_T_F32, 1, 8, 32};
+    assert_false(llmi_cuda_join_vectors(bias, 3, &out));
+    bk = (llmi_cu_matrix){arena + 32, LLMI_T_F32, 1, 2, 8};
+    bv = (llmi_cu_matrix){arena + 40, LLMI_T_F32, 1, 2, 8};
+    assert_true(llmi_cuda_join_vectors(bias, 3, &out));
+    assert_ptr_equal(out.data, arena);
+    assert_int_equal(out.cols, 12);
+    assert_int_equal(out.rows, 1);
+    assert_int_equal(out.row_bytes, 48);
+    bv.data = arena + 44;
+    assert_false(llmi_cuda_join_vectors(bias, 3, &out));
+    bv.data = arena + 40;
+    bk.type = LLMI_T_F16;
+    assert_false(llmi_cuda_join_vectors(bias, 3, &out));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stack_rows),
         cmocka_unit_test(test_role_names_match_core),
         cmocka_unit_test(test_arena_add),
         cmocka_unit_test(test_weights_plan_random),
