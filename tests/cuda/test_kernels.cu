@@ -86,42 +86,60 @@ static void check_gemv(const host_matrix *h, uint32_t n, const float *x, uint32_
         }
 }
 
+/* Every row count 1..8 of one matrix shape, aligned activations and one
+ * float off (the element-wise fallback, with a bias). */
+static void gemv_case(llmi_ttype type, uint32_t rows, uint32_t cols, const float *x,
+                      const float *dx, uint32_t xs, const float *bias, const float *dbias) {
+    const uint32_t ys = rows + 3;
+    float *y = (float *)malloc(sizeof(float) * 8 * ys), *y1 = (float *)malloc(4 * rows);
+    host_matrix h = make_matrix(type, rows, cols);
+    assert_true(llmi_cu_type_supported(type));
+    for (uint32_t n = 1; n <= LLMI_CU_GEMV_MAX_ROWS; n++) {
+        for (int variant = 0; variant < 2; variant++) {
+            const float *xh = x + variant;
+            float *dy = (float *)dev_alloc(sizeof(float) * 8 * ys);
+            CU(llmi_cu_gemv(0, &h.m, dx + variant, xs, n, variant ? dbias : NULL, dy, ys));
+            to_host(y, dy, sizeof(float) * n * ys);
+            check_gemv(&h, n, xh, xs, variant ? bias : NULL, y, ys);
+            /* A row's result does not depend on the batch: row n-1 alone
+             * gives the same bits. */
+            CU(llmi_cu_gemv(0, &h.m, dx + variant + (size_t)(n - 1) * xs, xs, 1,
+                            variant ? dbias : NULL, dy, ys));
+            to_host(y1, dy, sizeof(float) * rows);
+            for (uint32_t o = 0; o < rows; o++)
+                assert_int_equal(bits_of(y1[o]), bits_of(y[(size_t)(n - 1) * ys + o]));
+            cudaFree(dy);
+        }
+    }
+    free_matrix(&h);
+    free(y);
+    free(y1);
+}
+
 static void test_gemv(void **state) {
     (void)state;
     NEED_DEVICE();
     rng_seed(0x6e0001, "gemv");
-    const uint32_t rows = 67, cols = 1024, xs = cols + 4, ys = rows + 3;
+    const uint32_t rows = 67, max_cols = 1376, xs = max_cols + 4;
     float *x = (float *)malloc(sizeof(float) * 8 * xs + 16), *bias = (float *)malloc(4 * rows);
-    float *y = (float *)malloc(sizeof(float) * 8 * ys), *y1 = (float *)malloc(4 * rows);
     fill(x, 8 * xs + 4, -2.0f, 2.0f);
     fill(bias, rows, -1.0f, 1.0f);
     float *dx = (float *)dev_copy(x, sizeof(float) * (8 * xs + 4));
     float *dbias = (float *)dev_copy(bias, 4 * rows);
-    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++) {
-        host_matrix h = make_matrix(all_types[t], rows, cols);
-        assert_true(llmi_cu_type_supported(all_types[t]));
-        for (uint32_t n = 1; n <= LLMI_CU_GEMV_MAX_ROWS; n++) {
-            for (int variant = 0; variant < 2; variant++) {
-                /* variant 1: activations one float off 16-byte alignment
-                 * (the element-wise fallback), with a bias */
-                const float *xh = x + variant;
-                float *dy = (float *)dev_alloc(sizeof(float) * 8 * ys);
-                CU(llmi_cu_gemv(0, &h.m, dx + variant, xs, n, variant ? dbias : NULL, dy, ys));
-                to_host(y, dy, sizeof(float) * n * ys);
-                check_gemv(&h, n, xh, xs, variant ? bias : NULL, y, ys);
-                /* A row's result does not depend on the batch: row n-1
-                 * alone gives the same bits. */
-                CU(llmi_cu_gemv(0, &h.m, dx + variant + (size_t)(n - 1) * xs, xs, 1,
-                                variant ? dbias : NULL, dy, ys));
-                to_host(y1, dy, sizeof(float) * rows);
-                for (uint32_t o = 0; o < rows; o++)
-                    assert_int_equal(bits_of(y1[o]), bits_of(y[(size_t)(n - 1) * ys + o]));
-                cudaFree(dy);
-            }
-        }
-        free_matrix(&h);
+    for (size_t t = 0; t < sizeof all_types / sizeof all_types[0]; t++)
+        gemv_case(all_types[t], rows, 1024, x, dx, xs, bias, dbias);
+    /* The 32-element block types are staged through shared memory a span
+     * of 32 blocks at a time: a last span of 11 (1376) and of 18 (576)
+     * blocks, rows starting 2, 4 and 16 bytes aligned. */
+    static const llmi_ttype small[] = {LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1,
+                                       LLMI_T_Q8_0};
+    for (size_t t = 0; t < sizeof small / sizeof small[0]; t++) {
+        printf("# gemv: type %d, 576 and 1376 columns\n", (int)small[t]);
+        gemv_case(small[t], rows, 576, x, dx, xs, bias, dbias);
+        gemv_case(small[t], rows, 1376, x, dx, xs, bias, dbias);
     }
     /* Float rows that are not whole 16-byte chunks (the fallback). */
+    float *y = (float *)malloc(sizeof(float) * 3 * 9);
     const llmi_ttype float_types[3] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16};
     for (int t = 0; t < 3; t++) {
         host_matrix h = make_matrix(float_types[t], 9, 1001);
@@ -147,7 +165,6 @@ static void test_gemv(void **state) {
     free(x);
     free(bias);
     free(y);
-    free(y1);
 }
 
 /* ---- dequantization, bf16 activations, embedding ---- */
