@@ -92,15 +92,19 @@ static bool wants_row(llm_pooling pooling, uint32_t pos, size_t len) {
     }
 }
 
-/* Reserves KV for the whole of input i; *fits false (and nothing held)
- * when the free blocks cannot take it now. */
-static llm_status reserve_input(embed_job *j, size_t i, bool *fits) {
+/* Reserves KV for the whole of input i. When the free blocks cannot take
+ * it now, nothing is held and short_of holds the blocks it needs and those
+ * that are free; else short_of[0] is 0. */
+static llm_status reserve_input(embed_job *j, size_t i, uint32_t short_of[2]) {
     llm_session *s = j->s;
     const uint32_t len = (uint32_t)j->n_tokens[i];
     pthread_mutex_lock(&s->sched.lock);
     llm_status st = LLM_OK;
-    *fits = llmi_kv_seq_blocks_needed(s->kv, &j->seqs[i], len) <= llmi_kv_available(s->kv);
-    if (*fits)
+    const uint32_t need = llmi_kv_seq_blocks_needed(s->kv, &j->seqs[i], len);
+    const uint32_t avail = llmi_kv_available(s->kv);
+    short_of[0] = need <= avail ? 0 : need;
+    short_of[1] = avail;
+    if (need <= avail)
         st = llmi_kv_seq_reserve(s->kv, &j->seqs[i], len);
     pthread_mutex_unlock(&s->sched.lock);
     return st;
@@ -141,17 +145,15 @@ static llm_status run_pass(embed_job *j, size_t *cur, uint32_t *pos) {
         const size_t i = *cur;
         const size_t len = j->n_tokens[i];
         if (*pos == 0) {
-            bool fits = false;
-            LLMI_TRY(reserve_input(j, i, &fits));
-            if (!fits && n > 0)
+            uint32_t short_of[2];
+            LLMI_TRY(reserve_input(j, i, short_of));
+            if (short_of[0] && n > 0)
                 break; /* run what is here; it frees blocks */
-            if (!fits)
+            if (short_of[0])
                 return llmi_error(LLM_ERR_LIMIT,
                                   "KV cache full: embedding input %zu needs %u blocks of %u "
                                   "tokens, %u are free",
-                                  i,
-                                  llmi_kv_seq_blocks_needed(j->s->kv, &j->seqs[i], (uint32_t)len),
-                                  j->s->kv->block_size, llmi_kv_available(j->s->kv));
+                                  i, short_of[0], j->s->kv->block_size, short_of[1]);
         }
         uint32_t take = (uint32_t)(len - *pos);
         if (take > e->max_rows - n)

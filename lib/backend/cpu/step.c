@@ -517,6 +517,7 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
 llm_status llmi_cpu_step_run_hidden(void *ctx, void *kv_store, const llmi_step *st, float *hidden) {
     cpu_forward *f = ctx;
     LLMI_TRY(run_layers(f, kv_store, st));
-    output_norm_rows(f, st, hidden);
+    /* NULL: a tensor-parallel rank whose rows another rank writes out. */
+    if (hidden) output_norm_rows(f, st, hidden);
     return LLM_OK;
 }
