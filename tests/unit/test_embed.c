@@ -17,8 +17,9 @@
  *
  * Then what does not need a reference: batching and splitting inputs
  * across passes give the inputs' own vectors, normalizing scales to unit
- * length, nothing is left in the KV pool, and bad input gets a status and
- * a message naming it. */
+ * length, nothing is left in the KV pool, bad input gets a status and a
+ * message naming it, and failed allocations and backend calls in any pass
+ * leave the session as it was. */
 #include "device_util.h"
 
 #include <math.h>
@@ -380,6 +381,80 @@ static void test_kv_limit(void **state) {
     llm_session_free(s);
 }
 
+/* Embeds golden texts 0 and 7 with `s`; the status. */
+static llm_status embed_two(llm_session *s, float *out) {
+    const llm_token *in[2] = {g_ref->ids[0], g_ref->ids[7]};
+    const size_t n[2] = {g_ref->n_ids[0], g_ref->n_ids[7]};
+    size_t n_out = 0;
+    return llm_session_embed(s, in, n, 2, NULL, out, 2 * g_ref->n_embd, &n_out);
+}
+
+static void expect_pool_empty(llm_session *s, const char *what, uint64_t k) {
+    llm_session_stats stats = {sizeof stats};
+    assert_int_equal(llm_session_get_stats(s, &stats), LLM_OK);
+    if (stats.blocks_used != 0)
+        fail_msg("%s %llu: %u blocks left in use", what, (unsigned long long)k, stats.blocks_used);
+}
+
+/* The N-th allocation of a call fails, for every N up to the call's last:
+ * LLM_ERR_OUT_OF_MEMORY, no block kept (and, under LeakSanitizer, nothing
+ * leaked), and the next call gives the vectors of a call that never
+ * failed. 7 rows a pass spread the inputs over several passes. */
+static void test_allocation_failures(void **state) {
+    (void)state;
+    const size_t E = g_ref->n_embd;
+    llm_session *s = new_session(7, 64u << 20, false);
+    float want[2 * MAX_EMBD], got[2 * MAX_EMBD];
+    assert_int_equal(embed_two(s, want), LLM_OK);
+    uint64_t k = 1;
+    for (;; k++) {
+        llmi_alloc_fail_after(k);
+        llm_status st = embed_two(s, got);
+        llmi_alloc_fail_after(0);
+        if (st == LLM_OK)
+            break;
+        if (st != LLM_ERR_OUT_OF_MEMORY)
+            fail_msg("allocation %llu failing: %s (%s)", (unsigned long long)k, llm_status_name(st),
+                     llm_last_error());
+        expect_pool_empty(s, "allocation", k);
+        assert_true(k < 1000);
+    }
+    printf("# %llu allocation failure points\n", (unsigned long long)(k - 1));
+    assert_true(k > 1);
+    assert_int_equal(embed_two(s, got), LLM_OK);
+    for (size_t i = 0; i < 2 * E; i++)
+        assert_float_equal(got[i], want[i], 1e-6);
+    llm_session_free(s);
+}
+
+/* A backend call failing (before or after it ran) in any of the passes:
+ * the backend's status, no block kept, and the session still embeds. */
+static void test_backend_faults(void **state) {
+    (void)state;
+    const size_t E = g_ref->n_embd;
+    llm_session *s = new_session(7, 64u << 20, false);
+    float want[2 * MAX_EMBD], got[2 * MAX_EMBD];
+    assert_int_equal(embed_two(s, want), LLM_OK);
+    const uint64_t passes = (g_ref->n_ids[0] + g_ref->n_ids[7] + 6) / 7;
+    for (int late = 0; late < 2; late++)
+        for (uint64_t k = 1; k <= passes; k++) {
+            if (late)
+                llmi_backend_fault_inject_late(k, LLM_ERR_BACKEND);
+            else
+                llmi_backend_fault_inject(k, LLM_ERR_BACKEND);
+            llm_status st = embed_two(s, got);
+            llmi_backend_fault_inject(0, LLM_OK);
+            if (st != LLM_ERR_BACKEND)
+                fail_msg("backend call %llu failing%s: %s", (unsigned long long)k,
+                         late ? " late" : "", llm_status_name(st));
+            expect_pool_empty(s, "backend call", k);
+        }
+    assert_int_equal(embed_two(s, got), LLM_OK);
+    for (size_t i = 0; i < 2 * E; i++)
+        assert_float_equal(got[i], want[i], 1e-6);
+    llm_session_free(s);
+}
+
 /* The model's pooling: SmolLM2's file says none, which is mean; a file
  * asking for rank pooling (a reranker) is refused by name. */
 static void test_model_pooling(void **state) {
@@ -453,11 +528,18 @@ static int teardown(void **state) {
 
 int main(void) {
     struct CMUnitTest tests[] = {
-        device_test(test_mean_8bit),          device_test(test_mean_f32),
-        device_test(test_last_8bit),          device_test(test_per_token),
-        device_test(test_batching),           device_test(test_normalize),
-        device_test(test_bad_input),          device_test(test_kv_limit),
-        cmocka_unit_test(test_model_pooling), cmocka_unit_test(test_backend_without_hidden),
+        device_test(test_mean_8bit),
+        device_test(test_mean_f32),
+        device_test(test_last_8bit),
+        device_test(test_per_token),
+        device_test(test_batching),
+        device_test(test_normalize),
+        device_test(test_bad_input),
+        device_test(test_kv_limit),
+        device_test(test_allocation_failures),
+        device_test(test_backend_faults),
+        cmocka_unit_test(test_model_pooling),
+        cmocka_unit_test(test_backend_without_hidden),
     };
     return run_device_tests(tests, setup, teardown);
 }
