@@ -93,7 +93,8 @@ $(BUILD)/llm-bench: $(BENCH_SRC) examples/llm-bench/bench.h $(BUILD)/libllminfer
 
 # Synthetic load on SmolLM2 (docs/bench.md): continuous vs static batching on
 # mixed lengths, and prefix cache on vs off for a 512-token shared prefix;
-# prompt-lookup speculative decoding at batch 1 on repetitive and free prompts.
+# prompt-lookup speculative decoding at batch 1 on repetitive and free prompts;
+# embedding throughput (sentences/s) at batch 1 and 64.
 bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/llm-bench -m $(MODEL) --requests 64 --prompt-len 16:128 --output-len 16:96 \
@@ -105,6 +106,8 @@ bench: $(BUILD)/llm-bench $(BUILD)/llm-bench-cpu $(BUILD)/llm-quantize $(MODEL)
 		--json $(BUILD)/bench/spec-repetitive.json
 	$(BUILD)/llm-bench -m $(MODEL) --spec ngram --workload free --requests 4 --output-len 96 \
 		--json $(BUILD)/bench/spec-free.json
+	$(BUILD)/llm-bench -m $(MODEL) --embed --requests 128 --prompt-len 8:48 \
+		--json $(BUILD)/bench/embed.json
 	@BUILD=$(BUILD) bash scripts/bench-cpu.sh --quick
 
 # CPU speed versus llama.cpp on the same GGUF files (docs/bench.md): the

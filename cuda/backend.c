@@ -296,6 +296,7 @@ static const llmi_backend_ops table = {
     .step_set_f32_activations = llmi_cuda_step_set_f32_activations,
     .device_count = llmi_cuda_device_count,
     .group = llmi_cuda_tp_group,
+    .step_run_hidden = llmi_cuda_step_run_hidden,
 };
 
 const llmi_backend_ops *llmi_cuda_table(void) { return &table; }

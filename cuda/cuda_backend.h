@@ -221,6 +221,8 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
                                  uint32_t max_rows, uint32_t max_ctx, void **out);
 void llmi_cuda_step_free(void *step);
 llm_status llmi_cuda_step_run(void *step, void *kv, const llmi_step *st, float *logits);
+/* The final hidden states of the wanted rows (step_run_hidden, embeddings). */
+llm_status llmi_cuda_step_run_hidden(void *step, void *kv, const llmi_step *st, float *hidden);
 void llmi_cuda_step_set_f32_activations(void *step, bool on);
 
 #endif

@@ -394,14 +394,22 @@ llm_status llmi_cuda_step_layers(cuda_step *s, llmi_cuda_kv *kv, const dev_step 
     return llmi_cuda_step_finish(s, n_rows);
 }
 
+/* out_rows = the output norm of rows `rows` (n <= plan.logit_rows) of x. */
+static llm_status step_output_rows(cuda_step *s, const uint32_t *rows, uint32_t n) {
+    const llmi_hparams *hp = &s->m->hp;
+    cudaStream_t stream = s->inst->stream;
+    KCHECK(llmi_cu_gather_rows(stream, s->x, rows, n, hp->n_embd, s->out_rows), "gathering rows");
+    KCHECK(llmi_cu_rmsnorm(stream, s->out_rows, vec(llmi_cuda_model_w(s->w, LLMI_ROLE_OUTPUT_NORM)),
+                           hp->rms_eps, n, hp->n_embd, s->out_rows),
+           "the output norm");
+    return LLM_OK;
+}
+
 llm_status llmi_cuda_step_logits(cuda_step *s, const uint32_t *rows, uint32_t n) {
     const llmi_hparams *hp = &s->m->hp;
     const llmi_cuda_weights *w = s->w;
     cudaStream_t stream = s->inst->stream;
-    KCHECK(llmi_cu_gather_rows(stream, s->x, rows, n, hp->n_embd, s->out_rows), "gathering rows");
-    KCHECK(llmi_cu_rmsnorm(stream, s->out_rows, vec(llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT_NORM)),
-                           hp->rms_eps, n, hp->n_embd, s->out_rows),
-           "the output norm");
+    LLMI_TRY(step_output_rows(s, rows, n));
     LLMI_TRY(mm_input(s, s->out_rows, n, hp->n_embd));
     LLMI_TRY(mm(s, llmi_cuda_model_w(w, LLMI_ROLE_OUTPUT), NULL, s->logits, hp->n_vocab));
     const float cap = hp->features.logit_softcap;
@@ -442,5 +450,38 @@ llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
         LLMI_TRY(llmi_cuda_step_copy_logits(s, cn, logits + (size_t)c0 * n_vocab));
     }
     /* Without logits the step may still be running: sync reports a fault. */
+    return LLM_OK;
+}
+
+/* step_run's layers, then the wanted rows' normed states instead of logits,
+ * plan.logit_rows at a time through the logits' host staging (which holds
+ * n_vocab >= n_embd floats a row). Always the plain way: the captured
+ * graphs end in the LM head. */
+llm_status llmi_cuda_step_run_hidden(void *ctx, void *kv_store, const llmi_step *st,
+                                     float *hidden) {
+    cuda_step *s = ctx;
+    llmi_cuda_kv *kv = kv_store;
+    const uint32_t n_embd = s->m->hp.n_embd;
+    if (n_embd > s->m->hp.n_vocab)
+        return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
+                               "hidden states wider (%u) than the vocabulary (%u)", n_embd,
+                               s->m->hp.n_vocab);
+    LLMI_TRY(llmi_cuda_use_device(s->inst->device));
+    dev_step d = {0};
+    LLMI_TRY(upload_step(s, st, &d));
+    LLMI_TRY(llmi_cuda_step_layers(s, kv, &d, st->n_rows, st->block_size,
+                                   llmi_cuda_max_pos(st->pos, st->n_rows), st->interrupt));
+    cudaStream_t stream = s->inst->stream;
+    for (uint32_t c0 = 0; c0 < st->n_logits; c0 += s->plan.logit_rows) {
+        const uint32_t cn =
+            st->n_logits - c0 < s->plan.logit_rows ? st->n_logits - c0 : s->plan.logit_rows;
+        const size_t bytes = (size_t)cn * n_embd * sizeof(float);
+        LLMI_TRY(step_output_rows(s, d.logit_rows + c0, cn));
+        KCHECK(cudaMemcpyAsync(s->logits_stage.host, s->out_rows, bytes, cudaMemcpyDeviceToHost,
+                               stream),
+               "copying hidden states");
+        KCHECK(cudaStreamSynchronize(stream), "running the step");
+        memcpy(hidden + (size_t)c0 * n_embd, s->logits_stage.host, bytes);
+    }
     return LLM_OK;
 }

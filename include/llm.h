@@ -888,6 +888,88 @@ LLM_API llm_status llm_session_decode(llm_session *session, const llm_batch *bat
 LLM_API llm_status llm_session_logits(llm_session *session, uint32_t row, const float **logits);
 
 /* ------------------------------------------------------------------------ */
+/** @name Embeddings (since 1.3)
+ *
+ * The final hidden states of a sequence (the residual stream after the
+ * last layer, normed with the model's output norm: the vector the LM head
+ * would multiply), one per token or pooled into one vector per input, for
+ * retrieval and similarity. Inputs run as temporary sequences in the
+ * session's KV pool, several in one forward pass, and leave nothing behind:
+ * no open sequence, no cached prefix. Not thread-safe, like the token-level
+ * API: call from the thread that steps the session.
+ */
+/* ------------------------------------------------------------------------ */
+
+/** How the per-token states of an input become its embedding. */
+typedef enum llm_pooling {
+    /** The model's own choice: GGUF `<arch>.pooling_type` where the file
+     *  has it, else ::LLM_POOLING_MEAN (llm_model_pooling() says which). */
+    LLM_POOLING_MODEL = 0,
+    /** No pooling: one vector per token of every input. */
+    LLM_POOLING_NONE = 1,
+    /** The mean over the input's tokens. */
+    LLM_POOLING_MEAN = 2,
+    /** The first token's vector (BERT's CLS token). */
+    LLM_POOLING_FIRST = 3,
+    /** The last token's vector (what a causal model has read everything by). */
+    LLM_POOLING_LAST = 4,
+} llm_pooling;
+
+typedef struct llm_embed_params {
+    uint32_t struct_size; /**< sizeof(llm_embed_params), set by init */
+    /** Default ::LLM_POOLING_MODEL. */
+    llm_pooling pooling;
+    /** Scale every output vector to unit L2 norm, so that a dot product is
+     *  the cosine similarity (default true). A zero vector stays zero. */
+    bool normalize;
+} llm_embed_params;
+
+/** Fills the defaults, as llm_model_params_init_sized() does. Since 1.3. */
+LLM_API void llm_embed_params_init_sized(llm_embed_params *params, size_t struct_size);
+#if !defined(LLM_BUILDING_LIBRARY)
+static inline void llm_embed_params_init(llm_embed_params *params) {
+    llm_embed_params_init_sized(params, sizeof *params);
+}
+#endif
+
+/**
+ * The pooling ::LLM_POOLING_MODEL stands for on `model` (never
+ * ::LLM_POOLING_MODEL itself). A file whose pooling llm_session_embed()
+ * cannot do (llama.cpp's "rank" pooling of rerankers, unknown values) gives
+ * ::LLM_ERR_UNSUPPORTED naming it. Thread-safe. Since 1.3.
+ */
+LLM_API llm_status llm_model_pooling(const llm_model *model, llm_pooling *out);
+
+/**
+ * Embeds `n_inputs` token sequences: input i is `inputs[i]`, `n_tokens[i]`
+ * tokens (all borrowed for the call). Each input is computed on its own
+ * from an empty context (causal models attend to earlier tokens of the
+ * same input only); inputs share forward passes of up to the session's
+ * max_batch_tokens rows, and a longer input is split across passes.
+ *
+ * Writes to `out` (`capacity` floats, n_embd = llm_model_info::n_embd):
+ * pooled, n_inputs vectors of n_embd floats in input order; with
+ * ::LLM_POOLING_NONE, one vector per token, the inputs' tokens one after
+ * the other. `*n_floats` = the floats written, or needed: a `capacity`
+ * too small gives ::LLM_ERR_BUFFER_TOO_SMALL before anything runs (`out`
+ * may be NULL with capacity 0 to ask). `params` may be NULL for defaults;
+ * only what its struct_size covers is read.
+ *
+ * Errors: no inputs, an empty input, or a token outside the vocabulary:
+ * ::LLM_ERR_INVALID_ARGUMENT naming the input; an input longer than the
+ * session's n_ctx, or one that the free KV blocks cannot hold:
+ * ::LLM_ERR_LIMIT; a backend that cannot return hidden states, or a
+ * pooling the model's file asks for that is not supported:
+ * ::LLM_ERR_UNSUPPORTED naming what is missing; llm_session_interrupt():
+ * ::LLM_ERR_CANCELLED. On any failure the contents of `out` are
+ * unspecified and the session is as before. Since 1.3.
+ */
+LLM_API llm_status llm_session_embed(llm_session *session, const llm_token *const *inputs,
+                                     const size_t *n_tokens, size_t n_inputs,
+                                     const llm_embed_params *params, float *out, size_t capacity,
+                                     size_t *n_floats);
+
+/* ------------------------------------------------------------------------ */
 /** @name Session state: saving and restoring sequences
  *
  * A token-level sequence (its tokens and their K/V) saved to memory or a

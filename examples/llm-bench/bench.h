@@ -57,6 +57,7 @@ typedef struct bench_opts {
     bench_workload_kind workload;
     bool requests_set, output_len_set;
     float temperature; /* spec runs: 0 = greedy */
+    bool embed;        /* --embed: embedding throughput (embed.c) */
 } bench_opts;
 
 /* One synthetic request; times are seconds after the run starts. */
@@ -125,5 +126,9 @@ void bench_json_num(FILE *f, double v);
  * table and writes JSON (speedup, acceptance_rate, mean_accepted_len). */
 int bench_spec(const llm_model *model, const bench_opts *o);
 const char *bench_workload_name(bench_workload_kind w);
+
+/* embed.c: --requests sentences of --prompt-len random tokens embedded at
+ * batch 1 and 64; prints sentences/s and writes JSON. */
+int bench_embed(const llm_model *model, const bench_opts *o);
 
 #endif

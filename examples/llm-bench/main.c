@@ -39,6 +39,8 @@ static void usage(FILE *f) {
                "  --compare               run continuous and static (and prefix cache on and\n"
                "                          off when a shared prefix is set), print ratios\n"
                "  --no-warmup             skip the short warm-up request\n"
+               "  --embed                 embedding throughput instead: --requests sentences\n"
+               "                          of --prompt-len tokens at batch 1 and 64\n"
                "  --spec none|ngram|draft speculative decoding: run every request at batch 1\n"
                "                          without and with it, report speedup and acceptance\n"
                "                          (default none: the load benchmark above)\n"
@@ -125,6 +127,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             return -1;
         if (!strcmp(a, "--compare")) {
             o->compare = true;
+            takes_value = 0;
+        } else if (!strcmp(a, "--embed")) {
+            o->embed = true;
             takes_value = 0;
         } else if (!strcmp(a, "--no-warmup")) {
             o->warmup = false;
@@ -493,6 +498,11 @@ int main(int argc, char **argv) {
     llm_status st = llm_model_load(o.model, NULL, &model);
     if (st != LLM_OK)
         return bench_fail("loading the model", st);
+    if (o.embed) {
+        rc = bench_embed(model, &o);
+        llm_model_free(model);
+        return rc;
+    }
     if (o.spec_mode != LLM_SPEC_NONE) {
         rc = bench_spec(model, &o);
         llm_model_free(model);

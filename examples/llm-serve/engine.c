@@ -10,6 +10,21 @@
 
 #define EVENTS_PER_STEP 256
 
+/* An embedding call waiting for the engine thread (engine_embed). */
+typedef struct embed_call {
+    struct embed_call *next;
+    const llm_token *const *inputs;
+    const size_t *n_tokens;
+    size_t n_inputs;
+    const llm_embed_params *params;
+    float *out;
+    size_t capacity;
+    llm_status status;
+    char *msg;
+    size_t msg_cap;
+    bool done;
+} embed_call;
+
 struct engine {
     llm_session *session;
     pthread_t thread;
@@ -22,6 +37,10 @@ struct engine {
     unsigned long work_pending;
     bool stopping;
     llm_event *events; /* EVENTS_PER_STEP, the step's output */
+    /* Embedding calls in arrival order (guarded by `lock`); `embedded` is
+     * signalled as each one is done. */
+    embed_call *embeds, **embeds_tail;
+    pthread_cond_t embedded;
 };
 
 job *job_create(uint32_t n_samples)
@@ -158,6 +177,28 @@ static void dispatch(engine *e, const llm_event *events, size_t n)
     pthread_mutex_unlock(&e->lock);
 }
 
+/* Runs the embedding calls queued now, each between two steps. */
+static void run_embeds(engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    embed_call *calls = e->embeds;
+    e->embeds = NULL;
+    e->embeds_tail = &e->embeds;
+    pthread_mutex_unlock(&e->lock);
+    for (embed_call *c = calls, *next; c; c = next) {
+        next = c->next;
+        size_t n_floats = 0;
+        llm_status st = llm_session_embed(e->session, c->inputs, c->n_tokens, c->n_inputs,
+                                          c->params, c->out, c->capacity, &n_floats);
+        pthread_mutex_lock(&e->lock);
+        if (st != LLM_OK) snprintf(c->msg, c->msg_cap, "%s", llm_last_error());
+        c->status = st;
+        c->done = true;
+        pthread_cond_broadcast(&e->embedded);
+        pthread_mutex_unlock(&e->lock);
+    }
+}
+
 static void *engine_main(void *arg)
 {
     engine *e = arg;
@@ -166,8 +207,10 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->lock);
         bool stopping = e->stopping;
         unsigned long seen = e->work_pending;
+        bool embeds = e->embeds != NULL;
         pthread_mutex_unlock(&e->lock);
         if (stopping) break;
+        if (embeds) run_embeds(e);
         size_t n = 0;
         llm_status st = llm_session_step(e->session, events, EVENTS_PER_STEP, sizeof *events, &n);
         if (st != LLM_OK && st != LLM_ERR_CANCELLED) {
@@ -189,7 +232,7 @@ static void *engine_main(void *arg)
         llm_session_get_stats(e->session, &stats);
         if (stats.n_running || stats.n_waiting) continue;
         pthread_mutex_lock(&e->lock);
-        while (!e->stopping && e->work_pending == seen && !e->active)
+        while (!e->stopping && e->work_pending == seen && !e->active && !e->embeds)
             pthread_cond_wait(&e->work, &e->lock);
         pthread_mutex_unlock(&e->lock);
     }
@@ -208,6 +251,8 @@ engine *engine_start(llm_session *session)
     e->session = session;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->embedded, NULL);
+    e->embeds_tail = &e->embeds;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         free(e->events);
         free(e);
@@ -244,6 +289,28 @@ llm_status engine_submit(engine *e, job *j, const llm_token *prompt, size_t n_pr
     return LLM_OK;
 }
 
+llm_status engine_embed(engine *e, const llm_token *const *inputs, const size_t *n_tokens,
+                        size_t n_inputs, const llm_embed_params *params, float *out,
+                        size_t capacity, char *msg, size_t msg_cap)
+{
+    embed_call c = {.inputs = inputs, .n_tokens = n_tokens, .n_inputs = n_inputs,
+                    .params = params, .out = out, .capacity = capacity, .msg = msg,
+                    .msg_cap = msg_cap};
+    pthread_mutex_lock(&e->lock);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->lock);
+        snprintf(msg, msg_cap, "the server is shutting down");
+        return LLM_ERR_CANCELLED;
+    }
+    *e->embeds_tail = &c;
+    e->embeds_tail = &c.next;
+    e->work_pending++;
+    pthread_cond_signal(&e->work);
+    while (!c.done) pthread_cond_wait(&e->embedded, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    return c.status;
+}
+
 void engine_cancel(engine *e, job *j)
 {
     pthread_mutex_lock(&e->lock);
@@ -277,6 +344,14 @@ void engine_stop(engine *e)
     llm_session_interrupt(e->session);
     pthread_join(e->thread, NULL);
     pthread_mutex_lock(&e->lock);
+    /* Calls that arrived after the thread's last look. */
+    for (embed_call *c = e->embeds; c; c = c->next) {
+        snprintf(c->msg, c->msg_cap, "the server is shutting down");
+        c->status = LLM_ERR_CANCELLED;
+        c->done = true;
+    }
+    e->embeds = NULL;
+    pthread_cond_broadcast(&e->embedded);
     while (e->active) {
         job *j = e->active;
         e->active = j->next_active;
@@ -285,6 +360,7 @@ void engine_stop(engine *e)
     pthread_mutex_unlock(&e->lock);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->embedded);
     free(e->events);
     free(e);
 }

@@ -53,6 +53,14 @@ void engine_cancel(engine *e, job *j);
 /* Cancels every submitted job (shutdown). */
 void engine_cancel_all(engine *e);
 
+/* Runs llm_session_embed on the engine thread, which is the session's
+ * stepping thread (the token-level API must not run beside a step), between
+ * two steps; blocks until it is done. On failure returns the status and the
+ * library's message in `msg`; LLM_ERR_CANCELLED once the engine stops. */
+llm_status engine_embed(engine *e, const llm_token *const *inputs, const size_t *n_tokens,
+                        size_t n_inputs, const llm_embed_params *params, float *out,
+                        size_t capacity, char *msg, size_t msg_cap);
+
 job *job_create(uint32_t n_samples);
 /* Drops the caller's reference. */
 void job_release(job *j);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "embeddings.h"
 #include "generation.h"
 #include "json_out.h"
 
@@ -295,6 +296,29 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *conn, exchange *
     return send_json(conn, ex, 200, out, ok);
 }
 
+/* POST /v1/embeddings; admitted like a generation (--max-concurrent). */
+static enum MHD_Result handle_embeddings(struct MHD_Connection *conn, exchange *ex)
+{
+    server *srv = ex->srv;
+    if (ex->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than this server's limit of %zu bytes",
+                 srv->max_body_bytes);
+        return fail(conn, ex, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    if (atomic_load(&srv->draining))
+        return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");
+    if (atomic_fetch_add(&srv->generating, 1) >= srv->max_concurrent) {
+        atomic_fetch_sub(&srv->generating, 1);
+        return fail(conn, ex, 429, "rate_limit_error", "too_many_requests",
+                    "too many concurrent requests; retry later");
+    }
+    serve_error err;
+    char *body = embeddings_handle(srv, ex->body ? ex->body : "", ex->body_len, &err);
+    atomic_fetch_sub(&srv->generating, 1);
+    return body ? send_text(conn, ex, 200, "application/json", body) : send_error(conn, ex, &err);
+}
+
 typedef struct route {
     const char *path;
     const char *method;
@@ -303,13 +327,14 @@ typedef struct route {
 
 enum {
     ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE,
-    ROUTE_DETOKENIZE
+    ROUTE_DETOKENIZE, ROUTE_EMBEDDINGS
 };
 
 static const route routes[] = {
     {"/v1/chat/completions", "POST", ROUTE_CHAT},
     {"/v1/completions", "POST", ROUTE_COMPLETIONS},
     {"/v1/models", "GET", ROUTE_MODELS},
+    {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS},
     {"/health", "GET", ROUTE_HEALTH},
     {"/metrics", "GET", ROUTE_METRICS},
     {"/tokenize", "POST", ROUTE_TOKENIZE},
@@ -343,6 +368,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     case ROUTE_MODELS: return handle_models(conn, ex);
     case ROUTE_TOKENIZE: return handle_tokenize(conn, ex);
     case ROUTE_DETOKENIZE: return handle_detokenize(conn, ex);
+    case ROUTE_EMBEDDINGS: return handle_embeddings(conn, ex);
     case ROUTE_HEALTH:
         if (atomic_load(&ex->srv->draining))
             return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");

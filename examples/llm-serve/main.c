@@ -24,6 +24,7 @@ typedef struct options {
     const char *served_model_name;
     const char *draft_model_path;
     int verbose;
+    bool matryoshka;
 } options;
 
 static void usage(FILE *f)
@@ -47,6 +48,9 @@ static void usage(FILE *f)
             "                            for \"speculative\": \"draft\"\n"
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
             "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
+            "  --matryoshka              the model's embeddings were trained to be cut short\n"
+            "                            (Matryoshka): /v1/embeddings then takes 'dimensions'\n"
+            "                            below the model's width (truncated, renormalized)\n"
             "  -v                        log requests and library messages to stderr\n"
             "  -h, --help                this text\n");
 }
@@ -78,6 +82,10 @@ static bool parse_args(int argc, char **argv, options *o)
         }
         if (!strcmp(a, "-v")) {
             o->verbose = 1;
+            continue;
+        }
+        if (!strcmp(a, "--matryoshka")) {
+            o->matryoshka = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -219,6 +227,7 @@ int main(int argc, char **argv)
     srv.max_concurrent = (int)o.max_concurrent;
     srv.max_body_bytes = (size_t)o.max_body_bytes;
     srv.verbose = o.verbose;
+    srv.matryoshka = o.matryoshka;
     srv.metrics = metrics_create();
     srv.engine = engine_start(srv.session);
     if (!srv.metrics || !srv.engine) {

@@ -45,18 +45,33 @@ $(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c examples/
 		examples/llm-serve/request.c examples/llm-serve/alloc.c -o $@ $(shell pkg-config --libs libcjson) \
 		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
 
-fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+$(FUZZ_SERVE_DIR)/fuzz_serve_embed: tests/serve/fuzz_serve_embed.c examples/llm-serve/embed_request.c \
+		examples/llm-serve/embed_request.h examples/llm-serve/request.c examples/llm-serve/alloc.c \
+		$(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) -fsanitize=fuzzer $< \
+		examples/llm-serve/embed_request.c examples/llm-serve/request.c examples/llm-serve/alloc.c \
+		-o $@ $(shell pkg-config --libs libcjson) -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
+
+fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed
 	@mkdir -p $(FUZZ_SERVE_DIR)/corpus $(FUZZ_SERVE_DIR)/artifacts
 	cp -n tests/serve/fuzz-seeds/* $(FUZZ_SERVE_DIR)/corpus/ 2>/dev/null || true
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$< -max_total_time=$(FUZZ_SERVE_SECONDS) -max_len=8192 -timeout=10 \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_SERVE_DIR)/artifacts/ \
 		$(FUZZ_SERVE_DIR)/corpus tests/serve/fuzz-seeds
+	@mkdir -p $(FUZZ_SERVE_DIR)/corpus-embed
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_embed -max_total_time=$(FUZZ_SERVE_SECONDS) -max_len=8192 \
+		-timeout=10 -print_final_stats=1 -artifact_prefix=$(FUZZ_SERVE_DIR)/artifacts/ \
+		$(FUZZ_SERVE_DIR)/corpus-embed tests/serve/fuzz-seeds-embed
 
 # Each seed and regression input once (CI).
-fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$< tests/serve/fuzz-seeds/*
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_embed tests/serve/fuzz-seeds-embed/*
 
 bench-serve: $(BUILD)/llm-serve $(MODEL)
 	scripts/bench-serve.sh

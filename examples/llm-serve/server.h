@@ -25,6 +25,9 @@ typedef struct server {
     int max_concurrent;
     size_t max_body_bytes;
     int verbose;
+    /* --matryoshka: the model's embeddings keep their meaning when cut
+     * short, so /v1/embeddings takes 'dimensions' below n_embd. */
+    bool matryoshka;
     atomic_int generating; /* generation requests admitted now */
     atomic_bool draining;  /* shutting down: refuse new work */
 } server;

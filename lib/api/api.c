@@ -393,6 +393,39 @@ LLM_API llm_status llm_session_logits(llm_session *s, uint32_t row, const float 
     return llmi_session_note(s, llmi_session_logits(s, row, logits));
 }
 
+/* ---- embeddings ---- */
+
+LLM_API void llm_embed_params_init_sized(llm_embed_params *p, size_t size) {
+    llm_embed_params d = {.struct_size = sizeof d, .pooling = LLM_POOLING_MODEL, .normalize = true};
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
+LLM_API llm_status llm_model_pooling(const llm_model *m, llm_pooling *out) {
+    CHECK_ARG(m && out, "llm_model_pooling: NULL argument");
+    return llmi_model_pooling(m, out);
+}
+
+LLM_API llm_status llm_session_embed(llm_session *s, const llm_token *const *inputs,
+                                     const size_t *n_tokens, size_t n_inputs,
+                                     const llm_embed_params *params, float *out, size_t capacity,
+                                     size_t *n_floats) {
+    SESSION_ARG(s, s && n_floats, "llm_session_embed: session and n_floats must not be NULL");
+    *n_floats = 0;
+    SESSION_ARG(s, (inputs && n_tokens) || n_inputs == 0,
+                "llm_session_embed: inputs and n_tokens must not be NULL with %zu inputs",
+                n_inputs);
+    SESSION_ARG(s, out || capacity == 0, "llm_session_embed: out is NULL with capacity %zu",
+                capacity);
+    llm_embed_params p;
+    llm_embed_params_init_sized(&p, sizeof p);
+    llm_status st = llmi_params_copy("llm_embed_params", params, &p, sizeof p);
+    if (st != LLM_OK)
+        return llmi_session_note(s, st);
+    llmi_session_begin_interruptible(s);
+    return llmi_session_note(
+        s, llmi_session_embed(s, inputs, n_tokens, n_inputs, &p, out, capacity, n_floats));
+}
+
 /* ---- standalone sampler ---- */
 
 struct llm_sampler {

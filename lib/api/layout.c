@@ -34,6 +34,7 @@ static const struct_size_entry sizes[] = {
     S(llm_session_stats),
     S(llm_backend_info),
     S(llm_device_params),
+    S(llm_embed_params),
 };
 #undef S
 
@@ -157,6 +158,9 @@ static const field_entry fields[] = {
     F(llm_device_params, devices),
     F(llm_device_params, n_devices),
     F(llm_device_params, tensor_parallel),
+    F(llm_embed_params, struct_size),
+    F(llm_embed_params, pooling),
+    F(llm_embed_params, normalize),
 };
 #undef F
 

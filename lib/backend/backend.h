@@ -51,7 +51,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define LLMI_BACKEND_VERSION 3
+#define LLMI_BACKEND_VERSION 4
 #define LLMI_BACKEND_VERSION_MIN 1
 #define LLMI_BACKEND_MAX 8 /* registered backends at once */
 
@@ -178,6 +178,17 @@ typedef struct llmi_backend_ops {
      * tensor_parallel > 1 on it is refused. */
     llm_status (*group)(uint32_t n_ranks, const int32_t *devices,
                         const struct llmi_backend_ops **out);
+
+    /* ---- version 4 ---- */
+    /* Optional: step_run, except that the wanted rows (logit_rows) get
+     * their final hidden state instead of logits: the residual stream
+     * after the last layer, normed with the model's output norm (the
+     * vector the LM head would multiply), n_embd floats each, in
+     * logit_rows order, into `hidden` (host memory). K/V are written as
+     * by step_run. Embeddings are built on it. NULL (or an older table):
+     * the backend cannot return hidden states, and embedding on it gives
+     * LLM_ERR_UNSUPPORTED. */
+    llm_status (*step_run_hidden)(void *step, void *kv, const llmi_step *st, float *hidden);
 } llmi_backend_ops;
 
 /* ---- registry ---- */

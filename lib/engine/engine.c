@@ -174,8 +174,20 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
     return LLM_OK;
 }
 
-llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n,
-                           float *logits) {
+bool llmi_engine_has_hidden(const llmi_engine *e) {
+    /* An older table ends before the entry: read it only past version 4. */
+    return e->ops->version >= 4 && e->ops->step_run_hidden;
+}
+
+/* Runs the rows; the wanted rows get logits, or hidden states when
+ * `hidden`. */
+static llm_status engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n, float *out,
+                             bool hidden) {
+    if (hidden && !llmi_engine_has_hidden(e))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "backend '%s' cannot return hidden states (embeddings need backend "
+                          "interface version 4 with step_run_hidden)",
+                          e->ops->name);
     bool late = false;
     LLMI_TRY(llmi_backend_fault_check(&late));
     if (n == 0) return LLM_OK;
@@ -184,13 +196,23 @@ llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t 
         return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt)");
     llmi_step st;
     LLMI_TRY(build_step(e, rows, n, &st));
-    LLMI_TRY(e->ops->step_run(e->step, e->kv_store, &st, logits));
+    LLMI_TRY(hidden ? e->ops->step_run_hidden(e->step, e->kv_store, &st, out)
+                    : e->ops->step_run(e->step, e->kv_store, &st, out));
     LLMI_TRY(e->ops->sync(e->backend));
     if (late) return llmi_backend_fault_late();
     /* Lengths move only now: a step that fails anywhere leaves them. */
     for (uint32_t r = 0; r < n; r++)
         if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
     return LLM_OK;
+}
+
+llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n, float *logits) {
+    return engine_run(e, rows, n, logits, false);
+}
+
+llm_status llmi_engine_run_hidden(llmi_engine *e, const llmi_batch_row *rows, uint32_t n,
+                                  float *hidden) {
+    return engine_run(e, rows, n, hidden, true);
 }
 
 /* Runs f over the block-sized pieces of positions [pos, pos + n). */

@@ -84,6 +84,15 @@ void llmi_engine_free(llmi_engine *e);
 llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t n_rows,
                            float *logits);
 
+/* As llmi_engine_run, but the rows with want_logits get their final hidden
+ * state (n_embd floats each, after the output norm) in `hidden` instead of
+ * logits. LLM_ERR_UNSUPPORTED, before anything runs, on a backend without
+ * step_run_hidden (llmi_engine_has_hidden). */
+llm_status llmi_engine_run_hidden(llmi_engine *e, const llmi_batch_row *rows, uint32_t n_rows,
+                                  float *hidden);
+/* Whether the engine's backend returns hidden states. */
+bool llmi_engine_has_hidden(const llmi_engine *e);
+
 /* Keeps activations in f32 where the backend supports it (tests against
  * llama.cpp); ignored otherwise. */
 void llmi_engine_set_f32_activations(llmi_engine *e, bool on);

@@ -1,6 +1,7 @@
 /* Opening a checkpoint folder (hf/hf.h): config.json, the safetensors
  * files (one, or shards listed by model.safetensors.index.json), the
- * tokenizer and generation_config.json become one assembled llmi_gguf. */
+ * tokenizer, generation_config.json and a sentence-transformers pooling
+ * config (modules.json) become one assembled llmi_gguf. */
 #include "hf/hf_internal.h"
 
 #include <cjson/cJSON.h>
@@ -288,6 +289,88 @@ static llm_status generation_keys(const char *folder, llmi_gguf_writer *w) {
     return st;
 }
 
+/* A sentence-transformers folder's pooling (modules.json names the Pooling
+ * module's folder, whose config.json says the mode) as "<arch>.pooling_type",
+ * with the numbers and the refusals of llama.cpp's converter: mean 1, CLS 2,
+ * last token 3; other modes (max, weighted mean) are refused. A folder
+ * without modules.json, or without a Pooling module, says nothing. */
+static llm_status read_json(const char *folder, const char *name, bool *absent, cJSON **out) {
+    *out = NULL;
+    char *json;
+    size_t len;
+    LLMI_TRY(read_text(folder, name, absent, &json, &len));
+    if (absent && *absent)
+        return LLM_OK;
+    *out = cJSON_ParseWithLength(json, len);
+    llmi_free(json);
+    if (!*out)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s: not JSON", name);
+    return LLM_OK;
+}
+
+static llm_status pooling_mode(const cJSON *cfg, const char *name, uint32_t *out) {
+    static const struct {
+        const char *field;
+        uint32_t type;
+    } modes[] = {{"pooling_mode_mean_tokens", 1},
+                 {"pooling_mode_cls_token", 2},
+                 {"pooling_mode_lasttoken", 3},
+                 {"pooling_mode_max_tokens", 0},
+                 {"pooling_mode_mean_sqrt_len_tokens", 0},
+                 {"pooling_mode_weightedmean_tokens", 0}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, modes[i].field);
+        if (!cJSON_IsTrue(v))
+            continue;
+        if (modes[i].type == 0)
+            return llmi_error(LLM_ERR_UNSUPPORTED,
+                              "%s: %s is not supported (mean, CLS and last token are)", name,
+                              modes[i].field);
+        *out = modes[i].type;
+        return LLM_OK;
+    }
+    return llmi_error(LLM_ERR_BAD_FORMAT, "%s: no pooling_mode_* field is true", name);
+}
+
+static llm_status pooling_keys(const char *folder, const char *arch, llmi_gguf_writer *w) {
+    bool absent = false;
+    cJSON *modules = NULL, *cfg = NULL;
+    LLMI_TRY(read_json(folder, "modules.json", &absent, &modules));
+    if (absent)
+        return LLM_OK;
+    llm_status st = cJSON_IsArray(modules)
+                        ? LLM_OK
+                        : llmi_error(LLM_ERR_BAD_FORMAT, "modules.json: not a JSON array");
+    const char *dir = NULL;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, modules) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
+        const cJSON *path = cJSON_GetObjectItemCaseSensitive(m, "path");
+        size_t tl = cJSON_IsString(type) ? strlen(type->valuestring) : 0;
+        if (tl >= 7 && strcmp(type->valuestring + tl - 7, "Pooling") == 0)
+            dir = cJSON_IsString(path) ? path->valuestring : "";
+    }
+    char name[256];
+    if (st == LLM_OK && dir &&
+        (!dir[0] || strstr(dir, "..") || dir[0] == '/' ||
+         snprintf(name, sizeof name, "%s/config.json", dir) >= (int)sizeof name))
+        st = llmi_error(LLM_ERR_BAD_FORMAT, "modules.json: the Pooling module's path is not a "
+                                            "folder inside the model's");
+    uint32_t type = 0;
+    if (st == LLM_OK && dir)
+        st = read_json(folder, name, NULL, &cfg);
+    if (st == LLM_OK && dir)
+        st = pooling_mode(cfg, name, &type);
+    if (st == LLM_OK && dir) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.pooling_type", arch);
+        st = llmi_gguf_w_u32(w, key, type);
+    }
+    cJSON_Delete(modules);
+    cJSON_Delete(cfg);
+    return st;
+}
+
 #ifdef LLMI_TEST_HOOKS
 static char *g_test_tokenizer_gguf;
 
@@ -380,6 +463,7 @@ static llm_status open_folder(hf_folder *h, llmi_gguf_writer *w, llmi_gguf_parts
     LLMI_TRY(llmi_gguf_w_u32(w, "general.file_type", file_type));
     LLMI_TRY(hand_over(h, parts));
     LLMI_TRY(generation_keys(h->folder, w));
+    LLMI_TRY(pooling_keys(h->folder, cfg.arch, w));
     return tokenizer_keys(h->folder, &cfg, w);
 }
 

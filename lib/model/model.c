@@ -188,6 +188,9 @@ static llm_status load_hparams(llm_model *m) {
     hp->rms_eps = 1e-5f;
     LLMI_TRY(get_arch_f32(m, "attention.layer_norm_rms_epsilon", false, &hp->rms_eps));
 
+    hp->pooling_type = LLMI_POOLING_UNSET;
+    LLMI_TRY(get_arch_u32(m, "pooling_type", false, &hp->pooling_type));
+
     LLMI_TRY(check_dim("block_count", hp->n_layer, 1024));
     LLMI_TRY(check_dim("embedding_length", hp->n_embd, 1u << 16));
     LLMI_TRY(check_dim("feed_forward_length", hp->n_ff, 1u << 18));

@@ -8,6 +8,8 @@
 #include "model/arch.h"
 #include "tokenizer/tokenizer.h"
 
+#define LLMI_POOLING_UNSET UINT32_MAX
+
 typedef struct llmi_hparams {
     char arch[32];
     uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx_train;
@@ -20,6 +22,10 @@ typedef struct llmi_hparams {
     float rope_freq_scale;
     llmi_rope_layout rope_layout;
     bool tied_embeddings; /* output projection shares token_embd */
+    /* How embeddings pool, as the file says (<arch>.pooling_type, llama.cpp's
+     * numbers: 0 none, 1 mean, 2 cls, 3 last, 4 rank); LLMI_POOLING_UNSET
+     * when it says nothing. Only embeddings read it (session/embed.c). */
+    uint32_t pooling_type;
     llmi_features features; /* the row's choices with the file's values */
 } llmi_hparams;
 

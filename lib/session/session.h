@@ -116,5 +116,13 @@ llm_status llmi_seq_new_slot(llm_session *s, llm_seq_id *out);
 llm_status llmi_session_decode(llm_session *s, const llm_batch *b);
 llm_status llmi_session_logits(llm_session *s, uint32_t row, const float **out);
 
+/* Embeddings (embed.c). */
+/* The pooling LLM_POOLING_MODEL stands for on m; LLM_ERR_UNSUPPORTED for a
+ * file's pooling that embeddings cannot do. */
+llm_status llmi_model_pooling(const llm_model *m, llm_pooling *out);
+/* llm_session_embed with its arguments checked for NULL and `p` complete. */
+llm_status llmi_session_embed(llm_session *s, const llm_token *const *inputs,
+                              const size_t *n_tokens, size_t n_inputs, const llm_embed_params *p,
+                              float *out, size_t capacity, size_t *n_floats);
 
 #endif

@@ -152,6 +152,17 @@ static void test_device_params_layout(void **state) {
     END_CHECKS();
 }
 
+/* Since 1.3. */
+static void test_embed_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_embed_params, 12, 4);
+    FIELD(llm_embed_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_embed_params, pooling, 4, 4, llm_pooling);
+    FIELD(llm_embed_params, normalize, 8, 1, bool);
+    END_CHECKS();
+}
+
 static void test_request_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
@@ -380,6 +391,11 @@ static void test_enum_values(void **state) {
     check_num("LLM_TOKENIZE_PARSE_SPECIAL", LLM_TOKENIZE_PARSE_SPECIAL, 2);
     check_num("LLM_TOKENIZE_STRICT", LLM_TOKENIZE_STRICT, 4);
     check_num("LLM_DETOKENIZE_SPECIAL", LLM_DETOKENIZE_SPECIAL, 1);
+    check_num("LLM_POOLING_MODEL", LLM_POOLING_MODEL, 0);
+    check_num("LLM_POOLING_NONE", LLM_POOLING_NONE, 1);
+    check_num("LLM_POOLING_MEAN", LLM_POOLING_MEAN, 2);
+    check_num("LLM_POOLING_FIRST", LLM_POOLING_FIRST, 3);
+    check_num("LLM_POOLING_LAST", LLM_POOLING_LAST, 4);
     END_CHECKS();
 }
 
@@ -442,6 +458,7 @@ static void test_params_init_struct_size(void **state) {
     CHECK_INIT(llm_generate_params, llm_generate_params_init);
     CHECK_INIT(llm_request_params, llm_request_params_init);
     CHECK_INIT(llm_device_params, llm_device_params_init);
+    CHECK_INIT(llm_embed_params, llm_embed_params_init);
     END_CHECKS();
 }
 
@@ -453,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_backend_info_layout),
         cmocka_unit_test(test_device_params_layout),
         cmocka_unit_test(test_request_params_layout),
+        cmocka_unit_test(test_embed_params_layout),
         cmocka_unit_test(test_event_layout),
         cmocka_unit_test(test_session_stats_layout),
         cmocka_unit_test(test_sampling_params_layout),

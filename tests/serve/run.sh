@@ -51,10 +51,18 @@ start_server "$LOG_DIR/main" --ctx 1024 --api-key "$LLM_SERVE_TEST_KEY" --max-co
 echo "serve-test: server at $LLM_SERVE_URL"
 "$PY" tests/serve/test_openai.py
 "$PY" tests/serve/test_http.py
+"$PY" tests/serve/test_embeddings.py
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=
 unset LLM_SERVE_TEST_KEY
+
+# A model declared Matryoshka: /v1/embeddings takes shorter 'dimensions'.
+start_server "$LOG_DIR/matryoshka" --ctx 1024 --matryoshka
+EMBED_MATRYOSHKA=1 "$PY" tests/serve/test_embeddings.py
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+SERVER_PID=
 
 # 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
 start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12

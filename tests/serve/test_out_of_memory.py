@@ -1,6 +1,6 @@
 """Out-of-memory handling: servers whose every N-th own allocation fails
-(LLM_SERVE_TEST_FAIL_ALLOC, docs/serve.md) must answer each request with a
-correct success, a 503 out_of_memory error, or a stream that ends with
+(LLM_SERVE_TEST_FAIL_ALLOC, docs/serve.md) must answer each request
+(generations and embeddings) with a correct success, a 503 out_of_memory error, or a stream that ends with
 [DONE]; afterwards they serve, hold no requests or KV blocks, and exit 0 on
 SIGTERM."""
 import http.client
@@ -60,6 +60,15 @@ def check_answer(body, data):
                 assert len(c["logprobs"]["tokens"]) == len(c["logprobs"]["text_offset"]), c
 
 
+def check_embeddings(body, data):
+    reply = json.loads(data)
+    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    assert [d["index"] for d in reply["data"]] == list(range(len(inputs))), reply
+    for d in reply["data"]:
+        assert isinstance(d["embedding"], str if body.get("encoding_format") == "base64" else list)
+    assert reply["usage"]["prompt_tokens"] > 0, reply
+
+
 def check_stream(body, data):
     """Every event parses; the stream ends with [DONE]. Without an error
     event every choice finishes and usage comes when asked for."""
@@ -92,6 +101,9 @@ def request_mix():
                 if stream:
                     body["stream_options"] = {"include_usage": True}
                 bodies.append((path, body))
+    for body in ({"input": ["Name three colours.", "The capital of France is"]},
+                 {"input": "hello", "encoding_format": "base64"}, {"input": [[17, 18, 19]]}):
+        bodies.append(("/v1/embeddings", body))
     return bodies
 
 
@@ -107,7 +119,10 @@ def run_mix(port):
                 kind = "503"
             else:
                 assert status == 200, (status, data[:300])
-                if body["stream"]:
+                if path == "/v1/embeddings":
+                    check_embeddings(body, data)
+                    kind = "ok"
+                elif body["stream"]:
                     kind = check_stream(body, data)
                 else:
                     check_answer(body, data)

@@ -610,6 +610,71 @@ static void test_bad_index(void **state) {
     expect(d, LLM_ERR_BAD_FORMAT, "model.safetensors.index.json", "weight_map");
 }
 
+/* A sentence-transformers folder: hf-llama-f32's files linked into a
+ * folder with modules.json and the Pooling module's config. The modes map
+ * as llama.cpp's converter maps them (mean 1, CLS 2, last token 3) to
+ * <arch>.pooling_type, which llm_model_pooling reads; modes it refuses are
+ * refused at load, naming the file and the field. */
+static const char *pooling_folder(const char *modules, const char *pooling_config) {
+    const char *d = tmp_folder("pooling");
+    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char from[1200], to[1200];
+        snprintf(from, sizeof from, "%s/%s", model_path("hf-llama-f32"), files[i]);
+        snprintf(to, sizeof to, "%s/%s", d, files[i]);
+        assert_int_equal(symlink(from, to), 0);
+    }
+    if (modules)
+        put_text(d, "modules.json", modules);
+    if (pooling_config) {
+        char sub[1200];
+        snprintf(sub, sizeof sub, "%s/1_Pooling", d);
+        assert_int_equal(mkdir(sub, 0755), 0);
+        put_text(sub, "config.json", pooling_config);
+    }
+    return d;
+}
+
+static void expect_pooling(const char *modules, const char *mode, llm_pooling want) {
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "{\"word_embedding_dimension\": 8, \"%s\": true}", mode);
+    const char *d = pooling_folder(modules, mode ? cfg : NULL);
+    llm_model *m = NULL;
+    if (llm_model_load(d, NULL, &m) != LLM_OK)
+        fail_msg("%s: %s", mode, llm_last_error());
+    llm_pooling got = LLM_POOLING_MODEL;
+    assert_int_equal(llm_model_pooling(m, &got), LLM_OK);
+    if (got != want)
+        fail_msg("%s: pooling %d, want %d", mode ? mode : "(none)", got, want);
+    llm_model_free(m);
+}
+
+static void test_sentence_transformers_pooling(void **state) {
+    static const char modules[] = "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", "
+                                  "\"type\": \"sentence_transformers.models.Transformer\"}, "
+                                  "{\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", "
+                                  "\"type\": \"sentence_transformers.models.Pooling\"}, "
+                                  "{\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
+                                  "\"type\": \"sentence_transformers.models.Normalize\"}]";
+    expect_pooling(modules, "pooling_mode_lasttoken", LLM_POOLING_LAST);
+    expect_pooling(modules, "pooling_mode_cls_token", LLM_POOLING_FIRST);
+    expect_pooling(modules, "pooling_mode_mean_tokens", LLM_POOLING_MEAN);
+    expect_pooling(NULL, NULL, LLM_POOLING_MEAN); /* no modules.json: the default */
+    const char *d = pooling_folder(modules, "{\"pooling_mode_max_tokens\": true}");
+    expect(d, LLM_ERR_UNSUPPORTED, "1_Pooling/config.json", "pooling_mode_max_tokens");
+    d = pooling_folder(modules, "{\"pooling_mode_cls_token\": false}");
+    expect(d, LLM_ERR_BAD_FORMAT, "1_Pooling/config.json", "no pooling_mode_");
+    d = pooling_folder(modules, NULL);
+    expect(d, LLM_ERR_IO, "1_Pooling/config.json", NULL);
+    d = pooling_folder("{\"path\": 1}", NULL);
+    expect(d, LLM_ERR_BAD_FORMAT, "modules.json", "array");
+    d = pooling_folder("[{\"path\": \"../x\", \"type\": \"x.Pooling\"}]", NULL);
+    expect(d, LLM_ERR_BAD_FORMAT, "modules.json", "Pooling module's path");
+    d = pooling_folder("[1, 2", NULL);
+    expect(d, LLM_ERR_BAD_FORMAT, "modules.json", "JSON");
+}
+
 static void test_is_folder(void **state) {
     assert_false(llmi_hf_is_folder(NULL));
     assert_false(llmi_hf_is_folder(g_tmp)); /* a directory without config.json */
@@ -665,6 +730,7 @@ int main(void) {
         cmocka_unit_test(test_map_mixtral),     cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_bad_safetensors), cmocka_unit_test(test_bad_index),
         cmocka_unit_test(test_is_folder),       cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_sentence_transformers_pooling),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

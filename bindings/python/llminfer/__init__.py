@@ -31,6 +31,7 @@ from .errors import (
     status_description,
     status_name,
 )
+from .embed import Pooling, model_pooling
 from .log import set_log_handler
 from .model import ChatMessage, Detokenizer, Model, ModelInfo, TokenizeFlag
 from .params import (
@@ -52,6 +53,8 @@ __version__ = "1.2.0"
 __all__ = [
     "BackendError",
     "Batch",
+    "Pooling",
+    "model_pooling",
     "BadFormatError",
     "BufferTooSmallError",
     "ChatMessage",

@@ -240,6 +240,16 @@ class SessionStats(Structure):
     ]
 
 
+class EmbedParams(Structure):
+    """Since API 1.3 (optional: see OPTIONAL_STRUCTS)."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("pooling", c_enum),
+        ("normalize", c_bool),
+    ]
+
+
 STRUCTS: Dict[str, Type[Structure]] = {
     "llm_model_params": ModelParams,
     "llm_model_info": ModelInfo,
@@ -252,6 +262,13 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "llm_request_params": RequestParams,
     "llm_event": Event,
     "llm_session_stats": SessionStats,
+}
+
+# Structs of newer API versions: checked where the library knows them
+# (llm_struct_size gives 0 for a name it does not), so the binding keeps
+# working on an API 1.2 library without the features they belong to.
+OPTIONAL_STRUCTS: Dict[str, Type[Structure]] = {
+    "llm_embed_params": EmbedParams,
 }
 
 # --- prototypes ------------------------------------------------------------
@@ -377,6 +394,26 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
 ]
 
 
+# Functions of newer API versions, declared where the library has them;
+# ``has(name)`` tells. Embeddings: API 1.3.
+_OPTIONAL_PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
+    ("llm_embed_params_init_sized", None, [POINTER(EmbedParams), c_size_t]),
+    ("llm_model_pooling", c_status, [p_model, POINTER(c_enum)]),
+    (
+        "llm_session_embed",
+        c_status,
+        [p_session, POINTER(POINTER(c_token)), POINTER(c_size_t), c_size_t,
+         POINTER(EmbedParams), POINTER(c_float), c_size_t, POINTER(c_size_t)],
+    ),
+]
+_present: Dict[str, bool] = {}
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library exports the optional function ``name``."""
+    return _present.get(name, False)
+
+
 def _declare() -> None:
     missing = []
     for name, restype, argtypes in _PROTOTYPES:
@@ -387,6 +424,12 @@ def _declare() -> None:
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, restype, argtypes in _OPTIONAL_PROTOTYPES:
+        fn = getattr(lib, name, None)
+        _present[name] = fn is not None
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
     if missing:
         raise LibraryNotFoundError(
             f"the loaded libllminfer lacks {', '.join(missing)}: this binding needs "
@@ -414,7 +457,12 @@ def _check_version() -> None:
 def layout_mismatches(structs: Optional[Dict[str, Type[Structure]]] = None) -> List[str]:
     """Every difference between the mirrored structs and the library's."""
     problems = []
-    for c_name, mirror in (STRUCTS if structs is None else structs).items():
+    checked = dict(STRUCTS) if structs is None else structs
+    if structs is None:
+        for c_name, mirror in OPTIONAL_STRUCTS.items():
+            if lib.llm_struct_size(c_name.encode()) != 0:
+                checked[c_name] = mirror
+    for c_name, mirror in checked.items():
         name = c_name.encode()
         size = lib.llm_struct_size(name)
         if size != ctypes.sizeof(mirror):

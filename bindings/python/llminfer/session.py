@@ -34,6 +34,7 @@ from .errors import (
     thread_last_error,
 )
 from .model import Model
+from .embed import EmbedMixin
 from .tokens import TokenLevelMixin
 from .params import Event, FinishReason, GenerateResult, KvType, SamplingParams, SessionStats, SpecMode
 
@@ -114,7 +115,7 @@ class _CtrlCInterrupts:
             raise KeyboardInterrupt
 
 
-class Session(TokenLevelMixin, Closeable):
+class Session(TokenLevelMixin, EmbedMixin, Closeable):
     """A runtime for one model: KV memory, threads and requests.
 
     ``Session(model, n_threads=..., n_ctx=..., ...)`` takes the fields of

@@ -25,6 +25,9 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
                                 uint32_t max_rows, uint32_t max_ctx, void **out);
 void llmi_cpu_step_free(void *step);
 llm_status llmi_cpu_step_run(void *step, void *kv, const llmi_step *st, float *logits);
+/* The final hidden states of the wanted rows (llmi_backend_ops.step_run_hidden);
+ * `hidden` NULL runs the layers and writes nothing (tensor-parallel ranks). */
+llm_status llmi_cpu_step_run_hidden(void *step, void *kv, const llmi_step *st, float *hidden);
 void llmi_cpu_step_set_f32_activations(void *step, bool on);
 /* Tensor parallelism (backend/tp): the step computes one rank's slice of a
  * layer from a shard of the model (its heads, its FFN columns, its rows of

@@ -458,10 +458,10 @@ static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     return LLM_OK;
 }
 
-/* The step is checked by the engine; sequence lengths are its to update. */
-llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
-    cpu_forward *f = ctx;
-    llmi_cpu_kv *kv = kv_store;
+/* The embedding and every layer: leaves the residual stream of each row in
+ * f->x. The step is checked by the engine; sequence lengths are its to
+ * update. */
+static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *st) {
     const uint32_t n = st->n_rows;
     const llm_model *m = f->m;
     const llmi_hparams *hp = &m->hp;
@@ -484,19 +484,40 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
         LLMI_TRY(attention_block(f, kv, &m->layers[l], l, st));
         LLMI_TRY(mlp_block(f, &m->layers[l], n));
     }
-    const uint32_t n_out = st->n_logits;
-    for (uint32_t i = 0; i < n_out; i++)
-        llmi_rmsnorm(f->out_rows + (size_t)i * hp->n_embd,
-                     f->x + (size_t)st->logit_rows[i] * hp->n_embd,
-                     (const float *)m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,
+    return LLM_OK;
+}
+
+/* The wanted rows of f->x normed with the output norm, into out (n_logits
+ * rows of n_embd). */
+static void output_norm_rows(const cpu_forward *f, const llmi_step *st, float *out) {
+    const llmi_hparams *hp = &f->m->hp;
+    for (uint32_t i = 0; i < st->n_logits; i++)
+        llmi_rmsnorm(out + (size_t)i * hp->n_embd, f->x + (size_t)st->logit_rows[i] * hp->n_embd,
+                     (const float *)f->m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,
                      hp->rms_eps);
+}
+
+llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
+    cpu_forward *f = ctx;
+    const llmi_hparams *hp = &f->m->hp;
+    LLMI_TRY(run_layers(f, kv_store, st));
+    const uint32_t n_out = st->n_logits;
+    output_norm_rows(f, st, f->out_rows);
     if (n_out) {
         act_begin(f, f->out_rows, n_out, hp->n_embd);
-        act_matmul(f, &m->w[LLMI_ROLE_OUTPUT], logits);
+        act_matmul(f, &f->m->w[LLMI_ROLE_OUTPUT], logits);
         float cap = hp->features.logit_softcap;
         if (cap > 0.0f)
             for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++)
                 logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
     }
+    return LLM_OK;
+}
+
+llm_status llmi_cpu_step_run_hidden(void *ctx, void *kv_store, const llmi_step *st, float *hidden) {
+    cpu_forward *f = ctx;
+    LLMI_TRY(run_layers(f, kv_store, st));
+    /* NULL: a tensor-parallel rank whose rows another rank writes out. */
+    if (hidden) output_norm_rows(f, st, hidden);
     return LLM_OK;
 }

@@ -173,6 +173,9 @@ struct tp_step {
     tp_kv *kv;
     llmi_step st;
     const atomic_int *interrupt; /* read by rank 0 only */
+    /* step_run_hidden: where rank 0 writes the hidden states (every rank
+     * holds the whole rows after the last layer); NULL for logits. */
+    float *hidden;
     /* Rank threads 1 .. n_ranks - 1 wait for a new generation. */
     pthread_t thread[LLMI_TP_MAX];
     uint32_t n_threads;
@@ -229,7 +232,10 @@ static llm_status rank_layer_begin(void *ctx, uint32_t layer) {
 
 static void rank_run(tp_rank *rk) {
     tp_step *s = rk->owner;
-    rk->status = llmi_cpu_step_run(rk->step, s->kv->rank[rk->rank], &s->st, rk->logits);
+    void *kv = s->kv->rank[rk->rank];
+    rk->status = s->hidden ? llmi_cpu_step_run_hidden(rk->step, kv, &s->st,
+                                                       rk->rank == 0 ? s->hidden : NULL)
+                           : llmi_cpu_step_run(rk->step, kv, &s->st, rk->logits);
     if (rk->status != LLM_OK)
         snprintf(rk->error, sizeof rk->error, "%s", llmi_error_message());
 }
@@ -361,10 +367,13 @@ static void tp_step_set_f32_activations(void *ctx, bool on) {
 }
 
 /* Every rank runs the step; an interrupt stops all of them at the same
- * layer (rank_layer_begin). */
-static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
+ * layer (rank_layer_begin). With `hidden`, rank 0 writes the hidden states
+ * there and no logits are made. */
+static llm_status tp_run(void *ctx, void *kv_store, const llmi_step *st, float *logits,
+                         float *hidden) {
     tp_step *s = ctx;
     s->kv = kv_store;
+    s->hidden = hidden;
     s->st = *st;
     s->interrupt = st->interrupt;
     s->st.interrupt = s->n_ranks == 1 ? st->interrupt : NULL;
@@ -383,6 +392,7 @@ static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
     for (uint32_t r = 1; r < s->n_ranks; r++)
         if (s->rank[r].status != LLM_OK)
             return llmi_error(s->rank[r].status, "rank %u: %s", r, s->rank[r].error);
+    if (hidden) return LLM_OK;
     /* Vocab-parallel output: each wanted row gathers its ranks' slices. */
     for (uint32_t i = 0; i < st->n_logits; i++)
         for (uint32_t r = 0; r < s->n_ranks; r++) {
@@ -391,6 +401,15 @@ static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
                    s->rank[r].logits + (size_t)i * nv, nv * sizeof *logits);
         }
     return LLM_OK;
+}
+
+static llm_status tp_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
+    return tp_run(ctx, kv_store, st, logits, NULL);
+}
+
+static llm_status tp_step_run_hidden(void *ctx, void *kv_store, const llmi_step *st,
+                                     float *hidden) {
+    return tp_run(ctx, kv_store, st, NULL, hidden);
 }
 
 #ifdef LLMI_TEST_HOOKS
@@ -428,6 +447,7 @@ TP_TABLE(8)
         .kv_read = tp_kv_read, .kv_write = tp_kv_write, .step_create = tp_step_create,             \
         .step_free = tp_step_free, .step_run = tp_step_run, .sync = tp_sync,                       \
         .step_set_f32_activations = tp_step_set_f32_activations,                                   \
+        .step_run_hidden = tp_step_run_hidden,                                                     \
     }
 static const llmi_backend_ops tp_tables[LLMI_TP_MAX] = {TP_OPS(1), TP_OPS(2), TP_OPS(3), TP_OPS(4),
                                                         TP_OPS(5), TP_OPS(6), TP_OPS(7), TP_OPS(8)};
