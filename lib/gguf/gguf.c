@@ -23,7 +23,6 @@
 /* Longest name quoted in an error message. */
 #define NAME_MAX_PRINT 128
 
-
 typedef struct reader {
     const uint8_t *p;
     size_t size, pos;
@@ -540,19 +539,21 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: path is NULL");
     llm_status st = LLM_OK;
     gguf_impl *gi = NULL;
-    struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return llmi_error(LLM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0) {
-        st = llmi_error(LLM_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = llmi_error(LLM_ERR_IO, "'%s' is not a regular file", path);
-        goto fail;
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
+    /* Messages name the file as '<path>'. */
+    size_t path_len = strlen(path);
+    char *quoted = llmi_malloc(path_len + 3);
+    if (!quoted)
+        return llmi_oom("path");
+    quoted[0] = '\'';
+    memcpy(quoted + 1, path, path_len);
+    memcpy(quoted + 1 + path_len, "'", 2);
+    int fd = -1;
+    uint64_t file_size = 0;
+    st = llmi_open_regular(path, quoted, NULL, &fd, &file_size);
+    llmi_free(quoted);
+    if (st != LLM_OK)
+        return st;
+    if (file_size > SIZE_MAX) {
         st = llmi_error(LLM_ERR_LIMIT, "'%s' is too large to address", path);
         goto fail;
     }
@@ -562,7 +563,7 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         goto fail;
     }
     llmi_gguf *g = &gi->pub;
-    g->size = (size_t)sb.st_size;
+    g->size = (size_t)file_size;
     /* An empty file cannot be mapped; it is left for parse() to reject. */
     static const uint8_t empty[1];
     g->base = empty;
@@ -570,8 +571,8 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         void *p = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno; /* no address space or memory left is not an I/O error */
-            st = llmi_error(e == ENOMEM ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_IO,
-                            "cannot map '%s': %s", path, strerror(e));
+            st = llmi_error(e == ENOMEM ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_IO, "cannot map '%s': %s",
+                            path, strerror(e));
             goto fail;
         }
         g->base = p;
