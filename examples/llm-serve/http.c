@@ -24,6 +24,7 @@ typedef struct exchange {
     size_t body_len, body_cap;
     bool too_large;
     bool body_out_of_memory; /* the body could not be stored; answered with 503 */
+    bool close_after;        /* the response closes the connection */
     const char *endpoint;
     generation *gen; /* a streaming generation, owned until completion */
     int status;
@@ -100,6 +101,7 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, exchange *ex, con
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(r, "Allow", "GET, POST");
+    if (ex->close_after) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->status = status;
@@ -221,9 +223,13 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex
     cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
-    if (!cJSON_IsString(prompt) || (special && !cJSON_IsBool(special))) {
+    if (!cJSON_IsString(prompt)) {
         cJSON_Delete(root);
         return bad_request(conn, ex, "prompt", "'prompt' must be a string");
+    }
+    if (special && !cJSON_IsBool(special)) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "add_special", "'add_special' must be a boolean");
     }
     uint32_t flags = LLM_TOKENIZE_PARSE_SPECIAL;
     if (!special || cJSON_IsTrue(special)) flags |= LLM_TOKENIZE_ADD_SPECIAL;
@@ -354,6 +360,39 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     }
 }
 
+typedef struct framing {
+    int n_length;             /* Content-Length headers */
+    bool lengths_differ;      /* ... with different values */
+    bool transfer_encoding;   /* a Transfer-Encoding header */
+    const char *first_length; /* the first Content-Length value */
+} framing;
+
+static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Transfer-Encoding")) f->transfer_encoding = true;
+    if (strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (f->n_length++ == 0) f->first_length = value;
+    else if (strcmp(f->first_length, value)) f->lengths_differ = true;
+    return MHD_YES;
+}
+
+/* A body framed two ways (Content-Length values that differ, or both
+ * Content-Length and Transfer-Encoding) is read one way here and possibly
+ * the other by a proxy in front: request smuggling. Such a request is
+ * refused and its connection closed; NULL when the framing is clear. */
+static const char *ambiguous_framing(struct MHD_Connection *conn)
+{
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, note_framing, &f);
+    if (f.lengths_differ) return "conflicting Content-Length headers";
+    if (f.n_length && f.transfer_encoding)
+        return "both Content-Length and Transfer-Encoding headers";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **state)
@@ -371,6 +410,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ex->srv = srv;
         ex->endpoint = "other";
         *state = ex;
+        const char *ambiguous = ambiguous_framing(conn);
+        if (ambiguous) {
+            ex->close_after = true;
+            return fail(conn, ex, 400, "invalid_request_error", "bad_framing", ambiguous);
+        }
         const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > srv->max_body_bytes) ex->too_large = true;
         return MHD_YES;
