@@ -399,6 +399,40 @@ static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
     return LLM_OK;
 }
 
+static int by_offset(const void *a, const void *b) {
+    const llmi_gguf_tensor *x = *(const llmi_gguf_tensor *const *)a;
+    const llmi_gguf_tensor *y = *(const llmi_gguf_tensor *const *)b;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return (x > y) - (x < y); /* file order among equal offsets: stable messages */
+}
+
+/* Two tensors whose data share bytes: writing one (a conversion in place,
+ * a backend upload that repacks) would change the other, and no writer
+ * produces such a file. Offsets and sizes are in bounds already. */
+static llm_status check_no_overlap(const llmi_gguf *g) {
+    if (g->n_tensors < 2)
+        return LLM_OK;
+    const llmi_gguf_tensor **order = llmi_malloc((size_t)g->n_tensors * sizeof *order);
+    if (!order)
+        return llmi_oom("GGUF tensor order");
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, by_offset);
+    llm_status st = LLM_OK;
+    for (uint64_t i = 1; i < g->n_tensors && st == LLM_OK; i++) {
+        const llmi_gguf_tensor *a = order[i - 1], *b = order[i];
+        if (a->offset + a->nbytes > b->offset)
+            st = llmi_error(LLM_ERR_BAD_FORMAT,
+                            "tensor '%.*s': data at offset %" PRIu64 " + %zu bytes overlaps tensor"
+                            " '%.*s' at offset %" PRIu64,
+                            name_len(a->name), a->name.ptr, a->offset, a->nbytes, name_len(b->name),
+                            b->name.ptr, b->offset);
+    }
+    llmi_free(order);
+    return st;
+}
+
 llm_status llmi_gguf_parse(gguf_impl *gi) {
     llmi_gguf *g = &gi->pub;
     reader r = {.p = g->base, .size = g->size};
@@ -470,7 +504,7 @@ llm_status llmi_gguf_parse(gguf_impl *gi) {
                               name_len(t->name), t->name.ptr, t->offset, t->nbytes, data_size);
         t->data = g->base + data_start + t->offset;
     }
-    return LLM_OK;
+    return check_no_overlap(g);
 }
 
 void llmi_gguf_impl_free(gguf_impl *gi) {
