@@ -203,6 +203,10 @@ static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
     put_number(m, "created", 0, &ok);
     put_string(m, "owned_by", "llm-serve", &ok);
     put_number(m, "max_model_len", ex->srv->n_ctx, &ok);
+    /* Extensions: the limits a request's default max_tokens comes from. */
+    put_number(m, "kv_cache_tokens", (double)ex->srv->kv_pool_tokens, &ok);
+    put_number(m, "max_sequence_tokens", ex->srv->max_sequence_tokens, &ok);
+    put_number(m, "max_tokens_limit", ex->srv->limits.max_tokens_limit, &ok);
     return send_json(conn, ex, 200, root, ok);
 }
 

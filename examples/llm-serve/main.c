@@ -215,6 +215,14 @@ int main(int argc, char **argv)
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
     srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
+    llm_session_stats kv = {.struct_size = sizeof kv};
+    if (llm_session_get_stats(srv.session, &kv) != LLM_OK) {
+        fprintf(stderr, "llm-serve: cannot read the KV pool's size: %s\n", llm_last_error());
+        return 1;
+    }
+    srv.kv_pool_tokens = (uint64_t)kv.blocks_total * kv.block_size;
+    srv.max_sequence_tokens =
+        srv.kv_pool_tokens < srv.n_ctx ? (uint32_t)srv.kv_pool_tokens : srv.n_ctx;
     srv.limits = (serve_limits){(uint32_t)o.max_tokens_limit, 16, srv.info.n_vocab};
     srv.max_concurrent = (int)o.max_concurrent;
     srv.max_body_bytes = (size_t)o.max_body_bytes;
@@ -232,8 +240,8 @@ int main(int argc, char **argv)
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
     serve_alloc_arm_test_hook();
-    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u)\n", model_name, host_text, port,
-           srv.n_ctx);
+    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u, KV pool %llu tokens)\n",
+           model_name, host_text, port, srv.n_ctx, (unsigned long long)srv.kv_pool_tokens);
     fflush(stdout);
 
     int sig = 0;
