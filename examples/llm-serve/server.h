@@ -30,6 +30,12 @@ typedef struct server {
     serve_limits limits;
     int max_concurrent;
     size_t max_body_bytes;
+    /* The connection layer (http.h) */
+    int max_connections;
+    int max_connections_per_ip; /* 0: no limit */
+    int idle_timeout;           /* seconds */
+    int http_threads;
+    atomic_int open_connections;
     int verbose;
     atomic_int generating; /* generation requests admitted now */
     atomic_bool draining;  /* shutting down: refuse new work */
