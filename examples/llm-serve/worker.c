@@ -31,11 +31,15 @@ struct work {
     bool stream_failed; /* the stream ended with an error (client left, out of memory) */
 };
 
-static void resume_locked(work *w) {
-    if (w->suspended) {
-        w->suspended = false;
-        MHD_resume_connection(w->conn);
-    }
+/* Whether the connection waits to be resumed; the flag is cleared under
+ * the lock and the caller resumes after unlocking, so this thread never
+ * holds the work's lock inside libmicrohttpd (whose threads take it
+ * inside theirs). The connection stays suspended until then, so its
+ * reader cannot run and suspend it again in between. */
+static bool take_suspended_locked(work *w) {
+    bool was = w->suspended;
+    w->suspended = false;
+    return was;
 }
 
 /* Ends the generation and the admission; called once, by the last owner. */
@@ -71,8 +75,10 @@ static void collect(work *w) {
     if (!answer)
         w->err = err;
     w->done = true;
-    resume_locked(w);
+    bool resume = take_suspended_locked(w);
     pthread_mutex_unlock(&w->lock);
+    if (resume)
+        MHD_resume_connection(w->conn);
 }
 
 /* Appends `n` bytes for the connection; false when out of memory. */
@@ -102,8 +108,10 @@ static void stream(work *w) {
             w->done = true;
             w->stream_failed = n != 0;
         }
-        resume_locked(w);
+        bool resume = take_suspended_locked(w);
         pthread_mutex_unlock(&w->lock);
+        if (resume)
+            MHD_resume_connection(w->conn);
         if (stop)
             return;
     }
