@@ -518,7 +518,9 @@ http_server *http_start(server *srv, const char *host, uint16_t port, uint16_t *
         free(h);
         return NULL;
     }
-    if (!listener_run(h->listener, h->daemon, &srv->open_connections, srv->max_connections)) {
+    metrics_watch_connections(srv->metrics, &srv->open_connections);
+    if (!listener_run(h->listener, h->daemon, &srv->open_connections, srv->max_connections,
+                      srv->metrics)) {
         MHD_stop_daemon(h->daemon);
         listener_close(h->listener);
         free(h);

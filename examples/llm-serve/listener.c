@@ -25,6 +25,7 @@ struct listener {
     struct MHD_Daemon *daemon;
     atomic_int *open_connections;
     int max_connections;
+    metrics *metrics;
 };
 
 #define FULL_BODY                                                                                  \
@@ -75,6 +76,7 @@ static void *accept_loop(void *arg) {
          * counted. */
         if (atomic_load(l->open_connections) >= l->max_connections) {
             refuse(fd);
+            metrics_count_refused_connection(l->metrics);
             continue;
         }
         /* Closes the socket itself when it refuses it (per-IP limit). */
@@ -123,10 +125,11 @@ listener *listener_open(const char *host, uint16_t port, uint16_t *bound_port) {
 }
 
 bool listener_run(listener *l, struct MHD_Daemon *daemon, atomic_int *open_connections,
-                  int max_connections) {
+                  int max_connections, metrics *counters) {
     l->daemon = daemon;
     l->open_connections = open_connections;
     l->max_connections = max_connections;
+    l->metrics = counters;
     l->running = pthread_create(&l->thread, NULL, accept_loop, l) == 0;
     if (!l->running)
         fprintf(stderr, "llm-serve: cannot start the accepting thread\n");

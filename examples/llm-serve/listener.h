@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "metrics.h"
+
 struct MHD_Daemon;
 typedef struct listener listener;
 
@@ -22,7 +24,7 @@ listener *listener_open(const char *host, uint16_t port, uint16_t *bound_port);
  * `*open_connections` is below `max_connections`. false when the thread
  * cannot start. */
 bool listener_run(listener *l, struct MHD_Daemon *daemon, atomic_int *open_connections,
-                  int max_connections);
+                  int max_connections, metrics *counters);
 /* Stops accepting and closes the socket; NULL is a no-op. */
 void listener_close(listener *l);
 

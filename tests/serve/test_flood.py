@@ -7,7 +7,7 @@ import resource
 import socket
 import time
 
-from common import Suite, post_json, request
+from common import Suite, metrics, post_json, request
 from test_shutdown import start_server
 
 KEY = "flood-test-key"
@@ -135,6 +135,10 @@ def test_per_address_and_global_limits():
         time.sleep(0.3)
         status, _, _ = request("GET", "/health", base=base, timeout=5, auth=False)
         assert status == 200
+        m = metrics(base)
+        assert m["llm_serve_connections_refused_total"] == 1, m
+        # 45 stalled and this one, and maybe the /health one, still closing.
+        assert 46 <= m["llm_serve_connections_open"] <= 47, m["llm_serve_connections_open"]
     finally:
         for s in socks:
             s.close()
