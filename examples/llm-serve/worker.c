@@ -10,10 +10,15 @@
 #include "alloc.h"
 
 #define STREAM_CHUNK 4096
+/* A stream's bytes waiting for a slow client; the worker waits when it is
+ * full. Allocated before the stream starts, so a stream never fails for
+ * lack of memory here, and a client that stops reading costs no more. */
+#define STREAM_BUFFER (64 * 1024)
 
 struct work {
     pthread_mutex_t lock;
-    int refs; /* the connection's and the worker's */
+    pthread_cond_t room; /* the stream buffer has room, or the connection ended */
+    int refs;            /* the connection's and the worker's */
     server *srv;
     generation *g; /* NULL once ended */
     struct MHD_Connection *conn;
@@ -22,13 +27,14 @@ struct work {
     bool suspended;     /* the connection waits for the worker to resume it */
     bool done;          /* the worker has finished */
     bool connection_ok; /* how the connection's request completed */
+    bool released;      /* the connection is done with the work */
     /* non-streaming: the outcome */
     char *answer;
     serve_error err;
-    /* streaming: bytes not yet taken by the connection */
+    /* streaming: bytes [off, len) of buf are not yet taken by the connection */
     char *buf;
-    size_t len, off, cap;
-    bool stream_failed; /* the stream ended with an error (client left, out of memory) */
+    size_t len, off;
+    bool stream_failed; /* the stream ended with an error (the client left) */
 };
 
 /* Whether the connection waits to be resumed; the flag is cleared under
@@ -53,6 +59,7 @@ static void finish(work *w) {
         close(w->client_fd);
     free(w->answer);
     free(w->buf);
+    pthread_cond_destroy(&w->room);
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
@@ -81,17 +88,20 @@ static void collect(work *w) {
         MHD_resume_connection(w->conn);
 }
 
-/* Appends `n` bytes for the connection; false when out of memory. */
+/* Appends `n` bytes (at most STREAM_CHUNK) for the connection, waiting
+ * while the buffer is full; false when the connection ended meanwhile. */
 static bool append_locked(work *w, const char *data, size_t n) {
-    if (w->off == w->len)
-        w->off = w->len = 0;
-    if (w->len + n > w->cap) {
-        size_t cap = (w->len + n) * 2;
-        char *b = serve_realloc(w->buf, cap);
-        if (!b)
+    for (;;) {
+        if (w->released)
             return false;
-        w->buf = b;
-        w->cap = cap;
+        if (w->off) {
+            memmove(w->buf, w->buf + w->off, w->len - w->off);
+            w->len -= w->off;
+            w->off = 0;
+        }
+        if (STREAM_BUFFER - w->len >= n)
+            break;
+        pthread_cond_wait(&w->room, &w->lock);
     }
     memcpy(w->buf + w->len, data, n);
     w->len += n;
@@ -131,7 +141,19 @@ work *work_start(server *srv, generation *g, struct MHD_Connection *conn, int cl
     work *w = serve_calloc(1, sizeof *w);
     if (!w)
         return NULL;
+    w->streaming = generation_streams(g);
+    if (w->streaming && !(w->buf = serve_malloc(STREAM_BUFFER))) {
+        free(w);
+        return NULL;
+    }
     if (pthread_mutex_init(&w->lock, NULL)) {
+        free(w->buf);
+        free(w);
+        return NULL;
+    }
+    if (pthread_cond_init(&w->room, NULL)) {
+        pthread_mutex_destroy(&w->lock);
+        free(w->buf);
         free(w);
         return NULL;
     }
@@ -139,7 +161,6 @@ work *work_start(server *srv, generation *g, struct MHD_Connection *conn, int cl
     w->srv = srv;
     w->g = g;
     w->conn = conn;
-    w->streaming = generation_streams(g);
     w->client_fd = client_fd >= 0 ? dup(client_fd) : -1;
     generation_set_client_fd(g, w->client_fd);
     pthread_attr_t attr;
@@ -161,7 +182,9 @@ work *work_start(server *srv, generation *g, struct MHD_Connection *conn, int cl
         generation_set_client_fd(g, client_fd);
         if (w->client_fd >= 0)
             close(w->client_fd);
+        pthread_cond_destroy(&w->room);
         pthread_mutex_destroy(&w->lock);
+        free(w->buf);
         free(w);
         return NULL;
     }
@@ -190,6 +213,7 @@ ssize_t work_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         memcpy(buf, w->buf + w->off, n);
         w->off += n;
         ret = (ssize_t)n;
+        pthread_cond_signal(&w->room);
     } else if (w->done) {
         ret =
             w->stream_failed ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
@@ -209,6 +233,8 @@ void work_release(work *w, bool ok) {
         return;
     pthread_mutex_lock(&w->lock);
     w->connection_ok = ok;
+    w->released = true;
+    pthread_cond_signal(&w->room); /* a worker waiting for room stops */
     /* A stream whose connection ended early (the client left, or stopped
      * reading until the idle timeout): shutting the socket down makes the
      * worker's next check see the client gone, which cancels the
