@@ -29,6 +29,9 @@ install_deps() {
     # The API reference (make docs); llm-serve's HTTP and JSON libraries and
     # the curl its tests use.
     want+=(doxygen libmicrohttpd-dev libcjson-dev curl)
+    # llm-serve behind a reverse proxy: tests/serve/test_nginx.py runs
+    # docs/nginx/llm-serve.conf (TLS with a throwaway certificate).
+    want+=(nginx openssl)
 
     if ! command -v dpkg-query >/dev/null 2>&1; then
         echo "ci: not a Debian-like system; install these yourself: ${want[*]}" >&2

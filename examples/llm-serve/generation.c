@@ -209,15 +209,20 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
                         "the prompt is empty");
         goto fail;
     }
-    if (g->n_prompt >= srv->n_ctx) {
+    if (g->n_prompt >= srv->max_sequence_tokens) {
         serve_error_set(err, 400, "invalid_request_error", chat ? "messages" : "prompt",
-                        "the prompt has %zu tokens; this model's context holds %u, which must "
-                        "leave room for at least one generated token",
-                        g->n_prompt, srv->n_ctx);
+                        "the prompt has %zu tokens; %s holds %u, which must leave room for at "
+                        "least one generated token",
+                        g->n_prompt,
+                        srv->max_sequence_tokens < srv->n_ctx ? "this server's KV cache"
+                                                              : "this model's context",
+                        srv->max_sequence_tokens);
         err->code = "context_length_exceeded";
         goto fail;
     }
-    uint32_t room = srv->n_ctx - (uint32_t)g->n_prompt;
+    /* The default fills what is left of the context and of the KV pool, so
+     * a request without max_tokens is never refused for its own default. */
+    uint32_t room = srv->max_sequence_tokens - (uint32_t)g->n_prompt;
     uint32_t max_new = req->has_max_tokens ? req->max_tokens : room;
     if (max_new > srv->limits.max_tokens_limit) max_new = srv->limits.max_tokens_limit;
     const char *stops[SERVE_MAX_STOP];

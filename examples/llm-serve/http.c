@@ -1,9 +1,7 @@
 #include "http.h"
 
-#include <arpa/inet.h>
 #include <cJSON.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +12,8 @@
 #include "embeddings.h"
 #include "generation.h"
 #include "json_out.h"
+#include "listener.h"
+#include "worker.h"
 
 #define STREAM_BLOCK 4096
 
@@ -25,8 +25,9 @@ typedef struct exchange {
     size_t body_len, body_cap;
     bool too_large;
     bool body_out_of_memory; /* the body could not be stored; answered with 503 */
+    bool close_after;        /* the response closes the connection */
     const char *endpoint;
-    generation *gen; /* a streaming generation, owned until completion */
+    work *work; /* an admitted generation's worker, shared until completion */
     int status;
 } exchange;
 
@@ -101,6 +102,7 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, exchange *ex, con
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(r, "Allow", "GET, POST");
+    if (ex->close_after) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ex->status = status;
@@ -130,16 +132,6 @@ static bool authorized(struct MHD_Connection *conn, const server *srv)
     return diff == 0;
 }
 
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    exchange *ex = cls;
-    if (!ex->gen) return MHD_CONTENT_READER_END_OF_STREAM;
-    ssize_t n = generation_stream_read(ex->gen, buf, max);
-    if (n > 0) return n;
-    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
 static enum MHD_Result handle_generation(struct MHD_Connection *conn, exchange *ex, bool chat)
 {
     server *srv = ex->srv;
@@ -159,34 +151,42 @@ static enum MHD_Result handle_generation(struct MHD_Connection *conn, exchange *
     metrics_adjust_active(srv->metrics, 1);
     serve_error err;
     generation *g = generation_start(srv, ex->body ? ex->body : "", ex->body_len, chat, &err);
-    enum MHD_Result ret;
     if (!g) {
-        ret = send_error(conn, ex, &err);
-        goto done;
+        metrics_adjust_active(srv->metrics, -1);
+        atomic_fetch_sub(&srv->generating, 1);
+        return send_error(conn, ex, &err);
     }
     const union MHD_ConnectionInfo *fd =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (fd) generation_set_client_fd(g, fd->connect_fd);
-    if (generation_streams(g)) {
-        /* Owned by the exchange from now; released when the connection
-         * completes, which also cancels it if the client went away. */
-        ex->gen = g;
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK,
-                                                                   stream_reader, ex, NULL);
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        ex->status = 200;
-        return ret;
+    bool streams = generation_streams(g);
+    /* From here the worker owns the generation and the admission. A
+     * non-streaming request's connection is now suspended; this handler
+     * runs again with the answer when the worker resumes it. */
+    ex->work = work_start(srv, g, conn, fd ? fd->connect_fd : -1);
+    if (!ex->work) {
+        generation_end(g, false);
+        metrics_adjust_active(srv->metrics, -1);
+        atomic_fetch_sub(&srv->generating, 1);
+        return send_out_of_memory(conn, ex, "while starting the request's thread");
     }
-    char *body = generation_collect(g, &err);
-    generation_end(g, body != NULL);
-    ret = body ? send_text(conn, ex, 200, "application/json", body) : send_error(conn, ex, &err);
-done:
-    metrics_adjust_active(srv->metrics, -1);
-    atomic_fetch_sub(&srv->generating, 1);
+    if (!streams) return MHD_YES;
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, STREAM_BLOCK, work_stream_reader, ex->work, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    ex->status = 200;
     return ret;
+}
+
+/* A non-streaming request's connection, resumed by its worker. */
+static enum MHD_Result send_answer(struct MHD_Connection *conn, exchange *ex)
+{
+    serve_error err;
+    char *body = work_take_answer(ex->work, &err);
+    return body ? send_text(conn, ex, 200, "application/json", body) : send_error(conn, ex, &err);
 }
 
 static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
@@ -202,6 +202,10 @@ static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
     put_number(m, "created", 0, &ok);
     put_string(m, "owned_by", "llm-serve", &ok);
     put_number(m, "max_model_len", ex->srv->n_ctx, &ok);
+    /* Extensions: the limits a request's default max_tokens comes from. */
+    put_number(m, "kv_cache_tokens", (double)ex->srv->kv_pool_tokens, &ok);
+    put_number(m, "max_sequence_tokens", ex->srv->max_sequence_tokens, &ok);
+    put_number(m, "max_tokens_limit", ex->srv->limits.max_tokens_limit, &ok);
     return send_json(conn, ex, 200, root, ok);
 }
 
@@ -222,9 +226,13 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *conn, exchange *ex
     cJSON *root = cJSON_ParseWithLength(ex->body ? ex->body : "", ex->body_len);
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *special = cJSON_GetObjectItemCaseSensitive(root, "add_special");
-    if (!cJSON_IsString(prompt) || (special && !cJSON_IsBool(special))) {
+    if (!cJSON_IsString(prompt)) {
         cJSON_Delete(root);
         return bad_request(conn, ex, "prompt", "'prompt' must be a string");
+    }
+    if (special && !cJSON_IsBool(special)) {
+        cJSON_Delete(root);
+        return bad_request(conn, ex, "add_special", "'add_special' must be a boolean");
     }
     uint32_t flags = LLM_TOKENIZE_PARSE_SPECIAL;
     if (!special || cJSON_IsTrue(special)) flags |= LLM_TOKENIZE_ADD_SPECIAL;
@@ -380,6 +388,39 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     }
 }
 
+typedef struct framing {
+    int n_length;             /* Content-Length headers */
+    bool lengths_differ;      /* ... with different values */
+    bool transfer_encoding;   /* a Transfer-Encoding header */
+    const char *first_length; /* the first Content-Length value */
+} framing;
+
+static enum MHD_Result note_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Transfer-Encoding")) f->transfer_encoding = true;
+    if (strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (f->n_length++ == 0) f->first_length = value;
+    else if (strcmp(f->first_length, value)) f->lengths_differ = true;
+    return MHD_YES;
+}
+
+/* A body framed two ways (Content-Length values that differ, or both
+ * Content-Length and Transfer-Encoding) is read one way here and possibly
+ * the other by a proxy in front: request smuggling. Such a request is
+ * refused and its connection closed; NULL when the framing is clear. */
+static const char *ambiguous_framing(struct MHD_Connection *conn)
+{
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, note_framing, &f);
+    if (f.lengths_differ) return "conflicting Content-Length headers";
+    if (f.n_length && f.transfer_encoding)
+        return "both Content-Length and Transfer-Encoding headers";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **state)
@@ -397,10 +438,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ex->srv = srv;
         ex->endpoint = "other";
         *state = ex;
+        const char *ambiguous = ambiguous_framing(conn);
+        if (ambiguous) {
+            ex->close_after = true;
+            return fail(conn, ex, 400, "invalid_request_error", "bad_framing", ambiguous);
+        }
         const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > srv->max_body_bytes) ex->too_large = true;
         return MHD_YES;
     }
+    if (ex->work) return send_answer(conn, ex);
     if (*upload_size) {
         if (!ex->too_large && ex->body_len + *upload_size > srv->max_body_bytes) {
             ex->too_large = true;
@@ -433,12 +480,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     server *srv = cls;
     exchange *ex = *state;
     if (!ex) return;
-    if (ex->gen) {
+    if (ex->work) {
         bool ok = why == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-        generation_end(ex->gen, ok);
-        if (!ok) ex->status = 499; /* the client left mid-stream */
-        metrics_adjust_active(srv->metrics, -1);
-        atomic_fetch_sub(&srv->generating, 1);
+        work_release(ex->work, ok);
+        if (!ok) ex->status = 499; /* the client left before the answer was sent */
     }
     if (ex->status) metrics_count_request(srv->metrics, ex->endpoint, ex->status);
     if (srv->verbose)
@@ -448,43 +493,78 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     *state = NULL;
 }
 
-struct MHD_Daemon *http_start(server *srv, const char *host, uint16_t port, uint16_t *bound_port)
+struct http_server {
+    listener *listener;
+    struct MHD_Daemon *daemon;
+};
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
 {
-    struct addrinfo hints = {0}, *addr = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-    char port_text[8];
-    snprintf(port_text, sizeof port_text, "%u", port);
-    int rc = getaddrinfo(host, port_text, &hints, &addr);
-    if (rc) {
-        fprintf(stderr, "llm-serve: cannot resolve host '%s': %s\n", host, gai_strerror(rc));
+    (void)conn;
+    (void)socket_context;
+    server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&srv->open_connections, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&srv->open_connections, 1);
+}
+
+http_server *http_start(server *srv, const char *host, uint16_t port, uint16_t *bound_port)
+{
+    http_server *h = serve_calloc(1, sizeof *h);
+    if (!h) {
+        fprintf(stderr, "llm-serve: out of memory at startup\n");
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    h->listener = listener_open(host, port, bound_port);
+    if (!h->listener) {
+        free(h);
+        return NULL;
+    }
+    /* Event loops on a few threads (epoll where there is one); the
+     * listener accepts and hands connections over. Handlers never block:
+     * generations run on their workers (worker.h). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME;
+    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
     /* Clients hanging up mid-stream are routine; libmicrohttpd's own
      * messages about them only help when debugging. */
     if (srv->verbose) flags |= MHD_USE_ERROR_LOG;
-    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv->max_concurrent * 2 + 64),
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
-    freeaddrinfo(addr);
-    if (!d) {
-        fprintf(stderr, "llm-serve: cannot listen on %s:%u\n", host, port);
+    /* The listener keeps the count below max_connections; libmicrohttpd's
+     * own cap, a little higher, only backs it up. */
+    h->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)srv->http_threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->idle_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv->max_connections + 64),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->max_connections_per_ip,
+        MHD_OPTION_END);
+    if (!h->daemon) {
+        fprintf(stderr, "llm-serve: cannot start the HTTP event loops\n");
+        listener_close(h->listener);
+        free(h);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    *bound_port = info ? info->port : port;
-    return d;
+    metrics_watch_connections(srv->metrics, &srv->open_connections);
+    if (!listener_run(h->listener, h->daemon, &srv->open_connections, srv->max_connections,
+                      srv->metrics)) {
+        MHD_stop_daemon(h->daemon);
+        listener_close(h->listener);
+        free(h);
+        return NULL;
+    }
+    return h;
 }
 
-void http_quiesce(struct MHD_Daemon *d)
+void http_quiesce(http_server *h)
 {
-    MHD_socket s = MHD_quiesce_daemon(d);
-    if (s != MHD_INVALID_SOCKET) close(s);
+    listener_close(h->listener);
+    h->listener = NULL;
 }
 
-void http_stop(struct MHD_Daemon *d) { MHD_stop_daemon(d); }
+void http_stop(http_server *h)
+{
+    if (!h) return;
+    listener_close(h->listener);
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

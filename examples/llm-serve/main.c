@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "alloc.h"
@@ -20,6 +21,7 @@ typedef struct options {
     long port;
     const char *api_key;
     long threads, ctx, max_concurrent, max_tokens_limit, kv_cache_mib, shutdown_timeout;
+    long max_connections, max_connections_per_ip, idle_timeout, http_threads;
     long long max_body_bytes;
     const char *served_model_name;
     const char *draft_model_path;
@@ -46,6 +48,14 @@ static void usage(FILE *f)
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
             "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
             "                            for \"speculative\": \"draft\"\n"
+            "  --max-connections N       open connections at most; more get a fast 503\n"
+            "                            (default 1024)\n"
+            "  --max-connections-per-ip N  open connections from one address; more are\n"
+            "                            closed at once, 0 = no limit (default 256)\n"
+            "  --idle-timeout S          close a connection that sends nothing for S seconds\n"
+            "                            while a request is awaited: unfinished headers or\n"
+            "                            body, or idle keep-alive (default 10)\n"
+            "  --http-threads N          HTTP event-loop threads (default 2)\n"
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
             "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
             "  --matryoshka              the model's embeddings were trained to be cut short\n"
@@ -72,7 +82,9 @@ static bool parse_long(const char *flag, const char *text, long lo, long hi, lon
 static bool parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.host = "127.0.0.1", .port = 8080, .max_concurrent = 64,
-                   .max_tokens_limit = 4096, .max_body_bytes = 1 << 20, .shutdown_timeout = 10};
+                   .max_tokens_limit = 4096, .max_body_bytes = 1 << 20, .shutdown_timeout = 10,
+                   .max_connections = 1024, .max_connections_per_ip = 256, .idle_timeout = 10,
+                   .http_threads = 2};
     o->api_key = getenv("LLM_SERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -105,6 +117,10 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--max-concurrent")) { if (!parse_long(a, v, 1, 100000, &o->max_concurrent)) return false; }
         else if (!strcmp(a, "--max-tokens-limit")) { if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit)) return false; }
         else if (!strcmp(a, "--kv-cache-mib")) { if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib)) return false; }
+        else if (!strcmp(a, "--max-connections")) { if (!parse_long(a, v, 1, 1 << 20, &o->max_connections)) return false; }
+        else if (!strcmp(a, "--max-connections-per-ip")) { if (!parse_long(a, v, 0, 1 << 20, &o->max_connections_per_ip)) return false; }
+        else if (!strcmp(a, "--idle-timeout")) { if (!parse_long(a, v, 1, 86400, &o->idle_timeout)) return false; }
+        else if (!strcmp(a, "--http-threads")) { if (!parse_long(a, v, 1, 256, &o->http_threads)) return false; }
         else if (!strcmp(a, "--shutdown-timeout")) { if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout)) return false; }
         else if (!strcmp(a, "--max-body-bytes")) {
             if (!parse_long(a, v, 1024, LONG_MAX, &n)) return false;
@@ -141,6 +157,29 @@ static char *default_model_name(const char *path)
     size_t n = strlen(name);
     if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
     return name;
+}
+
+/* Each connection holds a descriptor (two while its generation runs), and
+ * the model, the listener and the event loops need some: raises the soft
+ * limit to the hard one and lowers the connection cap to what fits. */
+static long fit_connections_to_fd_limit(long wanted)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return wanted;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY) return wanted;
+    long fit = ((long)rl.rlim_cur - 256) / 2;
+    if (fit < 16) fit = 16;
+    if (wanted > fit) {
+        fprintf(stderr, "llm-serve: --max-connections %ld lowered to %ld to fit the limit of %ld "
+                        "open files\n", wanted, fit, (long)rl.rlim_cur);
+        return fit;
+    }
+    return wanted;
 }
 
 static void sleep_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
@@ -223,11 +262,23 @@ int main(int argc, char **argv)
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
     srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
+    llm_session_stats kv = {.struct_size = sizeof kv};
+    if (llm_session_get_stats(srv.session, &kv) != LLM_OK) {
+        fprintf(stderr, "llm-serve: cannot read the KV pool's size: %s\n", llm_last_error());
+        return 1;
+    }
+    srv.kv_pool_tokens = (uint64_t)kv.blocks_total * kv.block_size;
+    srv.max_sequence_tokens =
+        srv.kv_pool_tokens < srv.n_ctx ? (uint32_t)srv.kv_pool_tokens : srv.n_ctx;
     srv.limits = (serve_limits){(uint32_t)o.max_tokens_limit, 16, srv.info.n_vocab};
     srv.max_concurrent = (int)o.max_concurrent;
     srv.max_body_bytes = (size_t)o.max_body_bytes;
     srv.verbose = o.verbose;
     srv.matryoshka = o.matryoshka;
+    srv.max_connections = (int)fit_connections_to_fd_limit(o.max_connections);
+    srv.max_connections_per_ip = (int)o.max_connections_per_ip;
+    srv.idle_timeout = (int)o.idle_timeout;
+    srv.http_threads = (int)o.http_threads;
     srv.metrics = metrics_create();
     srv.engine = engine_start(srv.session);
     if (!srv.metrics || !srv.engine) {
@@ -235,28 +286,28 @@ int main(int argc, char **argv)
         return 1;
     }
     uint16_t port = 0;
-    struct MHD_Daemon *daemon = http_start(&srv, o.host, (uint16_t)o.port, &port);
-    if (!daemon) return 1;
+    http_server *http = http_start(&srv, o.host, (uint16_t)o.port, &port);
+    if (!http) return 1;
     const char *shown_host = strchr(o.host, ':') ? "[%s]" : "%s";
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
     serve_alloc_arm_test_hook();
-    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u)\n", model_name, host_text, port,
-           srv.n_ctx);
+    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u, KV pool %llu tokens)\n",
+           model_name, host_text, port, srv.n_ctx, (unsigned long long)srv.kv_pool_tokens);
     fflush(stdout);
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "llm-serve: %s, shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     atomic_store(&srv.draining, true);
-    http_quiesce(daemon);
+    http_quiesce(http);
     if (!wait_idle(&srv, o.shutdown_timeout * 1000)) {
         fprintf(stderr, "llm-serve: cancelling %d unfinished requests\n",
                 atomic_load(&srv.generating));
         engine_cancel_all(srv.engine);
         wait_idle(&srv, 5000);
     }
-    http_stop(daemon);
+    http_stop(http);
     engine_stop(srv.engine);
     metrics_free(srv.metrics);
     llm_session_free(srv.session);

@@ -34,6 +34,8 @@ struct metrics {
     uint64_t prompt_tokens, generated_tokens;
     histogram ttft, tpot;
     int active;
+    const atomic_int *open_connections;
+    atomic_ullong refused_connections;
 };
 
 metrics *metrics_create(void)
@@ -156,6 +158,13 @@ static void put_histogram(text *t, const char *name, const char *help, const his
     put(t, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
+void metrics_watch_connections(metrics *m, const atomic_int *open_connections)
+{
+    m->open_connections = open_connections;
+}
+
+void metrics_count_refused_connection(metrics *m) { atomic_fetch_add(&m->refused_connections, 1); }
+
 char *metrics_render(metrics *m, llm_session *session)
 {
     llm_session_stats s;
@@ -181,6 +190,11 @@ char *metrics_render(metrics *m, llm_session *session)
     put_single(&t, "llm_serve_http_requests_active", "gauge", "Generation requests being served.",
                m->active);
     pthread_mutex_unlock(&m->lock);
+    put_single(&t, "llm_serve_connections_open", "gauge", "Open HTTP connections.",
+               m->open_connections ? (uint64_t)atomic_load(m->open_connections) : 0);
+    put_single(&t, "llm_serve_connections_refused_total", "counter",
+               "Connections answered 503 at --max-connections.",
+               atomic_load(&m->refused_connections));
 
     put_single(&t, "llm_serve_requests_running", "gauge", "Sequences holding KV blocks.",
                s.n_running);

@@ -3,6 +3,7 @@
 #ifndef LLM_SERVE_METRICS_H
 #define LLM_SERVE_METRICS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,11 @@ void metrics_observe_generation(metrics *m, uint32_t prompt_tokens, uint32_t gen
                                 double ttft_seconds, double tpot_seconds);
 void metrics_adjust_active(metrics *m, int delta);
 int metrics_active(metrics *m);
+
+/* The count of open connections to report (kept by the HTTP layer). */
+void metrics_watch_connections(metrics *m, const atomic_int *open_connections);
+/* One connection refused at the global cap. */
+void metrics_count_refused_connection(metrics *m);
 
 /* Prometheus exposition text; caller frees. NULL when out of memory. */
 char *metrics_render(metrics *m, llm_session *session);

@@ -21,9 +21,21 @@ typedef struct server {
     char fingerprint[32]; /* "llminfer-VERSION", system_fingerprint of responses */
     const char *api_key; /* NULL: no authentication */
     uint32_t n_ctx;
+    /* Tokens the KV pool holds (blocks x block size), and the most one
+     * sequence (prompt + output) can hold: the smaller of the context and
+     * the pool. The default max_tokens is what is left of it after the
+     * prompt, capped by limits.max_tokens_limit. */
+    uint64_t kv_pool_tokens;
+    uint32_t max_sequence_tokens;
     serve_limits limits;
     int max_concurrent;
     size_t max_body_bytes;
+    /* The connection layer (http.h) */
+    int max_connections;
+    int max_connections_per_ip; /* 0: no limit */
+    int idle_timeout;           /* seconds */
+    int http_threads;
+    atomic_int open_connections;
     int verbose;
     /* --matryoshka: the model's embeddings keep their meaning when cut
      * short, so /v1/embeddings takes 'dimensions' below n_embd. */

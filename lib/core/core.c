@@ -1,11 +1,15 @@
 /* Error recording, logging, checked allocation, conversions, clocks. */
 #include "core/core.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,7 +44,8 @@ void llmi_error_prefix(const char *fmt, ...) {
         n += 2;
     }
     size_t olen = strnlen(old, ERR_CAP - 1);
-    if (olen > room - n) olen = room - n;
+    if (olen > room - n)
+        olen = room - n;
     memcpy(err_msg + n, old, olen);
     err_msg[n + olen] = '\0';
 }
@@ -48,7 +53,8 @@ void llmi_error_prefix(const char *fmt, ...) {
 void llmi_error_clear(void) { err_msg[0] = '\0'; }
 
 void llmi_error_restore(const char *saved) {
-    if (saved != err_msg) snprintf(err_msg, ERR_CAP, "%s", saved);
+    if (saved != err_msg)
+        snprintf(err_msg, ERR_CAP, "%s", saved);
 }
 const char *llmi_error_message(void) { return err_msg; }
 
@@ -76,7 +82,8 @@ static atomic_bool log_on;
 static _Thread_local bool in_sink;
 
 void llmi_log_set(llm_log_fn fn, llm_log_level min_level, void *user) {
-    if (in_sink) return;
+    if (in_sink)
+        return;
     pthread_mutex_lock(&log_lock);
     log_fn = fn;
     log_user = user;
@@ -114,7 +121,8 @@ void llmi_alloc_fail_after(uint64_t n) { atomic_store(&alloc_fail_countdown, n);
 static int alloc_should_fail(void) {
     uint64_t c = atomic_load(&alloc_fail_countdown);
     while (c != 0) {
-        if (atomic_compare_exchange_weak(&alloc_fail_countdown, &c, c - 1)) return c == 1;
+        if (atomic_compare_exchange_weak(&alloc_fail_countdown, &c, c - 1))
+            return c == 1;
     }
     return 0;
 }
@@ -124,27 +132,33 @@ static inline int alloc_should_fail(void) { return 0; }
 #endif
 
 void *llmi_malloc(size_t size) {
-    if (alloc_should_fail()) return NULL;
+    if (alloc_should_fail())
+        return NULL;
     return malloc(size ? size : 1);
 }
 
 void *llmi_calloc(size_t count, size_t size) {
     size_t total;
-    if (!llmi_mul_ok(count, size, &total) || alloc_should_fail()) return NULL;
+    if (!llmi_mul_ok(count, size, &total) || alloc_should_fail())
+        return NULL;
     return calloc(total ? total : 1, 1);
 }
 
 void *llmi_realloc(void *ptr, size_t size) {
-    if (alloc_should_fail()) return NULL;
+    if (alloc_should_fail())
+        return NULL;
     return realloc(ptr, size ? size : 1);
 }
 
 void *llmi_malloc_aligned(size_t size) {
-    if (alloc_should_fail()) return NULL;
+    if (alloc_should_fail())
+        return NULL;
     void *p = NULL;
     size_t rounded = (size + 63) & ~(size_t)63;
-    if (rounded < size) return NULL;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
+    if (rounded < size)
+        return NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
+        return NULL;
     return p;
 }
 
@@ -153,7 +167,8 @@ void llmi_free_aligned(void *ptr) { free(ptr); }
 
 char *llmi_strndup(const char *s, size_t n) {
     char *d = llmi_malloc(n + 1);
-    if (!d) return NULL;
+    if (!d)
+        return NULL;
     memcpy(d, s, n);
     d[n] = '\0';
     return d;
@@ -191,9 +206,11 @@ uint16_t llmi_f32_to_f16(float f) {
     memcpy(&x, &f, 4);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
-    if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) {                        /* below 2^-14: subnormal half */
+    if (ax >= 0x7f800000u)
+        return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
+    if (ax >= 0x477ff000u)
+        return sign | 0x7c00; /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {   /* below 2^-14: subnormal half */
         float a;
         memcpy(&a, &ax, 4);
         /* a * 2^24 rounded to nearest even gives the subnormal mantissa */
@@ -206,7 +223,8 @@ uint16_t llmi_f32_to_f16(float f) {
 uint16_t llmi_f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
@@ -227,7 +245,8 @@ int llmi_cpu_count(void) {
 /* A cgroup limit file: its number, or UINT64_MAX if absent or "max". */
 static uint64_t cgroup_limit(const char *path) {
     FILE *f = fopen(path, "re");
-    if (!f) return UINT64_MAX;
+    if (!f)
+        return UINT64_MAX;
     unsigned long long v = 0;
     int ok = fscanf(f, "%llu", &v);
     fclose(f);
@@ -239,14 +258,17 @@ uint64_t llmi_mem_limit(void) {
     uint64_t lim = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
     uint64_t v2 = cgroup_limit("/sys/fs/cgroup/memory.max");
     uint64_t v1 = cgroup_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-    if (v2 < lim) lim = v2;
-    if (v1 < lim) lim = v1;
+    if (v2 < lim)
+        lim = v2;
+    if (v1 < lim)
+        lim = v1;
     return lim;
 }
 
 llm_status llmi_mem_check(uint64_t bytes, const char *what) {
     uint64_t lim = llmi_mem_limit();
-    if (bytes <= lim) return LLM_OK;
+    if (bytes <= lim)
+        return LLM_OK;
     return llmi_error(LLM_ERR_OUT_OF_MEMORY,
                       "%s of %llu bytes exceeds the %llu bytes of memory this process can have "
                       "(physical memory, or its container's limit)",
@@ -254,25 +276,35 @@ llm_status llmi_mem_check(uint64_t bytes, const char *what) {
 }
 
 int llmi_utf8_seq_len(unsigned char c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) return 2;
-    if (c >= 0xe0 && c <= 0xef) return 3;
-    if (c >= 0xf0 && c <= 0xf4) return 4;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        return 2;
+    if (c >= 0xe0 && c <= 0xef)
+        return 3;
+    if (c >= 0xf0 && c <= 0xf4)
+        return 4;
     return 0;
 }
 
 /* Validates one sequence at s (n bytes available); returns its length or 0. */
 static size_t utf8_one(const unsigned char *s, size_t n) {
     int len = llmi_utf8_seq_len(s[0]);
-    if (len == 0 || (size_t)len > n) return 0;
+    if (len == 0 || (size_t)len > n)
+        return 0;
     for (int i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
     if (len == 3) {
-        if (s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
-        if (s[0] == 0xed && s[1] >= 0xa0) return 0; /* surrogates */
+        if (s[0] == 0xe0 && s[1] < 0xa0)
+            return 0; /* overlong */
+        if (s[0] == 0xed && s[1] >= 0xa0)
+            return 0; /* surrogates */
     } else if (len == 4) {
-        if (s[0] == 0xf0 && s[1] < 0x90) return 0; /* overlong */
-        if (s[0] == 0xf4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
+        if (s[0] == 0xf0 && s[1] < 0x90)
+            return 0; /* overlong */
+        if (s[0] == 0xf4 && s[1] >= 0x90)
+            return 0; /* above U+10FFFF */
     }
     return (size_t)len;
 }
@@ -282,14 +314,16 @@ size_t llmi_utf8_valid_prefix(const char *s, size_t len) {
     size_t i = 0;
     while (i < len) {
         size_t l = utf8_one(u + i, len - i);
-        if (l == 0) return i;
+        if (l == 0)
+            return i;
         i += l;
     }
     return len;
 }
 
 void llmi_params_init_sized(void *dst, size_t size, const void *defaults, size_t full) {
-    if (!dst || size < sizeof(uint32_t)) return;
+    if (!dst || size < sizeof(uint32_t))
+        return;
     size_t n = size < full ? size : full;
     memcpy(dst, defaults, n);
     uint32_t n32 = (uint32_t)n;
@@ -297,19 +331,61 @@ void llmi_params_init_sized(void *dst, size_t size, const void *defaults, size_t
 }
 
 void llmi_error_copy_to(char *buf, size_t capacity) {
-    if (!buf || capacity == 0) return;
+    if (!buf || capacity == 0)
+        return;
     snprintf(buf, capacity, "%s", err_msg);
 }
 
 llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t size) {
-    if (!in) return LLM_OK;
+    if (!in)
+        return LLM_OK;
     uint32_t in_size;
     memcpy(&in_size, in, sizeof in_size);
     if (in_size < sizeof(uint32_t) || in_size > (1u << 16))
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "%s.struct_size %u is invalid (call %s_init)", name, in_size, name);
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "%s.struct_size %u is invalid (call %s_init)",
+                          name, in_size, name);
     memcpy(out, in, in_size < size ? in_size : size);
     uint32_t full = (uint32_t)size;
     memcpy(out, &full, sizeof full);
+    return LLM_OK;
+}
+
+llm_status llmi_open_regular(const char *path, const char *what, bool *absent, int *fd,
+                             uint64_t *size) {
+    *fd = -1;
+    *size = 0;
+    if (absent)
+        *absent = false;
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (f < 0) {
+        if (absent && errno == ENOENT) {
+            *absent = true;
+            return LLM_OK;
+        }
+        return llmi_error(LLM_ERR_IO, "cannot open %s: %s", what, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        int e = errno;
+        close(f);
+        return llmi_error(LLM_ERR_IO, "cannot stat %s: %s", what, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        const char *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                           : S_ISDIR(sb.st_mode)  ? "a directory"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                  : "not a file";
+        return llmi_error(LLM_ERR_IO, "%s is not a regular file (%s)", what, kind);
+    }
+    /* Reads of a regular file never block; clearing the flag keeps them
+     * ordinary blocking reads whatever the file system makes of it. */
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0)
+        (void)fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    *fd = f;
+    *size = (uint64_t)sb.st_size;
     return LLM_OK;
 }

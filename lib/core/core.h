@@ -10,6 +10,7 @@
 #include "llm.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,10 +65,11 @@ enum {
 void llmi_error_copy_to(char *buf, size_t capacity);
 
 /* Return early on failure, keeping the callee's message. */
-#define LLMI_TRY(expr)                                                          \
-    do {                                                                       \
-        llm_status llmi_try_st_ = (expr);                                      \
-        if (llmi_try_st_ != LLM_OK) return llmi_try_st_;                       \
+#define LLMI_TRY(expr)                                                                             \
+    do {                                                                                           \
+        llm_status llmi_try_st_ = (expr);                                                          \
+        if (llmi_try_st_ != LLM_OK)                                                                \
+            return llmi_try_st_;                                                                   \
     } while (0)
 
 /* Logging to the host's sink (never stdout). */
@@ -101,7 +103,8 @@ llm_status llmi_oom(const char *what);
 
 /* a * b without overflow; returns false on overflow. */
 static inline int llmi_mul_ok(size_t a, size_t b, size_t *out) {
-    if (a != 0 && b > SIZE_MAX / a) return 0;
+    if (a != 0 && b > SIZE_MAX / a)
+        return 0;
     *out = a * b;
     return 1;
 }
@@ -119,6 +122,15 @@ uint16_t llmi_f32_to_bf16(float f);
 
 /* Monotonic seconds. */
 double llmi_now(void);
+
+/* Opens `path` read-only if it is a regular file. The open itself does not
+ * block (O_NONBLOCK), so a FIFO or a device in place of a model file is
+ * refused instead of hanging the load; the flag is cleared again before
+ * returning. `what` names the file in messages (LLM_ERR_IO). On success
+ * *fd is open (the caller closes it) and *size is the file's size. With
+ * `absent` non-NULL a missing file gives LLM_OK, *absent true and *fd -1. */
+llm_status llmi_open_regular(const char *path, const char *what, bool *absent, int *fd,
+                             uint64_t *size);
 
 /* Number of online CPUs (at least 1). */
 int llmi_cpu_count(void);

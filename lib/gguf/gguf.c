@@ -23,7 +23,6 @@
 /* Longest name quoted in an error message. */
 #define NAME_MAX_PRINT 128
 
-
 typedef struct reader {
     const uint8_t *p;
     size_t size, pos;
@@ -400,6 +399,40 @@ static llm_status read_alignment(const llmi_gguf *g, uint32_t *out) {
     return LLM_OK;
 }
 
+static int by_offset(const void *a, const void *b) {
+    const llmi_gguf_tensor *x = *(const llmi_gguf_tensor *const *)a;
+    const llmi_gguf_tensor *y = *(const llmi_gguf_tensor *const *)b;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return (x > y) - (x < y); /* file order among equal offsets: stable messages */
+}
+
+/* Two tensors whose data share bytes: writing one (a conversion in place,
+ * a backend upload that repacks) would change the other, and no writer
+ * produces such a file. Offsets and sizes are in bounds already. */
+static llm_status check_no_overlap(const llmi_gguf *g) {
+    if (g->n_tensors < 2)
+        return LLM_OK;
+    const llmi_gguf_tensor **order = llmi_malloc((size_t)g->n_tensors * sizeof *order);
+    if (!order)
+        return llmi_oom("GGUF tensor order");
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, by_offset);
+    llm_status st = LLM_OK;
+    for (uint64_t i = 1; i < g->n_tensors && st == LLM_OK; i++) {
+        const llmi_gguf_tensor *a = order[i - 1], *b = order[i];
+        if (a->offset + a->nbytes > b->offset)
+            st = llmi_error(LLM_ERR_BAD_FORMAT,
+                            "tensor '%.*s': data at offset %" PRIu64 " + %zu bytes overlaps tensor"
+                            " '%.*s' at offset %" PRIu64,
+                            name_len(a->name), a->name.ptr, a->offset, a->nbytes, name_len(b->name),
+                            b->name.ptr, b->offset);
+    }
+    llmi_free(order);
+    return st;
+}
+
 llm_status llmi_gguf_parse(gguf_impl *gi) {
     llmi_gguf *g = &gi->pub;
     reader r = {.p = g->base, .size = g->size};
@@ -471,7 +504,7 @@ llm_status llmi_gguf_parse(gguf_impl *gi) {
                               name_len(t->name), t->name.ptr, t->offset, t->nbytes, data_size);
         t->data = g->base + data_start + t->offset;
     }
-    return LLM_OK;
+    return check_no_overlap(g);
 }
 
 void llmi_gguf_impl_free(gguf_impl *gi) {
@@ -540,19 +573,21 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: path is NULL");
     llm_status st = LLM_OK;
     gguf_impl *gi = NULL;
-    struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return llmi_error(LLM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0) {
-        st = llmi_error(LLM_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = llmi_error(LLM_ERR_IO, "'%s' is not a regular file", path);
-        goto fail;
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
+    /* Messages name the file as '<path>'. */
+    size_t path_len = strlen(path);
+    char *quoted = llmi_malloc(path_len + 3);
+    if (!quoted)
+        return llmi_oom("path");
+    quoted[0] = '\'';
+    memcpy(quoted + 1, path, path_len);
+    memcpy(quoted + 1 + path_len, "'", 2);
+    int fd = -1;
+    uint64_t file_size = 0;
+    st = llmi_open_regular(path, quoted, NULL, &fd, &file_size);
+    llmi_free(quoted);
+    if (st != LLM_OK)
+        return st;
+    if (file_size > SIZE_MAX) {
         st = llmi_error(LLM_ERR_LIMIT, "'%s' is too large to address", path);
         goto fail;
     }
@@ -562,7 +597,7 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         goto fail;
     }
     llmi_gguf *g = &gi->pub;
-    g->size = (size_t)sb.st_size;
+    g->size = (size_t)file_size;
     /* An empty file cannot be mapped; it is left for parse() to reject. */
     static const uint8_t empty[1];
     g->base = empty;
@@ -570,8 +605,8 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         void *p = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno; /* no address space or memory left is not an I/O error */
-            st = llmi_error(e == ENOMEM ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_IO,
-                            "cannot map '%s': %s", path, strerror(e));
+            st = llmi_error(e == ENOMEM ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_IO, "cannot map '%s': %s",
+                            path, strerror(e));
             goto fail;
         }
         g->base = p;

@@ -298,7 +298,23 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
     return parse_moe(root, f, c);
 }
 
+llm_status llmi_hf_json_check_nul(const char *what, const char *json, size_t len, size_t base) {
+    for (size_t i = 0; i < len; i++) {
+        if (json[i] == '\0')
+            return llmi_error(LLM_ERR_BAD_FORMAT, "%s: a NUL byte at byte %zu", what, base + i);
+        if (json[i] != '\\' || i + 1 >= len)
+            continue;
+        /* An escape: a pair, skipped whole so "\\u0000" is no NUL. */
+        if (json[i + 1] == 'u' && len - i >= 6 && memcmp(json + i + 2, "0000", 4) == 0)
+            return llmi_error(LLM_ERR_BAD_FORMAT, "%s: a NUL character (\\u0000) at byte %zu", what,
+                              base + i);
+        i++;
+    }
+    return LLM_OK;
+}
+
 llm_status llmi_hf_config_parse(const char *json, size_t len, llmi_hf_config *c) {
+    LLMI_TRY(llmi_hf_json_check_nul(CFG, json, len, 0));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!root)

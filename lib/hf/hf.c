@@ -32,8 +32,10 @@ bool llmi_hf_is_folder(const char *path) {
     struct stat sb;
     if (!path || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return false;
+    /* Any config.json makes it a checkpoint folder: one that is not a
+     * regular file is then refused naming config.json, not the folder. */
     char *cfg = join(path, "config.json");
-    bool ok = cfg && stat(cfg, &sb) == 0 && S_ISREG(sb.st_mode);
+    bool ok = cfg && lstat(cfg, &sb) == 0;
     llmi_free(cfg);
     return ok;
 }
@@ -47,29 +49,18 @@ static llm_status read_text(const char *folder, const char *name, bool *absent, 
     char *path = join(folder, name);
     if (!path)
         return llmi_oom("path");
-    llm_status st = LLM_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = -1;
+    uint64_t file_size = 0;
+    llm_status st = llmi_open_regular(path, name, absent, &fd, &file_size);
     llmi_free(path);
-    if (fd < 0) {
-        if (absent && errno == ENOENT) {
-            *absent = true;
-            return LLM_OK;
-        }
-        return llmi_error(LLM_ERR_IO, "cannot open %s: %s", name, strerror(errno));
-    }
-    if (absent)
-        *absent = false;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = llmi_error(LLM_ERR_IO, "%s is not a regular file", name);
+    if (st != LLM_OK || fd < 0)
+        return st;
+    if (file_size > JSON_FILE_MAX) {
+        st = llmi_error(LLM_ERR_LIMIT, "%s has %llu bytes (at most %u are read)", name,
+                        (unsigned long long)file_size, JSON_FILE_MAX);
         goto out;
     }
-    if ((uint64_t)sb.st_size > JSON_FILE_MAX) {
-        st = llmi_error(LLM_ERR_LIMIT, "%s has %lld bytes (at most %u are read)", name,
-                        (long long)sb.st_size, JSON_FILE_MAX);
-        goto out;
-    }
-    size_t size = (size_t)sb.st_size;
+    size_t size = (size_t)file_size;
     char *buf = llmi_malloc(size + 1);
     if (!buf) {
         st = llmi_oom(name);
@@ -89,6 +80,10 @@ static llm_status read_text(const char *folder, const char *name, bool *absent, 
         got += (size_t)r;
     }
     buf[size] = '\0';
+    if ((st = llmi_hf_json_check_nul(name, buf, size, 0)) != LLM_OK) {
+        llmi_free(buf);
+        goto out;
+    }
     *data = buf;
     *len = size;
 out:

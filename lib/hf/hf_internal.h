@@ -32,6 +32,13 @@ typedef struct llmi_st_file {
     size_t n_tensors;
 } llmi_st_file;
 
+/* LLM_ERR_BAD_FORMAT naming `what` and the byte when JSON text holds a NUL,
+ * raw or as the escape \u0000. cJSON's strings end at a NUL, so a name or
+ * value holding one would be read cut short, as something the file does
+ * not say; no field of these formats has a use for it. Byte numbers in
+ * the message count from `base` (where the text starts in its file). */
+llm_status llmi_hf_json_check_nul(const char *what, const char *json, size_t len, size_t base);
+
 /* Checks and indexes a safetensors image: the 8-byte header length, the
  * JSON header, every tensor's dtype, shape and data_offsets (inside the
  * data section, sizes agreeing, no overlaps, no duplicate names;

@@ -187,6 +187,7 @@ llm_status llmi_st_parse(const void *data, size_t size, const char *what, llmi_s
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "%s: header length %" PRIu64 " is out of range (2..%u)", what, hlen,
                           LLMI_ST_MAX_HEADER);
+    LLMI_TRY(llmi_hf_json_check_nul(what, (const char *)p + 8, (size_t)hlen, 8));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)p + 8, (size_t)hlen, &end, false);
     if (!root) {
@@ -267,20 +268,16 @@ static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *what) 
 
 llm_status llmi_st_open(const char *path, const char *what, bool use_mmap, llmi_st_file *f) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return llmi_error(LLM_ERR_IO, "cannot open %s: %s", what, strerror(errno));
-    struct stat sb;
-    llm_status st = LLM_OK;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = llmi_error(LLM_ERR_IO, "%s is not a readable regular file", what);
-        goto fail;
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX / 2) {
+    int fd = -1;
+    uint64_t file_size = 0;
+    llm_status st = llmi_open_regular(path, what, NULL, &fd, &file_size);
+    if (st != LLM_OK)
+        return st;
+    if (file_size > SIZE_MAX / 2) {
         st = llmi_error(LLM_ERR_LIMIT, "%s is too large to address", what);
         goto fail;
     }
-    f->size = (size_t)sb.st_size;
+    f->size = (size_t)file_size;
     static const uint8_t empty[1];
     f->base = empty;
     if (f->size && use_mmap) {

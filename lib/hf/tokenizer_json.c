@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TJ "tokenizer.json"
 #define TC "tokenizer_config.json"
@@ -774,6 +775,11 @@ static llm_status parse(const char *file, const char *json, size_t len, cJSON **
     *out = NULL;
     if (!json)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "%s: no text", file);
+    /* A raw NUL is never valid JSON. The escape \u0000 is left to the
+     * vocabulary's own checks: a token's text may in principle hold it. */
+    const char *nul = memchr(json, 0, len);
+    if (nul)
+        return bad(file, "a NUL byte at byte %zu", (size_t)(nul - json));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!root) {
@@ -835,11 +841,18 @@ static llm_status read_file(const char *folder, const char *name, bool required,
     if (!path)
         return llmi_oom("path");
     snprintf(path, n, "%s/%s", folder, name);
-    FILE *f = fopen(path, "rb");
-    llm_status st = LLM_OK;
+    int fd = -1;
+    uint64_t file_size = 0;
+    bool absent = false;
+    llm_status st = llmi_open_regular(path, name, required ? NULL : &absent, &fd, &file_size);
+    if (st != LLM_OK || fd < 0) {
+        llmi_free(path);
+        return st;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        if (required || errno != ENOENT)
-            st = llmi_error(LLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        st = llmi_error(LLM_ERR_IO, "%s: cannot read: %s", name, strerror(errno));
+        close(fd);
         llmi_free(path);
         return st;
     }

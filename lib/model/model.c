@@ -9,7 +9,8 @@
 
 static llm_status arch_key(const llm_model *m, const char *suffix, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "%s.%s", m->hp.arch, suffix);
-    if (n < 0 || (size_t)n >= cap) return llmi_error(LLM_ERR_INTERNAL, "key too long");
+    if (n < 0 || (size_t)n >= cap)
+        return llmi_error(LLM_ERR_INTERNAL, "key too long");
     return LLM_OK;
 }
 
@@ -20,11 +21,15 @@ static llm_status get_arch_u32(const llm_model *m, const char *suffix, bool requ
     return llmi_gguf_get_u32(m->file, key, required, out);
 }
 
-static llm_status get_arch_f32(const llm_model *m, const char *suffix, bool required,
-                               float *out) {
+static llm_status get_arch_f32(const llm_model *m, const char *suffix, bool required, float *out) {
     char key[96];
     LLMI_TRY(arch_key(m, suffix, key, sizeof key));
-    return llmi_gguf_get_f32(m->file, key, required, out);
+    LLMI_TRY(llmi_gguf_get_f32(m->file, key, required, out));
+    /* No hyper-parameter is meaningful as infinity or NaN; either one
+     * would turn every activation into NaN with no error. */
+    if (!isfinite(*out))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s = %g is not a finite number", key, (double)*out);
+    return LLM_OK;
 }
 
 static llm_status check_dim(const char *what, uint32_t v, uint32_t max) {
@@ -40,7 +45,8 @@ static llm_status load_experts(llm_model *m) {
     llmi_features *f = &m->hp.features;
     f->n_expert = f->n_expert_used = f->n_ff_exp = f->n_ff_shexp = 0;
     f->expert_weights_norm = false;
-    if (a->experts == LLMI_ABSENT) return LLM_OK;
+    if (a->experts == LLMI_ABSENT)
+        return LLM_OK;
     LLMI_TRY(get_arch_u32(m, "expert_count", a->experts == LLMI_REQUIRED, &f->n_expert));
     if (f->n_expert == 0) {
         if (a->experts == LLMI_REQUIRED)
@@ -151,7 +157,8 @@ static llm_status load_rope_scaling(llm_model *m) {
     LLMI_TRY(get_arch_f32(m, "rope.scaling.factor", false, &factor));
     if (factor == 0.0f)
         LLMI_TRY(get_arch_f32(m, "rope.scale_linear", false, &factor));
-    if (factor == 0.0f) factor = 1.0f;
+    if (factor == 0.0f)
+        factor = 1.0f;
     if (!(factor > 0.0f && factor < 1e6f))
         return llmi_error(LLM_ERR_BAD_FORMAT, "%s.rope.scaling.factor %g is out of range",
                           m->hp.arch, (double)factor);
@@ -172,7 +179,8 @@ static llm_status load_hparams(llm_model *m) {
     llmi_str name = {0};
     LLMI_TRY(llmi_gguf_get_str(m->file, "general.name", false, &name));
     size_t nl = name.len < sizeof m->name - 1 ? (size_t)name.len : sizeof m->name - 1;
-    if (nl) memcpy(m->name, name.ptr, nl);
+    if (nl)
+        memcpy(m->name, name.ptr, nl);
     m->name[nl] = '\0';
 
     LLMI_TRY(get_arch_u32(m, "block_count", true, &hp->n_layer));
@@ -248,19 +256,32 @@ static llm_status check_aligned(const char *name, const llmi_gguf_tensor *t) {
 
 static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
     switch (d) {
-    case LLMI_DIM_EMBD: return hp->n_embd;
-    case LLMI_DIM_Q: return (uint64_t)hp->n_head * hp->head_dim;
-    case LLMI_DIM_KV: return (uint64_t)hp->n_head_kv * hp->head_dim;
-    case LLMI_DIM_FF: return hp->n_ff;
-    case LLMI_DIM_HEAD: return hp->head_dim;
-    case LLMI_DIM_VOCAB: return hp->n_vocab;
-    case LLMI_DIM_EXPERT: return hp->features.n_expert;
-    case LLMI_DIM_FF_EXP: return hp->features.n_ff_exp;
-    case LLMI_DIM_FF_SHEXP: return hp->features.n_ff_shexp;
-    case LLMI_DIM_QKV: return (uint64_t)(hp->n_head + 2 * (uint64_t)hp->n_head_kv) * hp->head_dim;
-    case LLMI_DIM_FF2: return 2 * (uint64_t)hp->n_ff;
-    case LLMI_DIM_ROPE_HALF: return hp->rope_dim / 2;
-    default: return 1;
+    case LLMI_DIM_EMBD:
+        return hp->n_embd;
+    case LLMI_DIM_Q:
+        return (uint64_t)hp->n_head * hp->head_dim;
+    case LLMI_DIM_KV:
+        return (uint64_t)hp->n_head_kv * hp->head_dim;
+    case LLMI_DIM_FF:
+        return hp->n_ff;
+    case LLMI_DIM_HEAD:
+        return hp->head_dim;
+    case LLMI_DIM_VOCAB:
+        return hp->n_vocab;
+    case LLMI_DIM_EXPERT:
+        return hp->features.n_expert;
+    case LLMI_DIM_FF_EXP:
+        return hp->features.n_ff_exp;
+    case LLMI_DIM_FF_SHEXP:
+        return hp->features.n_ff_shexp;
+    case LLMI_DIM_QKV:
+        return (uint64_t)(hp->n_head + 2 * (uint64_t)hp->n_head_kv) * hp->head_dim;
+    case LLMI_DIM_FF2:
+        return 2 * (uint64_t)hp->n_ff;
+    case LLMI_DIM_ROPE_HALF:
+        return hp->rope_dim / 2;
+    default:
+        return 1;
     }
 }
 
@@ -301,11 +322,11 @@ static llm_status map_matrix(llm_model *m, const char *name, const llmi_gguf_ten
 }
 
 /* A vector is one F32 row. */
-static llm_status map_vector(llm_model *m, const char *name, const llmi_gguf_tensor *t,
-                             uint64_t n, llmi_weight *w) {
+static llm_status map_vector(llm_model *m, const char *name, const llmi_gguf_tensor *t, uint64_t n,
+                             llmi_weight *w) {
     if (t->n_dims != 1 || t->ne[0] != n)
-        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' has %llu elements, expected %llu",
-                          name, (unsigned long long)t->ne[0], (unsigned long long)n);
+        return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' has %llu elements, expected %llu", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)n);
     if (t->type != LLMI_T_F32)
         return llmi_error(LLM_ERR_UNSUPPORTED, "tensor '%s' must be F32 (type %u)", name,
                           (unsigned)t->type);
@@ -323,19 +344,22 @@ static llm_status map_vector(llm_model *m, const char *name, const llmi_gguf_ten
 /* Maps one role's tensor (layer `layer` for layer roles) with its shape
  * checked; an absent role, or an optional one the file lacks, leaves w
  * zeroed. */
-static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need need,
-                           uint32_t layer, llmi_weight *w) {
+static llm_status map_role(llm_model *m, const llmi_role_info *role, llmi_need need, uint32_t layer,
+                           llmi_weight *w) {
     memset(w, 0, sizeof *w);
-    if (need == LLMI_ABSENT) return LLM_OK;
+    if (need == LLMI_ABSENT)
+        return LLM_OK;
     char name[96];
     int n = snprintf(name, sizeof name, role->name, layer);
     if (n < 0 || (size_t)n >= sizeof name)
         return llmi_error(LLM_ERR_INTERNAL, "tensor name too long");
     const llmi_gguf_tensor *t;
     LLMI_TRY(find_tensor(m, name, need == LLMI_REQUIRED, &t));
-    if (!t) return LLM_OK;
+    if (!t)
+        return LLM_OK;
     uint64_t in = role_dim(&m->hp, role->in);
-    if (role->out == LLMI_DIM_ONE) return map_vector(m, name, t, in, w);
+    if (role->out == LLMI_DIM_ONE)
+        return map_vector(m, name, t, in, w);
     uint64_t stack = role->stack == LLMI_DIM_ONE ? 0 : role_dim(&m->hp, role->stack);
     return map_matrix(m, name, t, in, role_dim(&m->hp, role->out), stack, w);
 }
@@ -395,15 +419,18 @@ static llm_status map_weights(llm_model *m) {
                               "supported yet",
                               llmi_model_roles[r].name);
     hp->tied_embeddings = m->w[LLMI_ROLE_OUTPUT].data == NULL;
-    if (hp->tied_embeddings) m->w[LLMI_ROLE_OUTPUT] = m->w[LLMI_ROLE_TOKEN_EMBD];
+    if (hp->tied_embeddings)
+        m->w[LLMI_ROLE_OUTPUT] = m->w[LLMI_ROLE_TOKEN_EMBD];
     m->layers = llmi_calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return llmi_oom("layer table");
+    if (!m->layers)
+        return llmi_oom("layer table");
     /* A model has one kind of FFN: the other kind's roles are not looked up. */
     llmi_role_ffn skip = hp->features.n_expert ? LLMI_FFN_DENSE : LLMI_FFN_MOE;
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         for (int r = 0; r < LLMI_LAYER_ROLES; r++) {
             llmi_need need = (llmi_need)m->arch->layer[r];
-            if (llmi_layer_roles[r].ffn == skip) need = LLMI_ABSENT;
+            if (llmi_layer_roles[r].ffn == skip)
+                need = LLMI_ABSENT;
             LLMI_TRY(map_role(m, &llmi_layer_roles[r], need, i, &m->layers[i].w[r]));
         }
         split_fused(hp, &m->layers[i]);
@@ -439,7 +466,8 @@ static void fp_bytes(fp_hash *f, const void *data, size_t n) {
         fp_u64(f, w);
     }
     uint64_t tail = 0;
-    for (size_t k = 0; i + k < n; k++) tail |= (uint64_t)p[i + k] << (8 * k);
+    for (size_t k = 0; i + k < n; k++)
+        tail |= (uint64_t)p[i + k] << (8 * k);
     fp_u64(f, tail);
     fp_u64(f, n);
 }
@@ -455,12 +483,21 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
     const llmi_hparams *hp = &m->hp;
     fp_hash f = {0x6c6c6d696e666572ull}; /* "llminfer" */
     fp_bytes(&f, hp->arch, strlen(hp->arch));
-    const uint64_t dims[] = {hp->n_layer,           hp->n_embd,          hp->n_head,
-                             hp->n_head_kv,         hp->n_ff,            hp->n_vocab,
-                             hp->n_ctx_train,       hp->head_dim,        hp->rope_dim,
-                             fp_f32(hp->rope_base), fp_f32(hp->rms_eps), hp->rope_layout,
+    const uint64_t dims[] = {hp->n_layer,
+                             hp->n_embd,
+                             hp->n_head,
+                             hp->n_head_kv,
+                             hp->n_ff,
+                             hp->n_vocab,
+                             hp->n_ctx_train,
+                             hp->head_dim,
+                             hp->rope_dim,
+                             fp_f32(hp->rope_base),
+                             fp_f32(hp->rms_eps),
+                             hp->rope_layout,
                              hp->tied_embeddings};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) fp_u64(&f, dims[i]);
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        fp_u64(&f, dims[i]);
     /* Only what differs from the plain decoder, so fingerprints of models
      * from before the features existed stay the same. */
     const llmi_features *ft = &hp->features;
@@ -475,7 +512,8 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
                                  ft->swa_period,
                                  ft->swa_window,
                                  fp_f32(ft->swa ? ft->swa_rope_base : 0.0f)};
-        for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) fp_u64(&f, feat[i]);
+        for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++)
+            fp_u64(&f, feat[i]);
     }
     if (hp->rope_freq_scale != 1.0f || (ft->swa && ft->swa_rope_freq_scale != 1.0f)) {
         fp_u64(&f, fp_f32(hp->rope_freq_scale));
@@ -484,7 +522,8 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
     if (ft->n_expert) {
         const uint64_t moe[] = {ft->n_expert, ft->n_expert_used, ft->n_ff_exp,
                                 ft->expert_weights_norm, ft->n_ff_shexp};
-        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) fp_u64(&f, moe[i]);
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+            fp_u64(&f, moe[i]);
     }
     const llmi_gguf *g = m->file;
     fp_u64(&f, g->n_tensors);
@@ -493,7 +532,8 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
         fp_bytes(&f, t->name.ptr, (size_t)t->name.len);
         fp_u64(&f, t->type);
         fp_u64(&f, t->n_dims);
-        for (int d = 0; d < 4; d++) fp_u64(&f, t->ne[d]);
+        for (int d = 0; d < 4; d++)
+            fp_u64(&f, t->ne[d]);
         if (t->nbytes <= 2 * END) {
             fp_bytes(&f, t->data, t->nbytes);
         } else {
@@ -508,18 +548,39 @@ llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
     return llmi_model_load_arch(path, use_mmap, NULL, out);
 }
 
+/* <arch>.vocab_size is not needed (the token list and token_embd decide),
+ * but a file where it disagrees with them was put together wrongly. */
+static llm_status check_vocab_size_key(const llm_model *m) {
+    uint32_t n = 0;
+    char key[96];
+    LLMI_TRY(arch_key(m, "vocab_size", key, sizeof key));
+    if (!llmi_gguf_find(m->file, key))
+        return LLM_OK;
+    LLMI_TRY(llmi_gguf_get_u32(m->file, key, true, &n));
+    if (n != llmi_tokenizer_n_vocab(m->tok))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s = %u disagrees with the %u tokens of the file",
+                          key, n, llmi_tokenizer_n_vocab(m->tok));
+    return LLM_OK;
+}
+
 llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch *arch,
                                 llm_model **out) {
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
-    if (!m) return llmi_oom("model");
+    if (!m)
+        return llmi_oom("model");
     llm_status st = llmi_hf_is_folder(path) ? llmi_hf_open(path, use_mmap, &m->file)
                                             : llmi_gguf_open(path, use_mmap, &m->file);
-    if (st != LLM_OK) goto fail;
-    if ((st = load_arch(m, arch)) != LLM_OK) goto fail;
-    if ((st = load_hparams(m)) != LLM_OK) goto fail;
-    if ((st = map_weights(m)) != LLM_OK) goto fail;
-    if ((st = llmi_tokenizer_load(m->file, &m->tok)) != LLM_OK) goto fail;
+    if (st != LLM_OK)
+        goto fail;
+    if ((st = load_arch(m, arch)) != LLM_OK)
+        goto fail;
+    if ((st = load_hparams(m)) != LLM_OK)
+        goto fail;
+    if ((st = map_weights(m)) != LLM_OK)
+        goto fail;
+    if ((st = llmi_tokenizer_load(m->file, &m->tok)) != LLM_OK)
+        goto fail;
     /* Equal, as llama.cpp requires: a row without a token could be sampled
      * and then not be detokenized. */
     if (llmi_tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
@@ -527,6 +588,8 @@ llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch
                         llmi_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
         goto fail;
     }
+    if ((st = check_vocab_size_key(m)) != LLM_OK)
+        goto fail;
     m->fingerprint = llmi_model_fingerprint(m);
     llmi_log(LLM_LOG_INFO, "loaded %s: %s, %u layers, %u embd, %u vocab, %.1f MB weights", path,
              m->hp.arch, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab, m->weight_bytes / 1e6);
@@ -534,14 +597,16 @@ llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch
     return LLM_OK;
 fail:
     /* A required key that is absent makes the file malformed, not "not found". */
-    if (st == LLM_ERR_NOT_FOUND) st = LLM_ERR_BAD_FORMAT;
+    if (st == LLM_ERR_NOT_FOUND)
+        st = LLM_ERR_BAD_FORMAT;
     llmi_error_prefix("loading '%s'", path);
     llmi_model_free(m);
     return st;
 }
 
 void llmi_model_free(llm_model *m) {
-    if (!m) return;
+    if (!m)
+        return;
     llmi_tokenizer_free(m->tok);
     llmi_free(m->layers);
     llmi_gguf_close(m->file);

@@ -112,6 +112,30 @@ static void get_id(const llmi_gguf *g, const char *key, uint32_t n_vocab, llm_to
     *id = (llm_token)v;
 }
 
+/* As get_id for the ids generation depends on (BOS starts prompts, EOS
+ * ends answers): an integer outside the vocabulary is refused, naming the
+ * key, instead of falling back to a default id that may be any token. */
+static llm_status get_id_in_vocab(const llmi_gguf *g, const char *key, uint32_t n_vocab,
+                                  llm_token *id) {
+    const llmi_gguf_kv *kv = llmi_gguf_find(g, key);
+    if (kv) {
+        bool is_unsigned = kv->type == LLMI_GGUF_U8 || kv->type == LLMI_GGUF_U16 ||
+                           kv->type == LLMI_GGUF_U32 || kv->type == LLMI_GGUF_U64;
+        bool is_signed = kv->type == LLMI_GGUF_I8 || kv->type == LLMI_GGUF_I16 ||
+                         kv->type == LLMI_GGUF_I32 || kv->type == LLMI_GGUF_I64;
+        if (is_unsigned && kv->scalar.u >= n_vocab)
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "'%s' = %llu is outside the vocabulary of %u tokens", key,
+                              (unsigned long long)kv->scalar.u, n_vocab);
+        if (is_signed && (kv->scalar.i < 0 || kv->scalar.i >= (int64_t)n_vocab))
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "'%s' = %lld is outside the vocabulary of %u tokens", key,
+                              (long long)kv->scalar.i, n_vocab);
+    }
+    get_id(g, key, n_vocab, id);
+    return LLM_OK;
+}
+
 static void get_flag(const llmi_gguf *g, const char *key, bool *out) {
     const llmi_gguf_kv *kv = llmi_gguf_find(g, key);
     if (kv && kv->type == LLMI_GGUF_BOOL)
@@ -563,8 +587,8 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     for (size_t i = 0; i < 3; i++)
         if (*ids[i] >= 0 && (uint32_t)*ids[i] >= t->n_vocab)
             *ids[i] = LLM_TOKEN_NONE;
-    get_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos);
-    get_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos);
+    LLMI_TRY(get_id_in_vocab(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos));
+    LLMI_TRY(get_id_in_vocab(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos));
     get_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab, &t->eot);
     get_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &t->eom);
     get_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk);

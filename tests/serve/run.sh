@@ -72,5 +72,7 @@ wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1;
 SERVER_PID=
 
 "$PY" tests/serve/test_shutdown.py
+"$PY" tests/serve/test_flood.py
+"$PY" tests/serve/test_nginx.py
 "$PY" tests/serve/test_out_of_memory.py
 echo "serve-test: ok"

@@ -91,6 +91,52 @@ def test_limits():
     conn.close()
 
 
+def raw_exchange(data, timeout=10):
+    """Sends raw bytes on a new connection; returns everything the server
+    sends back until it closes the connection."""
+    s = socket.create_connection(host_port(), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out
+
+
+def test_tokenize_names_the_bad_field():
+    status, _, body = post_json("/tokenize", {"prompt": "hi", "add_special": "yes"})
+    assert_error(status, body, 400, "add_special", "'add_special' must be a boolean")
+    status, _, body = post_json("/tokenize", {"prompt": 5, "add_special": True})
+    assert_error(status, body, 400, "prompt", "'prompt' must be a string")
+
+
+def test_ambiguous_body_framing_refused():
+    auth = f"Authorization: Bearer {API_KEY}\r\n" if API_KEY else ""
+    head = f"POST /tokenize HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+    body = '{"prompt": "a"}'
+    # Two different lengths: which one a proxy in front used is unknown.
+    out = raw_exchange((head + f"Content-Length: {len(body)}\r\nContent-Length: 5\r\n\r\n"
+                        + body).encode())
+    assert out.startswith(b"HTTP/1.1 400 "), out
+    assert out.count(b"HTTP/1.1 ") == 1, out
+    assert b"conflicting Content-Length" in out, out
+    out = raw_exchange((head + f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n"
+                        "\r\n" + body).encode())
+    assert out.startswith(b"HTTP/1.1 400 ") and out.count(b"HTTP/1.1 ") == 1, out
+    # The same length twice is one length.
+    out = raw_exchange((head + f"Content-Length: {len(body)}\r\nContent-Length: {len(body)}\r\n"
+                        "Connection: close\r\n\r\n" + body).encode())
+    assert out.startswith(b"HTTP/1.1 200 "), out
+    # A negative length is refused (by libmicrohttpd, before the request
+    # reaches the server's code) and the connection closed. libmicrohttpd
+    # 0.9.75 sends the head of that answer twice (docs/serve.md).
+    out = raw_exchange((head + "Content-Length: -1\r\n\r\n" + body).encode())
+    assert out.startswith(b"HTTP/1.1 400 ") and b"tokens" not in out, out
+
+
 def test_method_and_path():
     status, _, data = request("GET", CHAT)
     assert_error(status, json.loads(data), 405)
@@ -195,6 +241,7 @@ def test_concurrent_streams_match_non_stream():
 if __name__ == "__main__":
     Suite("http").run([
         test_health_models_metrics, test_auth, test_bad_json_and_types, test_limits,
+        test_tokenize_names_the_bad_field, test_ambiguous_body_framing_refused,
         test_method_and_path, test_disconnect_mid_stream_frees_kv,
         test_disconnect_non_stream_cancels, test_concurrent_streams_match_non_stream,
     ])

@@ -1,8 +1,8 @@
 /* GGUF reader/writer, tensor types, reference quantization and the test
  * model generator. Malformed files are made by patching single fields of a
  * writer-produced file, located through the reader on the intact copy. */
-#include "core/quant.h"
 #include "core/core.h"
+#include "core/quant.h"
 #include "gguf/gguf.h"
 #include "model/testmodel.h"
 
@@ -757,6 +757,10 @@ static void test_bad_tensors(void **state) {
     BAD(p + 24, 8, 1ull << 20, FMT, "tensor 't.a': data at offset 1048576 + 512 bytes runs past");
     BAD(p + 24, 8, UINT64_MAX - 31, FMT, "runs past the end of the file");
     BAD(p + 12, 8, 1ull << 20, FMT, "tensor 't.a': data at offset 0 + 268435456 bytes runs past");
+    /* t.b's data moved to t.a's first bytes: in bounds, but shared. */
+    const llmi_gguf_tensor *tb = llmi_gguf_find_tensor(f.g, "t.b");
+    BAD(tensor_pos(&f, "t.b") + 4 + 8 * tb->n_dims + 4, 8, 0, FMT,
+        "tensor 't.a': data at offset 0 + 512 bytes overlaps tensor 't.b' at offset 0");
     fx_reset(&f);
     patch(&f, p + 4, 8, 1ull << 32);
     patch(&f, p + 12, 8, 1ull << 32);

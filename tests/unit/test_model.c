@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "model/testmodel.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,11 +19,13 @@ static size_t g_base_size;
 static llmi_gguf *g_src;
 
 typedef struct edit {
-    const char *drop_key;      /* metadata key to leave out */
-    const char *drop_tensor;   /* tensor to leave out */
-    const char *u32_key;       /* replace (or add) this u32 key */
+    const char *drop_key;    /* metadata key to leave out */
+    const char *drop_tensor; /* tensor to leave out */
+    const char *u32_key;     /* replace (or add) this u32 key */
     uint32_t u32_value;
-    const char *str_key;       /* replace this string key */
+    const char *f32_key; /* replace (or add) this f32 key */
+    float f32_value;
+    const char *str_key; /* replace this string key */
     const char *str_value;
     const char *reshape_tensor; /* write this tensor with ne[0] halved */
     const char *retype_tensor;  /* write this 1-D F32 tensor as F16 */
@@ -39,7 +42,8 @@ static void copy_kv(llmi_gguf_writer *w, const llmi_gguf_kv *kv, const char *key
         for (uint64_t i = 0; i < kv->arr_len; i++)
             v[i] = strndup(kv->arr_strs[i].ptr, kv->arr_strs[i].len);
         st = llmi_gguf_w_arr_str(w, key, (const char *const *)v, kv->arr_len);
-        for (uint64_t i = 0; i < kv->arr_len; i++) free(v[i]);
+        for (uint64_t i = 0; i < kv->arr_len; i++)
+            free(v[i]);
         free(v);
     } else if (kv->type == LLMI_GGUF_ARRAY) {
         st = llmi_gguf_w_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_len);
@@ -63,12 +67,18 @@ static const char *write_edited(const edit *e) {
         const llmi_gguf_kv *kv = &g_src->kv[i];
         char *key = strndup(kv->key.ptr, kv->key.len);
         bool replaced = (e->u32_key && !strcmp(key, e->u32_key)) ||
+                        (e->f32_key && !strcmp(key, e->f32_key)) ||
                         (e->str_key && !strcmp(key, e->str_key));
-        if (!(e->drop_key && !strcmp(key, e->drop_key)) && !replaced) copy_kv(w, kv, key);
+        if (!(e->drop_key && !strcmp(key, e->drop_key)) && !replaced)
+            copy_kv(w, kv, key);
         free(key);
     }
-    if (e->u32_key) assert_int_equal(llmi_gguf_w_u32(w, e->u32_key, e->u32_value), LLM_OK);
-    if (e->str_key) assert_int_equal(llmi_gguf_w_str(w, e->str_key, e->str_value), LLM_OK);
+    if (e->u32_key)
+        assert_int_equal(llmi_gguf_w_u32(w, e->u32_key, e->u32_value), LLM_OK);
+    if (e->f32_key)
+        assert_int_equal(llmi_gguf_w_f32(w, e->f32_key, e->f32_value), LLM_OK);
+    if (e->str_key)
+        assert_int_equal(llmi_gguf_w_str(w, e->str_key, e->str_value), LLM_OK);
     for (uint64_t i = 0; i < g_src->n_tensors; i++) {
         const llmi_gguf_tensor *t = &g_src->tensors[i];
         char *name = strndup(t->name.ptr, t->name.len);
@@ -119,8 +129,8 @@ static void test_unedited_copy_loads(void **state) {
 
 static void test_missing_keys(void **state) {
     (void)state;
-    const char *required[] = {"general.architecture", "llama.block_count",
-                              "llama.embedding_length", "llama.feed_forward_length",
+    const char *required[] = {"general.architecture",       "llama.block_count",
+                              "llama.embedding_length",     "llama.feed_forward_length",
                               "llama.attention.head_count", "tokenizer.ggml.tokens",
                               "tokenizer.ggml.model"};
     for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
@@ -165,6 +175,37 @@ static void test_bad_values(void **state) {
     expect_fail(&tok_model, LLM_ERR_UNSUPPORTED, "wordpiece");
 }
 
+/* Values that are well-formed but cannot be right: each is refused naming
+ * its key rather than loaded into a model that misbehaves later. */
+static void test_inconsistent_values(void **state) {
+    (void)state;
+    edit bos = {.u32_key = "tokenizer.ggml.bos_token_id", .u32_value = 0xfffffff0u};
+    expect_fail(&bos, LLM_ERR_BAD_FORMAT, "'tokenizer.ggml.bos_token_id' = 4294967280 is outside");
+    edit eos = {.u32_key = "tokenizer.ggml.eos_token_id", .u32_value = 1000000};
+    expect_fail(&eos, LLM_ERR_BAD_FORMAT, "'tokenizer.ggml.eos_token_id' = 1000000 is outside");
+    edit eos_edge = {.u32_key = "tokenizer.ggml.eos_token_id",
+                     .u32_value = llmi_testmodel_n_vocab()};
+    expect_fail(&eos_edge, LLM_ERR_BAD_FORMAT, "eos_token_id");
+    edit rope = {.f32_key = "llama.rope.freq_base", .f32_value = INFINITY};
+    expect_fail(&rope, LLM_ERR_BAD_FORMAT, "llama.rope.freq_base = inf is not a finite number");
+    edit rope_nan = {.f32_key = "llama.rope.freq_base", .f32_value = NAN};
+    expect_fail(&rope_nan, LLM_ERR_BAD_FORMAT, "llama.rope.freq_base");
+    edit eps = {.f32_key = "llama.attention.layer_norm_rms_epsilon", .f32_value = INFINITY};
+    expect_fail(&eps, LLM_ERR_BAD_FORMAT, "layer_norm_rms_epsilon");
+    edit vocab = {.u32_key = "llama.vocab_size", .u32_value = llmi_testmodel_n_vocab() + 1};
+    expect_fail(&vocab, LLM_ERR_BAD_FORMAT, "llama.vocab_size");
+    /* The largest id in the vocabulary is fine, and so is an agreeing
+     * vocab_size. */
+    edit last = {.u32_key = "tokenizer.ggml.eos_token_id",
+                 .u32_value = llmi_testmodel_n_vocab() - 1};
+    llm_model *m = NULL;
+    assert_int_equal(llmi_model_load(write_edited(&last), true, &m), LLM_OK);
+    llmi_model_free(m);
+    edit same = {.u32_key = "llama.vocab_size", .u32_value = llmi_testmodel_n_vocab()};
+    assert_int_equal(llmi_model_load(write_edited(&same), true, &m), LLM_OK);
+    llmi_model_free(m);
+}
+
 static void test_alloc_failures(void **state) {
     (void)state;
     edit e = {0};
@@ -192,7 +233,8 @@ static int setup(void **state) {
     llmi_testmodel_params p;
     llmi_testmodel_params_init(&p);
     p.type = LLMI_T_Q8_0;
-    if (llmi_testmodel_to_memory(&p, &g_base, &g_base_size) != LLM_OK) return -1;
+    if (llmi_testmodel_to_memory(&p, &g_base, &g_base_size) != LLM_OK)
+        return -1;
     return llmi_gguf_open_memory(g_base, g_base_size, &g_src) == LLM_OK ? 0 : -1;
 }
 
@@ -207,7 +249,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unedited_copy_loads), cmocka_unit_test(test_missing_keys),
         cmocka_unit_test(test_missing_tensors),     cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_inconsistent_values), cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
