@@ -364,6 +364,11 @@ static llm_status load_file(llm_session *s, int fd, const char *path, llm_seq_id
         return llmi_state_io_error("cannot stat", path, errno);
     if (!S_ISREG(sb.st_mode))
         return llmi_state_io_error("cannot load", path, S_ISDIR(sb.st_mode) ? EISDIR : EINVAL);
+    /* Opened without blocking (a FIFO would wait for a writer); reads of
+     * the regular file it is are ordinary blocking reads again. */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     uint8_t start[16];
     size_t got;
     uint32_t hl;
@@ -395,7 +400,7 @@ static llm_status load_file(llm_session *s, int fd, const char *path, llm_seq_id
 llm_status llmi_state_load_file(llm_session *s, const char *path, llm_seq_id *out) {
     if (out)
         *out = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return llmi_state_io_error("cannot open", path, errno);
     llm_status st = load_file(s, fd, path, out);

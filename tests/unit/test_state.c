@@ -821,6 +821,18 @@ static void test_files(void **state) {
     assert_non_null(strstr(llm_last_error(), strerror(ENOENT)));
     assert_int_equal(llm_session_state_load_file(t, bad), LLM_ERR_IO);
     assert_int_equal(llm_seq_state_load_file(t, g_dir, &id), LLM_ERR_IO); /* a directory */
+    /* A FIFO with no writer: refused at once, not a read that waits for
+     * one (the alarm fails the test instead of hanging it). */
+    char fifo[620];
+    path_of(fifo, sizeof fifo, "a-fifo.state");
+    remove(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    assert_int_equal(llm_seq_state_load_file(t, fifo, &id), LLM_ERR_IO);
+    assert_non_null(strstr(llm_last_error(), fifo));
+    assert_int_equal(llm_session_state_load_file(t, fifo), LLM_ERR_IO);
+    alarm(0);
+    remove(fifo);
     path_of(bad, sizeof bad, "no/such/dir/x.state");
     assert_int_equal(llm_seq_state_save_file(s, a, bad), LLM_ERR_IO);
     assert_non_null(strstr(llm_last_error(), strerror(ENOENT)));
