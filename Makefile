@@ -1,5 +1,7 @@
-# libllminfer build. `make` builds the libraries and tools; `make test` runs
-# every test; `make check` runs them under ASan+UBSan and checks the ABI.
+# libllminfer build. `make` builds the libraries and tools that run on this
+# machine's CPU; `make cuda` adds the GPU plug-in (cuda/cuda.mk); `make test`
+# runs every test (and builds the plug-in when nvcc is found, to prove it
+# compiles); `make check` runs them under ASan+UBSan and checks the ABI.
 
 VERSION_MAJOR := 1
 VERSION_MINOR := 2
@@ -52,7 +54,10 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
 include cuda/cuda.mk
 
-all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench $(CUDA_PLUGIN)
+# The CUDA plug-in is not part of `all`: nvcc takes most of a first build and
+# the plug-in only runs on a GPU. `make cuda`, `make install`, `make test`
+# (hence `make check` and CI) and device-check build it when nvcc is found.
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 # The library's own objects export the LLM_API functions (include/llm.h);
 # programs and tests compile without LLM_BUILDING_LIBRARY.
@@ -212,13 +217,14 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 # backend (docs/tensor-parallel.md): both must give the CPU backend's results.
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state \
 	test_swakv)
-test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
+test: all $(CUDA_PLUGIN) $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
 		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
 		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	@bash tests/tools/test_cli.sh $(BUILD)
+	@bash tests/tools/test_make_targets.sh
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
@@ -254,7 +260,7 @@ abi-check: $(SHLIB)
 abi-update: $(SHLIB)
 	@bash tests/abi/check.sh --update $(SHLIB)
 
-install: all
+install: all $(CUDA_PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/llm.h $(DESTDIR)$(PREFIX)/include/llm.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
