@@ -21,6 +21,7 @@ OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-D_GNU_SOURCE -Iinclude -Ilib
+comma := ,
 DEPS_LIBS := -lpcre2-8 -lcjson -lz -lm -ldl -pthread
 ifeq ($(TSAN),1)
 ALL_CFLAGS += -fsanitize=thread
@@ -260,7 +261,14 @@ abi-check: $(SHLIB)
 abi-update: $(SHLIB)
 	@bash tests/abi/check.sh --update $(SHLIB)
 
-install: all $(CUDA_PLUGIN)
+# The user tools: each finds the installed library through its rpath
+# ($ORIGIN/../lib). llm-serve needs libmicrohttpd (scripts/install-deps.sh).
+INSTALL_TOOLS := llm-run llm-serve llm-bench llm-quantize
+# llminfer.pc's Libs carry an rpath to the installed library, so a program
+# built with `pkg-config --libs llminfer` runs from any PREFIX without
+# LD_LIBRARY_PATH; /usr/lib is on the loader's path and needs none.
+PC_RPATH := $(if $(filter /usr /usr/,$(PREFIX)),,-Wl$(comma)-rpath$(comma)$${libdir} )
+install: all $(CUDA_PLUGIN) $(INSTALL_TOOLS:%=$(BUILD)/%)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/llm.h $(DESTDIR)$(PREFIX)/include/llm.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
@@ -268,9 +276,10 @@ install: all $(CUDA_PLUGIN)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllminfer.so
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
-	install -m 755 $(BUILD)/llm-run $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(INSTALL_TOOLS:%=$(BUILD)/%) $(DESTDIR)$(PREFIX)/bin/
 	for pc in llminfer llminfer-static; do \
 		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+			-e 's|@RPATH@|$(PC_RPATH)|g' \
 			pkgconfig/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; \
 	done
 
@@ -307,7 +316,7 @@ format:
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
 		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/lib/libllminfer-cuda.so \
-		$(DESTDIR)$(PREFIX)/bin/llm-run \
+		$(INSTALL_TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer-static.pc
 

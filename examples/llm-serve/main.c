@@ -29,7 +29,18 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: llm-serve -m MODEL [options]\n"
+            "NAME\n"
+            "  llm-serve - an OpenAI-compatible HTTP server on libllminfer\n"
+            "\n"
+            "SYNOPSIS\n"
+            "  llm-serve -m MODEL [--port N] [options]\n"
+            "\n"
+            "DESCRIPTION\n"
+            "  Serves /v1/chat/completions, /v1/completions (streaming or not),\n"
+            "  /v1/models, /health and Prometheus /metrics with continuous batching.\n"
+            "  Prints its address on stdout once it listens; SIGTERM or SIGINT stops it.\n"
+            "\n"
+            "OPTIONS\n"
             "  -m, --model PATH          GGUF model to serve\n"
             "  --host HOST               address to listen on (default 127.0.0.1)\n"
             "  --port N                  port; 0 picks a free one (default 8080)\n"
@@ -48,7 +59,21 @@ static void usage(FILE *f)
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
             "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
             "  -v                        log requests and library messages to stderr\n"
-            "  -h, --help                this text\n");
+            "  -h, --help                this text\n"
+            "\n"
+            "EXIT STATUS\n"
+            "  0 after a clean shutdown, 1 usage error, 2 start-up error (model, device,\n"
+            "  memory or address; the message goes to stderr).\n"
+            "\n"
+            "ENVIRONMENT\n"
+            "  LLM_SERVE_API_KEY  the key clients must send, unless --api-key is given\n"
+            "  LLM_PLUGIN_PATH    where to look for backend plug-ins\n"
+            "\n"
+            "EXAMPLE\n"
+            "  llm-serve -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080\n"
+            "\n"
+            "SEE ALSO\n"
+            "  llm-run(1), llm-bench(1); docs/serve.md\n");
 }
 
 static bool parse_long(const char *flag, const char *text, long lo, long hi, long *out)
@@ -152,7 +177,7 @@ int main(int argc, char **argv)
     options o;
     if (!parse_args(argc, argv, &o)) {
         usage(stderr);
-        return 2;
+        return 1;
     }
     serve_alloc_read_test_hook();
     /* Every thread created from here on inherits the blocked signals, so
@@ -175,7 +200,7 @@ int main(int argc, char **argv)
     llm_status st = llm_model_load(o.model_path, &mp, &model);
     if (st != LLM_OK) {
         fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.model_path, errbuf);
-        return 1;
+        return 2;
     }
     llm_model *draft = NULL;
     if (o.draft_model_path) {
@@ -183,7 +208,7 @@ int main(int argc, char **argv)
         if (st != LLM_OK) {
             fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.draft_model_path, errbuf);
             llm_model_free(model);
-            return 1;
+            return 2;
         }
     }
     server srv = {0};
@@ -203,13 +228,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "llm-serve: cannot create a session: %s\n", errbuf);
         llm_model_free(draft);
         llm_model_free(model);
-        return 1;
+        return 2;
     }
     char *model_name = o.served_model_name ? strdup(o.served_model_name)
                                            : default_model_name(o.model_path);
     if (!model_name) {
         fprintf(stderr, "llm-serve: out of memory at startup\n");
-        return 1;
+        return 2;
     }
     srv.model_name = model_name;
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
@@ -223,11 +248,12 @@ int main(int argc, char **argv)
     srv.engine = engine_start(srv.session);
     if (!srv.metrics || !srv.engine) {
         fprintf(stderr, "llm-serve: out of memory at startup\n");
-        return 1;
+        return 2;
     }
     uint16_t port = 0;
     struct MHD_Daemon *daemon = http_start(&srv, o.host, (uint16_t)o.port, &port);
-    if (!daemon) return 1;
+    if (!daemon)
+        return 2;
     const char *shown_host = strchr(o.host, ':') ? "[%s]" : "%s";
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
