@@ -1,6 +1,7 @@
 # llm-serve: the OpenAI-compatible HTTP server (docs/serve.md), its tests,
 # fuzzer and benchmark. Included from the top-level Makefile.
 #   make build/llm-serve     the server (needs libmicrohttpd and libcjson)
+#   make serve-venv          the openai client in $(BUILD)/serve-venv (README)
 #   make serve-test          end-to-end tests on loopback (tests/serve/run.sh)
 #   make serve-test-san      the same with the server under ASan+UBSan
 #   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
@@ -12,12 +13,17 @@ SERVE_PKGS := libmicrohttpd libcjson
 SERVE_CFLAGS = $(shell pkg-config --cflags $(SERVE_PKGS))
 SERVE_LIBS = $(shell pkg-config --libs $(SERVE_PKGS))
 
-.PHONY: serve serve-test serve-test-san fuzz-serve fuzz-serve-regress bench-serve
+.PHONY: serve serve-test serve-test-san serve-venv fuzz-serve fuzz-serve-regress bench-serve
 serve: $(BUILD)/llm-serve
 
 $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer $(SERVE_LIBS) \
 		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
+
+# The official openai client (pinned in tests/serve/run.sh) in
+# $(BUILD)/serve-venv, for the README's example and the tests.
+serve-venv:
+	BUILD=$(BUILD) tests/serve/run.sh --venv-only
 
 serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
 	BUILD=$(BUILD) tests/serve/run.sh
