@@ -54,6 +54,21 @@ PY
 
 if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
     "$py" "$here/examples/chat.py" -m "$LLMINFER_TEST_MODEL" -n 8 -t 2 "Say hello."
+    # The first program of docs/bindings/python.md, as written but for the
+    # model's path: the default model must answer its question correctly.
+    doc="$here/../../docs/bindings/python.md"
+    awk '/^```python$/ { inside = 1; next } inside && /^```$/ { exit } inside' "$doc" |
+        sed -e "s|\"SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$build/first.py"
+    grep -q "$LLMINFER_TEST_MODEL" "$build/first.py" || {
+        echo "python: the first program of $doc does not load SmolLM2-135M-Instruct.Q4_1.gguf" >&2
+        exit 1
+    }
+    answer="$("$py" "$build/first.py")"
+    echo "python: docs' first program: $answer"
+    if [[ "$answer" != *Berlin* ]]; then
+        echo "python: the docs' first program does not answer Berlin" >&2
+        exit 1
+    fi
 else
     echo "python: LLMINFER_TEST_MODEL is not set, the chat example is skipped"
 fi
