@@ -51,6 +51,22 @@ assert llminfer.__file__.startswith(sys.argv[1]), f"imported {llminfer.__file__}
 print(f"python: llminfer from {llminfer.__file__}, libllminfer {llminfer.version_string()}")
 PY
 "$py" -m pytest -q -p no:cacheprovider "$src/tests"
+# With SIGINT ignored, as a shell starts a background job, the Ctrl-C tests
+# skip and say why instead of failing.
+if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
+    ignored="$( (trap '' INT; "$py" -m pytest -q -rs -p no:cacheprovider -k ctrl_c "$src/tests") 2>&1)" || {
+        echo "$ignored"
+        echo "python: the Ctrl-C tests failed with SIGINT ignored" >&2
+        exit 1
+    }
+    skipped="$(sed -n -E 's/^SKIPPED \[([0-9]+)\].*SIGINT is ignored.*/\1/p' <<<"$ignored" | head -n 1)"
+    if [ "${skipped:-0}" -lt 2 ] || grep -q -E '[0-9]+ (failed|passed)' <<<"$ignored"; then
+        echo "$ignored"
+        echo "python: with SIGINT ignored, ${skipped:-0} Ctrl-C tests skipped with a reason, expected 2" >&2
+        exit 1
+    fi
+    echo "python: with SIGINT ignored the $skipped Ctrl-C tests skip with a reason"
+fi
 
 if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
     "$py" "$here/examples/chat.py" -m "$LLMINFER_TEST_MODEL" -n 8 -t 2 "Say hello."
