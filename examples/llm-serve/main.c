@@ -1,4 +1,6 @@
 /* llm-serve: an OpenAI-compatible HTTP server on libllminfer (docs/serve.md). */
+/* --device, --tp and --devices use the experimental device API of llm.h. */
+#define LLM_EXPERIMENTAL
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -8,6 +10,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "device.h"
 #include "engine.h"
 #include "http.h"
 #include "llm.h"
@@ -23,6 +26,7 @@ typedef struct options {
     long long max_body_bytes;
     const char *served_model_name;
     const char *draft_model_path;
+    serve_device device;
     int verbose;
 } options;
 
@@ -54,6 +58,14 @@ static void usage(FILE *f)
             "  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)\n"
             "  --served-model-name NAME  model id in responses (default: the file's name)\n"
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
+            "  --device NAME             backend to run on: cpu, cuda or auto (the first\n"
+            "                            available one besides the CPU, else the CPU);\n"
+            "                            experimental (default cpu)\n"
+            "  --tp N                    split the model across N ranks: CPU threads, or GPUs\n"
+            "                            with --device cuda (tensor parallelism,\n"
+            "                            experimental; default 1)\n"
+            "  --devices LIST            device ids to run on, N of them for --tp N, like 0,1\n"
+            "                            (default: device 0, or 0 .. N-1)\n"
             "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
             "                            for \"speculative\": \"draft\"\n"
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
@@ -92,8 +104,13 @@ static bool parse_long(const char *flag, const char *text, long lo, long hi, lon
 
 static bool parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){.host = "127.0.0.1", .port = 8080, .max_concurrent = 64,
-                   .max_tokens_limit = 4096, .max_body_bytes = 1 << 20, .shutdown_timeout = 10};
+    *o = (options){.host = "127.0.0.1",
+                   .port = 8080,
+                   .max_concurrent = 64,
+                   .max_tokens_limit = 4096,
+                   .max_body_bytes = 1 << 20,
+                   .shutdown_timeout = 10,
+                   .device = {.backend = "cpu", .tensor_parallel = 1}};
     o->api_key = getenv("LLM_SERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -116,14 +133,36 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--served-model-name")) o->served_model_name = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
-        else if (!strcmp(a, "--port")) { if (!parse_long(a, v, 0, 65535, &o->port)) return false; }
-        else if (!strcmp(a, "--threads")) { if (!parse_long(a, v, 0, 1024, &o->threads)) return false; }
-        else if (!strcmp(a, "--ctx")) { if (!parse_long(a, v, 0, 1 << 24, &o->ctx)) return false; }
-        else if (!strcmp(a, "--max-concurrent")) { if (!parse_long(a, v, 1, 100000, &o->max_concurrent)) return false; }
-        else if (!strcmp(a, "--max-tokens-limit")) { if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit)) return false; }
-        else if (!strcmp(a, "--kv-cache-mib")) { if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib)) return false; }
-        else if (!strcmp(a, "--shutdown-timeout")) { if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout)) return false; }
-        else if (!strcmp(a, "--max-body-bytes")) {
+        else if (!strcmp(a, "--device"))
+            o->device.backend = v;
+        else if (!strcmp(a, "--tp")) {
+            if (!parse_long(a, v, 1, 64, &o->device.tensor_parallel))
+                return false;
+        } else if (!strcmp(a, "--devices")) {
+            if (!serve_device_parse_list(&o->device, v))
+                return false;
+        } else if (!strcmp(a, "--port")) {
+            if (!parse_long(a, v, 0, 65535, &o->port))
+                return false;
+        } else if (!strcmp(a, "--threads")) {
+            if (!parse_long(a, v, 0, 1024, &o->threads))
+                return false;
+        } else if (!strcmp(a, "--ctx")) {
+            if (!parse_long(a, v, 0, 1 << 24, &o->ctx))
+                return false;
+        } else if (!strcmp(a, "--max-concurrent")) {
+            if (!parse_long(a, v, 1, 100000, &o->max_concurrent))
+                return false;
+        } else if (!strcmp(a, "--max-tokens-limit")) {
+            if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit))
+                return false;
+        } else if (!strcmp(a, "--kv-cache-mib")) {
+            if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib))
+                return false;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout))
+                return false;
+        } else if (!strcmp(a, "--max-body-bytes")) {
             if (!parse_long(a, v, 1024, LONG_MAX, &n)) return false;
             o->max_body_bytes = n;
         } else {
@@ -176,7 +215,7 @@ int main(int argc, char **argv)
 {
     options o;
     if (!parse_args(argc, argv, &o)) {
-        usage(stderr);
+        fprintf(stderr, "llm-serve: 'llm-serve --help' lists the options\n");
         return 1;
     }
     serve_alloc_read_test_hook();
@@ -223,7 +262,13 @@ int main(int argc, char **argv)
     sp.draft_model = draft;
     sp.error_message = errbuf;
     sp.error_capacity = sizeof errbuf;
-    st = llm_session_create(model, &sp, &srv.session);
+    llm_device_params dp;
+    llm_device_params_init(&dp);
+    dp.backend = o.device.backend;
+    dp.tensor_parallel = (uint32_t)o.device.tensor_parallel;
+    dp.devices = o.device.n_devices ? o.device.devices : NULL;
+    dp.n_devices = o.device.n_devices;
+    st = llm_session_create_ex(model, &sp, &dp, &srv.session);
     if (st != LLM_OK) {
         fprintf(stderr, "llm-serve: cannot create a session: %s\n", errbuf);
         llm_model_free(draft);
@@ -239,6 +284,8 @@ int main(int argc, char **argv)
     srv.model_name = model_name;
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
+    srv.device_name = serve_device_resolved_name(&o.device);
+    srv.tensor_parallel = (uint32_t)o.device.tensor_parallel;
     srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
     srv.limits = (serve_limits){(uint32_t)o.max_tokens_limit, 16, srv.info.n_vocab};
     srv.max_concurrent = (int)o.max_concurrent;
@@ -258,8 +305,8 @@ int main(int argc, char **argv)
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
     serve_alloc_arm_test_hook();
-    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u)\n", model_name, host_text, port,
-           srv.n_ctx);
+    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u, device %s, tensor parallel %u)\n",
+           model_name, host_text, port, srv.n_ctx, srv.device_name, srv.tensor_parallel);
     fflush(stdout);
 
     int sig = 0;

@@ -21,6 +21,7 @@ void metrics_adjust_active(metrics *m, int delta);
 int metrics_active(metrics *m);
 
 /* Prometheus exposition text; caller frees. NULL when out of memory. */
-char *metrics_render(metrics *m, llm_session *session);
+char *metrics_render(metrics *m, llm_session *session, const char *device,
+                     uint32_t tensor_parallel);
 
 #endif

@@ -64,5 +64,7 @@ fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$< tests/serve/fuzz-seeds/*
 
+# BENCH_SERVE_FLAGS: llm-serve's --device, --tp and --devices, e.g.
+#   make bench-serve BENCH_SERVE_FLAGS="--device cuda --tp 2"
 bench-serve: $(BUILD)/llm-serve $(MODEL)
-	scripts/bench-serve.sh
+	BUILD=$(BUILD) scripts/bench-serve.sh $(BENCH_SERVE_FLAGS)
