@@ -88,7 +88,7 @@ $(TESTLIB): $(TEST_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/llm-run: examples/llm-run/main.c $(BUILD)/libllminfer.so
+$(BUILD)/llm-run: examples/llm-run/main.c examples/common/progress_bar.h $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' \
 		$(LDSAN)
 

@@ -5,6 +5,8 @@
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
+#include "../common/progress_bar.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ typedef struct options {
     const char *prompt;
     long n_new;
     llm_sampling_params sampling;
-    bool chat, no_mmap, verbose;
+    bool chat, no_mmap, verbose, quiet;
     long threads;
     long tp; /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
     const char *device; /* llm_device_params.backend: "cpu", "cuda", "auto" */
@@ -68,6 +70,8 @@ static void usage(FILE *f) {
                "                 one besides the CPU, else the CPU); experimental (default cpu)\n"
                "  --no-mmap      read the model into memory instead of mapping it\n"
                "  -v             log library messages to stderr\n"
+               "  -q, --quiet    no load progress on stderr (a bar on a terminal, else a\n"
+               "                 line per phase: read, upload, warm-up)\n"
                "  -h, --help     this text\n"
                "\n"
                "EXIT STATUS\n"
@@ -119,9 +123,15 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
         if (!strcmp(a, "--chat")) { o->chat = true; takes_value = 0; }
         else if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; takes_value = 0; }
-        else if (!strcmp(a, "-v")) { o->verbose = true; takes_value = 0; }
-        else if (!v) { fprintf(stderr, "llm-run: %s needs a value\n", a); return 1; }
-        else if (!strcmp(a, "-m")) o->model = v;
+        else if (!strcmp(a, "-v")) { o->verbose = true; takes_value = 0;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = true;
+            takes_value = 0;
+        } else if (!v) {
+            fprintf(stderr, "llm-run: %s needs a value\n", a);
+            return 1;
+        } else if (!strcmp(a, "-m"))
+            o->model = v;
         else if (!strcmp(a, "-p")) o->prompt = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -247,6 +257,13 @@ int main(int argc, char **argv) {
     llm_model_params mp;
     llm_model_params_init(&mp);
     mp.use_mmap = !o.no_mmap;
+    /* Load progress on stderr: a bar on a terminal, a line per phase in a log. */
+    progress_bar bar;
+    progress_bar_init(&bar, "llm-run", stderr);
+    if (!o.quiet) {
+        mp.progress = progress_bar_update;
+        mp.progress_user = &bar;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     llm_model *model = NULL, *draft = NULL;
@@ -264,6 +281,8 @@ int main(int argc, char **argv) {
     sp.n_threads = (uint32_t)o.threads;
     sp.kv_type = (llm_kv_type)o.kv_type;
     sp.draft_model = draft;
+    sp.progress = mp.progress;
+    sp.progress_user = mp.progress_user;
     llm_session *session = NULL;
     llm_token *prompt = NULL;
     size_t n_prompt = 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/progress_bar.h"
 #include "alloc.h"
 #include "device.h"
 #include "engine.h"
@@ -27,7 +28,7 @@ typedef struct options {
     const char *served_model_name;
     const char *draft_model_path;
     serve_device device;
-    int verbose;
+    int verbose, quiet;
 } options;
 
 static void usage(FILE *f)
@@ -71,6 +72,8 @@ static void usage(FILE *f)
             "  --shutdown-timeout S      seconds in-flight requests get to finish on\n"
             "                            SIGTERM/SIGINT before they are cancelled (default 10)\n"
             "  -v                        log requests and library messages to stderr\n"
+            "  -q, --quiet               no load progress on stderr (a bar on a terminal,\n"
+            "                            else a line per phase: read, upload, warm-up)\n"
             "  -h, --help                this text\n"
             "\n"
             "EXIT STATUS\n"
@@ -120,6 +123,10 @@ static bool parse_args(int argc, char **argv, options *o)
         }
         if (!strcmp(a, "-v")) {
             o->verbose = 1;
+            continue;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -235,6 +242,12 @@ int main(int argc, char **argv)
     llm_model_params_init(&mp);
     mp.error_message = errbuf;
     mp.error_capacity = sizeof errbuf;
+    progress_bar bar;
+    progress_bar_init(&bar, "llm-serve", stderr);
+    if (!o.quiet) {
+        mp.progress = progress_bar_update;
+        mp.progress_user = &bar;
+    }
     llm_model *model = NULL;
     llm_status st = llm_model_load(o.model_path, &mp, &model);
     if (st != LLM_OK) {
@@ -262,6 +275,8 @@ int main(int argc, char **argv)
     sp.draft_model = draft;
     sp.error_message = errbuf;
     sp.error_capacity = sizeof errbuf;
+    sp.progress = mp.progress;
+    sp.progress_user = mp.progress_user;
     llm_device_params dp;
     llm_device_params_init(&dp);
     dp.backend = o.device.backend;

@@ -8,7 +8,7 @@
 #   make fuzz-serve-regress  the fuzzer once over its seeds and regressions
 #   make bench-serve         load test; JSON under build/bench/
 SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
-SERVE_HDR := $(wildcard examples/llm-serve/*.h)
+SERVE_HDR := $(wildcard examples/llm-serve/*.h) examples/common/progress_bar.h
 SERVE_PKGS := libmicrohttpd libcjson
 SERVE_CFLAGS = $(shell pkg-config --cflags $(SERVE_PKGS))
 SERVE_LIBS = $(shell pkg-config --libs $(SERVE_PKGS))

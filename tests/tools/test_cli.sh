@@ -120,6 +120,32 @@ else
     bad "llm-devbench output" "$(cat "$tmp/out")"
 fi
 
+# ---- load progress ----
+# Without a terminal: one line per finished phase, in order; -q: none.
+"${run[@]}" --no-mmap >/dev/null 2>"$tmp/progress.err"
+phases=$(sed -n -E 's/^llm-run: (read|upload|warm-up) .* done$/\1/p' "$tmp/progress.err" | tr '\n' ' ')
+if [ "$phases" = "read upload warm-up " ]; then
+    ok "llm-run reports read, upload and warm-up, a line each, off a terminal"
+else
+    bad "llm-run's progress lines: '$phases'" "$(cat "$tmp/progress.err")"
+fi
+"${run[@]}" -q >/dev/null 2>"$tmp/progress.err"
+if grep -q -E '(read|upload|warm-up) ' "$tmp/progress.err"; then
+    bad "llm-run -q prints no progress" "$(cat "$tmp/progress.err")"
+else
+    ok "llm-run -q prints no progress"
+fi
+# On a terminal (script(1) gives it one): a bar redrawn in place to 100%.
+if command -v script >/dev/null 2>&1; then
+    script -qec "$(printf '%q ' "${run[@]}")" /dev/null >"$tmp/tty.out" 2>&1 </dev/null
+    if grep -q $'\rllm-run: read    \[#*\.*\]' "$tmp/tty.out" &&
+        grep -q 'warm-up \[##############################\] 100% 2 / 2' "$tmp/tty.out"; then
+        ok "llm-run draws a progress bar on a terminal"
+    else
+        bad "llm-run's progress bar on a terminal" "$(cat -v "$tmp/tty.out" | head -n 5)"
+    fi
+fi
+
 # ---- llm-serve --device / --tp / --devices ----
 serve=("$build/llm-serve" -m "$tiny" --port 0)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
