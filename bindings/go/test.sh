@@ -30,6 +30,13 @@ fi
 if [[ -z "${LLMINFER_TEST_MODEL:-}" ]]; then
     echo "go bindings: LLMINFER_TEST_MODEL is unset: the tests that need a model skip"
 fi
+# Go's build cache does not notice a changed header outside the module
+# (llm.h of a reinstalled library, same path): its hash in CGO_CFLAGS
+# makes a new header a new build.
+header="$(pkg-config --variable=includedir llminfer)/llm.h"
+if [[ -f "$header" ]]; then
+    export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -DLLMINFER_HEADER_SHA256=$(sha256sum "$header" | cut -c1-16)"
+fi
 
 cd "$here"
 go version

@@ -79,12 +79,18 @@ lib = _open_library()
 # --- structs: field order and types exactly as in llm.h -------------------
 
 
+# llm_progress_fn (since 1.3): (phase, done, total, user) -> keep going
+PROGRESS_FN = CFUNCTYPE(c_bool, c_enum, c_uint64, c_uint64, c_void_p)
+
+
 class ModelParams(Structure):
     _fields_ = [
         ("struct_size", c_uint32),
         ("use_mmap", c_bool),
         ("error_message", POINTER(c_char)),
         ("error_capacity", c_size_t),
+        ("progress", PROGRESS_FN),  # 1.3
+        ("progress_user", c_void_p),
     ]
 
 
@@ -127,6 +133,8 @@ class SessionParams(Structure):
         ("draft_model", c_void_p),
         ("error_message", POINTER(c_char)),
         ("error_capacity", c_size_t),
+        ("progress", PROGRESS_FN),  # 1.3
+        ("progress_user", c_void_p),
     ]
 
 
