@@ -33,7 +33,7 @@ from .errors import (
     error_for,
     thread_last_error,
 )
-from .model import Model
+from .model import ChatMessage, Model
 from .tokens import TokenLevelMixin
 from .params import Event, FinishReason, GenerateResult, KvType, SamplingParams, SessionStats, SpecMode
 
@@ -470,6 +470,29 @@ class Session(TokenLevelMixin, Closeable):
                 if event.text:
                     yield event.text
                 request._raise_if_failed(event)
+
+    def create_chat_completion(self, messages: Iterable[ChatMessage],
+                               **kwargs: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """A chat completion shaped as OpenAI's ``chat.completions.create``.
+
+        ``messages`` are ``{"role": ..., "content": ...}`` dicts (or pairs),
+        rendered with the model's chat template. Keyword arguments, all
+        optional: ``max_tokens`` (or ``max_completion_tokens``),
+        ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``,
+        ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
+        ``stop`` (a string or a list), ``n`` and ``model`` (the name put in
+        the result; default the file's). Without any sampling argument the
+        choice is greedy. Returns a ``chat.completion`` dict (``choices``
+        with ``message`` and ``finish_reason``, ``usage``), or with
+        ``stream=True`` an iterator of ``chat.completion.chunk`` dicts: the
+        role, content deltas, then the finish reason. Leaving the iteration
+        early cancels the request.
+        """
+        from .chat import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
+
+    chat = create_chat_completion
 
     def astream(self, prompt: Prompt, **request_params: Any) -> AsyncIterator[str]:
         """:meth:`stream` for asyncio: steps run in a worker thread, and
