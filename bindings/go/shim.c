@@ -1,3 +1,5 @@
+/* Device selection uses the experimental part of llm.h. */
+#define LLM_EXPERIMENTAL
 #include "shim.h"
 
 #include <stddef.h>
@@ -198,12 +200,20 @@ llm_status shim_chat_template_apply(const llm_model *model, const char *const *r
 }
 
 llm_status shim_session_create(const llm_model *model, llm_session_params *params,
-                               llm_session **out, char **err_out) {
+                               const char *backend, uint32_t tensor_parallel,
+                               const int32_t *devices, uint32_t n_devices, llm_session **out,
+                               char **err_out) {
     char message[ERROR_CAPACITY];
     message[0] = '\0';
     params->error_message = message;
     params->error_capacity = sizeof message;
-    llm_status st = llm_session_create(model, params, out);
+    llm_device_params device;
+    llm_device_params_init(&device);
+    device.backend = backend;
+    device.tensor_parallel = tensor_parallel;
+    device.devices = n_devices ? devices : NULL;
+    device.n_devices = n_devices;
+    llm_status st = llm_session_create_ex(model, params, &device, out);
     params->error_message = NULL;
     params->error_capacity = 0;
     if (st != LLM_OK) *err_out = copy_text(message);

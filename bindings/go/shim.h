@@ -32,8 +32,12 @@ llm_status shim_chat_template_apply(const llm_model *model, const char *const *r
                                     const char *const *contents, size_t n, int add_generation_prompt,
                                     char *buf, size_t capacity, size_t *n_bytes, char **err_out);
 
+/* llm_session_create_ex on `backend` (NULL or "": the CPU) with
+ * `tensor_parallel` ranks and `n_devices` device ids (may be 0). */
 llm_status shim_session_create(const llm_model *model, llm_session_params *params,
-                               llm_session **out, char **err_out);
+                               const char *backend, uint32_t tensor_parallel,
+                               const int32_t *devices, uint32_t n_devices, llm_session **out,
+                               char **err_out);
 llm_status shim_session_get_stats(llm_session *session, llm_session_stats *stats,
                                   char **err_out);
 llm_status shim_session_submit(llm_session *session, const llm_token *prompt, size_t n_prompt,
