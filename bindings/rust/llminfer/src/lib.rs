@@ -26,6 +26,7 @@ mod model;
 mod params;
 mod session;
 mod stream;
+mod tokens;
 
 pub use error::{Error, Result, Status};
 pub use llminfer_sys as sys;
@@ -41,6 +42,7 @@ pub use session::{
     Event, GenerateResult, Generation, RequestId, Session, SessionHandle, SessionStats,
 };
 pub use stream::Stream;
+pub use tokens::{Batch, Sampler, SeqId};
 
 /// The loaded library's version, e.g. "1.2.0".
 pub fn version() -> String {

@@ -20,7 +20,7 @@ pub type RequestId = u64;
 /// Events fetched per llm_session_step() call; more wait in the library.
 const EVENT_BATCH: usize = 64;
 
-struct RawSession(*mut sys::llm_session);
+pub(crate) struct RawSession(pub(crate) *mut sys::llm_session);
 
 // The pointer is only used under the lock below, and only for the calls
 // llm.h documents as thread-safe from several threads (see SessionHandle).
@@ -30,15 +30,15 @@ unsafe impl Sync for RawSession {}
 /// What a session and its handles share. Closing takes the write lock, so
 /// it waits for a submit, cancel or interrupt running on another thread,
 /// and those then find the session closed instead of freed memory.
-struct Shared {
+pub(crate) struct Shared {
     raw: RwLock<RawSession>,
     // Declared after `raw`: the models outlive the native session.
-    _model: Model,
+    pub(crate) _model: Model,
     _draft: Option<Model>,
 }
 
 impl Shared {
-    fn lock(&self) -> Result<RwLockReadGuard<'_, RawSession>> {
+    pub(crate) fn lock(&self) -> Result<RwLockReadGuard<'_, RawSession>> {
         let guard = self
             .raw
             .read()
@@ -100,7 +100,7 @@ impl Drop for Shared {
 /// another thread, so this thread's message belongs to exactly this call
 /// even when other threads fail on the same session at the same time; the
 /// session's own record is the fallback.
-fn check_session(session: *mut sys::llm_session, status: sys::llm_status) -> Result<()> {
+pub(crate) fn check_session(session: *mut sys::llm_session, status: sys::llm_status) -> Result<()> {
     if status == sys::LLM_OK {
         return Ok(());
     }
@@ -298,7 +298,7 @@ unsafe extern "C" fn on_token(
 /// shared_between_threads::<llminfer::Session>();
 /// ```
 pub struct Session {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     events: EventBuffer,
     /// Events of other requests that a [`Stream`] stepped past.
     pub(crate) pending: VecDeque<Event>,
