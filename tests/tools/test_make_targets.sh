@@ -4,7 +4,7 @@
 # build only what runs on this machine's CPU, never the CUDA plug-in;
 # `make cuda` builds the plug-in with nvcc; `make test` (hence `make check`
 # and CI) and `make install` still build it when nvcc is found; CUDA=0
-# leaves it out everywhere.
+# leaves it out everywhere; device-check and device-bundle build it.
 #
 #   tests/tools/test_make_targets.sh
 #
@@ -81,6 +81,15 @@ for goal in test install; do
         ok "make $goal CUDA=0 leaves the plug-in out"
     fi
 done
+
+# device-check and device-bundle name the plug-in themselves (they do not
+# rely on `all` for it).
+targets=$(DEVICE_CHECK_PRINT_TARGETS=1 BUILD="$tmp/build" bash scripts/device-check.sh 2>&1)
+if grep -qx "$plugin" <<<"$targets"; then
+    ok "device-check and device-bundle build the CUDA plug-in"
+else
+    bad "device-check's targets include the CUDA plug-in" "$targets"
+fi
 
 echo "make-targets-test: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
