@@ -248,6 +248,18 @@ class SessionStats(Structure):
     ]
 
 
+class DeviceParams(Structure):
+    """llm_device_params (the experimental part of llm.h)."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("backend", c_char_p),
+        ("devices", POINTER(c_int32)),
+        ("n_devices", c_uint32),
+        ("tensor_parallel", c_uint32),
+    ]
+
+
 STRUCTS: Dict[str, Type[Structure]] = {
     "llm_model_params": ModelParams,
     "llm_model_info": ModelInfo,
@@ -260,6 +272,7 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "llm_request_params": RequestParams,
     "llm_event": Event,
     "llm_session_stats": SessionStats,
+    "llm_device_params": DeviceParams,
 }
 
 # --- prototypes ------------------------------------------------------------
@@ -311,6 +324,12 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
     ),
     ("llm_session_params_init_sized", None, [POINTER(SessionParams), c_size_t]),
     ("llm_session_create", c_status, [p_model, POINTER(SessionParams), POINTER(p_session)]),
+    ("llm_device_params_init_sized", None, [POINTER(DeviceParams), c_size_t]),
+    (
+        "llm_session_create_ex",
+        c_status,
+        [p_model, POINTER(SessionParams), POINTER(DeviceParams), POINTER(p_session)],
+    ),
     ("llm_session_free", None, [p_session]),
     (
         "llm_session_last_error",

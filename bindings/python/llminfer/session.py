@@ -119,7 +119,10 @@ class Session(TokenLevelMixin, Closeable):
 
     ``Session(model, n_threads=..., n_ctx=..., ...)`` takes the fields of
     ``llm_session_params`` as keyword arguments; ``None`` keeps the
-    library's default. One thread at a time steps a session (the binding
+    library's default. ``device`` (``"cpu"``, ``"cuda"`` or ``"auto"``),
+    ``tensor_parallel`` and ``devices`` (ids) choose where it runs
+    (``llm_device_params``, experimental); a backend that is not available
+    here raises :class:`UnsupportedError` saying why. One thread at a time steps a session (the binding
     serializes :meth:`generate`, :meth:`step` and request iteration with a
     lock); :meth:`submit`, :meth:`interrupt` and :meth:`Request.cancel`
     may be called from any thread.
@@ -137,6 +140,9 @@ class Session(TokenLevelMixin, Closeable):
         kv_block_size: Optional[int] = None,
         prefix_cache: Optional[bool] = None,
         draft_model: Optional[Model] = None,
+        device: Optional[str] = None,
+        tensor_parallel: Optional[int] = None,
+        devices: Optional[Sequence[int]] = None,
     ) -> None:
         self._handle_box: Optional[_SessionHandle] = None
         self.model = model
@@ -166,7 +172,23 @@ class Session(TokenLevelMixin, Closeable):
         params.error_message = ctypes.cast(message, ctypes.POINTER(ctypes.c_char))
         params.error_capacity = _ERROR_CAPACITY
         out = _native.p_session()
-        status = lib.llm_session_create(model._handle(), ctypes.byref(params), ctypes.byref(out))
+        if device is None and tensor_parallel is None and devices is None:
+            status = lib.llm_session_create(model._handle(), ctypes.byref(params),
+                                            ctypes.byref(out))
+        else:
+            where = _native.DeviceParams()
+            lib.llm_device_params_init_sized(ctypes.byref(where), ctypes.sizeof(where))
+            if device is not None:
+                where.backend = device.encode("utf-8")
+            if tensor_parallel is not None:
+                where.tensor_parallel = tensor_parallel
+            ids = [int(d) for d in devices or ()]
+            id_array = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+            if ids:
+                where.devices = id_array
+                where.n_devices = len(ids)
+            status = lib.llm_session_create_ex(model._handle(), ctypes.byref(params),
+                                               ctypes.byref(where), ctypes.byref(out))
         check(status, lambda: message.value.decode("utf-8", "replace"))
 
         models = [model] if draft_model is None else [model, draft_model]
