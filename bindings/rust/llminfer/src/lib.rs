@@ -39,7 +39,8 @@ pub use params::{
     FinishReason, GenerateParams, KvType, RequestParams, SamplingParams, SessionParams, SpecMode,
 };
 pub use session::{
-    Event, GenerateResult, Generation, RequestId, Session, SessionHandle, SessionStats,
+    DeviceParams, Event, GenerateResult, Generation, RequestId, Session, SessionHandle,
+    SessionStats,
 };
 pub use stream::Stream;
 pub use tokens::{Batch, Sampler, SeqId};

@@ -14,6 +14,20 @@ use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+/// Where a session runs (`llm_device_params`, experimental in llm.h), for
+/// [`Session::new_on`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceParams {
+    /// `"cpu"` (or empty), `"cuda"`, or `"auto"`: the first available
+    /// backend other than the CPU, else the CPU.
+    pub backend: String,
+    /// Ranks the model is split across (0 or 1: none): CPU threads, or
+    /// GPUs with `"cuda"`.
+    pub tensor_parallel: u32,
+    /// Device ids, `tensor_parallel` of them; empty: 0, or 0 .. n-1.
+    pub devices: Vec<i32>,
+}
+
 /// Identifies a request within its session; never 0, never reused.
 pub type RequestId = u64;
 
@@ -318,12 +332,48 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     pub fn new(model: &Model, params: &SessionParams) -> Result<Session> {
+        Session::create(model, params, None)
+    }
+
+    /// A session on the backend, ranks and devices `device` names
+    /// (`llm_session_create_ex`, experimental in llm.h). A backend that is
+    /// not available here is an error saying why.
+    pub fn new_on(model: &Model, params: &SessionParams, device: &DeviceParams) -> Result<Session> {
+        Session::create(model, params, Some(device))
+    }
+
+    fn create(
+        model: &Model,
+        params: &SessionParams,
+        device: Option<&DeviceParams>,
+    ) -> Result<Session> {
         let mut message = vec![0u8; 1024];
         let mut raw = params.to_raw();
         raw.error_message = message.as_mut_ptr() as *mut c_char;
         raw.error_capacity = message.len();
         let mut out: *mut sys::llm_session = std::ptr::null_mut();
-        let status = unsafe { sys::llm_session_create(model.as_ptr(), &raw, &mut out) };
+        let status = match device {
+            None => unsafe { sys::llm_session_create(model.as_ptr(), &raw, &mut out) },
+            Some(device) => {
+                let backend = crate::error::c_string(&device.backend, "backend name")?;
+                let mut where_: sys::llm_device_params = unsafe { std::mem::zeroed() };
+                unsafe {
+                    sys::llm_device_params_init_sized(
+                        &mut where_,
+                        std::mem::size_of::<sys::llm_device_params>(),
+                    )
+                };
+                if !device.backend.is_empty() {
+                    where_.backend = backend.as_ptr();
+                }
+                where_.tensor_parallel = device.tensor_parallel.max(1);
+                if !device.devices.is_empty() {
+                    where_.devices = device.devices.as_ptr();
+                    where_.n_devices = device.devices.len() as u32;
+                }
+                unsafe { sys::llm_session_create_ex(model.as_ptr(), &raw, &where_, &mut out) }
+            }
+        };
         if status != sys::LLM_OK {
             return Err(Error::from_code(status, buffer_text(&message)));
         }
