@@ -5,7 +5,7 @@
 #   make serve-test          end-to-end tests on loopback (tests/serve/run.sh)
 #   make serve-test-san      the same with the server under ASan+UBSan
 #   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
-#   make fuzz-serve-regress  the fuzzer once over its seeds and regressions
+#   make fuzz-serve-regress  the fuzzers (requests, --devices) once over their seeds
 #   make bench-serve         load test; JSON under build/bench/
 SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
 SERVE_HDR := $(wildcard examples/llm-serve/*.h) examples/common/progress_bar.h
@@ -51,6 +51,13 @@ $(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c examples/
 		examples/llm-serve/request.c examples/llm-serve/alloc.c -o $@ $(shell pkg-config --libs libcjson) \
 		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
 
+# --devices lists (device.c): the library only for the backend queries.
+$(FUZZ_SERVE_DIR)/fuzz_serve_devices: tests/serve/fuzz_serve_devices.c examples/llm-serve/device.c \
+		examples/llm-serve/device.h $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve -fsanitize=fuzzer $< \
+		examples/llm-serve/device.c -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..'
+
 fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
 	@mkdir -p $(FUZZ_SERVE_DIR)/corpus $(FUZZ_SERVE_DIR)/artifacts
 	cp -n tests/serve/fuzz-seeds/* $(FUZZ_SERVE_DIR)/corpus/ 2>/dev/null || true
@@ -60,9 +67,11 @@ fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request
 		$(FUZZ_SERVE_DIR)/corpus tests/serve/fuzz-seeds
 
 # Each seed and regression input once (CI).
-fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request
+fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_devices
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$< tests/serve/fuzz-seeds/*
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_devices tests/serve/fuzz-seeds-devices/*
 
 # BENCH_SERVE_FLAGS: llm-serve's --device, --tp and --devices, e.g.
 #   make bench-serve BENCH_SERVE_FLAGS="--device cuda --tp 2"
