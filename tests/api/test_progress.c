@@ -204,6 +204,36 @@ static void test_cancelling_the_session(void **state) {
     llm_model_free(m);
 }
 
+/* A Hugging Face folder (tests/models, LLM_TEST_MODELS) is reported read
+ * at once, as a mapping is, and can be cancelled the same way. */
+static void test_hf_folder(void **state) {
+    (void)state;
+    const char *dir = getenv("LLM_TEST_MODELS");
+    if (!dir)
+        skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hf-llama-f32", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        skip();
+    static recorder r;
+    r = (recorder){.cancel_phase = -1};
+    llm_model_params mp;
+    llm_model_params_init(&mp);
+    mp.progress = record;
+    mp.progress_user = &r;
+    llm_model *m = NULL;
+    assert_int_equal(llm_model_load(path, &mp, &m), LLM_OK);
+    assert_int_equal(r.n, 2);
+    assert_true(r.calls[1].total > 0);
+    check_phase(&r, LLM_PROGRESS_READ, r.calls[1].total);
+    llm_model_free(m);
+    r = (recorder){.cancel_phase = LLM_PROGRESS_READ, .cancel_at = 1};
+    m = (llm_model *)0x1;
+    assert_int_equal(llm_model_load(path, &mp, &m), LLM_ERR_CANCELLED);
+    assert_null(m);
+}
+
 /* A caller built against 1.2 (struct_size without the new fields) gets no
  * calls whatever the bytes past its struct hold. */
 static void test_old_struct_size_ignores_the_fields(void **state) {
@@ -232,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_session_reports_upload_then_warmup),
         cmocka_unit_test(test_cancelling_the_load),
         cmocka_unit_test(test_cancelling_the_session),
+        cmocka_unit_test(test_hf_folder),
         cmocka_unit_test(test_old_struct_size_ignores_the_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
