@@ -67,8 +67,10 @@ SERVER_PID=
 
 # The README's server ("An OpenAI-compatible server": the model and nothing
 # else but a free port) and its client lines, as written but for the
-# server's address and this run's venv: each prints an answer.
-start_server "$LOG_DIR/readme"
+# server's address and this run's venv: each prints an answer. The lines
+# set no max_tokens and sample: replies are capped at 64 tokens so that a
+# sanitized server (serve-test-san) answers in seconds too.
+start_server "$LOG_DIR/readme" --max-tokens-limit 64
 readme_client=$(awk '/^## An OpenAI-compatible server/ { seen = 1 } seen' README.md |
     grep -E '^(curl|build/serve-venv/bin/python) ')
 [ "$(grep -c . <<<"$readme_client")" -eq 2 ] ||
