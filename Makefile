@@ -1,5 +1,7 @@
-# libllminfer build. `make` builds the libraries and tools; `make test` runs
-# every test; `make check` runs them under ASan+UBSan and checks the ABI.
+# libllminfer build. `make` builds the libraries and tools that run on this
+# machine's CPU; `make cuda` adds the GPU plug-in (cuda/cuda.mk); `make test`
+# runs every test (and builds the plug-in when nvcc is found, to prove it
+# compiles); `make check` runs them under ASan+UBSan and checks the ABI.
 
 VERSION_MAJOR := 1
 VERSION_MINOR := 2
@@ -19,6 +21,7 @@ OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-D_GNU_SOURCE -Iinclude -Ilib
+comma := ,
 DEPS_LIBS := -lpcre2-8 -lcjson -lz -lm -ldl -pthread
 ifeq ($(TSAN),1)
 ALL_CFLAGS += -fsanitize=thread
@@ -52,7 +55,10 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
 include cuda/cuda.mk
 
-all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench $(CUDA_PLUGIN)
+# The CUDA plug-in is not part of `all`: nvcc takes most of a first build and
+# the plug-in only runs on a GPU. `make cuda`, `make install`, `make test`
+# (hence `make check` and CI) and device-check build it when nvcc is found.
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
 
 # The library's own objects export the LLM_API functions (include/llm.h);
 # programs and tests compile without LLM_BUILDING_LIBRARY.
@@ -82,7 +88,7 @@ $(TESTLIB): $(TEST_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/llm-run: examples/llm-run/main.c $(BUILD)/libllminfer.so
+$(BUILD)/llm-run: examples/llm-run/main.c examples/common/progress_bar.h $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' \
 		$(LDSAN)
 
@@ -222,13 +228,14 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 # backend (docs/tensor-parallel.md): both must give the CPU backend's results.
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state \
 	test_swakv)
-test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
+test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
 		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
 		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	@bash tests/tools/test_cli.sh $(BUILD)
+	@bash tests/tools/test_make_targets.sh
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
@@ -264,7 +271,14 @@ abi-check: $(SHLIB)
 abi-update: $(SHLIB)
 	@bash tests/abi/check.sh --update $(SHLIB)
 
-install: all
+# The user tools: each finds the installed library through its rpath
+# ($ORIGIN/../lib). llm-serve needs libmicrohttpd (scripts/install-deps.sh).
+INSTALL_TOOLS := llm-run llm-serve llm-bench llm-quantize
+# llminfer.pc's Libs carry an rpath to the installed library, so a program
+# built with `pkg-config --libs llminfer` runs from any PREFIX without
+# LD_LIBRARY_PATH; /usr/lib is on the loader's path and needs none.
+PC_RPATH := $(if $(filter /usr /usr/,$(PREFIX)),,-Wl$(comma)-rpath$(comma)$${libdir} )
+install: all $(CUDA_PLUGIN) $(INSTALL_TOOLS:%=$(BUILD)/%)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/llm.h $(DESTDIR)$(PREFIX)/include/llm.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
@@ -272,9 +286,10 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllminfer.so
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/)
-	install -m 755 $(BUILD)/llm-run $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(INSTALL_TOOLS:%=$(BUILD)/%) $(DESTDIR)$(PREFIX)/bin/
 	for pc in llminfer llminfer-static; do \
 		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+			-e 's|@RPATH@|$(PC_RPATH)|g' \
 			pkgconfig/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; \
 	done
 
@@ -311,7 +326,7 @@ format:
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/llm.h $(DESTDIR)$(PREFIX)/lib/libllminfer.so* \
 		$(DESTDIR)$(PREFIX)/lib/libllminfer.a $(DESTDIR)$(PREFIX)/lib/libllminfer-cuda.so \
-		$(DESTDIR)$(PREFIX)/bin/llm-run \
+		$(INSTALL_TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer.pc \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llminfer-static.pc
 

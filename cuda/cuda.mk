@@ -36,7 +36,6 @@ CUDA_LIBS := -L$(CUDA_LIBDIR) -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm
 
 # A sanitized build's tests link the sanitizers' runtimes; nvcc splits
 # -Xcompiler values at commas, so each sanitizer goes on its own.
-comma := ,
 NVCC_LDSAN := $(foreach s,$(subst $(comma), ,$(patsubst -fsanitize=%,%,$(LDSAN))), \
 	-Xcompiler -fsanitize=$(s))
 

@@ -201,6 +201,34 @@ typedef enum llm_token_constant {
 /** Weights, hyper-parameters and tokenizer; immutable, thread-safe. */
 typedef struct llm_model llm_model;
 
+/** What a progress callback is told about (since 1.3). Values are pinned. */
+typedef enum llm_progress_phase {
+    /** llm_model_load(): bytes of the model file read, or mapped (a
+     *  mapping is reported at once, pages are read when first used). */
+    LLM_PROGRESS_READ = 0,
+    /** llm_session_create(): bytes of weights placed on the backend. */
+    LLM_PROGRESS_UPLOAD = 1,
+    /** llm_session_create(): the KV store and the step's buffers set up,
+     *  in steps of 1 (the total is their count). */
+    LLM_PROGRESS_WARMUP = 2
+} llm_progress_phase;
+
+/**
+ * Progress of a model load or a session creation (since 1.3): `done` of
+ * `total` units of `phase` (bytes, unless the phase says otherwise). Within
+ * one phase `done` never decreases and the last call of a phase that
+ * completes has `done == total`. Called on the thread of the call that
+ * loads; it must not call into the library on the object being built.
+ * Returning false cancels the load: the call then frees what it built and
+ * returns ::LLM_ERR_CANCELLED.
+ */
+typedef bool (*llm_progress_fn)(llm_progress_phase phase, uint64_t done, uint64_t total,
+                                void *user);
+
+/** "read", "upload" or "warm-up"; "unknown" for other values. Static text.
+ *  Since 1.3. */
+LLM_API const char *llm_progress_phase_name(llm_progress_phase phase);
+
 typedef struct llm_model_params {
     uint32_t struct_size; /**< sizeof(llm_model_params), set by init */
     /** Map the file instead of reading it into memory (default true). */
@@ -211,6 +239,10 @@ typedef struct llm_model_params {
      *  (default NULL, 0). */
     char *error_message;
     size_t error_capacity;
+    /** Since 1.3: called with ::LLM_PROGRESS_READ while the file is read
+     *  (default NULL: none); `progress_user` is passed to it. */
+    llm_progress_fn progress;
+    void *progress_user;
 } llm_model_params;
 
 /**
@@ -417,6 +449,12 @@ typedef struct llm_session_params {
      *  call (default NULL, 0). */
     char *error_message;
     size_t error_capacity;
+    /** Since 1.3: called with ::LLM_PROGRESS_UPLOAD and then
+     *  ::LLM_PROGRESS_WARMUP while the session is created (default NULL:
+     *  none); `progress_user` is passed to it. A draft model's setup is
+     *  not reported. */
+    llm_progress_fn progress;
+    void *progress_user;
 } llm_session_params;
 
 /** As llm_model_params_init_sized(), for ::llm_session_params. Since 1.2. */

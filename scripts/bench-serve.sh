@@ -4,8 +4,31 @@
 # else llama-server on PATH; never built here). Results: build/bench/serve-*.json.
 # Env: LLM_TEST_MODEL, BENCH_REQUESTS (48), BENCH_RATE (4 per second),
 #      BENCH_THREADS (0 = all cores), BENCH_PARALLEL (llama-server slots, 16).
+#
+#   scripts/bench-serve.sh [--device cpu|cuda|auto] [--tp N] [--devices LIST]
+#
+# The flags go to llm-serve as they are (llm-serve --help); the device and
+# ranks it served on are recorded in build/bench/serve-llm-serve.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SERVE_DEVICE_ARGS=()
+while [ "$#" -gt 0 ]; do
+    case $1 in
+    --device | --tp | --devices)
+        [ "$#" -ge 2 ] || { echo "bench-serve: $1 needs a value" >&2; exit 1; }
+        SERVE_DEVICE_ARGS+=("$1" "$2")
+        shift 2
+        ;;
+    -h | --help)
+        sed -n '2,12p' "$0"
+        exit 0
+        ;;
+    *)
+        echo "bench-serve: unknown option $1 (--device, --tp, --devices)" >&2
+        exit 1
+        ;;
+    esac
+done
 BUILD=${BUILD:-build}
 MODEL=${LLM_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 REQUESTS=${BENCH_REQUESTS:-48}
@@ -31,11 +54,24 @@ wait_health() {
 
 PORT=$(free_port)
 "$BUILD/llm-serve" -m "$MODEL" --port "$PORT" --ctx $CTX --threads "$THREADS" \
-    --max-concurrent 256 >"$OUT/serve-llm-serve.log" 2>&1 &
+    --max-concurrent 256 ${SERVE_DEVICE_ARGS[@]+"${SERVE_DEVICE_ARGS[@]}"} \
+    >"$OUT/serve-llm-serve.log" 2>&1 &
 PID=$!
 wait_health "http://127.0.0.1:$PORT" || { cat "$OUT/serve-llm-serve.log"; exit 1; }
 python3 tests/serve/loadgen.py --url "http://127.0.0.1:$PORT" --requests "$REQUESTS" \
     --rate "$RATE" --label llm-serve --out "$OUT/serve-llm-serve.json"
+# Where it ran, from /v1/models, into the result.
+python3 - "$OUT/serve-llm-serve.json" "http://127.0.0.1:$PORT/v1/models" <<'PY'
+import json, sys, urllib.request
+path, url = sys.argv[1], sys.argv[2]
+model = json.load(urllib.request.urlopen(url))["data"][0]
+with open(path) as f:
+    result = json.load(f)
+for key in ("device", "tensor_parallel", "kv_cache_tokens"):
+    result[key] = model.get(key)
+with open(path, "w") as f:
+    json.dump(result, f, indent=1)
+PY
 cleanup; PID=
 
 LLAMA=${LLAMA_SERVER:-$(command -v llama-server || true)}

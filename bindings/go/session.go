@@ -36,6 +36,17 @@ type SessionOptions struct {
 	KVBlockSize        int // tokens per KV block; 0 = 16
 	DisablePrefixCache bool
 	DraftModel         *Model // for SpecDraft; kept open while the session is
+
+	// Where the session runs (experimental, llm_device_params): Device is
+	// "cpu" (or ""), "cuda", or "auto" (the first available backend other
+	// than the CPU, else the CPU). TensorParallel splits the model across
+	// that many ranks (0 or 1: none): CPU threads, or GPUs with "cuda".
+	// Devices lists the device ids, TensorParallel of them (nil: 0, or
+	// 0 .. TensorParallel-1). A backend that is not available here is an
+	// error saying why.
+	Device         string
+	TensorParallel int
+	Devices        []int
 }
 
 // eventCapacity is how many events one llm_session_step call may deliver;
@@ -112,9 +123,27 @@ func NewSession(model *Model, opts *SessionOptions) (*Session, error) {
 	p.kv_block_size = C.uint32_t(opts.KVBlockSize)
 	p.prefix_cache = C.bool(!opts.DisablePrefixCache)
 	p.draft_model = draftPtr
+	var backend *C.char
+	if opts.Device != "" {
+		backend = (*C.char)(arena.alloc(uintptr(len(opts.Device) + 1)))
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(backend)), len(opts.Device)+1), opts.Device+"\x00")
+	}
+	var devices *C.int32_t
+	if len(opts.Devices) > 0 {
+		devices = (*C.int32_t)(arena.alloc(uintptr(len(opts.Devices)) * C.sizeof_int32_t))
+		ids := unsafe.Slice((*int32)(unsafe.Pointer(devices)), len(opts.Devices))
+		for i, d := range opts.Devices {
+			ids[i] = int32(d)
+		}
+	}
+	tp := opts.TensorParallel
+	if tp < 1 {
+		tp = 1
+	}
 	var ptr *C.llm_session
 	var msg *C.char
-	st := C.shim_session_create(model.ptr, p, &ptr, &msg)
+	st := C.shim_session_create(model.ptr, p, backend, C.uint32_t(tp), devices,
+		C.uint32_t(len(opts.Devices)), &ptr, &msg)
 	if err := takeError("create session", st, msg); err != nil {
 		return nil, err
 	}

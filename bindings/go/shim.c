@@ -1,3 +1,5 @@
+/* Device selection uses the experimental part of llm.h. */
+#define LLM_EXPERIMENTAL
 #include "shim.h"
 
 #include <stddef.h>
@@ -198,12 +200,20 @@ llm_status shim_chat_template_apply(const llm_model *model, const char *const *r
 }
 
 llm_status shim_session_create(const llm_model *model, llm_session_params *params,
-                               llm_session **out, char **err_out) {
+                               const char *backend, uint32_t tensor_parallel,
+                               const int32_t *devices, uint32_t n_devices, llm_session **out,
+                               char **err_out) {
     char message[ERROR_CAPACITY];
     message[0] = '\0';
     params->error_message = message;
     params->error_capacity = sizeof message;
-    llm_status st = llm_session_create(model, params, out);
+    llm_device_params device;
+    llm_device_params_init(&device);
+    device.backend = backend;
+    device.tensor_parallel = tensor_parallel;
+    device.devices = n_devices ? devices : NULL;
+    device.n_devices = n_devices;
+    llm_status st = llm_session_create_ex(model, params, &device, out);
     params->error_message = NULL;
     params->error_capacity = 0;
     if (st != LLM_OK) *err_out = copy_text(message);
@@ -296,4 +306,85 @@ void shim_generation_free(shim_generation *g) {
     free(g->text);
     g->tokens = NULL;
     g->text = NULL;
+}
+
+/* ---- token level, states, standalone sampler ---- */
+
+llm_status shim_seq_open(llm_session *s, llm_seq_id *out, char **err_out) {
+    return failed(llm_seq_open(s, out), err_out);
+}
+
+llm_status shim_seq_fork(llm_session *s, llm_seq_id src, llm_seq_id *out, char **err_out) {
+    return failed(llm_seq_fork(s, src, out), err_out);
+}
+
+llm_status shim_seq_close(llm_session *s, llm_seq_id seq, char **err_out) {
+    return failed(llm_seq_close(s, seq), err_out);
+}
+
+llm_status shim_seq_truncate(llm_session *s, llm_seq_id seq, uint32_t n, char **err_out) {
+    return failed(llm_seq_truncate(s, seq, n), err_out);
+}
+
+llm_status shim_seq_length(llm_session *s, llm_seq_id seq, uint32_t *n, char **err_out) {
+    return failed(llm_seq_length(s, seq, n), err_out);
+}
+
+llm_status shim_seq_tokens(llm_session *s, llm_seq_id seq, llm_token *tokens, size_t capacity,
+                           size_t *n, char **err_out) {
+    return failed(llm_seq_tokens(s, seq, tokens, capacity, n), err_out);
+}
+
+llm_status shim_batch_create(uint32_t capacity, llm_batch **out, char **err_out) {
+    return failed(llm_batch_create(capacity, out), err_out);
+}
+
+llm_status shim_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token token,
+                          bool want_logits, char **err_out) {
+    return failed(llm_batch_add(b, seq, pos, token, want_logits), err_out);
+}
+
+llm_status shim_session_decode(llm_session *s, const llm_batch *b, char **err_out) {
+    return failed(llm_session_decode(s, b), err_out);
+}
+
+llm_status shim_session_logits(llm_session *s, uint32_t row, const float **out, char **err_out) {
+    return failed(llm_session_logits(s, row, out), err_out);
+}
+
+/* A too-small buffer is how the size is asked for: not an error to copy. */
+static llm_status sized(llm_status st, char **err_out) {
+    return st == LLM_ERR_BUFFER_TOO_SMALL ? st : failed(st, err_out);
+}
+
+llm_status shim_seq_state_save(llm_session *s, llm_seq_id seq, void *buf, size_t capacity,
+                               size_t *size, char **err_out) {
+    return sized(llm_seq_state_save(s, seq, buf, capacity, size), err_out);
+}
+
+llm_status shim_seq_state_load(llm_session *s, const void *data, size_t size, llm_seq_id *out,
+                               char **err_out) {
+    return failed(llm_seq_state_load(s, data, size, out), err_out);
+}
+
+llm_status shim_session_state_save(llm_session *s, void *buf, size_t capacity, size_t *size,
+                                   char **err_out) {
+    return sized(llm_session_state_save(s, buf, capacity, size), err_out);
+}
+
+llm_status shim_session_state_load(llm_session *s, const void *data, size_t size, char **err_out) {
+    return failed(llm_session_state_load(s, data, size), err_out);
+}
+
+llm_status shim_sampler_create(const llm_model *m, const llm_sampling_params *p, uint64_t stream,
+                               llm_sampler **out, char **err_out) {
+    return failed(llm_sampler_create(m, p, stream, out), err_out);
+}
+
+llm_status shim_sampler_sample(llm_sampler *sampler, const float *logits, const llm_token *history,
+                               size_t n_history, uint32_t n_generated, uint64_t position,
+                               llm_token *out, char **err_out) {
+    return failed(
+        llm_sampler_sample(sampler, logits, history, n_history, n_generated, position, out),
+        err_out);
 }

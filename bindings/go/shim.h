@@ -32,8 +32,12 @@ llm_status shim_chat_template_apply(const llm_model *model, const char *const *r
                                     const char *const *contents, size_t n, int add_generation_prompt,
                                     char *buf, size_t capacity, size_t *n_bytes, char **err_out);
 
+/* llm_session_create_ex on `backend` (NULL or "": the CPU) with
+ * `tensor_parallel` ranks and `n_devices` device ids (may be 0). */
 llm_status shim_session_create(const llm_model *model, llm_session_params *params,
-                               llm_session **out, char **err_out);
+                               const char *backend, uint32_t tensor_parallel,
+                               const int32_t *devices, uint32_t n_devices, llm_session **out,
+                               char **err_out);
 llm_status shim_session_get_stats(llm_session *session, llm_session_stats *stats,
                                   char **err_out);
 llm_status shim_session_submit(llm_session *session, const llm_token *prompt, size_t n_prompt,
@@ -59,5 +63,33 @@ llm_status shim_generate(llm_session *session, const llm_token *prompt, size_t n
                          const llm_generate_params *params, shim_generation *out,
                          llm_generate_result *result, char **err_out);
 void shim_generation_free(shim_generation *g);
+
+/* Token level, states and the standalone sampler: each copies the
+ * library's message on failure (a too-small state buffer is the size query,
+ * not a failure). */
+llm_status shim_seq_open(llm_session *s, llm_seq_id *out, char **err_out);
+llm_status shim_seq_fork(llm_session *s, llm_seq_id src, llm_seq_id *out, char **err_out);
+llm_status shim_seq_close(llm_session *s, llm_seq_id seq, char **err_out);
+llm_status shim_seq_truncate(llm_session *s, llm_seq_id seq, uint32_t n, char **err_out);
+llm_status shim_seq_length(llm_session *s, llm_seq_id seq, uint32_t *n, char **err_out);
+llm_status shim_seq_tokens(llm_session *s, llm_seq_id seq, llm_token *tokens, size_t capacity,
+                           size_t *n, char **err_out);
+llm_status shim_batch_create(uint32_t capacity, llm_batch **out, char **err_out);
+llm_status shim_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token token,
+                          bool want_logits, char **err_out);
+llm_status shim_session_decode(llm_session *s, const llm_batch *b, char **err_out);
+llm_status shim_session_logits(llm_session *s, uint32_t row, const float **out, char **err_out);
+llm_status shim_seq_state_save(llm_session *s, llm_seq_id seq, void *buf, size_t capacity,
+                               size_t *size, char **err_out);
+llm_status shim_seq_state_load(llm_session *s, const void *data, size_t size, llm_seq_id *out,
+                               char **err_out);
+llm_status shim_session_state_save(llm_session *s, void *buf, size_t capacity, size_t *size,
+                                   char **err_out);
+llm_status shim_session_state_load(llm_session *s, const void *data, size_t size, char **err_out);
+llm_status shim_sampler_create(const llm_model *m, const llm_sampling_params *p, uint64_t stream,
+                               llm_sampler **out, char **err_out);
+llm_status shim_sampler_sample(llm_sampler *sampler, const float *logits, const llm_token *history,
+                               size_t n_history, uint32_t n_generated, uint64_t position,
+                               llm_token *out, char **err_out);
 
 #endif

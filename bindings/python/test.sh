@@ -51,9 +51,40 @@ assert llminfer.__file__.startswith(sys.argv[1]), f"imported {llminfer.__file__}
 print(f"python: llminfer from {llminfer.__file__}, libllminfer {llminfer.version_string()}")
 PY
 "$py" -m pytest -q -p no:cacheprovider "$src/tests"
+# With SIGINT ignored, as a shell starts a background job, the Ctrl-C tests
+# skip and say why instead of failing.
+if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
+    ignored="$( (trap '' INT; "$py" -m pytest -q -rs -p no:cacheprovider -k ctrl_c "$src/tests") 2>&1)" || {
+        echo "$ignored"
+        echo "python: the Ctrl-C tests failed with SIGINT ignored" >&2
+        exit 1
+    }
+    skipped="$(sed -n -E 's/^SKIPPED \[([0-9]+)\].*SIGINT is ignored.*/\1/p' <<<"$ignored" | head -n 1)"
+    if [ "${skipped:-0}" -lt 2 ] || grep -q -E '[0-9]+ (failed|passed)' <<<"$ignored"; then
+        echo "$ignored"
+        echo "python: with SIGINT ignored, ${skipped:-0} Ctrl-C tests skipped with a reason, expected 2" >&2
+        exit 1
+    fi
+    echo "python: with SIGINT ignored the $skipped Ctrl-C tests skip with a reason"
+fi
 
 if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
     "$py" "$here/examples/chat.py" -m "$LLMINFER_TEST_MODEL" -n 8 -t 2 "Say hello."
+    # The first program of docs/bindings/python.md, as written but for the
+    # model's path: the default model must answer its question correctly.
+    doc="$here/../../docs/bindings/python.md"
+    awk '/^```python$/ { inside = 1; next } inside && /^```$/ { exit } inside' "$doc" |
+        sed -e "s|\"SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$build/first.py"
+    grep -q "$LLMINFER_TEST_MODEL" "$build/first.py" || {
+        echo "python: the first program of $doc does not load SmolLM2-135M-Instruct.Q4_1.gguf" >&2
+        exit 1
+    }
+    answer="$("$py" "$build/first.py")"
+    echo "python: docs' first program: $answer"
+    if [[ "$answer" != *Berlin* ]]; then
+        echo "python: the docs' first program does not answer Berlin" >&2
+        exit 1
+    fi
 else
     echo "python: LLMINFER_TEST_MODEL is not set, the chat example is skipped"
 fi

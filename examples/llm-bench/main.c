@@ -11,7 +11,17 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: llm-bench [options]\n"
+    fprintf(f, "NAME\n"
+               "  llm-bench - synthetic load on libllminfer's continuous batching\n"
+               "\n"
+               "SYNOPSIS\n"
+               "  llm-bench [-m MODEL] [--requests N] [--compare] [options]\n"
+               "\n"
+               "DESCRIPTION\n"
+               "  Generates requests with random prompts and exact output lengths, runs\n"
+               "  them on one session and reports throughput, latency and KV-cache figures.\n"
+               "\n"
+               "OPTIONS\n"
                "  -m PATH                 model file (default " DEFAULT_MODEL ")\n"
                "  -t THREADS              threads (default: all cores)\n"
                "  --tp N                  split the model across N ranks: CPU threads, or\n"
@@ -52,8 +62,14 @@ static void usage(FILE *f) {
                "  --temp T                with --spec: sampling temperature, 0 = greedy (0)\n"
                "  -v                      log library messages to stderr\n"
                "  -h, --help              this text\n"
-               "A request's prompt is the shared prefix (if it has one) followed by its own\n"
-               "MIN:MAX random tokens. See docs/bench.md for what each metric means.\n");
+               "  A request's prompt is the shared prefix (if it has one) followed by its\n"
+               "  own MIN:MAX random tokens.\n"
+               "\n"
+               "EXIT STATUS\n"
+               "  0 ok, 1 usage error, 2 runtime error or engine problem.\n"
+               "\n"
+               "SEE ALSO\n"
+               "  llm-run(1), llm-serve(1); docs/bench.md says what each metric means\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {

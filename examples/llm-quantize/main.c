@@ -48,10 +48,31 @@
 #include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
-               "       llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
-               "TYPE:  F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
-               "SHAPE: llama-3.2-1b, tiny, moe-bench, moe-bench-dense\n");
+    fprintf(f, "NAME\n"
+               "  llm-quantize - convert a model's weights to another type\n"
+               "\n"
+               "SYNOPSIS\n"
+               "  llm-quantize IN.gguf|FOLDER OUT.gguf TYPE\n"
+               "  llm-quantize --random SHAPE OUT.gguf TYPE [--vocab N] [--seed S]\n"
+               "\n"
+               "DESCRIPTION\n"
+               "  Reads a GGUF file or a Hugging Face folder (safetensors, config.json,\n"
+               "  tokenizer.json) and writes a GGUF file whose matrices are in TYPE;\n"
+               "  Q4_K_M keeps the sensitive matrices in Q6_K as llama.cpp does. With\n"
+               "  --random it writes a model of a named shape with random weights.\n"
+               "\n"
+               "OPTIONS\n"
+               "  TYPE        F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K Q4_K_M\n"
+               "  SHAPE       llama-3.2-1b, tiny, moe-bench, moe-bench-dense\n"
+               "  --vocab N   vocabulary size of a --random model\n"
+               "  --seed S    seed of a --random model's weights\n"
+               "  -h, --help  this text\n"
+               "\n"
+               "EXIT STATUS\n"
+               "  0 ok, 1 usage error, 2 runtime error.\n"
+               "\n"
+               "SEE ALSO\n"
+               "  llm-run(1); docs/models.md\n");
 }
 
 static int fail(const char *what, llm_status st) {

@@ -5,6 +5,8 @@
 #define LLM_EXPERIMENTAL
 #include <llm.h>
 
+#include "../common/progress_bar.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ typedef struct options {
     const char *prompt;
     long n_new;
     llm_sampling_params sampling;
-    bool chat, no_mmap, verbose;
+    bool chat, no_mmap, verbose, quiet;
     long threads;
     long tp; /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
     const char *device; /* llm_device_params.backend: "cpu", "cuda", "auto" */
@@ -29,36 +31,62 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: llm-run [options]\n"
-            "  -m PATH        model file (default " DEFAULT_MODEL ")\n"
-            "  -p TEXT        prompt (default \"Once upon a time\")\n"
-            "  -n N           new tokens to generate (default 64)\n"
-            "  --temp T       temperature, 0 = greedy (default 0.8)\n"
-            "  --seed S       random seed (default 0)\n"
-            "  --top-k K      keep the K most likely tokens, 0 = off (default 40)\n"
-            "  --top-p P      nucleus sampling mass, 1 = off (default 0.95)\n"
-            "  --min-p P      drop tokens below P x the best one (default 0.05)\n"
-            "  --repeat-penalty P     penalise tokens of the last N: logit / P (if > 0)\n"
-            "                         or x P, 1 = off (default 1)\n"
-            "  --repeat-last-n N      penalty window, -1 = whole history, 0 = no\n"
-            "                         penalties (default 64)\n"
-            "  --presence-penalty P   subtract P from tokens in the window (default 0)\n"
-            "  --frequency-penalty P  subtract P x their count in the window (default 0)\n"
-            "  --spec MODE    speculative decoding: none, ngram (prompt lookup) or draft\n"
-            "                 (needs --draft-model); the output is what decoding without\n"
-            "                 it gives (default none)\n"
-            "  --draft-model PATH  draft model for --spec draft (same vocabulary)\n"
-            "  --spec-k K     drafts per step, 1..32; 0 = adaptive (default 0)\n"
-            "  --chat         wrap the prompt in the model's chat template\n"
-            "  -t THREADS     threads (default: all cores)\n"
-            "  --tp N         split the model across N ranks: CPU threads, or GPUs with\n"
-            "                 --device cuda (tensor parallelism, experimental; default 1)\n"
-            "  --device NAME  backend to run on: cpu, cuda or auto (the first available\n"
-            "                 one besides the CPU, else the CPU); experimental (default cpu)\n"
-            "  --no-mmap      read the model into memory instead of mapping it\n"
-            "  -v             log library messages to stderr\n"
-            "  -h, --help     this text\n");
+    fprintf(f, "NAME\n"
+               "  llm-run - generate text with a language model on libllminfer\n"
+               "\n"
+               "SYNOPSIS\n"
+               "  llm-run [-m MODEL] [-p PROMPT] [-n N] [--chat] [options]\n"
+               "\n"
+               "DESCRIPTION\n"
+               "  Loads a GGUF model (or a Hugging Face folder), streams the continuation\n"
+               "  of the prompt to stdout and prints load time, time to first token and\n"
+               "  tokens/s to stderr.\n"
+               "\n"
+               "OPTIONS\n"
+               "  -m PATH        model file (default " DEFAULT_MODEL ")\n"
+               "  -p TEXT        prompt (default \"Once upon a time\")\n"
+               "  -n N           new tokens to generate (default 64)\n"
+               "  --temp T       temperature, 0 = greedy (default 0.8)\n"
+               "  --seed S       random seed (default 0)\n"
+               "  --top-k K      keep the K most likely tokens, 0 = off (default 40)\n"
+               "  --top-p P      nucleus sampling mass, 1 = off (default 0.95)\n"
+               "  --min-p P      drop tokens below P x the best one (default 0.05)\n"
+               "  --repeat-penalty P     penalise tokens of the last N: logit / P (if > 0)\n"
+               "                         or x P, 1 = off (default 1)\n"
+               "  --repeat-last-n N      penalty window, -1 = whole history, 0 = no\n"
+               "                         penalties (default 64)\n"
+               "  --presence-penalty P   subtract P from tokens in the window (default 0)\n"
+               "  --frequency-penalty P  subtract P x their count in the window (default 0)\n"
+               "  --spec MODE    speculative decoding: none, ngram (prompt lookup) or draft\n"
+               "                 (needs --draft-model); the output is what decoding without\n"
+               "                 it gives (default none)\n"
+               "  --draft-model PATH  draft model for --spec draft (same vocabulary)\n"
+               "  --spec-k K     drafts per step, 1..32; 0 = adaptive (default 0)\n"
+               "  --chat         wrap the prompt in the model's chat template\n"
+               "  -t THREADS     threads (default: all cores)\n"
+               "  --tp N         split the model across N ranks: CPU threads, or GPUs with\n"
+               "                 --device cuda (tensor parallelism, experimental; default 1)\n"
+               "  --device NAME  backend to run on: cpu, cuda or auto (the first available\n"
+               "                 one besides the CPU, else the CPU); experimental (default cpu)\n"
+               "  --no-mmap      read the model into memory instead of mapping it\n"
+               "  -v             log library messages to stderr\n"
+               "  -q, --quiet    no load progress on stderr (a bar on a terminal, else a\n"
+               "                 line per phase: read, upload, warm-up)\n"
+               "  -h, --help     this text\n"
+               "\n"
+               "EXIT STATUS\n"
+               "  0 ok, 1 usage error, 2 runtime error (the status name and message go to\n"
+               "  stderr).\n"
+               "\n"
+               "ENVIRONMENT\n"
+               "  LLM_PLUGIN_PATH  where to look for backend plug-ins such as\n"
+               "                   libllminfer-cuda.so (default: beside the library)\n"
+               "\n"
+               "EXAMPLE\n"
+               "  llm-run --chat -p \"What is the capital of Germany?\" -n 64\n"
+               "\n"
+               "SEE ALSO\n"
+               "  llm-serve(1), llm-bench(1), llm-quantize(1); README.md and docs/api.md\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -95,9 +123,15 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
         if (!strcmp(a, "--chat")) { o->chat = true; takes_value = 0; }
         else if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; takes_value = 0; }
-        else if (!strcmp(a, "-v")) { o->verbose = true; takes_value = 0; }
-        else if (!v) { fprintf(stderr, "llm-run: %s needs a value\n", a); return 1; }
-        else if (!strcmp(a, "-m")) o->model = v;
+        else if (!strcmp(a, "-v")) { o->verbose = true; takes_value = 0;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = true;
+            takes_value = 0;
+        } else if (!v) {
+            fprintf(stderr, "llm-run: %s needs a value\n", a);
+            return 1;
+        } else if (!strcmp(a, "-m"))
+            o->model = v;
         else if (!strcmp(a, "-p")) o->prompt = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -223,6 +257,13 @@ int main(int argc, char **argv) {
     llm_model_params mp;
     llm_model_params_init(&mp);
     mp.use_mmap = !o.no_mmap;
+    /* Load progress on stderr: a bar on a terminal, a line per phase in a log. */
+    progress_bar bar;
+    progress_bar_init(&bar, "llm-run", stderr);
+    if (!o.quiet) {
+        mp.progress = progress_bar_update;
+        mp.progress_user = &bar;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     llm_model *model = NULL, *draft = NULL;
@@ -240,6 +281,8 @@ int main(int argc, char **argv) {
     sp.n_threads = (uint32_t)o.threads;
     sp.kv_type = (llm_kv_type)o.kv_type;
     sp.draft_model = draft;
+    sp.progress = mp.progress;
+    sp.progress_user = mp.progress_user;
     llm_session *session = NULL;
     llm_token *prompt = NULL;
     size_t n_prompt = 0;

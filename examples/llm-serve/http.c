@@ -202,6 +202,14 @@ static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
     put_number(m, "created", 0, &ok);
     put_string(m, "owned_by", "llm-serve", &ok);
     put_number(m, "max_model_len", ex->srv->n_ctx, &ok);
+    /* Where the model runs and how much KV memory it has (docs/serve.md). */
+    llm_session_stats stats;
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
+    llm_session_get_stats(ex->srv->session, &stats);
+    put_string(m, "device", ex->srv->device_name, &ok);
+    put_number(m, "tensor_parallel", ex->srv->tensor_parallel, &ok);
+    put_number(m, "kv_cache_blocks", stats.blocks_total, &ok);
     /* Extensions: the limits a request's default max_tokens comes from. */
     put_number(m, "kv_cache_tokens", (double)ex->srv->kv_pool_tokens, &ok);
     put_number(m, "max_sequence_tokens", ex->srv->max_sequence_tokens, &ok);
@@ -384,7 +392,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
     default:
         /* metrics_render returns NULL when out of memory; send_text answers 503. */
         return send_text(conn, ex, 200, "text/plain; version=0.0.4",
-                         metrics_render(ex->srv->metrics, ex->srv->session));
+                         metrics_render(ex->srv->metrics, ex->srv->session, ex->srv->device_name,
+                                        ex->srv->tensor_parallel));
     }
 }
 

@@ -1,4 +1,6 @@
 /* llm-serve: an OpenAI-compatible HTTP server on libllminfer (docs/serve.md). */
+/* --device, --tp and --devices use the experimental device API of llm.h. */
+#define LLM_EXPERIMENTAL
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -8,7 +10,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "../common/progress_bar.h"
 #include "alloc.h"
+#include "device.h"
 #include "engine.h"
 #include "http.h"
 #include "llm.h"
@@ -25,14 +29,26 @@ typedef struct options {
     long long max_body_bytes;
     const char *served_model_name;
     const char *draft_model_path;
-    int verbose;
+    serve_device device;
+    int verbose, quiet;
     bool matryoshka;
 } options;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: llm-serve -m MODEL [options]\n"
+            "NAME\n"
+            "  llm-serve - an OpenAI-compatible HTTP server on libllminfer\n"
+            "\n"
+            "SYNOPSIS\n"
+            "  llm-serve -m MODEL [--port N] [options]\n"
+            "\n"
+            "DESCRIPTION\n"
+            "  Serves /v1/chat/completions, /v1/completions (streaming or not),\n"
+            "  /v1/models, /health and Prometheus /metrics with continuous batching.\n"
+            "  Prints its address on stdout once it listens; SIGTERM or SIGINT stops it.\n"
+            "\n"
+            "OPTIONS\n"
             "  -m, --model PATH          GGUF model to serve\n"
             "  --host HOST               address to listen on (default 127.0.0.1)\n"
             "  --port N                  port; 0 picks a free one (default 8080)\n"
@@ -46,6 +62,14 @@ static void usage(FILE *f)
             "  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)\n"
             "  --served-model-name NAME  model id in responses (default: the file's name)\n"
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
+            "  --device NAME             backend to run on: cpu, cuda or auto (the first\n"
+            "                            available one besides the CPU, else the CPU);\n"
+            "                            experimental (default cpu)\n"
+            "  --tp N                    split the model across N ranks: CPU threads, or GPUs\n"
+            "                            with --device cuda (tensor parallelism,\n"
+            "                            experimental; default 1)\n"
+            "  --devices LIST            device ids to run on, N of them for --tp N, like 0,1\n"
+            "                            (default: device 0, or 0 .. N-1)\n"
             "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
             "                            for \"speculative\": \"draft\"\n"
             "  --max-connections N       open connections at most; more get a fast 503\n"
@@ -62,7 +86,23 @@ static void usage(FILE *f)
             "                            (Matryoshka): /v1/embeddings then takes 'dimensions'\n"
             "                            below the model's width (truncated, renormalized)\n"
             "  -v                        log requests and library messages to stderr\n"
-            "  -h, --help                this text\n");
+            "  -q, --quiet               no load progress on stderr (a bar on a terminal,\n"
+            "                            else a line per phase: read, upload, warm-up)\n"
+            "  -h, --help                this text\n"
+            "\n"
+            "EXIT STATUS\n"
+            "  0 after a clean shutdown, 1 usage error, 2 start-up error (model, device,\n"
+            "  memory or address; the message goes to stderr).\n"
+            "\n"
+            "ENVIRONMENT\n"
+            "  LLM_SERVE_API_KEY  the key clients must send, unless --api-key is given\n"
+            "  LLM_PLUGIN_PATH    where to look for backend plug-ins\n"
+            "\n"
+            "EXAMPLE\n"
+            "  llm-serve -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080\n"
+            "\n"
+            "SEE ALSO\n"
+            "  llm-run(1), llm-bench(1); docs/serve.md\n");
 }
 
 static bool parse_long(const char *flag, const char *text, long lo, long hi, long *out)
@@ -81,10 +121,17 @@ static bool parse_long(const char *flag, const char *text, long lo, long hi, lon
 
 static bool parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){.host = "127.0.0.1", .port = 8080, .max_concurrent = 64,
-                   .max_tokens_limit = 4096, .max_body_bytes = 1 << 20, .shutdown_timeout = 10,
-                   .max_connections = 1024, .max_connections_per_ip = 256, .idle_timeout = 10,
-                   .http_threads = 2};
+    *o = (options){.host = "127.0.0.1",
+                   .port = 8080,
+                   .max_concurrent = 64,
+                   .max_tokens_limit = 4096,
+                   .max_body_bytes = 1 << 20,
+                   .shutdown_timeout = 10,
+                   .max_connections = 1024,
+                   .max_connections_per_ip = 256,
+                   .idle_timeout = 10,
+                   .http_threads = 2,
+                   .device = {.backend = "cpu", .tensor_parallel = 1}};
     o->api_key = getenv("LLM_SERVE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -100,6 +147,10 @@ static bool parse_args(int argc, char **argv, options *o)
             o->matryoshka = true;
             continue;
         }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "llm-serve: unknown option or missing value: %s\n", a);
             return false;
@@ -111,18 +162,48 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--served-model-name")) o->served_model_name = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
-        else if (!strcmp(a, "--port")) { if (!parse_long(a, v, 0, 65535, &o->port)) return false; }
-        else if (!strcmp(a, "--threads")) { if (!parse_long(a, v, 0, 1024, &o->threads)) return false; }
-        else if (!strcmp(a, "--ctx")) { if (!parse_long(a, v, 0, 1 << 24, &o->ctx)) return false; }
-        else if (!strcmp(a, "--max-concurrent")) { if (!parse_long(a, v, 1, 100000, &o->max_concurrent)) return false; }
-        else if (!strcmp(a, "--max-tokens-limit")) { if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit)) return false; }
-        else if (!strcmp(a, "--kv-cache-mib")) { if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib)) return false; }
-        else if (!strcmp(a, "--max-connections")) { if (!parse_long(a, v, 1, 1 << 20, &o->max_connections)) return false; }
-        else if (!strcmp(a, "--max-connections-per-ip")) { if (!parse_long(a, v, 0, 1 << 20, &o->max_connections_per_ip)) return false; }
-        else if (!strcmp(a, "--idle-timeout")) { if (!parse_long(a, v, 1, 86400, &o->idle_timeout)) return false; }
-        else if (!strcmp(a, "--http-threads")) { if (!parse_long(a, v, 1, 256, &o->http_threads)) return false; }
-        else if (!strcmp(a, "--shutdown-timeout")) { if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout)) return false; }
-        else if (!strcmp(a, "--max-body-bytes")) {
+        else if (!strcmp(a, "--device"))
+            o->device.backend = v;
+        else if (!strcmp(a, "--tp")) {
+            if (!parse_long(a, v, 1, 64, &o->device.tensor_parallel))
+                return false;
+        } else if (!strcmp(a, "--devices")) {
+            if (!serve_device_parse_list(&o->device, v))
+                return false;
+        } else if (!strcmp(a, "--port")) {
+            if (!parse_long(a, v, 0, 65535, &o->port))
+                return false;
+        } else if (!strcmp(a, "--threads")) {
+            if (!parse_long(a, v, 0, 1024, &o->threads))
+                return false;
+        } else if (!strcmp(a, "--ctx")) {
+            if (!parse_long(a, v, 0, 1 << 24, &o->ctx))
+                return false;
+        } else if (!strcmp(a, "--max-concurrent")) {
+            if (!parse_long(a, v, 1, 100000, &o->max_concurrent))
+                return false;
+        } else if (!strcmp(a, "--max-tokens-limit")) {
+            if (!parse_long(a, v, 1, 1 << 24, &o->max_tokens_limit))
+                return false;
+        } else if (!strcmp(a, "--kv-cache-mib")) {
+            if (!parse_long(a, v, 0, 1 << 24, &o->kv_cache_mib))
+                return false;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!parse_long(a, v, 1, 1 << 20, &o->max_connections))
+                return false;
+        } else if (!strcmp(a, "--max-connections-per-ip")) {
+            if (!parse_long(a, v, 0, 1 << 20, &o->max_connections_per_ip))
+                return false;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!parse_long(a, v, 1, 86400, &o->idle_timeout))
+                return false;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (!parse_long(a, v, 1, 256, &o->http_threads))
+                return false;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            if (!parse_long(a, v, 0, 3600, &o->shutdown_timeout))
+                return false;
+        } else if (!strcmp(a, "--max-body-bytes")) {
             if (!parse_long(a, v, 1024, LONG_MAX, &n)) return false;
             o->max_body_bytes = n;
         } else {
@@ -198,8 +279,8 @@ int main(int argc, char **argv)
 {
     options o;
     if (!parse_args(argc, argv, &o)) {
-        usage(stderr);
-        return 2;
+        fprintf(stderr, "llm-serve: 'llm-serve --help' lists the options\n");
+        return 1;
     }
     serve_alloc_read_test_hook();
     /* Every thread created from here on inherits the blocked signals, so
@@ -218,11 +299,17 @@ int main(int argc, char **argv)
     llm_model_params_init(&mp);
     mp.error_message = errbuf;
     mp.error_capacity = sizeof errbuf;
+    progress_bar bar;
+    progress_bar_init(&bar, "llm-serve", stderr);
+    if (!o.quiet) {
+        mp.progress = progress_bar_update;
+        mp.progress_user = &bar;
+    }
     llm_model *model = NULL;
     llm_status st = llm_model_load(o.model_path, &mp, &model);
     if (st != LLM_OK) {
         fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.model_path, errbuf);
-        return 1;
+        return 2;
     }
     llm_model *draft = NULL;
     if (o.draft_model_path) {
@@ -230,7 +317,7 @@ int main(int argc, char **argv)
         if (st != LLM_OK) {
             fprintf(stderr, "llm-serve: cannot load %s: %s\n", o.draft_model_path, errbuf);
             llm_model_free(model);
-            return 1;
+            return 2;
         }
     }
     server srv = {0};
@@ -245,22 +332,32 @@ int main(int argc, char **argv)
     sp.draft_model = draft;
     sp.error_message = errbuf;
     sp.error_capacity = sizeof errbuf;
-    st = llm_session_create(model, &sp, &srv.session);
+    sp.progress = mp.progress;
+    sp.progress_user = mp.progress_user;
+    llm_device_params dp;
+    llm_device_params_init(&dp);
+    dp.backend = o.device.backend;
+    dp.tensor_parallel = (uint32_t)o.device.tensor_parallel;
+    dp.devices = o.device.n_devices ? o.device.devices : NULL;
+    dp.n_devices = o.device.n_devices;
+    st = llm_session_create_ex(model, &sp, &dp, &srv.session);
     if (st != LLM_OK) {
         fprintf(stderr, "llm-serve: cannot create a session: %s\n", errbuf);
         llm_model_free(draft);
         llm_model_free(model);
-        return 1;
+        return 2;
     }
     char *model_name = o.served_model_name ? strdup(o.served_model_name)
                                            : default_model_name(o.model_path);
     if (!model_name) {
         fprintf(stderr, "llm-serve: out of memory at startup\n");
-        return 1;
+        return 2;
     }
     srv.model_name = model_name;
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
+    srv.device_name = serve_device_resolved_name(&o.device);
+    srv.tensor_parallel = (uint32_t)o.device.tensor_parallel;
     srv.n_ctx = o.ctx ? (uint32_t)o.ctx : srv.info.n_ctx_train;
     llm_session_stats kv = {.struct_size = sizeof kv};
     if (llm_session_get_stats(srv.session, &kv) != LLM_OK) {
@@ -283,17 +380,20 @@ int main(int argc, char **argv)
     srv.engine = engine_start(srv.session);
     if (!srv.metrics || !srv.engine) {
         fprintf(stderr, "llm-serve: out of memory at startup\n");
-        return 1;
+        return 2;
     }
     uint16_t port = 0;
     http_server *http = http_start(&srv, o.host, (uint16_t)o.port, &port);
-    if (!http) return 1;
+    if (!http)
+        return 2;
     const char *shown_host = strchr(o.host, ':') ? "[%s]" : "%s";
     char host_text[300];
     snprintf(host_text, sizeof host_text, shown_host, o.host);
     serve_alloc_arm_test_hook();
-    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u, KV pool %llu tokens)\n",
-           model_name, host_text, port, srv.n_ctx, (unsigned long long)srv.kv_pool_tokens);
+    printf("llm-serve: serving %s at http://%s:%u/v1 (context %u, KV pool %llu tokens, device %s, "
+           "tensor parallel %u)\n",
+           model_name, host_text, port, srv.n_ctx, (unsigned long long)srv.kv_pool_tokens,
+           srv.device_name, srv.tensor_parallel);
     fflush(stdout);
 
     int sig = 0;

@@ -165,8 +165,8 @@ void metrics_watch_connections(metrics *m, const atomic_int *open_connections)
 
 void metrics_count_refused_connection(metrics *m) { atomic_fetch_add(&m->refused_connections, 1); }
 
-char *metrics_render(metrics *m, llm_session *session)
-{
+char *metrics_render(metrics *m, llm_session *session, const char *device,
+                     uint32_t tensor_parallel) {
     llm_session_stats s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
@@ -206,6 +206,12 @@ char *metrics_render(metrics *m, llm_session *session)
     put(&t, "llm_serve_kv_blocks{state=\"free\"} %u\n", s.blocks_free);
     put_single(&t, "llm_serve_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
                s.blocks_total);
+    put_single(&t, "llm_serve_kv_cache_tokens", "gauge", "Token slots of the KV cache pool.",
+               (double)s.blocks_total * s.block_size);
+    put_metric(&t, "llm_serve_device_info", "gauge",
+               "Where the model runs: backend and tensor-parallel ranks (always 1).");
+    put(&t, "llm_serve_device_info{device=\"%s\",tensor_parallel=\"%u\"} 1\n", device,
+        tensor_parallel);
     put_single(&t, "llm_serve_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
                s.prefix_hit_tokens);
     put_single(&t, "llm_serve_engine_prompt_tokens_total", "counter", "Prompt tokens computed by the engine.",

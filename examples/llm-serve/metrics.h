@@ -27,6 +27,7 @@ void metrics_watch_connections(metrics *m, const atomic_int *open_connections);
 void metrics_count_refused_connection(metrics *m);
 
 /* Prometheus exposition text; caller frees. NULL when out of memory. */
-char *metrics_render(metrics *m, llm_session *session);
+char *metrics_render(metrics *m, llm_session *session, const char *device,
+                     uint32_t tensor_parallel);
 
 #endif

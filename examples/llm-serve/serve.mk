@@ -1,23 +1,29 @@
 # llm-serve: the OpenAI-compatible HTTP server (docs/serve.md), its tests,
 # fuzzer and benchmark. Included from the top-level Makefile.
 #   make build/llm-serve     the server (needs libmicrohttpd and libcjson)
+#   make serve-venv          the openai client in $(BUILD)/serve-venv (README)
 #   make serve-test          end-to-end tests on loopback (tests/serve/run.sh)
 #   make serve-test-san      the same with the server under ASan+UBSan
 #   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
-#   make fuzz-serve-regress  the fuzzer once over its seeds and regressions
+#   make fuzz-serve-regress  the fuzzers (requests, --devices) once over their seeds
 #   make bench-serve         load test; JSON under build/bench/
 SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
-SERVE_HDR := $(wildcard examples/llm-serve/*.h)
+SERVE_HDR := $(wildcard examples/llm-serve/*.h) examples/common/progress_bar.h
 SERVE_PKGS := libmicrohttpd libcjson
 SERVE_CFLAGS = $(shell pkg-config --cflags $(SERVE_PKGS))
 SERVE_LIBS = $(shell pkg-config --libs $(SERVE_PKGS))
 
-.PHONY: serve serve-test serve-test-san fuzz-serve fuzz-serve-regress bench-serve
+.PHONY: serve serve-test serve-test-san serve-venv fuzz-serve fuzz-serve-regress bench-serve
 serve: $(BUILD)/llm-serve
 
 $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer $(SERVE_LIBS) \
 		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
+
+# The official openai client (pinned in tests/serve/run.sh) in
+# $(BUILD)/serve-venv, for the README's example and the tests.
+serve-venv:
+	BUILD=$(BUILD) tests/serve/run.sh --venv-only
 
 serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
 	BUILD=$(BUILD) tests/serve/run.sh
@@ -53,7 +59,15 @@ $(FUZZ_SERVE_DIR)/fuzz_serve_embed: tests/serve/fuzz_serve_embed.c examples/llm-
 		examples/llm-serve/embed_request.c examples/llm-serve/request.c examples/llm-serve/alloc.c \
 		-o $@ $(shell pkg-config --libs libcjson) -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
 
-fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed
+# --devices lists (device.c): the library only for the backend queries.
+$(FUZZ_SERVE_DIR)/fuzz_serve_devices: tests/serve/fuzz_serve_devices.c examples/llm-serve/device.c \
+		examples/llm-serve/device.h $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve -fsanitize=fuzzer $< \
+		examples/llm-serve/device.c -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..'
+
+fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_devices
 	@mkdir -p $(FUZZ_SERVE_DIR)/corpus $(FUZZ_SERVE_DIR)/artifacts
 	cp -n tests/serve/fuzz-seeds/* $(FUZZ_SERVE_DIR)/corpus/ 2>/dev/null || true
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -67,11 +81,16 @@ fuzz-serve: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_em
 		$(FUZZ_SERVE_DIR)/corpus-embed tests/serve/fuzz-seeds-embed
 
 # Each seed and regression input once (CI).
-fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed
+fuzz-serve-regress: $(FUZZ_SERVE_DIR)/fuzz_serve_request $(FUZZ_SERVE_DIR)/fuzz_serve_embed \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_devices
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$< tests/serve/fuzz-seeds/*
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(FUZZ_SERVE_DIR)/fuzz_serve_embed tests/serve/fuzz-seeds-embed/*
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(FUZZ_SERVE_DIR)/fuzz_serve_devices tests/serve/fuzz-seeds-devices/*
 
+# BENCH_SERVE_FLAGS: llm-serve's --device, --tp and --devices, e.g.
+#   make bench-serve BENCH_SERVE_FLAGS="--device cuda --tp 2"
 bench-serve: $(BUILD)/llm-serve $(MODEL)
-	scripts/bench-serve.sh
+	BUILD=$(BUILD) scripts/bench-serve.sh $(BENCH_SERVE_FLAGS)

@@ -20,6 +20,8 @@ typedef struct server {
     const char *model_name;
     char fingerprint[32]; /* "llminfer-VERSION", system_fingerprint of responses */
     const char *api_key; /* NULL: no authentication */
+    const char *device_name; /* the backend the session runs on (device.h) */
+    uint32_t tensor_parallel;
     uint32_t n_ctx;
     /* Tokens the KV pool holds (blocks x block size), and the most one
      * sequence (prompt + output) can hold: the smaller of the context and

@@ -79,7 +79,8 @@ static llm_status model_load(const char *path, const llm_model_params *p, llm_mo
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "llm_model_params.error_message is NULL with error_capacity %zu",
                           p->error_capacity);
-    return llmi_model_load(path, p->use_mmap, out);
+    llmi_progress progress = {p->progress, p->progress_user};
+    return llmi_model_load_progress(path, p->use_mmap, &progress, out);
 }
 
 LLM_API llm_status llm_model_load(const char *path, const llm_model_params *params,

@@ -389,3 +389,26 @@ llm_status llmi_open_regular(const char *path, const char *what, bool *absent, i
     *size = (uint64_t)sb.st_size;
     return LLM_OK;
 }
+
+/* ---- progress ---- */
+
+LLM_API const char *llm_progress_phase_name(llm_progress_phase phase) {
+    switch (phase) {
+    case LLM_PROGRESS_READ:
+        return "read";
+    case LLM_PROGRESS_UPLOAD:
+        return "upload";
+    case LLM_PROGRESS_WARMUP:
+        return "warm-up";
+    }
+    return "unknown";
+}
+
+llm_status llmi_progress_report(const llmi_progress *p, llm_progress_phase phase, uint64_t done,
+                                uint64_t total) {
+    if (!p || !p->fn || p->fn(phase, done, total, p->user))
+        return LLM_OK;
+    return llmi_error(
+        LLM_ERR_CANCELLED, "cancelled by the progress callback during %s (%llu of %llu)",
+        llm_progress_phase_name(phase), (unsigned long long)done, (unsigned long long)total);
+}

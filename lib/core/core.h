@@ -48,6 +48,17 @@ llm_status llmi_params_copy(const char *name, const void *in, void *out, size_t 
  * to hold struct_size writes nothing; `dst` NULL is a no-op. */
 void llmi_params_init_sized(void *dst, size_t size, const void *defaults, size_t full);
 
+/* A caller's progress callback (llm_progress_fn) and its user pointer;
+ * fn NULL reports nothing. */
+typedef struct llmi_progress {
+    llm_progress_fn fn;
+    void *user;
+} llmi_progress;
+/* Reports `done` of `total` in `phase`; LLM_ERR_CANCELLED with a message when
+ * the callback returns false. `p` NULL is a no-op. */
+llm_status llmi_progress_report(const llmi_progress *p, llm_progress_phase phase, uint64_t done,
+                                uint64_t total);
+
 /* The smallest layout each params struct has had in a 1.x header: what the
  * exported T_init functions, which programs built against 1.0 and 1.1
  * headers call without a size, may write. Never changes. */

@@ -34,7 +34,13 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
         if ((st = e->ops->open(&cfg->backend_cfg, &e->backend)) != LLM_OK) goto fail;
         e->owns_backend = true;
     }
+    const uint64_t weight_bytes = e->model->weight_bytes;
+    if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_UPLOAD, 0, weight_bytes)) != LLM_OK)
+        goto fail;
     if ((st = llmi_backend_weights_acquire(e->ops, e->model, e->device, &e->weights)) != LLM_OK)
+        goto fail;
+    st = llmi_progress_report(cfg->progress, LLM_PROGRESS_UPLOAD, weight_bytes, weight_bytes);
+    if (st != LLM_OK)
         goto fail;
     e->slot_seqs = llmi_malloc((size_t)e->max_rows * sizeof *e->slot_seqs);
     e->row_slot = llmi_malloc((size_t)e->max_rows * sizeof *e->row_slot);
@@ -43,11 +49,18 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
         st = llmi_oom("step descriptor");
         goto fail;
     }
+    /* Warm-up: 2 units, the KV store and the step's buffers. */
+    if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 0, 2)) != LLM_OK)
+        goto fail;
     if ((st = llmi_kv_create(cfg->kv_block_size, cfg->kv_blocks, &e->kv)) != LLM_OK) goto fail;
     if ((st = e->ops->kv_create(e->backend, &e->layout, &e->kv_store)) != LLM_OK) goto fail;
     llmi_kv_set_copier(e->kv, kv_copy_hook, e);
+    if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 1, 2)) != LLM_OK)
+        goto fail;
     st = e->ops->step_create(e->backend, e->model, e->weights, e->max_rows, e->max_ctx, &e->step);
     if (st != LLM_OK) goto fail;
+    if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 2, 2)) != LLM_OK)
+        goto fail;
     *out = e;
     return LLM_OK;
 fail:

@@ -38,6 +38,9 @@ typedef struct llmi_engine_config {
      * while it is set fails with LLM_ERR_CANCELLED, and the backend may
      * stop a running one (llmi_step.interrupt). */
     const atomic_int *interrupt;
+    /* The session's progress callback (borrowed, may be NULL): the weights'
+     * upload, then the KV store and step buffers (LLM_PROGRESS_WARMUP). */
+    const llmi_progress *progress;
 } llmi_engine_config;
 
 typedef struct llmi_engine {

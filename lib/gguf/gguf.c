@@ -548,10 +548,15 @@ llm_status llmi_gguf_open_memory(const void *data, size_t size, llmi_gguf **out)
     return LLM_OK;
 }
 
-static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *path) {
+/* Chunks of 64 MiB: a progress report each, and few enough calls. */
+#define READ_CHUNK ((size_t)64 << 20)
+
+static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *path,
+                           const llmi_progress *progress) {
     size_t got = 0;
+    LLMI_TRY(llmi_progress_report(progress, LLM_PROGRESS_READ, 0, size));
     while (got < size) {
-        size_t want = size - got > (1u << 30) ? (1u << 30) : size - got;
+        size_t want = size - got > READ_CHUNK ? READ_CHUNK : size - got;
         ssize_t n = read(fd, buf + got, want);
         if (n < 0 && errno == EINTR)
             continue;
@@ -561,11 +566,17 @@ static llm_status read_all(int fd, uint8_t *buf, size_t size, const char *path) 
             return llmi_error(LLM_ERR_IO, "short read of '%s': got %zu of %zu bytes", path, got,
                               size);
         got += (size_t)n;
+        LLMI_TRY(llmi_progress_report(progress, LLM_PROGRESS_READ, got, size));
     }
     return LLM_OK;
 }
 
 llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
+    return llmi_gguf_open_progress(path, use_mmap, NULL, out);
+}
+
+llm_status llmi_gguf_open_progress(const char *path, bool use_mmap, const llmi_progress *progress,
+                                   llmi_gguf **out) {
     if (!out)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llmi_gguf_open: out is NULL");
     *out = NULL;
@@ -611,6 +622,9 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         }
         g->base = p;
         g->mapped = true;
+        if ((st = llmi_progress_report(progress, LLM_PROGRESS_READ, 0, g->size)) != LLM_OK ||
+            (st = llmi_progress_report(progress, LLM_PROGRESS_READ, g->size, g->size)) != LLM_OK)
+            goto fail;
     } else if (g->size > 0) {
         /* Aligned so tensor data inside is as aligned as in a mapping. */
         g->owned = llmi_malloc_aligned(g->size);
@@ -620,7 +634,7 @@ llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out) {
         }
         gi->owned_aligned = true;
         g->base = g->owned;
-        st = read_all(fd, g->owned, g->size, path);
+        st = read_all(fd, g->owned, g->size, path, progress);
         if (st != LLM_OK)
             goto fail;
     }

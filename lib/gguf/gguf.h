@@ -57,6 +57,10 @@ typedef struct llmi_gguf {
 
 /* Opens and validates a file. use_mmap=false reads it into anonymous memory. */
 llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out);
+/* As llmi_gguf_open, reporting LLM_PROGRESS_READ to `progress` (may be
+ * NULL): bytes read in chunks, or a mapping at once. */
+llm_status llmi_gguf_open_progress(const char *path, bool use_mmap, const llmi_progress *progress,
+                                   llmi_gguf **out);
 /* Parses a buffer the caller keeps alive (fuzzing, tests). */
 llm_status llmi_gguf_open_memory(const void *data, size_t size, llmi_gguf **out);
 void llmi_gguf_close(llmi_gguf *g);

@@ -544,8 +544,16 @@ uint64_t llmi_model_fingerprint(const llm_model *m) {
     return fp_mix(f.h);
 }
 
+static llm_status load_model(const char *path, bool use_mmap, const llmi_arch *arch,
+                             const llmi_progress *progress, llm_model **out);
+
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out) {
-    return llmi_model_load_arch(path, use_mmap, NULL, out);
+    return load_model(path, use_mmap, NULL, NULL, out);
+}
+
+llm_status llmi_model_load_progress(const char *path, bool use_mmap, const llmi_progress *progress,
+                                    llm_model **out) {
+    return load_model(path, use_mmap, NULL, progress, out);
 }
 
 /* <arch>.vocab_size is not needed (the token list and token_embd decide),
@@ -565,12 +573,31 @@ static llm_status check_vocab_size_key(const llm_model *m) {
 
 llm_status llmi_model_load_arch(const char *path, bool use_mmap, const llmi_arch *arch,
                                 llm_model **out) {
+    return load_model(path, use_mmap, arch, NULL, out);
+}
+
+static llm_status open_file(const char *path, bool use_mmap, const llmi_progress *progress,
+                            llmi_gguf **out) {
+    if (!llmi_hf_is_folder(path))
+        return llmi_gguf_open_progress(path, use_mmap, progress, out);
+    LLMI_TRY(llmi_hf_open(path, use_mmap, out));
+    llm_status st = llmi_progress_report(progress, LLM_PROGRESS_READ, 0, (*out)->size);
+    if (st == LLM_OK)
+        st = llmi_progress_report(progress, LLM_PROGRESS_READ, (*out)->size, (*out)->size);
+    if (st != LLM_OK) {
+        llmi_gguf_close(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static llm_status load_model(const char *path, bool use_mmap, const llmi_arch *arch,
+                             const llmi_progress *progress, llm_model **out) {
     *out = NULL;
     llm_model *m = llmi_calloc(1, sizeof *m);
     if (!m)
         return llmi_oom("model");
-    llm_status st = llmi_hf_is_folder(path) ? llmi_hf_open(path, use_mmap, &m->file)
-                                            : llmi_gguf_open(path, use_mmap, &m->file);
+    llm_status st = open_file(path, use_mmap, progress, &m->file);
     if (st != LLM_OK)
         goto fail;
     if ((st = load_arch(m, arch)) != LLM_OK)

@@ -58,6 +58,10 @@ struct llm_model {
 };
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out);
+/* As llmi_model_load, reporting LLM_PROGRESS_READ to `progress` (may be
+ * NULL); a Hugging Face folder is reported read once it is open. */
+llm_status llmi_model_load_progress(const char *path, bool use_mmap, const llmi_progress *progress,
+                                    llm_model **out);
 /* As llmi_model_load with `arch` as the row instead of the table's row for
  * the file's general.architecture (which must still equal arch->name):
  * tests load rows that are not in the table. `arch` must outlive the model. */

@@ -85,6 +85,7 @@ static llm_status kv_blocks(llm_session *s, uint32_t *out) {
 static llm_status create_engine(llm_session *s) {
     uint32_t n_blocks = 0;
     LLMI_TRY(kv_blocks(s, &n_blocks));
+    const llmi_progress progress = {s->params.progress, s->params.progress_user};
     llmi_engine_config cfg = {.model = s->model,
                               .ops = s->device.ops,
                               .backend_cfg = {s->params.n_threads, s->device.device},
@@ -93,7 +94,8 @@ static llm_status create_engine(llm_session *s) {
                               .kv_type = s->params.kv_type,
                               .max_rows = s->params.max_batch_tokens,
                               .max_ctx = s->params.n_ctx,
-                              .interrupt = &s->interrupt};
+                              .interrupt = &s->interrupt,
+                              .progress = &progress};
     LLMI_TRY(llmi_engine_create(&cfg, &s->eng));
     s->kv = s->eng->kv;
     return LLM_OK;

@@ -76,11 +76,13 @@ static void check_true(const char *what, int ok) {
 static void test_model_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_model_params, 24, 8);
+    STRUCT(llm_model_params, 40, 8);
     FIELD(llm_model_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_model_params, use_mmap, 4, 1, bool);
     FIELD(llm_model_params, error_message, 8, 8, char *); /* 1.2 */
     FIELD(llm_model_params, error_capacity, 16, 8, size_t);
+    FIELD(llm_model_params, progress, 24, 8, llm_progress_fn); /* 1.3 */
+    FIELD(llm_model_params, progress_user, 32, 8, void *);
     END_CHECKS();
 }
 
@@ -111,7 +113,7 @@ static void test_model_info_layout(void **state) {
 static void test_session_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_session_params, 64, 8);
+    STRUCT(llm_session_params, 80, 8);
     FIELD(llm_session_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_session_params, n_threads, 4, 4, uint32_t);
     FIELD(llm_session_params, n_ctx, 8, 4, uint32_t);
@@ -123,6 +125,8 @@ static void test_session_params_layout(void **state) {
     FIELD(llm_session_params, draft_model, 40, 8, const llm_model *);
     FIELD(llm_session_params, error_message, 48, 8, char *); /* 1.2 */
     FIELD(llm_session_params, error_capacity, 56, 8, size_t);
+    FIELD(llm_session_params, progress, 64, 8, llm_progress_fn); /* 1.3 */
+    FIELD(llm_session_params, progress_user, 72, 8, void *);
     END_CHECKS();
 }
 
@@ -370,6 +374,10 @@ static void test_enum_values(void **state) {
     check_num("LLM_LOG_INFO", LLM_LOG_INFO, 1);
     check_num("LLM_LOG_WARN", LLM_LOG_WARN, 2);
     check_num("LLM_LOG_ERROR", LLM_LOG_ERROR, 3);
+
+    check_num("LLM_PROGRESS_READ", LLM_PROGRESS_READ, 0); /* 1.3 */
+    check_num("LLM_PROGRESS_UPLOAD", LLM_PROGRESS_UPLOAD, 1);
+    check_num("LLM_PROGRESS_WARMUP", LLM_PROGRESS_WARMUP, 2);
 
     check_num("LLM_KV_F32", LLM_KV_F32, 0);
     check_num("LLM_KV_F16", LLM_KV_F16, 1);

@@ -6,7 +6,10 @@
 #   tests/install/run.sh <BUILD dir> "<CC>" "<LDSAN flags>"
 #
 #  1. `make install PREFIX=<BUILD>/install-test/usr` (DESTDIR empty); checks
-#     the installed files, the symlinks, the SONAME and the .pc file.
+#     the installed files, the symlinks, the SONAME and the .pc file, and
+#     that every installed tool (llm-run, llm-serve, llm-bench,
+#     llm-quantize) runs without LD_LIBRARY_PATH and prints a man-style
+#     --help (NAME, SYNOPSIS, OPTIONS, EXIT STATUS).
 #  2. Builds tests/install/demo.c with `pkg-config --cflags --libs llminfer`
 #     (plus the sanitizer flags, when given) and runs it with
 #     LD_LIBRARY_PATH pointing at the installed lib/. With a model (the
@@ -16,6 +19,13 @@
 #     (--help; a missing model exits 2).
 #     It builds once more with the .pc file's rpath variable and runs
 #     without LD_LIBRARY_PATH.
+#  2a. The README's demo exactly as written ("Using the library from C":
+#     its C program and its shell lines), run in a scratch folder with
+#     HOME pointing at a scratch home, so `make install PREFIX=$HOME/.local`
+#     installs there; `make` runs in the repository with this BUILD, and
+#     `cc` is the build's compiler (with the sanitizer flags in a
+#     sanitized build). The demo must run with no LD_LIBRARY_PATH and, with
+#     a model, print generated text.
 #  2b. The CUDA plug-in: when the build made it (LLM_CUDA_PLUGIN, set by
 #     `make install-test`; else build/libllminfer-cuda.so exists), it is
 #     installed beside the library, and tests/install/backends.c, linked
@@ -82,12 +92,25 @@ if ! make --no-print-directory install BUILD="$build_arg" PREFIX="$prefix" DESTD
 fi
 
 libdir=$prefix/lib
+tools=(llm-run llm-serve llm-bench llm-quantize)
 for f in include/llm.h lib/$realname lib/libllminfer.a lib/pkgconfig/llminfer.pc \
-    lib/pkgconfig/llminfer-static.pc bin/llm-run; do
+    lib/pkgconfig/llminfer-static.pc "${tools[@]/#/bin/}"; do
     [ -f "$prefix/$f" ] || die "make install did not install $f (in $prefix)"
 done
 cmp -s include/llm.h "$prefix/include/llm.h" || die "the installed llm.h differs from include/llm.h"
-[ -x "$prefix/bin/llm-run" ] || die "bin/llm-run is not executable"
+# Each tool runs from the prefix with no LD_LIBRARY_PATH (its rpath is
+# $ORIGIN/../lib) and documents itself the way a man page would.
+for t in "${tools[@]}"; do
+    [ -x "$prefix/bin/$t" ] || die "bin/$t is not executable"
+    if ! env -u LD_LIBRARY_PATH "$prefix/bin/$t" --help >"$work/$t-help.log" 2>&1; then
+        show "$work/$t-help.log"
+        die "the installed bin/$t --help failed without LD_LIBRARY_PATH"
+    fi
+    for section in NAME SYNOPSIS OPTIONS "EXIT STATUS"; do
+        grep -q "^$section\$" "$work/$t-help.log" || die "bin/$t --help has no $section section"
+    done
+    grep -q "^  $t - " "$work/$t-help.log" || die "bin/$t --help does not name itself under NAME"
+done
 
 check_link() { # link expected-target
     [ -L "$libdir/$1" ] || die "lib/$1 is not a symlink"
@@ -179,6 +202,53 @@ ldd_out=$(env -u LD_LIBRARY_PATH ldd "$demo-rpath")
 grep -q "$soname => $libdir/$soname" <<<"$ldd_out" ||
     die "demo-rpath did not resolve $soname through its rpath: $(grep llminfer <<<"$ldd_out")"
 
+# --- 2a. the README's demo, exactly as written ------------------------------
+# readme_block LANG HEADING: the first ```LANG block after the line HEADING.
+readme_block() {
+    awk -v lang="$1" -v heading="$2" '
+        $0 == heading { seen = 1; next }
+        seen && !inside && $0 == "```" lang { inside = 1; next }
+        inside && $0 == "```" { exit }
+        inside { print }' README.md
+}
+readme=$work/readme
+mkdir -p -- "$readme/home" "$readme/bin" "$readme/work"
+readme_block c "## Using the library from C" >"$readme/work/demo.c"
+readme_block sh "## Using the library from C" >"$readme/commands.sh"
+[ -s "$readme/work/demo.c" ] || die "README.md has no C block under 'Using the library from C'"
+grep -q 'make install PREFIX=\$HOME' "$readme/commands.sh" ||
+    die "the README's demo commands do not install with make install PREFIX=\$HOME/...: $(cat "$readme/commands.sh")"
+# `make` as the README runs it in the clone, with this build folder (its
+# output in make.log); `cc` is the build's compiler.
+printf '#!/bin/sh\nexec %q -C %q BUILD=%q "$@" >>%q 2>&1\n' "$(command -v make)" "$root" "$build" \
+    "$readme/make.log" >"$readme/bin/make"
+real_cc=$(command -v "${cc[0]}") || die "no compiler ${cc[0]}"
+printf '#!/bin/sh\nexec %q %s "$@" %s\n' "$real_cc" "${cc[*]:1}" "${ldsan[*]:-}" >"$readme/bin/cc"
+chmod +x "$readme/bin/make" "$readme/bin/cc"
+demo_model=$(sed -n -E 's/.*llm_model_load\("([^"]*)".*/\1/p' "$readme/work/demo.c")
+[ -d "$root/models" ] && ln -s "$root/models" "$readme/work/models"
+# Without the model (LLM_TEST_MODEL=, or none fetched) the demo is built, not run.
+run_readme_demo=0
+if [ -n "$model" ] && [ -f "$readme/work/$demo_model" ]; then
+    run_readme_demo=1
+else
+    sed -i -e '/^\.\/demo/d' "$readme/commands.sh"
+fi
+if ! (cd -- "$readme/work" && env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u PKG_CONFIG_LIBDIR \
+    HOME="$readme/home" PATH="$readme/bin:$PATH" bash -e ../commands.sh) >"$readme/log" 2>&1; then
+    [ -f "$readme/make.log" ] && show "$readme/make.log"
+    show "$readme/log"
+    die "the README's demo commands failed (README.md, 'Using the library from C')"
+fi
+[ -f "$readme/home/.local/lib/$soname" ] ||
+    die "the README's make install did not install into \$HOME/.local"
+readelf -d "$readme/work/demo" | grep -q "R.*PATH.*$readme/home/.local/lib" ||
+    die "the README's demo has no rpath to \$HOME/.local/lib: $(readelf -d "$readme/work/demo" | grep PATH)"
+if [ "$run_readme_demo" = 1 ]; then
+    [ -n "$(tr -d '[:space:]' <"$readme/log")" ] || die "the README's demo printed no text"
+    echo "    README demo: $(tr '\n' ' ' <"$readme/log")"
+fi
+
 # --- 2b. the CUDA plug-in ----------------------------------------------------
 if [ -n "${LLM_CUDA_PLUGIN+set}" ]; then
     plugin=$LLM_CUDA_PLUGIN
@@ -232,7 +302,7 @@ pc --exists llminfer-static || die "pkg-config cannot find llminfer-static"
 read -r -a static_args <<<"$(pc --cflags --libs llminfer-static)"
 # Libs.private of llminfer.pc and the static file's libraries agree.
 for a in "${static_libs[@]}"; do
-    case $a in -L* | -lllminfer) continue ;; esac
+    case $a in -L* | -lllminfer | -Wl,-rpath,*) continue ;; esac
     [[ " ${static_args[*]} " == *" $a "* ]] ||
         die "llminfer.pc links $a statically, llminfer-static.pc does not"
 done

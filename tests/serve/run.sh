@@ -17,6 +17,8 @@ if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '
     "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION"
 fi
 PY="$VENV/bin/python"
+# `make serve-venv` (the README's client): the venv alone.
+[ "${1:-}" = --venv-only ] && exit 0
 
 LOG_DIR=$BUILD/serve-test
 mkdir -p "$LOG_DIR"
@@ -67,6 +69,30 @@ SERVER_PID=
 # 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
 start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12
 "$PY" tests/serve/test_preemption.py
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+SERVER_PID=
+
+# The README's server ("An OpenAI-compatible server": the model and nothing
+# else but a free port) and its client lines, as written but for the
+# server's address and this run's venv: each prints an answer. The lines
+# set no max_tokens and sample: replies are capped at 64 tokens so that a
+# sanitized server (serve-test-san) answers in seconds too.
+start_server "$LOG_DIR/readme" --max-tokens-limit 64
+readme_client=$(awk '/^## An OpenAI-compatible server/ { seen = 1 } seen' README.md |
+    grep -E '^(curl|build/serve-venv/bin/python) ')
+[ "$(grep -c . <<<"$readme_client")" -eq 2 ] ||
+    { echo "serve-test: README's curl and openai lines not found"; exit 1; }
+while IFS= read -r line; do
+    line=${line//http:\/\/localhost:8080/$LLM_SERVE_URL}
+    line=${line//localhost:8080/${LLM_SERVE_URL#http://}}
+    line=${line//build\/serve-venv/$VENV}
+    answer=$(bash -c "$line") || { echo "serve-test: README line failed: $line"; exit 1; }
+    if [ -z "${answer//[[:space:]]/}" ] || grep -q '"error"' <<<"$answer"; then
+        echo "serve-test: README line printed no answer: $line: $answer"; exit 1
+    fi
+    echo "serve-test: README: ${line%% *} -> $(head -c 120 <<<"$answer" | tr '\n' ' ')"
+done <<<"$readme_client"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=

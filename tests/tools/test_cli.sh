@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The command-line tools end to end: --device in llm-run, llm-bench and
-# llm-devbench (an unavailable or unknown backend exits 2 with the
-# library's reason), and llm-synth's files (sizes and parameter counts
+# The command-line tools end to end: --device in llm-run, llm-bench,
+# llm-devbench and llm-serve (an unavailable or unknown backend exits 2 with
+# the library's reason; llm-serve shows where it runs in /v1/models and
+# /metrics), and llm-synth's files (sizes and parameter counts
 # against the shape's own arithmetic, determinism, the loader accepts them).
 #
 #   tests/tools/test_cli.sh [BUILD dir]
@@ -118,6 +119,80 @@ if grep -q '"phase": "identity".*"same": true' "$tmp/out" &&
 else
     bad "llm-devbench output" "$(cat "$tmp/out")"
 fi
+
+# ---- load progress ----
+# Without a terminal: one line per finished phase, in order; -q: none.
+"${run[@]}" --no-mmap >/dev/null 2>"$tmp/progress.err"
+phases=$(sed -n -E 's/^llm-run: (read|upload|warm-up) .* done$/\1/p' "$tmp/progress.err" | tr '\n' ' ')
+if [ "$phases" = "read upload warm-up " ]; then
+    ok "llm-run reports read, upload and warm-up, a line each, off a terminal"
+else
+    bad "llm-run's progress lines: '$phases'" "$(cat "$tmp/progress.err")"
+fi
+"${run[@]}" -q >/dev/null 2>"$tmp/progress.err"
+if grep -q -E '(read|upload|warm-up) ' "$tmp/progress.err"; then
+    bad "llm-run -q prints no progress" "$(cat "$tmp/progress.err")"
+else
+    ok "llm-run -q prints no progress"
+fi
+# On a terminal (script(1) gives it one): a bar redrawn in place to 100%.
+if command -v script >/dev/null 2>&1; then
+    script -qec "$(printf '%q ' "${run[@]}")" /dev/null >"$tmp/tty.out" 2>&1 </dev/null
+    if grep -q $'\rllm-run: read    \[#*\.*\]' "$tmp/tty.out" &&
+        grep -q 'warm-up \[##############################\] 100% 2 / 2' "$tmp/tty.out"; then
+        ok "llm-run draws a progress bar on a terminal"
+    else
+        bad "llm-run's progress bar on a terminal" "$(cat -v "$tmp/tty.out" | head -n 5)"
+    fi
+fi
+
+# ---- llm-serve --device / --tp / --devices ----
+serve=("$build/llm-serve" -m "$tiny" --port 0)
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    printf 'skip  llm-serve --device cuda: a GPU is present (make device-check covers it)\n'
+else
+    expect "llm-serve --device cuda without a GPU says why" 2 \
+        "backend 'cuda' is not available: [^ ].*" "${serve[@]}" --device cuda
+fi
+expect "llm-serve --device bogus names the backends" 2 "no backend named 'bogus'.*'cpu'" \
+    "${serve[@]}" --device bogus
+expect "llm-serve --tp 0 is a usage error" 1 "--tp needs an integer" "${serve[@]}" --tp 0
+expect "llm-serve --devices 0, is a usage error" 1 "--devices needs" "${serve[@]}" --devices 0,
+expect "llm-serve --devices that do not match --tp" 2 "devices" "${serve[@]}" --tp 2 --devices 0
+# A server on 2 CPU ranks ("auto" falls back to the CPU without a GPU)
+# reports its device, ranks and KV size.
+device=auto
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && device=cpu
+"${serve[@]}" --device "$device" --tp 2 --devices 0,0 --kv-cache-mib 4 >"$tmp/serve.out" \
+    2>"$tmp/serve.err" &
+serve_pid=$!
+url=
+for _ in $(seq 100); do
+    url=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$tmp/serve.out" 2>/dev/null || true)
+    [ -n "$url" ] && break
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$url" ]; then
+    bad "llm-serve --device $device --tp 2 starts" "$(cat "$tmp/serve.err")"
+else
+    models=$(curl -sf "$url/v1/models")
+    metrics=$(curl -sf "$url/metrics")
+    tokens=$(sed -n -E 's/.*"kv_cache_tokens":([0-9]+).*/\1/p' <<<"$models")
+    blocks=$(sed -n -E 's/^llm_serve_kv_blocks_total ([0-9]+)$/\1/p' <<<"$metrics")
+    if grep -q '"device":"cpu"' <<<"$models" && grep -q '"tensor_parallel":2' <<<"$models" &&
+        [ -n "$tokens" ] && [ "$tokens" -gt 0 ] && [ -n "$blocks" ] &&
+        grep -q "^llm_serve_kv_cache_tokens $tokens\$" <<<"$metrics" &&
+        [ $((tokens % blocks)) -eq 0 ] &&
+        grep -q '^llm_serve_device_info{device="cpu",tensor_parallel="2"} 1$' <<<"$metrics"; then
+        ok "llm-serve --device $device --tp 2: /v1/models and /metrics say cpu, 2 ranks, $tokens KV tokens"
+    else
+        bad "llm-serve --device $device --tp 2: /v1/models and /metrics" \
+            "$models"$'\n'"$(grep -e kv_ -e device <<<"$metrics")"
+    fi
+fi
+kill -TERM "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
 
 echo "cli-test: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Chat with a model, streaming its answers as they are generated.
 
-    python chat.py -m model.gguf "What is the capital of France?"
+    python chat.py -m model.gguf "What is the capital of Germany?"
     python chat.py -m model.gguf          # interactive: one message per line
 
 The prompt goes through the model's own chat template. Ctrl-C stops the

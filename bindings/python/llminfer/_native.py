@@ -79,12 +79,18 @@ lib = _open_library()
 # --- structs: field order and types exactly as in llm.h -------------------
 
 
+# llm_progress_fn (since 1.3): (phase, done, total, user) -> keep going
+PROGRESS_FN = CFUNCTYPE(c_bool, c_enum, c_uint64, c_uint64, c_void_p)
+
+
 class ModelParams(Structure):
     _fields_ = [
         ("struct_size", c_uint32),
         ("use_mmap", c_bool),
         ("error_message", POINTER(c_char)),
         ("error_capacity", c_size_t),
+        ("progress", PROGRESS_FN),  # 1.3
+        ("progress_user", c_void_p),
     ]
 
 
@@ -127,6 +133,8 @@ class SessionParams(Structure):
         ("draft_model", c_void_p),
         ("error_message", POINTER(c_char)),
         ("error_capacity", c_size_t),
+        ("progress", PROGRESS_FN),  # 1.3
+        ("progress_user", c_void_p),
     ]
 
 
@@ -250,6 +258,18 @@ class EmbedParams(Structure):
     ]
 
 
+class DeviceParams(Structure):
+    """llm_device_params (the experimental part of llm.h)."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("backend", c_char_p),
+        ("devices", POINTER(c_int32)),
+        ("n_devices", c_uint32),
+        ("tensor_parallel", c_uint32),
+    ]
+
+
 STRUCTS: Dict[str, Type[Structure]] = {
     "llm_model_params": ModelParams,
     "llm_model_info": ModelInfo,
@@ -262,6 +282,7 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "llm_request_params": RequestParams,
     "llm_event": Event,
     "llm_session_stats": SessionStats,
+    "llm_device_params": DeviceParams,
 }
 
 # Structs of newer API versions: checked where the library knows them
@@ -320,6 +341,12 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
     ),
     ("llm_session_params_init_sized", None, [POINTER(SessionParams), c_size_t]),
     ("llm_session_create", c_status, [p_model, POINTER(SessionParams), POINTER(p_session)]),
+    ("llm_device_params_init_sized", None, [POINTER(DeviceParams), c_size_t]),
+    (
+        "llm_session_create_ex",
+        c_status,
+        [p_model, POINTER(SessionParams), POINTER(DeviceParams), POINTER(p_session)],
+    ),
     ("llm_session_free", None, [p_session]),
     (
         "llm_session_last_error",

@@ -33,7 +33,7 @@ from .errors import (
     error_for,
     thread_last_error,
 )
-from .model import Model
+from .model import ChatMessage, Model
 from .embed import EmbedMixin
 from .tokens import TokenLevelMixin
 from .params import Event, FinishReason, GenerateResult, KvType, SamplingParams, SessionStats, SpecMode
@@ -120,7 +120,10 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
 
     ``Session(model, n_threads=..., n_ctx=..., ...)`` takes the fields of
     ``llm_session_params`` as keyword arguments; ``None`` keeps the
-    library's default. One thread at a time steps a session (the binding
+    library's default. ``device`` (``"cpu"``, ``"cuda"`` or ``"auto"``),
+    ``tensor_parallel`` and ``devices`` (ids) choose where it runs
+    (``llm_device_params``, experimental); a backend that is not available
+    here raises :class:`UnsupportedError` saying why. One thread at a time steps a session (the binding
     serializes :meth:`generate`, :meth:`step` and request iteration with a
     lock); :meth:`submit`, :meth:`interrupt` and :meth:`Request.cancel`
     may be called from any thread.
@@ -138,6 +141,9 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         kv_block_size: Optional[int] = None,
         prefix_cache: Optional[bool] = None,
         draft_model: Optional[Model] = None,
+        device: Optional[str] = None,
+        tensor_parallel: Optional[int] = None,
+        devices: Optional[Sequence[int]] = None,
     ) -> None:
         self._handle_box: Optional[_SessionHandle] = None
         self.model = model
@@ -167,7 +173,23 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         params.error_message = ctypes.cast(message, ctypes.POINTER(ctypes.c_char))
         params.error_capacity = _ERROR_CAPACITY
         out = _native.p_session()
-        status = lib.llm_session_create(model._handle(), ctypes.byref(params), ctypes.byref(out))
+        if device is None and tensor_parallel is None and devices is None:
+            status = lib.llm_session_create(model._handle(), ctypes.byref(params),
+                                            ctypes.byref(out))
+        else:
+            where = _native.DeviceParams()
+            lib.llm_device_params_init_sized(ctypes.byref(where), ctypes.sizeof(where))
+            if device is not None:
+                where.backend = device.encode("utf-8")
+            if tensor_parallel is not None:
+                where.tensor_parallel = tensor_parallel
+            ids = [int(d) for d in devices or ()]
+            id_array = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+            if ids:
+                where.devices = id_array
+                where.n_devices = len(ids)
+            status = lib.llm_session_create_ex(model._handle(), ctypes.byref(params),
+                                               ctypes.byref(where), ctypes.byref(out))
         check(status, lambda: message.value.decode("utf-8", "replace"))
 
         models = [model] if draft_model is None else [model, draft_model]
@@ -471,6 +493,29 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
                 if event.text:
                     yield event.text
                 request._raise_if_failed(event)
+
+    def create_chat_completion(self, messages: Iterable[ChatMessage],
+                               **kwargs: Any) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """A chat completion shaped as OpenAI's ``chat.completions.create``.
+
+        ``messages`` are ``{"role": ..., "content": ...}`` dicts (or pairs),
+        rendered with the model's chat template. Keyword arguments, all
+        optional: ``max_tokens`` (or ``max_completion_tokens``),
+        ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``,
+        ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
+        ``stop`` (a string or a list), ``n`` and ``model`` (the name put in
+        the result; default the file's). Without any sampling argument the
+        choice is greedy. Returns a ``chat.completion`` dict (``choices``
+        with ``message`` and ``finish_reason``, ``usage``), or with
+        ``stream=True`` an iterator of ``chat.completion.chunk`` dicts: the
+        role, content deltas, then the finish reason. Leaving the iteration
+        early cancels the request.
+        """
+        from .chat import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
+
+    chat = create_chat_completion
 
     def astream(self, prompt: Prompt, **request_params: Any) -> AsyncIterator[str]:
         """:meth:`stream` for asyncio: steps run in a worker thread, and

@@ -27,7 +27,7 @@ func main() {
 	flag.Parse()
 	question := strings.Join(flag.Args(), " ")
 	if question == "" {
-		question = "What is the capital of France?"
+		question = "What is the capital of Germany?"
 	}
 	if *modelPath == "" {
 		fmt.Fprintln(os.Stderr, "chat: give a model with -model (or set LLMINFER_TEST_MODEL)")

@@ -55,7 +55,18 @@ pub struct llm_model_params {
     pub use_mmap: bool,
     pub error_message: *mut c_char,
     pub error_capacity: usize,
+    /// Since 1.3.
+    pub progress: llm_progress_fn,
+    pub progress_user: *mut c_void,
 }
+
+pub type llm_progress_phase = c_uint;
+pub const LLM_PROGRESS_READ: llm_progress_phase = 0;
+pub const LLM_PROGRESS_UPLOAD: llm_progress_phase = 1;
+pub const LLM_PROGRESS_WARMUP: llm_progress_phase = 2;
+/// `llm_progress_fn` (since 1.3): false cancels the load.
+pub type llm_progress_fn =
+    Option<unsafe extern "C" fn(llm_progress_phase, u64, u64, *mut c_void) -> bool>;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +134,9 @@ pub struct llm_session_params {
     pub draft_model: *const llm_model,
     pub error_message: *mut c_char,
     pub error_capacity: usize,
+    /// Since 1.3.
+    pub progress: llm_progress_fn,
+    pub progress_user: *mut c_void,
 }
 
 #[repr(C)]
@@ -579,7 +593,7 @@ macro_rules! layouts {
 }
 
 layouts! {
-    llm_model_params { struct_size, use_mmap, error_message, error_capacity }
+    llm_model_params { struct_size, use_mmap, error_message, error_capacity, progress, progress_user }
     llm_model_info {
         struct_size, architecture, name, n_params, weight_bytes, n_layers, n_embd, n_heads,
         n_kv_heads, n_ff, n_vocab, n_ctx_train, bos, eos, eot, pad, has_chat_template,
@@ -587,7 +601,8 @@ layouts! {
     llm_chat_message { role, content }
     llm_session_params {
         struct_size, n_threads, n_ctx, max_batch_tokens, kv_cache_bytes, kv_type,
-        kv_block_size, prefix_cache, draft_model, error_message, error_capacity,
+        kv_block_size, prefix_cache, draft_model, error_message, error_capacity, progress,
+        progress_user,
     }
     llm_logit_bias { token, bias }
     llm_sampling_params {

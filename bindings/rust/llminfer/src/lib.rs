@@ -26,6 +26,7 @@ mod model;
 mod params;
 mod session;
 mod stream;
+mod tokens;
 
 pub use error::{Error, Result, Status};
 pub use llminfer_sys as sys;
@@ -38,9 +39,11 @@ pub use params::{
     FinishReason, GenerateParams, KvType, RequestParams, SamplingParams, SessionParams, SpecMode,
 };
 pub use session::{
-    Event, GenerateResult, Generation, RequestId, Session, SessionHandle, SessionStats,
+    DeviceParams, Event, GenerateResult, Generation, RequestId, Session, SessionHandle,
+    SessionStats,
 };
 pub use stream::Stream;
+pub use tokens::{Batch, Sampler, SeqId};
 
 /// The loaded library's version, e.g. "1.2.0".
 pub fn version() -> String {

@@ -14,13 +14,27 @@ use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+/// Where a session runs (`llm_device_params`, experimental in llm.h), for
+/// [`Session::new_on`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceParams {
+    /// `"cpu"` (or empty), `"cuda"`, or `"auto"`: the first available
+    /// backend other than the CPU, else the CPU.
+    pub backend: String,
+    /// Ranks the model is split across (0 or 1: none): CPU threads, or
+    /// GPUs with `"cuda"`.
+    pub tensor_parallel: u32,
+    /// Device ids, `tensor_parallel` of them; empty: 0, or 0 .. n-1.
+    pub devices: Vec<i32>,
+}
+
 /// Identifies a request within its session; never 0, never reused.
 pub type RequestId = u64;
 
 /// Events fetched per llm_session_step() call; more wait in the library.
 const EVENT_BATCH: usize = 64;
 
-struct RawSession(*mut sys::llm_session);
+pub(crate) struct RawSession(pub(crate) *mut sys::llm_session);
 
 // The pointer is only used under the lock below, and only for the calls
 // llm.h documents as thread-safe from several threads (see SessionHandle).
@@ -30,15 +44,15 @@ unsafe impl Sync for RawSession {}
 /// What a session and its handles share. Closing takes the write lock, so
 /// it waits for a submit, cancel or interrupt running on another thread,
 /// and those then find the session closed instead of freed memory.
-struct Shared {
+pub(crate) struct Shared {
     raw: RwLock<RawSession>,
     // Declared after `raw`: the models outlive the native session.
-    _model: Model,
+    pub(crate) _model: Model,
     _draft: Option<Model>,
 }
 
 impl Shared {
-    fn lock(&self) -> Result<RwLockReadGuard<'_, RawSession>> {
+    pub(crate) fn lock(&self) -> Result<RwLockReadGuard<'_, RawSession>> {
         let guard = self
             .raw
             .read()
@@ -100,7 +114,7 @@ impl Drop for Shared {
 /// another thread, so this thread's message belongs to exactly this call
 /// even when other threads fail on the same session at the same time; the
 /// session's own record is the fallback.
-fn check_session(session: *mut sys::llm_session, status: sys::llm_status) -> Result<()> {
+pub(crate) fn check_session(session: *mut sys::llm_session, status: sys::llm_status) -> Result<()> {
     if status == sys::LLM_OK {
         return Ok(());
     }
@@ -298,7 +312,7 @@ unsafe extern "C" fn on_token(
 /// shared_between_threads::<llminfer::Session>();
 /// ```
 pub struct Session {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     events: EventBuffer,
     /// Events of other requests that a [`Stream`] stepped past.
     pub(crate) pending: VecDeque<Event>,
@@ -318,12 +332,48 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     pub fn new(model: &Model, params: &SessionParams) -> Result<Session> {
+        Session::create(model, params, None)
+    }
+
+    /// A session on the backend, ranks and devices `device` names
+    /// (`llm_session_create_ex`, experimental in llm.h). A backend that is
+    /// not available here is an error saying why.
+    pub fn new_on(model: &Model, params: &SessionParams, device: &DeviceParams) -> Result<Session> {
+        Session::create(model, params, Some(device))
+    }
+
+    fn create(
+        model: &Model,
+        params: &SessionParams,
+        device: Option<&DeviceParams>,
+    ) -> Result<Session> {
         let mut message = vec![0u8; 1024];
         let mut raw = params.to_raw();
         raw.error_message = message.as_mut_ptr() as *mut c_char;
         raw.error_capacity = message.len();
         let mut out: *mut sys::llm_session = std::ptr::null_mut();
-        let status = unsafe { sys::llm_session_create(model.as_ptr(), &raw, &mut out) };
+        let status = match device {
+            None => unsafe { sys::llm_session_create(model.as_ptr(), &raw, &mut out) },
+            Some(device) => {
+                let backend = crate::error::c_string(&device.backend, "backend name")?;
+                let mut where_: sys::llm_device_params = unsafe { std::mem::zeroed() };
+                unsafe {
+                    sys::llm_device_params_init_sized(
+                        &mut where_,
+                        std::mem::size_of::<sys::llm_device_params>(),
+                    )
+                };
+                if !device.backend.is_empty() {
+                    where_.backend = backend.as_ptr();
+                }
+                where_.tensor_parallel = device.tensor_parallel.max(1);
+                if !device.devices.is_empty() {
+                    where_.devices = device.devices.as_ptr();
+                    where_.n_devices = device.devices.len() as u32;
+                }
+                unsafe { sys::llm_session_create_ex(model.as_ptr(), &raw, &where_, &mut out) }
+            }
+        };
         if status != sys::LLM_OK {
             return Err(Error::from_code(status, buffer_text(&message)));
         }
