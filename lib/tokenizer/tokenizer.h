@@ -61,9 +61,20 @@ void llmi_detok_init(llmi_detok *d, const llmi_tokenizer *t, uint32_t flags);
 llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, size_t *n);
 llm_status llmi_detok_flush(llmi_detok *d, char *buf, size_t cap, size_t *n);
 
-/* Same contract as llm_chat_template_apply(). */
+/* Same contract as llm_chat_template_apply(): the model's template run by
+ * the Jinja interpreter (lib/jinja), or a built-in family when the
+ * template is a family's name ("chatml", "llama3"). */
 llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs, size_t n,
                            bool add_generation_prompt, char *buf, size_t cap, size_t *n_out);
+/* Same contract as llm_chat_apply(); `p` is a complete, checked struct. */
+llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *p, char *buf,
+                                size_t cap, size_t *n_out);
+/* The built-in renderers (chat.c) for template text `tmpl`: a family
+ * recognised by its text, else LLM_ERR_UNSUPPORTED. */
+llm_status llmi_chat_apply_builtin(const llmi_tokenizer *t, const char *tmpl,
+                                   const llm_chat_message *msgs, size_t n,
+                                   bool add_generation_prompt, char *buf, size_t cap,
+                                   size_t *n_out);
 
 /* ---- additions ---- */
 
