@@ -126,7 +126,7 @@ static llm_status parse_json(const char *what, const char *text, bool array, cJS
         return llmi_error(LLM_ERR_INVALID_UTF8, "chat: %s is not valid UTF-8 at byte %zu", what,
                           bad);
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, true);
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len + 1, &end, true); /* the NUL ends it */
     if (!j)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: %s is not valid JSON (at byte %zu)",
                           what, end ? (size_t)(end - text) : (size_t)0);
