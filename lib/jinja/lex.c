@@ -240,7 +240,7 @@ static llm_status lex_tag(lexer *L, bool block, bool *strip_after, bool *keep_ne
         } else {
             size_t k = 0;
             for (; k < sizeof OPS / sizeof *OPS; k++)
-                if (strncmp(p, OPS[k], strlen(OPS[k])) == 0)
+                if (strlen(OPS[k]) <= left && memcmp(p, OPS[k], strlen(OPS[k])) == 0)
                     break;
             if (k == sizeof OPS / sizeof *OPS)
                 return lex_fail(L, "unexpected character");
