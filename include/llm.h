@@ -397,9 +397,15 @@ typedef struct llm_chat_params {
     const char *template_text;
     /** End the text where the assistant's reply starts. Default true. */
     bool add_generation_prompt;
+    /** End the text right after the last message's content (its last text
+     *  part, stripped), so the model continues that message (a prefilled
+     *  assistant reply), as transformers' continue_final_message; needs
+     *  add_generation_prompt false. Default false. */
+    bool continue_final_message;
 } llm_chat_params;
 
-/** Fills defaults (everything NULL, add_generation_prompt true) into the
+/** Fills defaults (everything NULL, add_generation_prompt true,
+ *  continue_final_message false) into the
  *  first `struct_size` bytes of `params`; NULL is a no-op. Since 1.3. */
 LLM_API void llm_chat_params_init_sized(llm_chat_params *params, size_t struct_size);
 /** llm_chat_params_init_sized(params, sizeof *params). */

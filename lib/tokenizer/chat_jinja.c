@@ -38,15 +38,100 @@ static llm_status add_special(cJSON *vars, const llmi_tokenizer *t, const char *
     return LLM_OK;
 }
 
-/* Renders `tmpl` with `vars` (consumed: bos/eos are added to it) into the
- * caller's buffer. */
-static llm_status render(const llmi_tokenizer *t, const char *tmpl, cJSON *vars, char *buf,
-                         size_t cap, size_t *n_out) {
+/* Python's str.strip() bounds of s[0..n) as [*b, *e) (ASCII whitespace
+ * and the common Unicode spaces). */
+static void strip_bounds(const char *s, size_t n, size_t *b, size_t *e) {
+    static const char *const wide[] = {"\xc2\x85", "\xc2\xa0", "\xe2\x80\xa8", "\xe2\x80\xa9",
+                                       "\xe3\x80\x80"};
+    *b = 0;
+    *e = n;
+    for (bool moved = true; moved && *b < *e;) {
+        moved = false;
+        unsigned char ch = (unsigned char)s[*b];
+        if (ch == ' ' || (ch >= 0x09 && ch <= 0x0d) || (ch >= 0x1c && ch <= 0x1f)) {
+            ++*b;
+            moved = true;
+        }
+        for (size_t k = 0; !moved && k < sizeof wide / sizeof *wide; k++) {
+            size_t l = strlen(wide[k]);
+            if (*e - *b >= l && memcmp(s + *b, wide[k], l) == 0) {
+                *b += l;
+                moved = true;
+            }
+        }
+    }
+    for (bool moved = true; moved && *e > *b;) {
+        moved = false;
+        unsigned char ch = (unsigned char)s[*e - 1];
+        if (ch == ' ' || (ch >= 0x09 && ch <= 0x0d) || (ch >= 0x1c && ch <= 0x1f)) {
+            --*e;
+            moved = true;
+        }
+        for (size_t k = 0; !moved && k < sizeof wide / sizeof *wide; k++) {
+            size_t l = strlen(wide[k]);
+            if (*e - *b >= l && memcmp(s + *e - l, wide[k], l) == 0) {
+                *e -= l;
+                moved = true;
+            }
+        }
+    }
+}
+
+/* transformers' continue_final_message: the text ends right after the
+ * last occurrence of the final message's stripped content (its last text
+ * part when the content is a list of parts), or of the whole content when
+ * the template kept its trailing whitespace. */
+static llm_status cut_after_final(const cJSON *vars, const char *text, size_t *len) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(vars, "messages");
+    const cJSON *last = NULL, *content = NULL;
+    for (const cJSON *m = msgs ? msgs->child : NULL; m; m = m->next)
+        last = m;
+    if (last)
+        content = cJSON_GetObjectItemCaseSensitive(last, "content");
+    if (cJSON_IsArray(content)) {
+        const cJSON *part = NULL;
+        for (const cJSON *p = content->child; p; p = p->next)
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "text")))
+                part = cJSON_GetObjectItemCaseSensitive(p, "text");
+        content = part;
+    }
+    if (!cJSON_IsString(content))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "chat: continue_final_message needs a last message whose content is a "
+                          "string or has a text part");
+    const char *s = content->valuestring;
+    size_t b, e;
+    strip_bounds(s, strlen(s), &b, &e);
+    size_t n = e - b;
+    size_t full = strlen(s);
+    for (size_t i = *len + 1; i-- > 0;)
+        if (i + n <= *len && memcmp(text + i, s + b, n) == 0) {
+            /* the message's trailing spaces stay where the template kept
+             * them (and the message has no leading ones) */
+            bool kept = b == 0 && i + full <= *len && memcmp(text + i, s, full) == 0;
+            *len = i + (kept ? full : n);
+            return LLM_OK;
+        }
+    return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                      "chat: continue_final_message is set but the final message does not appear "
+                      "in the rendered text");
+}
+
+/* Renders `tmpl` with `vars` (bos/eos are added to it) into the caller's
+ * buffer; with `cut`, only up to the end of the final message. */
+static llm_status render(const llmi_tokenizer *t, const char *tmpl, cJSON *vars, bool cut,
+                         char *buf, size_t cap, size_t *n_out) {
     LLMI_TRY(add_special(vars, t, "bos_token", t->bos));
     LLMI_TRY(add_special(vars, t, "eos_token", t->eos));
     char *text = NULL;
     size_t len = 0;
     LLMI_TRY(llmi_jinja_render(tmpl, strlen(tmpl), vars, NULL, -1, &text, &len));
+    llm_status st = cut ? cut_after_final(vars, text, &len) : LLM_OK;
+    if (st != LLM_OK) {
+        llmi_free(text);
+        return st;
+    }
+    text[len] = '\0';
     *n_out = len + 1;
     if (len >= cap) {
         llmi_free(text);
@@ -111,7 +196,7 @@ llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs
     if (st == LLM_OK)
         st = set_bool(vars, "add_generation_prompt", add_generation_prompt);
     if (st == LLM_OK)
-        st = render(t, tmpl, vars, buf, cap, n_out);
+        st = render(t, tmpl, vars, false, buf, cap, n_out);
     cJSON_Delete(vars);
     return st;
 }
@@ -217,8 +302,12 @@ llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *
                         "chat: \"%s\" names a built-in template; llm_chat_apply runs Jinja "
                         "template text",
                         tmpl);
+    if (st == LLM_OK && p->continue_final_message && p->add_generation_prompt)
+        st =
+            llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                       "chat: continue_final_message and add_generation_prompt exclude each other");
     if (st == LLM_OK)
-        st = render(t, tmpl, vars, buf, cap, n_out);
+        st = render(t, tmpl, vars, p->continue_final_message, buf, cap, n_out);
     cJSON_Delete(vars);
     cJSON_Delete(msgs);
     cJSON_Delete(tools);

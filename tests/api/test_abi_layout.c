@@ -295,6 +295,7 @@ static void test_chat_params_layout(void **state) {
     FIELD(llm_chat_params, variables_json, 32, 8, const char *);
     FIELD(llm_chat_params, template_text, 40, 8, const char *);
     FIELD(llm_chat_params, add_generation_prompt, 48, 1, bool);
+    FIELD(llm_chat_params, continue_final_message, 49, 1, bool);
     END_CHECKS();
 }
 

@@ -252,6 +252,22 @@ static void test_chat_apply(void **state) {
     assert_int_equal(llm_chat_apply(m, &p, buf, sizeof buf, &n), LLM_OK);
     assert_string_equal(buf, "user:ab;assistant:<f {\"x\": 1}>;tool:ok;f,g|1|False|<B>|False");
 
+    /* continue_final_message: the text stops where the last message ends */
+    llm_chat_params cont = p;
+    cont.template_text = NULL;
+    cont.tools_json = cont.documents_json = cont.variables_json = NULL;
+    cont.messages_json = "[{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": "
+                         "\"assistant\", \"content\": \"It is \"}]";
+    cont.continue_final_message = true;
+    assert_int_equal(llm_chat_apply(m, &cont, buf, sizeof buf, &n), LLM_OK);
+    assert_int_equal(n, strlen(buf));
+    assert_true(n > 20 && strcmp(buf + n - 20, "assistant\nIt is <|im") != 0);
+    assert_string_equal(buf + n - strlen("<|im_start|>assistant\nIt is "),
+                        "<|im_start|>assistant\nIt is ");
+    cont.add_generation_prompt = true;
+    assert_int_equal(llm_chat_apply(m, &cont, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "exclude each other"));
+
     /* bad input names what is wrong */
     llm_chat_params bad = p;
     bad.variables_json = "{\"messages\": []}";

@@ -123,6 +123,7 @@ class ChatParams(Structure):
         ("variables_json", c_char_p),
         ("template_text", c_char_p),
         ("add_generation_prompt", c_bool),
+        ("continue_final_message", c_bool),
     ]
 
 

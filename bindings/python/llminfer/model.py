@@ -222,6 +222,7 @@ class Model(Closeable):
 
     def apply_chat_template(self, messages: Iterable[ChatMessage], *,
                             add_generation_prompt: bool = True,
+                            continue_final_message: bool = False,
                             tools: Optional[Sequence[Mapping[str, Any]]] = None,
                             documents: Optional[Sequence[Mapping[str, Any]]] = None,
                             chat_template: Optional[str] = None,
@@ -230,7 +231,9 @@ class Model(Closeable):
         ``chat_template``), run as Jinja the way transformers'
         ``apply_chat_template`` runs it: ``tools``, ``documents`` and any
         further keyword (``enable_thinking=False``, ...) become template
-        variables.
+        variables. ``continue_final_message`` ends the text after the last
+        message (for the model to continue it; needs
+        ``add_generation_prompt=False``).
 
         Raises :class:`UnsupportedError` for a model without a template and
         no ``chat_template``; :class:`InvalidArgumentError` when the template
@@ -250,6 +253,7 @@ class Model(Closeable):
         for field, value in encoded.items():
             setattr(params, field, value)
         params.add_generation_prompt = add_generation_prompt
+        params.continue_final_message = continue_final_message
         ptr = self._handle()
         return read_text(
             lambda buf, cap, n: lib.llm_chat_apply(ptr, ctypes.byref(params), buf, cap,

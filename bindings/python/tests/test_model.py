@@ -109,6 +109,26 @@ def test_chat_template_variables(model: llminfer.Model) -> None:
         enable_thinking=False) == rendered
 
 
+def _hf_continue_final_message(rendered: str, final: str) -> str:
+    """transformers' continue_final_message cut, as its render_jinja_template does it."""
+    loc = rendered.rindex(final.strip())
+    if rendered[loc: loc + len(final.lstrip())] == final:
+        return rendered[: loc + len(final.lstrip())]
+    return rendered[: loc + len(final.strip())]
+
+
+@pytest.mark.parametrize("final", ["Sure, the answer", "  It is 4.  ", "x\n"])
+def test_continue_final_message(model: llminfer.Model, final: str) -> None:
+    messages = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": final}]
+    full = model.apply_chat_template(messages, add_generation_prompt=False)
+    cut = model.apply_chat_template(messages, add_generation_prompt=False,
+                                    continue_final_message=True)
+    assert cut == _hf_continue_final_message(full, final)
+    assert cut.rstrip().endswith(final.strip()) and len(cut) < len(full)
+    with pytest.raises(llminfer.InvalidArgumentError):
+        model.apply_chat_template(messages, continue_final_message=True)
+
+
 def test_chat_template_errors(model: llminfer.Model) -> None:
     with pytest.raises(llminfer.InvalidArgumentError) as caught:
         model.apply_chat_template([("user", "Hi")],
