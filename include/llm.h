@@ -392,9 +392,15 @@ typedef struct llm_chat_params {
      *  they may override bos_token/eos_token but not messages, tools,
      *  documents or add_generation_prompt. */
     const char *variables_json;
-    /** Jinja template text to run instead of the model's own (e.g. a
-     *  tool-use template); NULL: the model's tokenizer.chat_template. */
+    /** Jinja template text to run instead of the model's own; NULL: the
+     *  model's template (see template_name). */
     const char *template_text;
+    /** Which of the model's templates to run when template_text is NULL: a
+     *  named one (tokenizer.chat_template.<name>, e.g. "tool_use"; an
+     *  unknown name gives ::LLM_ERR_NOT_FOUND), or NULL: as transformers
+     *  chooses, "tool_use" when tools are given and the model has it, else
+     *  the default template. */
+    const char *template_name;
     /** End the text where the assistant's reply starts. Default true. */
     bool add_generation_prompt;
     /** End the text right after the last message's content (its last text
@@ -433,12 +439,14 @@ LLM_API llm_status llm_chat_apply(const llm_model *model, const llm_chat_params 
                                   size_t capacity, size_t *n_bytes);
 
 /**
- * The model's chat template text (tokenizer.chat_template, or the
- * chat_template of a Hugging Face folder's tokenizer_config.json), or NULL
- * when it has none. `*text` is borrowed: it lives as long as the model.
- * Since 1.3.
+ * The text of the model's chat template named `name` (NULL or "default":
+ * tokenizer.chat_template, or a Hugging Face folder's chat_template; else
+ * tokenizer.chat_template.<name>, such as "tool_use"), or NULL when it has
+ * none of that name. `*text` is borrowed: it lives as long as the model.
+ * Thread-safe. Since 1.3.
  */
-LLM_API llm_status llm_model_chat_template(const llm_model *model, const char **text);
+LLM_API llm_status llm_model_chat_template(const llm_model *model, const char *name,
+                                           const char **text);
 
 /* ------------------------------------------------------------------------ */
 /** @name Sessions */

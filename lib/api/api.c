@@ -253,9 +253,10 @@ LLM_API llm_status llm_chat_apply(const llm_model *m, const llm_chat_params *par
     return llmi_chat_apply_json(m->tok, &p, buf, capacity, n_bytes);
 }
 
-LLM_API llm_status llm_model_chat_template(const llm_model *m, const char **text) {
+LLM_API llm_status llm_model_chat_template(const llm_model *m, const char *name,
+                                           const char **text) {
     CHECK_ARG(m && text, "llm_model_chat_template: model and text must not be NULL");
-    *text = llmi_tokenizer_chat_template(m->tok);
+    *text = llmi_tokenizer_chat_template_named(m->tok, name);
     return LLM_OK;
 }
 

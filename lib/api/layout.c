@@ -69,6 +69,7 @@ static const field_entry fields[] = {
     F(llm_chat_params, documents_json),
     F(llm_chat_params, variables_json),
     F(llm_chat_params, template_text),
+    F(llm_chat_params, template_name),
     F(llm_chat_params, add_generation_prompt),
     F(llm_chat_params, continue_final_message),
     F(llm_session_params, struct_size),

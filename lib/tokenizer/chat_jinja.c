@@ -251,7 +251,18 @@ static llm_status put(cJSON *vars, const char *name, cJSON **item) {
 llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *p, char *buf,
                                 size_t cap, size_t *n_out) {
     *n_out = 0;
-    const char *tmpl = p->template_text ? p->template_text : t->chat_template;
+    const char *tmpl = p->template_text;
+    if (!tmpl && p->template_name) {
+        tmpl = llmi_tokenizer_chat_template_named(t, p->template_name);
+        if (!tmpl)
+            return llmi_error(LLM_ERR_NOT_FOUND, "chat: the model has no chat template named '%s'",
+                              p->template_name);
+    }
+    /* transformers picks the "tool_use" template for a call with tools */
+    if (!tmpl && p->tools_json)
+        tmpl = llmi_tokenizer_chat_template_named(t, "tool_use");
+    if (!tmpl)
+        tmpl = t->chat_template;
     if (!tmpl)
         return llmi_error(LLM_ERR_UNSUPPORTED,
                           "the model has no chat template; give one in template_text");

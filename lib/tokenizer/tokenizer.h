@@ -35,6 +35,9 @@ bool llmi_tokenizer_is_eog(const llmi_tokenizer *t, llm_token id);
 bool llmi_tokenizer_is_control(const llmi_tokenizer *t, llm_token id);
 /* The model's chat template text, or NULL. */
 const char *llmi_tokenizer_chat_template(const llmi_tokenizer *t);
+/* The template named `name` (tokenizer.chat_template.<name>; NULL or
+ * "default": the default one), or NULL. */
+const char *llmi_tokenizer_chat_template_named(const llmi_tokenizer *t, const char *name);
 
 /* Same contract as llm_tokenize() (flags LLM_TOKENIZE_*). */
 llm_status llmi_tokenize(const llmi_tokenizer *t, const char *text, size_t len, uint32_t flags,
@@ -156,6 +159,10 @@ struct llmi_tokenizer {
     llm_token bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     char *chat_template;
+    /* named templates (tokenizer.chat_template.<name>, e.g. "tool_use"):
+     * name and text alternate */
+    char **named_templates;
+    size_t n_named_templates;
 };
 
 static inline uint32_t llmi_tok_len(const llmi_tokenizer *t, llm_token id) {

@@ -287,15 +287,16 @@ static void test_chat_message_layout(void **state) {
 static void test_chat_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_chat_params, 56, 8);
+    STRUCT(llm_chat_params, 64, 8);
     FIELD(llm_chat_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_chat_params, messages_json, 8, 8, const char *);
     FIELD(llm_chat_params, tools_json, 16, 8, const char *);
     FIELD(llm_chat_params, documents_json, 24, 8, const char *);
     FIELD(llm_chat_params, variables_json, 32, 8, const char *);
     FIELD(llm_chat_params, template_text, 40, 8, const char *);
-    FIELD(llm_chat_params, add_generation_prompt, 48, 1, bool);
-    FIELD(llm_chat_params, continue_final_message, 49, 1, bool);
+    FIELD(llm_chat_params, template_name, 48, 8, const char *);
+    FIELD(llm_chat_params, add_generation_prompt, 56, 1, bool);
+    FIELD(llm_chat_params, continue_final_message, 57, 1, bool);
     END_CHECKS();
 }
 

@@ -210,8 +210,13 @@ static void test_chat_template(void **state) {
 static void test_chat_apply(void **state) {
     llm_model *m = *state;
     const char *tmpl = NULL;
-    assert_int_equal(llm_model_chat_template(m, &tmpl), LLM_OK);
+    assert_int_equal(llm_model_chat_template(m, NULL, &tmpl), LLM_OK);
     assert_non_null(tmpl);
+    const char *same = NULL, *none = "x";
+    assert_int_equal(llm_model_chat_template(m, "default", &same), LLM_OK);
+    assert_ptr_equal(same, tmpl);
+    assert_int_equal(llm_model_chat_template(m, "tool_use", &none), LLM_OK);
+    assert_null(none);
     assert_non_null(strstr(tmpl, "<|im_start|>"));
     llm_chat_params p;
     llm_chat_params_init(&p);
@@ -296,7 +301,12 @@ static void test_chat_apply(void **state) {
     bad.struct_size = 2;
     assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(llm_chat_apply(m, NULL, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(llm_model_chat_template(m, NULL), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_model_chat_template(m, NULL, NULL), LLM_ERR_INVALID_ARGUMENT);
+    bad = p;
+    bad.template_text = NULL;
+    bad.template_name = "nope";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_NOT_FOUND);
+    assert_non_null(strstr(llm_last_error(), "'nope'"));
 }
 
 /* ---- generation ---- */

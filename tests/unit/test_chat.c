@@ -214,6 +214,54 @@ static void test_any_template(void **state) {
     llmi_tokenizer_free(t);
 }
 
+/* Named templates (tokenizer.chat_template.<name>): chosen by name, and
+ * "tool_use" by default for a call with tools, as transformers chooses. */
+static void test_named_templates(void **state) {
+    (void)state;
+    llmi_gguf_writer *w;
+    void *data;
+    size_t size;
+    llmi_gguf *g;
+    llmi_tokenizer *t;
+    const char *const tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "tokenizer.ggml.model", "llama"));
+    OK(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, 5));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template", "default:{{ messages | length }}"));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template.tool_use", "tools:{{ tools | length }}"));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template.rag", "rag:{{ documents[0].text }}"));
+    OK(llmi_gguf_writer_to_memory(w, &data, &size));
+    llmi_gguf_writer_free(w);
+    OK(llmi_gguf_open_memory(data, size, &g));
+    OK(llmi_tokenizer_load(g, &t));
+    llmi_gguf_close(g);
+    llmi_free(data);
+    assert_string_equal(llmi_tokenizer_chat_template_named(t, "rag"),
+                        "rag:{{ documents[0].text }}");
+    assert_null(llmi_tokenizer_chat_template_named(t, "missing"));
+    llm_chat_params p = {.struct_size = sizeof p, .messages_json = "[{\"role\": \"user\"}]"};
+    char buf[64];
+    size_t n;
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "default:1");
+    p.tools_json = "[{}, {}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "tools:2");
+    p.template_name = "default";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "default:1");
+    p.template_name = "rag";
+    p.documents_json = "[{\"text\": \"d\"}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "rag:d");
+    p.template_name = "missing";
+    EXPECT_ERR(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n), LLM_ERR_NOT_FOUND, "'missing'");
+    p.template_text = "text:{{ 1 }}"; /* text wins over a name */
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "text:1");
+    llmi_tokenizer_free(t);
+}
+
 static void test_errors_and_buffers(void **state) {
     (void)state;
     llmi_tokenizer *t = make(chatml_tmpl);
@@ -423,6 +471,7 @@ int main(void) {
         cmocka_unit_test(test_chatml),
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_any_template),
+        cmocka_unit_test(test_named_templates),
         cmocka_unit_test(test_errors_and_buffers),
         cmocka_unit_test(test_families_against_jinja),
         cmocka_unit_test(test_real_model),

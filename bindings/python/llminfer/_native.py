@@ -122,6 +122,7 @@ class ChatParams(Structure):
         ("documents_json", c_char_p),
         ("variables_json", c_char_p),
         ("template_text", c_char_p),
+        ("template_name", c_char_p),
         ("add_generation_prompt", c_bool),
         ("continue_final_message", c_bool),
     ]
@@ -321,7 +322,7 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
         c_status,
         [p_model, POINTER(ChatParams), POINTER(c_char), c_size_t, POINTER(c_size_t)],
     ),
-    ("llm_model_chat_template", c_status, [p_model, POINTER(c_char_p)]),
+    ("llm_model_chat_template", c_status, [p_model, c_char_p, POINTER(c_char_p)]),
     ("llm_session_params_init_sized", None, [POINTER(SessionParams), c_size_t]),
     ("llm_session_create", c_status, [p_model, POINTER(SessionParams), POINTER(p_session)]),
     ("llm_session_free", None, [p_session]),

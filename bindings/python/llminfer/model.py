@@ -215,9 +215,15 @@ class Model(Closeable):
 
     @property
     def chat_template(self) -> Optional[str]:
-        """The model's own chat template text, or None."""
+        """The model's own (default) chat template text, or None."""
+        return self.named_chat_template(None)
+
+    def named_chat_template(self, name: Optional[str]) -> Optional[str]:
+        """The model's chat template of that name ("tool_use", ...; None:
+        the default one), or None when it has none."""
         text = ctypes.c_char_p()
-        check(lib.llm_model_chat_template(self._handle(), ctypes.byref(text)))
+        key = name.encode("utf-8") if name is not None else None
+        check(lib.llm_model_chat_template(self._handle(), key, ctypes.byref(text)))
         return text.value.decode("utf-8") if text.value is not None else None
 
     def apply_chat_template(self, messages: Iterable[ChatMessage], *,
@@ -228,8 +234,10 @@ class Model(Closeable):
                             chat_template: Optional[str] = None,
                             **variables: Any) -> str:
         """Renders messages with the model's own chat template (or
-        ``chat_template``), run as Jinja the way transformers'
-        ``apply_chat_template`` runs it: ``tools``, ``documents`` and any
+        ``chat_template``: template text, or the name of one of the model's
+        templates such as "tool_use"), run as Jinja the way transformers'
+        ``apply_chat_template`` runs it (which picks "tool_use", when the
+        model has it, for a call with tools): ``tools``, ``documents`` and any
         further keyword (``enable_thinking=False``, ...) become template
         variables. ``continue_final_message`` ends the text after the last
         message (for the model to continue it; needs
@@ -248,8 +256,14 @@ class Model(Closeable):
             "tools_json": _json(tools) if tools is not None else None,
             "documents_json": _json(documents) if documents is not None else None,
             "variables_json": _json(variables) if variables else None,
-            "template_text": chat_template.encode("utf-8") if chat_template is not None else None,
+            "template_text": None,
+            "template_name": None,
         }
+        if chat_template is not None:
+            # like transformers: a name of one of the model's templates, or template text
+            named = "{" not in chat_template and self.named_chat_template(chat_template)
+            key = "template_name" if named else "template_text"
+            encoded[key] = chat_template.encode("utf-8")
         for field, value in encoded.items():
             setattr(params, field, value)
         params.add_generation_prompt = add_generation_prompt

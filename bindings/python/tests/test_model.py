@@ -77,6 +77,11 @@ def test_chat_template(model: llminfer.Model) -> None:
 
 def test_chat_template_variables(model: llminfer.Model) -> None:
     assert model.chat_template is not None and "<|im_start|>" in model.chat_template
+    assert model.named_chat_template("default") == model.chat_template
+    assert model.named_chat_template("tool_use") is None
+    # a name of one of the model's templates runs it, like transformers' chat_template=
+    assert model.apply_chat_template([("user", "Hi")], chat_template="default") == \
+        model.apply_chat_template([("user", "Hi")])
     template = (
         "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}"
         "{% else %}{{ m.content | map(attribute='text') | join }}{% endif %}"
