@@ -301,8 +301,17 @@ static llm_status f_tojson(jctx *c, const node *at, jv v, const fargs *A, jv *ou
             return jx_fail(c, at, "tojson: indent must be a small integer");
         indent = (int)ind.u.i;
     }
+    jx_json_fmt fmt = {.indent = indent, .sort_keys = arg_bool(A, 2, "sort_keys", false)};
+    jv sep;
+    if (arg(A, 1, "separators", &sep) && sep.k != JV_NONE) {
+        if (sep.k != JV_LIST || sep.u.l->n != 2 || sep.u.l->v[0].k != JV_STR ||
+            sep.u.l->v[1].k != JV_STR)
+            return jx_fail(c, at, "tojson: separators must be two strings");
+        fmt.item_sep = sep.u.l->v[0].u.s;
+        fmt.key_sep = sep.u.l->v[1].u.s;
+    }
     jbuf b = {0};
-    LLMI_TRY(jv_tojson(c, &b, v, indent, 0, arg_bool(A, 99, "sort_keys", false)));
+    LLMI_TRY(jv_tojson(c, &b, v, &fmt, 0));
     return jv_cstr(c, b.s ? b.s : "", b.n, out);
 }
 

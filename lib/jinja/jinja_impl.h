@@ -222,7 +222,14 @@ const char *jv_type_name(jv v);
 llm_status jb_put(jctx *c, jbuf *b, const char *s, size_t n);
 llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr);
 llm_status jv_to_str(jctx *c, jv v, jv *out); /* str(v) as a string value */
-llm_status jv_tojson(jctx *c, jbuf *b, jv v, int indent, int level, bool sort_keys);
+/* json.dumps's formatting: indent < 0 for None; the separators between
+ * items and between a key and its value */
+typedef struct jx_json_fmt {
+    int indent;
+    bool sort_keys;
+    const jstr *item_sep, *key_sep; /* NULL: json.dumps's defaults */
+} jx_json_fmt;
+llm_status jv_tojson(jctx *c, jbuf *b, jv v, const jx_json_fmt *fmt, int level);
 llm_status jv_from_json(jctx *c, const struct cJSON *j, int depth, jv *out);
 size_t jx_utf8_count(const char *s, size_t n);
 size_t jx_utf8_offset(const char *s, size_t n, size_t chars); /* byte offset of a character */

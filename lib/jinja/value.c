@@ -541,8 +541,20 @@ static llm_status json_nl(jctx *c, jbuf *b, int indent, int level) {
     return LLM_OK;
 }
 
-/* json.dumps(v, ensure_ascii=False, indent=indent (< 0: None), sort_keys) */
-llm_status jv_tojson(jctx *c, jbuf *b, jv v, int indent, int level, bool sort_keys) {
+static llm_status item_sep(jctx *c, jbuf *b, const jx_json_fmt *fmt) {
+    if (fmt->item_sep)
+        return jb_put(c, b, fmt->item_sep->s, fmt->item_sep->n);
+    return jb_puts(c, b, fmt->indent >= 0 ? "," : ", ");
+}
+static llm_status key_sep(jctx *c, jbuf *b, const jx_json_fmt *fmt) {
+    if (fmt->key_sep)
+        return jb_put(c, b, fmt->key_sep->s, fmt->key_sep->n);
+    return jb_puts(c, b, ": ");
+}
+
+/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) */
+llm_status jv_tojson(jctx *c, jbuf *b, jv v, const jx_json_fmt *fmt, int level) {
+    const int indent = fmt->indent;
     char num[48];
     if (level > (int)c->lim.max_depth)
         return llmi_error(LLM_ERR_LIMIT, "chat template: tojson nests deeper than %u",
@@ -568,10 +580,10 @@ llm_status jv_tojson(jctx *c, jbuf *b, jv v, int indent, int level, bool sort_ke
         LLMI_TRY(jb_puts(c, b, "["));
         for (size_t i = 0; i < l->n; i++) {
             if (i)
-                LLMI_TRY(jb_puts(c, b, indent >= 0 ? "," : ", "));
+                LLMI_TRY(item_sep(c, b, fmt));
             if (indent >= 0)
                 LLMI_TRY(json_nl(c, b, indent, level + 1));
-            LLMI_TRY(jv_tojson(c, b, l->v[i], indent, level + 1, sort_keys));
+            LLMI_TRY(jv_tojson(c, b, l->v[i], fmt, level + 1));
         }
         if (indent >= 0)
             LLMI_TRY(json_nl(c, b, indent, level));
@@ -586,7 +598,7 @@ llm_status jv_tojson(jctx *c, jbuf *b, jv v, int indent, int level, bool sort_ke
             return jx_oom(c);
         for (size_t i = 0; i < d->n; i++)
             order[i] = i;
-        if (sort_keys) /* insertion sort: dicts in templates are small */
+        if (fmt->sort_keys) /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < d->n; i++)
                 for (size_t j = i; j > 0; j--) {
                     bool gt = false;
@@ -601,21 +613,22 @@ llm_status jv_tojson(jctx *c, jbuf *b, jv v, int indent, int level, bool sort_ke
         for (size_t i = 0; i < d->n; i++) {
             jv k = d->k[order[i]];
             if (i)
-                LLMI_TRY(jb_puts(c, b, indent >= 0 ? "," : ", "));
+                LLMI_TRY(item_sep(c, b, fmt));
             if (indent >= 0)
                 LLMI_TRY(json_nl(c, b, indent, level + 1));
             if (k.k == JV_STR) {
                 LLMI_TRY(json_str(c, b, k.u.s->s, k.u.s->n));
             } else if (k.k == JV_INT || k.k == JV_FLOAT || k.k == JV_BOOL || k.k == JV_NONE) {
                 jbuf kb = {0};
-                LLMI_TRY(jv_tojson(c, &kb, k, -1, 0, false));
+                const jx_json_fmt plain = {.indent = -1};
+                LLMI_TRY(jv_tojson(c, &kb, k, &plain, 0));
                 LLMI_TRY(json_str(c, b, kb.s, kb.n));
             } else {
                 return jx_fail(c, NULL, "keys must be str, int, float, bool or None, not %s",
                                jv_type_name(k));
             }
-            LLMI_TRY(jb_puts(c, b, ": "));
-            LLMI_TRY(jv_tojson(c, b, d->v[order[i]], indent, level + 1, sort_keys));
+            LLMI_TRY(key_sep(c, b, fmt));
+            LLMI_TRY(jv_tojson(c, b, d->v[order[i]], fmt, level + 1));
         }
         if (indent >= 0)
             LLMI_TRY(json_nl(c, b, indent, level));
