@@ -248,6 +248,38 @@ static llm_status put(cJSON *vars, const char *name, cJSON **item) {
     return LLM_OK;
 }
 
+/* A built-in family (the template is only its name) renders plain
+ * {role, content} messages, nothing else. */
+static llm_status builtin_from_json(const llmi_tokenizer *t, const char *tmpl, const cJSON *msgs,
+                                    const llm_chat_params *p, char *buf, size_t cap,
+                                    size_t *n_out) {
+    if (p->tools_json || p->documents_json || p->continue_final_message)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "chat: the built-in \"%s\" template takes no tools, documents or "
+                          "continue_final_message",
+                          tmpl);
+    size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
+    llm_chat_message *m = llmi_calloc(n ? n : 1, sizeof *m);
+    if (!m)
+        return llmi_oom("chat: messages");
+    for (const cJSON *e = msgs->child; e; e = e->next, i++) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsString(content)) {
+            llmi_free(m);
+            return llmi_error(LLM_ERR_UNSUPPORTED,
+                              "chat: the built-in \"%s\" template needs string contents "
+                              "(message %zu)",
+                              tmpl, i);
+        }
+        m[i].role = cJSON_GetObjectItemCaseSensitive(e, "role")->valuestring;
+        m[i].content = content->valuestring;
+    }
+    llm_status st =
+        llmi_chat_apply_builtin(t, tmpl, m, n, p->add_generation_prompt, buf, cap, n_out);
+    llmi_free(m);
+    return st;
+}
+
 llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *p, char *buf,
                                 size_t cap, size_t *n_out) {
     *n_out = 0;
@@ -308,16 +340,14 @@ llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *
         cJSON_Delete(item);
         llmi_free(key);
     }
-    if (st == LLM_OK && is_family_name(tmpl))
-        st = llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                        "chat: \"%s\" names a built-in template; llm_chat_apply runs Jinja "
-                        "template text",
-                        tmpl);
     if (st == LLM_OK && p->continue_final_message && p->add_generation_prompt)
         st =
             llmi_error(LLM_ERR_INVALID_ARGUMENT,
                        "chat: continue_final_message and add_generation_prompt exclude each other");
-    if (st == LLM_OK)
+    if (st == LLM_OK && is_family_name(tmpl))
+        st = builtin_from_json(t, tmpl, cJSON_GetObjectItemCaseSensitive(vars, "messages"), p, buf,
+                               cap, n_out);
+    else if (st == LLM_OK)
         st = render(t, tmpl, vars, p->continue_final_message, buf, cap, n_out);
     cJSON_Delete(vars);
     cJSON_Delete(msgs);

@@ -259,6 +259,15 @@ static void test_named_templates(void **state) {
     p.template_text = "text:{{ 1 }}"; /* text wins over a name */
     OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
     assert_string_equal(buf, "text:1");
+    /* a built-in family's name renders plain messages only */
+    p.template_text = "chatml";
+    p.tools_json = p.documents_json = NULL;
+    p.messages_json = "[{\"role\": \"user\", \"content\": \"Hi\"}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "<|im_start|>user\nHi<|im_end|>\n");
+    p.messages_json = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]";
+    EXPECT_ERR(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
+               "string contents");
     llmi_tokenizer_free(t);
 }
 
