@@ -432,8 +432,9 @@ static inline void llm_chat_params_init(llm_chat_params *params) {
  * template at all ::LLM_ERR_UNSUPPORTED; a template past the interpreter's
  * limits ::LLM_ERR_LIMIT; a too small buffer ::LLM_ERR_BUFFER_TOO_SMALL with
  * `*n_bytes` = the capacity needed, NUL included (NULL/0 asks for the
- * size). strftime_now() reads the local time. Thread-safe for a shared
- * model. Since 1.3.
+ * size). strftime_now() reads the local time. A template that is only a
+ * built-in family's name ("chatml", "llama3") renders plain string
+ * messages with that family. Thread-safe for a shared model. Since 1.3.
  */
 LLM_API llm_status llm_chat_apply(const llm_model *model, const llm_chat_params *params, char *buf,
                                   size_t capacity, size_t *n_bytes);
