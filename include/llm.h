@@ -396,7 +396,7 @@ typedef struct llm_chat_params {
      *  model's template (see template_name). */
     const char *template_text;
     /** Which of the model's templates to run when template_text is NULL: a
-     *  named one (tokenizer.chat_template.<name>, e.g. "tool_use"; an
+     *  named one (tokenizer.chat_template.NAME, e.g. "tool_use"; an
      *  unknown name gives ::LLM_ERR_NOT_FOUND), or NULL: as transformers
      *  chooses, "tool_use" when tools are given and the model has it, else
      *  the default template. */
@@ -442,7 +442,7 @@ LLM_API llm_status llm_chat_apply(const llm_model *model, const llm_chat_params 
 /**
  * The text of the model's chat template named `name` (NULL or "default":
  * tokenizer.chat_template, or a Hugging Face folder's chat_template; else
- * tokenizer.chat_template.<name>, such as "tool_use"), or NULL when it has
+ * tokenizer.chat_template.NAME, such as "tool_use"), or NULL when it has
  * none of that name. `*text` is borrowed: it lives as long as the model.
  * Thread-safe. Since 1.3.
  */
