@@ -239,8 +239,8 @@ bool jv_equal(jv a, jv b) {
         return true;
     case JV_STR:
         return key_eq(a, b);
-    case JV_LIST:
-        if (a.u.l->n != b.u.l->n)
+    case JV_LIST: /* a list never equals a tuple in Python */
+        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
