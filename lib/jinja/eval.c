@@ -214,7 +214,9 @@ static int cmp_bytes(const jstr *a, const jstr *b) {
 }
 
 /* a < b in Python's order: numbers, strings, lists element by element */
-static llm_status less(jctx *c, const node *at, const char *op, jv a, jv b, int *out) {
+static llm_status less(jctx *c, const node *at, const char *op, jv a, jv b, int depth, int *out) {
+    if (depth > 1000)
+        return llmi_error(LLM_ERR_LIMIT, "chat template: compared values nest deeper than 1000");
     if (is_num(a) && is_num(b)) {
         double x = dbl(a), y = dbl(b);
         if (a.k != JV_FLOAT && b.k != JV_FLOAT)
@@ -232,7 +234,7 @@ static llm_status less(jctx *c, const node *at, const char *op, jv a, jv b, int 
         for (size_t i = 0; i < n; i++) {
             if (jv_equal(a.u.l->v[i], b.u.l->v[i]))
                 continue;
-            return less(c, at, op, a.u.l->v[i], b.u.l->v[i], out);
+            return less(c, at, op, a.u.l->v[i], b.u.l->v[i], depth + 1, out);
         }
         *out = (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
         return LLM_OK;
@@ -296,7 +298,7 @@ llm_status jx_compare(jctx *c, const node *at, int op, jv a, jv b, bool *out) {
         *out = !*out;
         return LLM_OK;
     default:
-        LLMI_TRY(less(c, at, names[op], a, b, &r));
+        LLMI_TRY(less(c, at, names[op], a, b, 0, &r));
         *out = op == OP_LT ? r < 0 : op == OP_LE ? r <= 0 : op == OP_GT ? r > 0 : r >= 0;
         return LLM_OK;
     }

@@ -52,8 +52,29 @@ static llm_status make_seq(jctx *c, frame *f, const node *e, bool tuple, jv *out
     return LLM_OK;
 }
 
+static llm_status eval(jctx *c, frame *f, const node *e, jv *out);
+
+/* Every expression and statement goes through here: a step, and a bound on
+ * how deep evaluations nest (macro calls inside deep expressions inside
+ * macro calls ...), so the C stack stays small whatever the template. */
+static llm_status enter(jctx *c, const node *at) {
+    LLMI_TRY(jx_step(c, at));
+    if (c->eval_depth >= 10 * c->lim.max_depth)
+        return llmi_error(LLM_ERR_LIMIT,
+                          "chat template line %u:%u: evaluation nests deeper than %u", at->line,
+                          at->col, 10 * c->lim.max_depth);
+    c->eval_depth++;
+    return LLM_OK;
+}
+
 llm_status jx_eval(jctx *c, frame *f, const node *e, jv *out) {
-    LLMI_TRY(jx_step(c, e));
+    LLMI_TRY(enter(c, e));
+    llm_status st = eval(c, f, e, out);
+    c->eval_depth--;
+    return st;
+}
+
+static llm_status eval(jctx *c, frame *f, const node *e, jv *out) {
     jv a, b;
     bool r;
     switch (e->k) {
@@ -418,8 +439,15 @@ static llm_status capture(jctx *c, frame *f, const node *s, jv *out) {
     return jv_cstr(c, buf.s ? buf.s : "", buf.n, out);
 }
 
+static llm_status exec_stmt(jctx *c, frame *f, const node *s);
 static llm_status exec(jctx *c, frame *f, const node *s) {
-    LLMI_TRY(jx_step(c, s));
+    LLMI_TRY(enter(c, s));
+    llm_status st = exec_stmt(c, f, s);
+    c->eval_depth--;
+    return st;
+}
+
+static llm_status exec_stmt(jctx *c, frame *f, const node *s) {
     jv v;
     switch (s->k) {
     case N_TEXT:

@@ -188,7 +188,8 @@ typedef struct jctx {
     jx_arena arena;
     llmi_jinja_limits lim;
     uint64_t steps, loops;
-    uint32_t depth;
+    uint32_t depth;      /* macro calls in progress */
+    uint32_t eval_depth; /* nested evaluations in progress (the C stack's depth) */
     double now;
     frame *globals;
     jbuf *out;

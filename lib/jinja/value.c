@@ -225,7 +225,17 @@ static double as_double(jv v) {
     return v.k == JV_FLOAT ? v.u.f : v.k == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-bool jv_equal(jv a, jv b) {
+/* Values a template builds may nest without bound ({% set x = [x] %} in a
+ * loop); printing and comparing them recurse, so both stop at this depth
+ * (printing with LLM_ERR_LIMIT, comparing as unequal). */
+enum { MAX_VALUE_DEPTH = 1000 };
+
+static bool equal_at(jv a, jv b, int depth);
+bool jv_equal(jv a, jv b) { return equal_at(a, b, 0); }
+
+static bool equal_at(jv a, jv b, int depth) {
+    if (depth > MAX_VALUE_DEPTH)
+        return false;
     if (numeric(a) && numeric(b)) {
         if (a.k != JV_FLOAT && b.k != JV_FLOAT)
             return (a.k == JV_INT ? a.u.i : a.u.b) == (b.k == JV_INT ? b.u.i : b.u.b);
@@ -243,7 +253,7 @@ bool jv_equal(jv a, jv b) {
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
+            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1))
                 return false;
         return true;
     case JV_DICT:
@@ -253,7 +263,7 @@ bool jv_equal(jv a, jv b) {
             return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv o;
-            if (!jx_dict_get(b.u.d, a.u.d->k[i], &o) || !jv_equal(a.u.d->v[i], o))
+            if (!jx_dict_get(b.u.d, a.u.d->k[i], &o) || !equal_at(a.u.d->v[i], o, depth + 1))
                 return false;
         }
         return true;
@@ -432,8 +442,14 @@ void jx_float_repr(double f, char *buf, size_t cap) {
 #undef OUT
 }
 
-llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr) {
+static llm_status write_at(jctx *c, jbuf *b, jv v, bool repr, int depth);
+llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr) { return write_at(c, b, v, repr, 0); }
+
+static llm_status write_at(jctx *c, jbuf *b, jv v, bool repr, int depth) {
     char num[48];
+    if (depth > MAX_VALUE_DEPTH)
+        return llmi_error(LLM_ERR_LIMIT, "chat template: a value nests deeper than %d",
+                          MAX_VALUE_DEPTH);
     switch (v.k) {
     case JV_UNDEF:
         return repr ? jb_puts(c, b, "Undefined") : LLM_OK;
@@ -455,7 +471,7 @@ llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr) {
         for (size_t i = 0; i < l->n; i++) {
             if (i)
                 LLMI_TRY(jb_puts(c, b, ", "));
-            LLMI_TRY(jv_write(c, b, l->v[i], true));
+            LLMI_TRY(write_at(c, b, l->v[i], true, depth + 1));
         }
         if (l->tuple && l->n == 1)
             LLMI_TRY(jb_puts(c, b, ","));
@@ -467,9 +483,9 @@ llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr) {
         for (size_t i = 0; i < d->n; i++) {
             if (i)
                 LLMI_TRY(jb_puts(c, b, ", "));
-            LLMI_TRY(jv_write(c, b, d->k[i], true));
+            LLMI_TRY(write_at(c, b, d->k[i], true, depth + 1));
             LLMI_TRY(jb_puts(c, b, ": "));
-            LLMI_TRY(jv_write(c, b, d->v[i], true));
+            LLMI_TRY(write_at(c, b, d->v[i], true, depth + 1));
         }
         return jb_puts(c, b, d->ns ? "}>" : "}");
     }

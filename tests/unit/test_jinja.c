@@ -211,6 +211,20 @@ static void test_limits(void **state) {
     expect_error("{% set ns = namespace(s='x') %}{% for i in range(100000) %}"
                  "{% set ns.s = ns.s ~ 'abcdefgh' %}{% endfor %}",
                  NULL, &lim, LLM_ERR_LIMIT, "more than");
+    /* macro calls inside deep expressions: the evaluation depth bounds the C stack */
+    expect_error("{% macro f(n) %}{{ [[[[[[[[[[[[[[[[f(n + 1)]]]]]]]]]]]]]]]] }}{% endmacro %}"
+                 "{{ f(0) }}",
+                 NULL, NULL, LLM_ERR_LIMIT, "evaluation nests deeper than 1000");
+    /* values a template nests without bound: printing stops, comparing is false */
+    expect_error("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                 "{% endfor %}{{ ns.x }}",
+                 NULL, NULL, LLM_ERR_LIMIT, "nests deeper than 1000");
+    expect_text("{% set ns = namespace(x=[], y=[]) %}{% for i in range(5000) %}"
+                "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}{{ ns.x == ns.y }}",
+                NULL, "False");
+    expect_error("{% set ns = namespace(x=[], y=[]) %}{% for i in range(5000) %}"
+                 "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}{{ ns.x < ns.y }}",
+                 NULL, NULL, LLM_ERR_LIMIT, "nest deeper than 1000");
     /* parser nesting: 200 parentheses, 200 nested ifs */
     char deep[4096] = "{{ ";
     for (int i = 0; i < 200; i++)
