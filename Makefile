@@ -343,7 +343,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
@@ -359,6 +359,7 @@ FUZZ_MAXLEN_chat := 4096
 FUZZ_MAXLEN_state := 16384
 FUZZ_MAXLEN_safetensors := 16384
 FUZZ_MAXLEN_hf_tokenizer := 16384
+FUZZ_MAXLEN_jinja := 8192
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \

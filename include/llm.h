@@ -381,20 +381,105 @@ typedef struct llm_chat_message {
 } llm_chat_message;
 
 /**
- * Renders messages with the model's chat template, recognised from the
- * template the model carries and rendered as that template renders it
- * (ChatML, Llama 2 and 3, Qwen2.5, Qwen3, Gemma, Mistral, Phi-3: the list is
- * in docs/api.md). With `add_generation_prompt` the text ends where the
- * assistant's reply starts. A model without a template, or with one not
- * recognised, gives ::LLM_ERR_UNSUPPORTED; a conversation the template
- * refuses (roles that do not alternate, say) gives
- * ::LLM_ERR_INVALID_ARGUMENT with the reason. A too small buffer gives ::LLM_ERR_BUFFER_TOO_SMALL
- * and `*n_bytes` = the capacity needed, NUL included.
+ * Renders messages with the model's chat template (tokenizer.chat_template):
+ * the template runs in the library's Jinja interpreter exactly as
+ * transformers renders it (the subset is listed in docs/chat-templates.md),
+ * with `messages` ({role, content} each), `add_generation_prompt`,
+ * `bos_token` and `eos_token` (the tokens' text) and `tools` and
+ * `documents` as None. With `add_generation_prompt` the text ends where the
+ * assistant's reply starts. A template that is a built-in family's name
+ * ("chatml", "llama3") uses that family. A model without a template gives
+ * ::LLM_ERR_UNSUPPORTED; a template with a syntax error, or one that
+ * refuses the conversation (raise_exception: roles that do not alternate,
+ * say), gives ::LLM_ERR_INVALID_ARGUMENT with the reason (line:column where
+ * it applies); one that runs past the interpreter's limits (loops, nesting,
+ * output size) gives ::LLM_ERR_LIMIT. A too small buffer gives
+ * ::LLM_ERR_BUFFER_TOO_SMALL and `*n_bytes` = the capacity needed, NUL
+ * included. For tools, multi-part content, tool calls and extra variables
+ * use llm_chat_apply(). Thread-safe for a shared model.
  */
 LLM_API llm_status llm_chat_template_apply(const llm_model *model,
                                            const llm_chat_message *messages,
                                            size_t n_messages, bool add_generation_prompt,
                                            char *buf, size_t capacity, size_t *n_bytes);
+
+/**
+ * What llm_chat_apply() renders: OpenAI-shaped JSON, as servers receive it.
+ * Every string is borrowed UTF-8 for the duration of the call; NULL means
+ * "not given". Since 1.3.
+ */
+typedef struct llm_chat_params {
+    uint32_t struct_size; /**< set by llm_chat_params_init() */
+    /** Required: a JSON array of messages, each an object with a string
+     *  "role" and whatever else the template reads: "content" (a string, or
+     *  a list of parts such as {"type": "text", "text": ...}), "tool_calls",
+     *  "tool_call_id", "name", "reasoning_content", ... */
+    const char *messages_json;
+    /** A JSON array of tool definitions ({"type": "function", "function":
+     *  {"name", "description", "parameters"}}) for `tools`; NULL: None. */
+    const char *tools_json;
+    /** A JSON array of documents for retrieval templates; NULL: None. */
+    const char *documents_json;
+    /** A JSON object of further variables (e.g. {"enable_thinking": false});
+     *  they may override bos_token/eos_token but not messages, tools,
+     *  documents or add_generation_prompt. */
+    const char *variables_json;
+    /** Jinja template text to run instead of the model's own; NULL: the
+     *  model's template (see template_name). */
+    const char *template_text;
+    /** Which of the model's templates to run when template_text is NULL: a
+     *  named one (tokenizer.chat_template.NAME, e.g. "tool_use"; an
+     *  unknown name gives ::LLM_ERR_NOT_FOUND), or NULL: as transformers
+     *  chooses, "tool_use" when tools are given and the model has it, else
+     *  the default template. */
+    const char *template_name;
+    /** End the text where the assistant's reply starts. Default true. */
+    bool add_generation_prompt;
+    /** End the text right after the last message's content (its last text
+     *  part, stripped), so the model continues that message (a prefilled
+     *  assistant reply), as transformers' continue_final_message; needs
+     *  add_generation_prompt false. Default false. */
+    bool continue_final_message;
+} llm_chat_params;
+
+/** Fills defaults (everything NULL, add_generation_prompt true,
+ *  continue_final_message false) into the
+ *  first `struct_size` bytes of `params`; NULL is a no-op. Since 1.3. */
+LLM_API void llm_chat_params_init_sized(llm_chat_params *params, size_t struct_size);
+/** llm_chat_params_init_sized(params, sizeof *params). */
+static inline void llm_chat_params_init(llm_chat_params *params) {
+    llm_chat_params_init_sized(params, sizeof *params);
+}
+
+/**
+ * Renders a conversation with the model's chat template (or
+ * `params->template_text`) in the library's Jinja interpreter, with the
+ * variables transformers' apply_chat_template passes: `messages`, `tools`,
+ * `documents`, `add_generation_prompt`, `bos_token`, `eos_token` (the
+ * vocabulary's text for them), then the members of `variables_json`. JSON
+ * numbers with no fraction become integers. Errors: malformed JSON, a
+ * message without a string role, a template syntax error (line:column) or
+ * a template that raises (raise_exception's message) give
+ * ::LLM_ERR_INVALID_ARGUMENT; invalid UTF-8 ::LLM_ERR_INVALID_UTF8; no
+ * template at all ::LLM_ERR_UNSUPPORTED; a template past the interpreter's
+ * limits ::LLM_ERR_LIMIT; a too small buffer ::LLM_ERR_BUFFER_TOO_SMALL with
+ * `*n_bytes` = the capacity needed, NUL included (NULL/0 asks for the
+ * size). strftime_now() reads the local time. A template that is only a
+ * built-in family's name ("chatml", "llama3") renders plain string
+ * messages with that family. Thread-safe for a shared model. Since 1.3.
+ */
+LLM_API llm_status llm_chat_apply(const llm_model *model, const llm_chat_params *params, char *buf,
+                                  size_t capacity, size_t *n_bytes);
+
+/**
+ * The text of the model's chat template named `name` (NULL or "default":
+ * tokenizer.chat_template, or a Hugging Face folder's chat_template; else
+ * tokenizer.chat_template.NAME, such as "tool_use"), or NULL when it has
+ * none of that name. `*text` is borrowed: it lives as long as the model.
+ * Thread-safe. Since 1.3.
+ */
+LLM_API llm_status llm_model_chat_template(const llm_model *model, const char *name,
+                                           const char **text);
 
 /* ------------------------------------------------------------------------ */
 /** @name Sessions */

@@ -238,6 +238,29 @@ LLM_API llm_status llm_chat_template_apply(const llm_model *m, const llm_chat_me
     return llmi_chat_apply(m->tok, msgs, n, add_generation_prompt, buf, capacity, n_bytes);
 }
 
+LLM_API void llm_chat_params_init_sized(llm_chat_params *p, size_t size) {
+    llm_chat_params d = {.struct_size = sizeof d, .add_generation_prompt = true};
+    llmi_params_init_sized(p, size, &d, sizeof d);
+}
+
+LLM_API llm_status llm_chat_apply(const llm_model *m, const llm_chat_params *params, char *buf,
+                                  size_t capacity, size_t *n_bytes) {
+    CHECK_ARG(m && params && n_bytes, "llm_chat_apply: model, params and n_bytes must not be NULL");
+    *n_bytes = 0;
+    CHECK_ARG(buf || capacity == 0, "llm_chat_apply: buf is NULL");
+    llm_chat_params p;
+    llm_chat_params_init_sized(&p, sizeof p);
+    LLMI_TRY(llmi_params_copy("llm_chat_params", params, &p, sizeof p));
+    return llmi_chat_apply_json(m->tok, &p, buf, capacity, n_bytes);
+}
+
+LLM_API llm_status llm_model_chat_template(const llm_model *m, const char *name,
+                                           const char **text) {
+    CHECK_ARG(m && text, "llm_model_chat_template: model and text must not be NULL");
+    *text = llmi_tokenizer_chat_template_named(m->tok, name);
+    return LLM_OK;
+}
+
 /* ---- sessions and generation ---- */
 
 /* A failed create's message into the caller's llm_session_params buffer,

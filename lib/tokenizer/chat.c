@@ -1,7 +1,8 @@
-/* Chat templates. The model carries a Jinja template; rather than running
- * Jinja, recognise the template families below by their text (the way
- * llama.cpp's llm_chat_detect_template does) and render each exactly as its
- * template renders plain {role, content} messages, rejections included
+/* Built-in chat templates: the fallback when there is no Jinja template to
+ * run (chat_jinja.c runs the model's own template). The families below are
+ * recognised by their text or by name ("chatml", "llama3"; the way
+ * llama.cpp's llm_chat_detect_template does) and each rendered exactly as
+ * its template renders plain {role, content} messages, rejections included
  * (tests/unit/test_chat.c compares with jinja2 on the templates in
  * tests/models/chat-templates/):
  *
@@ -604,31 +605,10 @@ static llm_status render(const ctx *c) {
     return llmi_error(LLM_ERR_INTERNAL, "chat: no renderer for family %d", (int)c->f);
 }
 
-llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs, size_t n,
-                           bool add_generation_prompt, char *buf, size_t cap, size_t *n_out) {
-    if (!t || !n_out)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: NULL model or length");
-    *n_out = 0;
-    if (!buf && cap > 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: buffer is NULL");
-    if (!msgs && n > 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: messages is NULL");
-    for (size_t i = 0; i < n; i++) {
-        if (!msgs[i].role || !msgs[i].content)
-            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "chat: message %zu has a NULL %s", i,
-                              msgs[i].role ? "content" : "role");
-        size_t lr = strlen(msgs[i].role), lc = strlen(msgs[i].content);
-        if (llmi_utf8_valid_prefix(msgs[i].role, lr) != lr ||
-            llmi_utf8_valid_prefix(msgs[i].content, lc) != lc)
-            return llmi_error(LLM_ERR_INVALID_UTF8,
-                              "chat: message %zu at byte %zu is not valid UTF-8", i,
-                              llmi_utf8_valid_prefix(msgs[i].role, lr) != lr
-                                  ? llmi_utf8_valid_prefix(msgs[i].role, lr)
-                                  : llmi_utf8_valid_prefix(msgs[i].content, lc));
-    }
-    const char *tmpl = t->chat_template;
-    if (!tmpl)
-        return llmi_error(LLM_ERR_UNSUPPORTED, "the model has no chat template");
+llm_status llmi_chat_apply_builtin(const llmi_tokenizer *t, const char *tmpl,
+                                   const llm_chat_message *msgs, size_t n,
+                                   bool add_generation_prompt, char *buf, size_t cap,
+                                   size_t *n_out) {
     family f = detect(tmpl);
     if (f == F_NONE)
         return llmi_error(LLM_ERR_UNSUPPORTED,

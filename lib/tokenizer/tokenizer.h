@@ -35,6 +35,9 @@ bool llmi_tokenizer_is_eog(const llmi_tokenizer *t, llm_token id);
 bool llmi_tokenizer_is_control(const llmi_tokenizer *t, llm_token id);
 /* The model's chat template text, or NULL. */
 const char *llmi_tokenizer_chat_template(const llmi_tokenizer *t);
+/* The template named `name` (tokenizer.chat_template.<name>; NULL or
+ * "default": the default one), or NULL. */
+const char *llmi_tokenizer_chat_template_named(const llmi_tokenizer *t, const char *name);
 
 /* Same contract as llm_tokenize() (flags LLM_TOKENIZE_*). */
 llm_status llmi_tokenize(const llmi_tokenizer *t, const char *text, size_t len, uint32_t flags,
@@ -61,9 +64,20 @@ void llmi_detok_init(llmi_detok *d, const llmi_tokenizer *t, uint32_t flags);
 llm_status llmi_detok_push(llmi_detok *d, llm_token id, char *buf, size_t cap, size_t *n);
 llm_status llmi_detok_flush(llmi_detok *d, char *buf, size_t cap, size_t *n);
 
-/* Same contract as llm_chat_template_apply(). */
+/* Same contract as llm_chat_template_apply(): the model's template run by
+ * the Jinja interpreter (lib/jinja), or a built-in family when the
+ * template is a family's name ("chatml", "llama3"). */
 llm_status llmi_chat_apply(const llmi_tokenizer *t, const llm_chat_message *msgs, size_t n,
                            bool add_generation_prompt, char *buf, size_t cap, size_t *n_out);
+/* Same contract as llm_chat_apply(); `p` is a complete, checked struct. */
+llm_status llmi_chat_apply_json(const llmi_tokenizer *t, const llm_chat_params *p, char *buf,
+                                size_t cap, size_t *n_out);
+/* The built-in renderers (chat.c) for template text `tmpl`: a family
+ * recognised by its text, else LLM_ERR_UNSUPPORTED. */
+llm_status llmi_chat_apply_builtin(const llmi_tokenizer *t, const char *tmpl,
+                                   const llm_chat_message *msgs, size_t n,
+                                   bool add_generation_prompt, char *buf, size_t cap,
+                                   size_t *n_out);
 
 /* ---- additions ---- */
 
@@ -145,6 +159,10 @@ struct llmi_tokenizer {
     llm_token bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     char *chat_template;
+    /* named templates (tokenizer.chat_template.<name>, e.g. "tool_use"):
+     * name and text alternate */
+    char **named_templates;
+    size_t n_named_templates;
 };
 
 static inline uint32_t llmi_tok_len(const llmi_tokenizer *t, llm_token id) {

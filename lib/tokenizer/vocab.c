@@ -519,6 +519,34 @@ static llm_status load_scores_types(llmi_tokenizer *t, const llmi_gguf *g) {
     return LLM_OK;
 }
 
+/* tokenizer.chat_template.<name>: a model's other templates (transformers'
+ * named chat templates, e.g. "tool_use"). */
+static llm_status load_named_templates(llmi_tokenizer *t, const llmi_gguf *g) {
+    static const char prefix[] = "tokenizer.chat_template.";
+    const size_t lp = sizeof prefix - 1;
+    size_t n = 0;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        n += g->kv[i].type == LLMI_GGUF_STRING && g->kv[i].key.len > lp &&
+             memcmp(g->kv[i].key.ptr, prefix, lp) == 0;
+    if (!n)
+        return LLM_OK;
+    t->named_templates = llmi_calloc(2 * n, sizeof *t->named_templates);
+    if (!t->named_templates)
+        return llmi_oom("named chat templates");
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const llmi_gguf_kv *kv = &g->kv[i];
+        if (kv->type != LLMI_GGUF_STRING || kv->key.len <= lp || memcmp(kv->key.ptr, prefix, lp))
+            continue;
+        char **slot = &t->named_templates[2 * t->n_named_templates];
+        slot[0] = llmi_strndup(kv->key.ptr + lp, (size_t)kv->key.len - lp);
+        slot[1] = llmi_strndup(kv->str.ptr, (size_t)kv->str.len);
+        t->n_named_templates++; /* freed with the tokenizer, even half made */
+        if (!slot[0] || !slot[1])
+            return llmi_oom("named chat templates");
+    }
+    return LLM_OK;
+}
+
 static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     llmi_str model, pre = {"", 0};
     LLMI_TRY(missing(llmi_gguf_get_str(g, "tokenizer.ggml.model", true, &model),
@@ -606,7 +634,7 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
         if (!t->chat_template)
             return llmi_oom("chat template");
     }
-    return LLM_OK;
+    return load_named_templates(t, g);
 }
 
 llm_status llmi_tokenizer_load(const llmi_gguf *g, llmi_tokenizer **out) {
@@ -644,6 +672,9 @@ void llmi_tokenizer_free(llmi_tokenizer *t) {
     llmi_free(t->map.slots);
     llmi_free(t->special);
     llmi_free(t->chat_template);
+    for (size_t i = 0; i < 2 * t->n_named_templates; i++)
+        llmi_free(t->named_templates[i]);
+    llmi_free(t->named_templates);
     llmi_free(t);
 }
 
@@ -671,6 +702,17 @@ bool llmi_tokenizer_is_control(const llmi_tokenizer *t, llm_token id) {
 
 const char *llmi_tokenizer_chat_template(const llmi_tokenizer *t) {
     return t ? t->chat_template : NULL;
+}
+
+const char *llmi_tokenizer_chat_template_named(const llmi_tokenizer *t, const char *name) {
+    if (!t)
+        return NULL;
+    if (!name || strcmp(name, "default") == 0)
+        return t->chat_template;
+    for (size_t i = 0; i < t->n_named_templates; i++)
+        if (strcmp(t->named_templates[2 * i], name) == 0)
+            return t->named_templates[2 * i + 1];
+    return NULL;
 }
 
 const char *llmi_tokenizer_token_text(const llmi_tokenizer *t, llm_token id, size_t *len) {

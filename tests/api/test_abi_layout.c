@@ -299,6 +299,22 @@ static void test_chat_message_layout(void **state) {
     END_CHECKS();
 }
 
+static void test_chat_params_layout(void **state) {
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_chat_params, 64, 8);
+    FIELD(llm_chat_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_chat_params, messages_json, 8, 8, const char *);
+    FIELD(llm_chat_params, tools_json, 16, 8, const char *);
+    FIELD(llm_chat_params, documents_json, 24, 8, const char *);
+    FIELD(llm_chat_params, variables_json, 32, 8, const char *);
+    FIELD(llm_chat_params, template_text, 40, 8, const char *);
+    FIELD(llm_chat_params, template_name, 48, 8, const char *);
+    FIELD(llm_chat_params, add_generation_prompt, 56, 1, bool);
+    FIELD(llm_chat_params, continue_final_message, 57, 1, bool);
+    END_CHECKS();
+}
+
 /* Callback and scalar types that appear in signatures. */
 static void test_scalar_types(void **state) {
     (void)state;
@@ -486,6 +502,7 @@ int main(void) {
         cmocka_unit_test(test_generate_params_layout),
         cmocka_unit_test(test_generate_result_layout),
         cmocka_unit_test(test_chat_message_layout),
+        cmocka_unit_test(test_chat_params_layout),
         cmocka_unit_test(test_scalar_types),
         cmocka_unit_test(test_status_values),
         cmocka_unit_test(test_enum_values),

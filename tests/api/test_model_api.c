@@ -203,6 +203,112 @@ static void test_chat_template(void **state) {
                      LLM_ERR_INVALID_ARGUMENT);
 }
 
+/* llm_chat_apply: the JSON-level call renders what llm_chat_template_apply
+ * renders for plain messages, and carries what the old struct cannot:
+ * multi-part content, tool calls, tools, documents, extra variables and a
+ * template of the caller's. */
+static void test_chat_apply(void **state) {
+    llm_model *m = *state;
+    const char *tmpl = NULL;
+    assert_int_equal(llm_model_chat_template(m, NULL, &tmpl), LLM_OK);
+    assert_non_null(tmpl);
+    const char *same = NULL, *none = "x";
+    assert_int_equal(llm_model_chat_template(m, "default", &same), LLM_OK);
+    assert_ptr_equal(same, tmpl);
+    assert_int_equal(llm_model_chat_template(m, "tool_use", &none), LLM_OK);
+    assert_null(none);
+    assert_non_null(strstr(tmpl, "<|im_start|>"));
+    llm_chat_params p;
+    llm_chat_params_init(&p);
+    assert_int_equal(p.struct_size, sizeof p);
+    assert_true(p.add_generation_prompt);
+    p.messages_json = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                      "{\"role\": \"user\", \"content\": \"Hi\"}]";
+    char buf[1024], old[1024];
+    size_t n = 0, n_old = 0;
+    llm_chat_message msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    assert_int_equal(llm_chat_template_apply(m, msgs, 2, true, old, sizeof old, &n_old), LLM_OK);
+    llm_status st_ = llm_chat_apply(m, &p, buf, sizeof buf, &n);
+    if (st_ != LLM_OK)
+        fail_msg("llm_chat_apply: %d %s", (int)st_, llm_last_error());
+    assert_int_equal(n, n_old);
+    assert_string_equal(buf, old);
+    /* sizing: NULL/0 reports the capacity needed, NUL included */
+    assert_int_equal(llm_chat_apply(m, &p, NULL, 0, &n), LLM_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(n, n_old + 1);
+
+    p.template_text =
+        "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}"
+        "{% else %}{{ m.content | map(attribute='text') | join }}{% endif %}"
+        "{% for c in m.tool_calls | default([]) %}<{{ c.function.name }} "
+        "{{ c.function.arguments | tojson }}>{% endfor %};{% endfor %}"
+        "{{ tools | map(attribute='function.name') | join(',') }}|{{ documents | length }}|"
+        "{{ enable_thinking }}|{{ bos_token }}|{{ add_generation_prompt }}";
+    p.messages_json = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                      "\"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}, {\"role\": "
+                      "\"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+                      "{\"x\": 1}}}]}, {\"role\": \"tool\", \"content\": \"ok\"}]";
+    p.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+                   "{\"function\": {\"name\": \"g\"}}]";
+    p.documents_json = "[{\"text\": \"d1\"}]";
+    p.variables_json = "{\"enable_thinking\": false, \"bos_token\": \"<B>\"}";
+    p.add_generation_prompt = false;
+    assert_int_equal(llm_chat_apply(m, &p, buf, sizeof buf, &n), LLM_OK);
+    assert_string_equal(buf, "user:ab;assistant:<f {\"x\": 1}>;tool:ok;f,g|1|False|<B>|False");
+
+    /* continue_final_message: the text stops where the last message ends */
+    llm_chat_params cont = p;
+    cont.template_text = NULL;
+    cont.tools_json = cont.documents_json = cont.variables_json = NULL;
+    cont.messages_json = "[{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": "
+                         "\"assistant\", \"content\": \"It is \"}]";
+    cont.continue_final_message = true;
+    assert_int_equal(llm_chat_apply(m, &cont, buf, sizeof buf, &n), LLM_OK);
+    assert_int_equal(n, strlen(buf));
+    assert_true(n > 20 && strcmp(buf + n - 20, "assistant\nIt is <|im") != 0);
+    assert_string_equal(buf + n - strlen("<|im_start|>assistant\nIt is "),
+                        "<|im_start|>assistant\nIt is ");
+    cont.add_generation_prompt = true;
+    assert_int_equal(llm_chat_apply(m, &cont, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "exclude each other"));
+
+    /* bad input names what is wrong */
+    llm_chat_params bad = p;
+    bad.variables_json = "{\"messages\": []}";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "messages"));
+    bad = p;
+    bad.tools_json = "[{\"unterminated\": ";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "tools_json is not valid JSON"));
+    bad = p;
+    bad.messages_json = "[{\"content\": \"no role\"}]";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "message 0"));
+    bad = p;
+    bad.messages_json = NULL;
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    bad = p;
+    bad.template_text = "{% if %}";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "line 1:7"));
+    bad = p;
+    bad.template_text = "{{ raise_exception('no tools here') }}";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "no tools here"));
+    bad = p;
+    bad.struct_size = 2;
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_chat_apply(m, NULL, buf, sizeof buf, &n), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_model_chat_template(m, NULL, NULL), LLM_ERR_INVALID_ARGUMENT);
+    bad = p;
+    bad.template_text = NULL;
+    bad.template_name = "nope";
+    assert_int_equal(llm_chat_apply(m, &bad, buf, sizeof buf, &n), LLM_ERR_NOT_FOUND);
+    assert_non_null(strstr(llm_last_error(), "'nope'"));
+}
+
 /* ---- generation ---- */
 
 typedef struct collected {
@@ -368,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_errors),
         cmocka_unit_test(test_detokenize),
         cmocka_unit_test(test_chat_template),
+        cmocka_unit_test(test_chat_apply),
         cmocka_unit_test(test_generate_greedy_threads),
         cmocka_unit_test(test_generate_sampling_seeded),
         cmocka_unit_test(test_generate_stop_and_limits),

@@ -13,11 +13,11 @@
  * Llama 3 contents trimmed as Jinja's trim filter does), the size query
  * must report its length, and a buffer one byte short must be refused.
  *
- * The other template families (Qwen2.5, Qwen3, Llama 2, Gemma, Mistral,
- * Phi-3; their renderings are checked against jinja2 in test_chat) run too,
- * through minimal templates holding the text that selects each one: either
- * a rejection with LLM_ERR_INVALID_ARGUMENT, or a size query and a rendering
- * that agree with each other. */
+ * More small templates (holding the text the built-in family renderers
+ * once recognised; all now run as Jinja, checked against jinja2 in
+ * test_chat and test_jinja) run too: either a rejection with
+ * LLM_ERR_INVALID_ARGUMENT, or a size query and a rendering that agree with
+ * each other. fuzz_jinja fuzzes the interpreter itself. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "gguf/gguf.h"
 #include "model/testmodel.h"
@@ -41,7 +41,8 @@ static const char llama3_tmpl[] =
     "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
-/* What lib/tokenizer/chat.c recognises each remaining family by. */
+/* The text the built-in renderers (lib/tokenizer/chat.c) recognise each
+ * remaining family by. */
 static const char *const other_family_tmpls[] = {
     "{{ bos_token }}<start_of_turn>first_user_prefix",           /* Gemma 3 */
     "{{ bos_token }}<start_of_turn>System role not supported",   /* Gemma 2 */

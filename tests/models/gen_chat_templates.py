@@ -136,8 +136,9 @@ def render_family(env, family):
                 lines.append(f"msg {hexs(role)} {hexs(content)}")
             messages = [{"role": r, "content": c} for r, c in conv]
             try:
-                text = compiled.render(messages=messages, add_generation_prompt=bool(gen),
-                                       **specials)
+                # tools and documents are None, as transformers passes them
+                text = compiled.render(messages=messages, tools=None, documents=None,
+                                       add_generation_prompt=bool(gen), **specials)
                 lines.append(f"want {hexs(text)}")
             except Exception as e:  # what the template raises is the expected outcome
                 lines.append(f"reject {hexs(type(e).__name__ + ': ' + str(e))}")

@@ -1,5 +1,6 @@
-/* Chat templates: ChatML (plain and SmolLM2's, which adds a default system
- * message) and Llama 3, rendered exactly as Jinja renders the templates
+/* Chat templates, run by the Jinja interpreter: ChatML (plain and
+ * SmolLM2's, which adds a default system message) and Llama 3, rendered
+ * exactly as Jinja renders the templates
  * (expected strings from jinja2 3.1.6 on the same templates), generation
  * prompts, unsupported or missing templates, argument and buffer errors.
  * Every recognised family is compared byte for byte with what jinja2 renders
@@ -165,9 +166,12 @@ static void test_llama3(void **state) {
     llmi_tokenizer_free(t);
 }
 
-static void test_unsupported(void **state) {
+/* Any template runs as Jinja now: those no family matches render, template
+ * errors are the template's; a template that is a family's name uses the
+ * built-in renderer; no template at all is unsupported. */
+static void test_any_template(void **state) {
     (void)state;
-    char buf[64];
+    char buf[256];
     size_t n;
     llmi_tokenizer *t = make(NULL);
     assert_null(llmi_tokenizer_chat_template(t));
@@ -175,29 +179,95 @@ static void test_unsupported(void **state) {
                "no chat template");
     llmi_tokenizer_free(t);
     t = make("{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}");
-    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
-               "not recognised");
+    expect(t, user_only, 1, true, "[INST] Hello! [/INST]");
     llmi_tokenizer_free(t);
-    /* Mistral v7 ([SYSTEM_PROMPT]), v3-Tekken ("[INST]" without the space)
-     * and ChatML templates with their own <think> handling (QwQ) are not
-     * rendered in a near form: refused */
-    static const char *const refused[] = {
-        "{{ bos_token }}{{ '[SYSTEM_PROMPT]' + s + '[/SYSTEM_PROMPT]' }}{{ '[INST]' + c + "
-        "'[/INST]' }}",
-        "{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- \"[INST]\" + message[\"content\"] + "
-        "\"[/INST]\" }}",
-        "{{'<|im_start|>' + m.role + '\\n'}}{% set c = m.content.split('</think>')[-1] %}",
-    };
-    for (size_t i = 0; i < N(refused); i++) {
-        t = make(refused[i]);
-        EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n),
-                   LLM_ERR_UNSUPPORTED, "not recognised");
-        llmi_tokenizer_free(t);
-    }
-    /* Phi-4 uses <|im_start|> with <|im_sep|>: not ChatML */
-    t = make("{{'<|im_start|>' + message['role'] + '<|im_sep|>'}}");
-    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
-               "not recognised");
+    /* Phi-4's <|im_sep|>, bos_token and eos_token from the vocabulary, tools
+     * and documents None as transformers passes them */
+    t = make("{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m.role + '<|im_sep|>' + "
+             "m.content + '<|im_end|>' }}{% endfor %}{{ eos_token }}{{ tools }}{{ documents is "
+             "none }}");
+    expect(t, sys_user, 2, false,
+           "<|begin_of_text|><|im_start|>system<|im_sep|>Be brief.<|im_end|><|im_start|>user"
+           "<|im_sep|>Hi<|im_end|></s>NoneTrue");
+    llmi_tokenizer_free(t);
+    /* what the template raises, and its syntax errors, are the caller's */
+    t = make("{% if messages[0].role != 'system' %}{{ raise_exception('System first!') }}"
+             "{% endif %}");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n),
+               LLM_ERR_INVALID_ARGUMENT, "System first!");
+    llmi_tokenizer_free(t);
+    t = make("{% for m in messages %}\n{{ m.content + }}{% endfor %}");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n),
+               LLM_ERR_INVALID_ARGUMENT, "line 2:");
+    llmi_tokenizer_free(t);
+    t = make("{% for m in messages %}{% for x in range(1000000) %}{{ x }}{% endfor %}{% endfor %}");
+    EXPECT_ERR(llmi_chat_apply(t, user_only, 1, true, buf, sizeof buf, &n), LLM_ERR_LIMIT,
+               "loop iterations");
+    llmi_tokenizer_free(t);
+    /* a family's name runs the built-in renderer */
+    t = make("chatml");
+    expect(t, user_only, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+    llmi_tokenizer_free(t);
+    t = make("llama3");
+    expect(t, user_only, 1, false,
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>");
+    llmi_tokenizer_free(t);
+}
+
+/* Named templates (tokenizer.chat_template.<name>): chosen by name, and
+ * "tool_use" by default for a call with tools, as transformers chooses. */
+static void test_named_templates(void **state) {
+    (void)state;
+    llmi_gguf_writer *w;
+    void *data;
+    size_t size;
+    llmi_gguf *g;
+    llmi_tokenizer *t;
+    const char *const tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "tokenizer.ggml.model", "llama"));
+    OK(llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, 5));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template", "default:{{ messages | length }}"));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template.tool_use", "tools:{{ tools | length }}"));
+    OK(llmi_gguf_w_str(w, "tokenizer.chat_template.rag", "rag:{{ documents[0].text }}"));
+    OK(llmi_gguf_writer_to_memory(w, &data, &size));
+    llmi_gguf_writer_free(w);
+    OK(llmi_gguf_open_memory(data, size, &g));
+    OK(llmi_tokenizer_load(g, &t));
+    llmi_gguf_close(g);
+    llmi_free(data);
+    assert_string_equal(llmi_tokenizer_chat_template_named(t, "rag"),
+                        "rag:{{ documents[0].text }}");
+    assert_null(llmi_tokenizer_chat_template_named(t, "missing"));
+    llm_chat_params p = {.struct_size = sizeof p, .messages_json = "[{\"role\": \"user\"}]"};
+    char buf[64];
+    size_t n;
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "default:1");
+    p.tools_json = "[{}, {}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "tools:2");
+    p.template_name = "default";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "default:1");
+    p.template_name = "rag";
+    p.documents_json = "[{\"text\": \"d\"}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "rag:d");
+    p.template_name = "missing";
+    EXPECT_ERR(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n), LLM_ERR_NOT_FOUND, "'missing'");
+    p.template_text = "text:{{ 1 }}"; /* text wins over a name */
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "text:1");
+    /* a built-in family's name renders plain messages only */
+    p.template_text = "chatml";
+    p.tools_json = p.documents_json = NULL;
+    p.messages_json = "[{\"role\": \"user\", \"content\": \"Hi\"}]";
+    OK(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n));
+    assert_string_equal(buf, "<|im_start|>user\nHi<|im_end|>\n");
+    p.messages_json = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]";
+    EXPECT_ERR(llmi_chat_apply_json(t, &p, buf, sizeof buf, &n), LLM_ERR_UNSUPPORTED,
+               "string contents");
     llmi_tokenizer_free(t);
 }
 
@@ -409,7 +479,8 @@ int main(void) {
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_chatml),
         cmocka_unit_test(test_llama3),
-        cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_any_template),
+        cmocka_unit_test(test_named_templates),
         cmocka_unit_test(test_errors_and_buffers),
         cmocka_unit_test(test_families_against_jinja),
         cmocka_unit_test(test_real_model),

@@ -304,6 +304,10 @@ static void test_small_bpe(void **state) {
     OK(llmi_gguf_get_str(l.g, "tokenizer.chat_template.rag", true, &s));
     assert_true(llmi_str_eq(s, "T2"));
     assert_string_equal(llmi_tokenizer_chat_template(l.tok), "T1");
+    /* the named templates reach the tokenizer (llm_chat_params.template_name) */
+    assert_string_equal(llmi_tokenizer_chat_template_named(l.tok, "rag"), "T2");
+    assert_string_equal(llmi_tokenizer_chat_template_named(l.tok, "default"), "T1");
+    assert_null(llmi_tokenizer_chat_template_named(l.tok, "tool_use"));
     assert_int_equal(llmi_tokenizer_eos(l.tok), 5);
     assert_int_equal(llmi_tokenizer_token_type(l.tok, 5), LLMI_TOKTYPE_CONTROL);
     assert_int_equal(llmi_tokenizer_token_type(l.tok, 6), LLMI_TOKTYPE_USER_DEFINED);

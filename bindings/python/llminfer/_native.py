@@ -120,6 +120,20 @@ class ChatMessage(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
+class ChatParams(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("messages_json", c_char_p),
+        ("tools_json", c_char_p),
+        ("documents_json", c_char_p),
+        ("variables_json", c_char_p),
+        ("template_text", c_char_p),
+        ("template_name", c_char_p),
+        ("add_generation_prompt", c_bool),
+        ("continue_final_message", c_bool),
+    ]
+
+
 class SessionParams(Structure):
     _fields_ = [
         ("struct_size", c_uint32),
@@ -274,6 +288,7 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "llm_model_params": ModelParams,
     "llm_model_info": ModelInfo,
     "llm_chat_message": ChatMessage,
+    "llm_chat_params": ChatParams,
     "llm_session_params": SessionParams,
     "llm_logit_bias": LogitBias,
     "llm_sampling_params": SamplingParams,
@@ -339,6 +354,13 @@ _PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
         [p_model, POINTER(ChatMessage), c_size_t, c_bool, POINTER(c_char), c_size_t,
          POINTER(c_size_t)],
     ),
+    ("llm_chat_params_init_sized", None, [POINTER(ChatParams), c_size_t]),
+    (
+        "llm_chat_apply",
+        c_status,
+        [p_model, POINTER(ChatParams), POINTER(c_char), c_size_t, POINTER(c_size_t)],
+    ),
+    ("llm_model_chat_template", c_status, [p_model, c_char_p, POINTER(c_char_p)]),
     ("llm_session_params_init_sized", None, [POINTER(SessionParams), c_size_t]),
     ("llm_session_create", c_status, [p_model, POINTER(SessionParams), POINTER(p_session)]),
     ("llm_device_params_init_sized", None, [POINTER(DeviceParams), c_size_t]),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import json
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from . import _native
 from ._buffers import read_text
@@ -20,8 +22,10 @@ if TYPE_CHECKING:
 
 _ERROR_CAPACITY = 1024
 
-ChatMessage = Union[Mapping[str, str], Tuple[str, str]]
-"""A chat message: ``{"role": ..., "content": ...}`` or ``(role, content)``."""
+ChatMessage = Union[Mapping[str, Any], Tuple[str, str]]
+"""A chat message: ``{"role": ..., "content": ..., ...}`` (OpenAI-shaped:
+content may be a list of parts, and tool_calls, tool_call_id, name,
+reasoning_content are passed on) or ``(role, content)``."""
 
 
 class TokenizeFlag(enum.IntFlag):
@@ -209,30 +213,82 @@ class Model(Closeable):
 
     # --- chat --------------------------------------------------------------
 
-    def apply_chat_template(self, messages: Iterable[ChatMessage], *,
-                            add_generation_prompt: bool = True) -> str:
-        """Renders messages with the model's own chat template.
+    @property
+    def chat_template(self) -> Optional[str]:
+        """The model's own (default) chat template text, or None."""
+        return self.named_chat_template(None)
 
-        Raises :class:`UnsupportedError` for a model without a template it
-        recognises.
+    def named_chat_template(self, name: Optional[str]) -> Optional[str]:
+        """The model's chat template of that name ("tool_use", ...; None:
+        the default one), or None when it has none."""
+        text = ctypes.c_char_p()
+        key = name.encode("utf-8") if name is not None else None
+        check(lib.llm_model_chat_template(self._handle(), key, ctypes.byref(text)))
+        return text.value.decode("utf-8") if text.value is not None else None
+
+    def apply_chat_template(self, messages: Iterable[ChatMessage], *,
+                            add_generation_prompt: bool = True,
+                            continue_final_message: bool = False,
+                            tools: Optional[Sequence[Mapping[str, Any]]] = None,
+                            documents: Optional[Sequence[Mapping[str, Any]]] = None,
+                            chat_template: Optional[str] = None,
+                            **variables: Any) -> str:
+        """Renders messages with the model's own chat template (or
+        ``chat_template``: template text, or the name of one of the model's
+        templates such as "tool_use"), run as Jinja the way transformers'
+        ``apply_chat_template`` runs it (which picks "tool_use", when the
+        model has it, for a call with tools): ``tools``, ``documents`` and any
+        further keyword (``enable_thinking=False``, ...) become template
+        variables. ``continue_final_message`` ends the text after the last
+        message (for the model to continue it; needs
+        ``add_generation_prompt=False``).
+
+        Raises :class:`UnsupportedError` for a model without a template and
+        no ``chat_template``; :class:`InvalidArgumentError` when the template
+        has an error or raises (its message says why); :class:`LimitError`
+        when it runs past the interpreter's limits.
         """
-        pairs = [_role_content(m) for m in messages]
-        encoded = [(r.encode("utf-8"), c.encode("utf-8")) for r, c in pairs]
-        array = (_native.ChatMessage * max(len(encoded), 1))()
-        for slot, (role, content) in zip(array, encoded):
-            slot.role = role
-            slot.content = content
+        listed = [_message_dict(m) for m in messages]
+        params = _native.ChatParams()
+        lib.llm_chat_params_init_sized(ctypes.byref(params), ctypes.sizeof(params))
+        encoded = {
+            "messages_json": _json(listed),
+            "tools_json": _json(tools) if tools is not None else None,
+            "documents_json": _json(documents) if documents is not None else None,
+            "variables_json": _json(variables) if variables else None,
+            "template_text": None,
+            "template_name": None,
+        }
+        if chat_template is not None:
+            # like transformers: a name of one of the model's templates, or template text
+            named = "{" not in chat_template and self.named_chat_template(chat_template)
+            key = "template_name" if named else "template_text"
+            encoded[key] = chat_template.encode("utf-8")
+        for field, value in encoded.items():
+            setattr(params, field, value)
+        params.add_generation_prompt = add_generation_prompt
+        params.continue_final_message = continue_final_message
         ptr = self._handle()
         return read_text(
-            lambda buf, cap, n: lib.llm_chat_template_apply(
-                ptr, array, len(encoded), add_generation_prompt, buf, cap, ctypes.byref(n)
-            ),
-            first_capacity=sum(len(r) + len(c) + 32 for r, c in encoded) + 64,
+            lambda buf, cap, n: lib.llm_chat_apply(ptr, ctypes.byref(params), buf, cap,
+                                                   ctypes.byref(n)),
+            first_capacity=len(encoded["messages_json"] or b"") * 2 + 256,
         )
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._info.architecture} {self._info.name!r}"
         return f"<llminfer.Model {self.path!r} {state}>"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def _message_dict(message: ChatMessage) -> Dict[str, Any]:
+    if isinstance(message, Mapping):
+        return dict(message)
+    role, content = message
+    return {"role": str(role), "content": str(content)}
 
 
 def _role_content(message: ChatMessage) -> Tuple[str, str]:

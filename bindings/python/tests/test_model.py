@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,79 @@ def test_chat_template(model: llminfer.Model) -> None:
     assert rendered.endswith("<|im_start|>assistant\n")
     closed = model.apply_chat_template([("user", "Hi")], add_generation_prompt=False)
     assert not closed.endswith("assistant\n")
+
+
+def test_chat_template_variables(model: llminfer.Model) -> None:
+    assert model.chat_template is not None and "<|im_start|>" in model.chat_template
+    assert model.named_chat_template("default") == model.chat_template
+    assert model.named_chat_template("tool_use") is None
+    # a name of one of the model's templates runs it, like transformers' chat_template=
+    assert model.apply_chat_template([("user", "Hi")], chat_template="default") == \
+        model.apply_chat_template([("user", "Hi")])
+    template = (
+        "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}"
+        "{% else %}{{ m.content | map(attribute='text') | join }}{% endif %}"
+        "{% for c in m.tool_calls | default([]) %}<{{ c.function.name }} "
+        "{{ c.function.arguments | tojson }}>{% endfor %};{% endfor %}"
+        "{{ tools | map(attribute='function.name') | join(',') }}|{{ documents }}|"
+        "{{ enable_thinking }}|{{ add_generation_prompt }}"
+    )
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Wetter "},
+                                     {"type": "text", "text": "in Köln?"}]},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "weather", "arguments": {"city": "Köln"}}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "12°C"},
+    ]
+    tools = [{"type": "function", "function": {"name": "weather"}}]
+    rendered = model.apply_chat_template(messages, tools=tools, chat_template=template,
+                                         add_generation_prompt=False, enable_thinking=False)
+    want = ('user:Wetter in Köln?;assistant:<weather {"city": "Köln"}>;tool:12°C;'
+            "weather|None|False|False")
+    assert rendered == want
+    # the same template in jinja2, as transformers sets it up, when it is installed
+    jinja2 = pytest.importorskip("jinja2")
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False,
+                                                             indent=indent)
+    assert jinja2.__version__ and env.from_string(template).render(
+        messages=messages, tools=tools, documents=None, add_generation_prompt=False,
+        enable_thinking=False) == rendered
+
+
+def _hf_continue_final_message(rendered: str, final: str) -> str:
+    """transformers' continue_final_message cut, as its render_jinja_template does it."""
+    loc = rendered.rindex(final.strip())
+    if rendered[loc: loc + len(final.lstrip())] == final:
+        return rendered[: loc + len(final.lstrip())]
+    return rendered[: loc + len(final.strip())]
+
+
+@pytest.mark.parametrize("final", ["Sure, the answer", "  It is 4.  ", "x\n"])
+def test_continue_final_message(model: llminfer.Model, final: str) -> None:
+    messages = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": final}]
+    full = model.apply_chat_template(messages, add_generation_prompt=False)
+    cut = model.apply_chat_template(messages, add_generation_prompt=False,
+                                    continue_final_message=True)
+    assert cut == _hf_continue_final_message(full, final)
+    assert cut.rstrip().endswith(final.strip()) and len(cut) < len(full)
+    with pytest.raises(llminfer.InvalidArgumentError):
+        model.apply_chat_template(messages, continue_final_message=True)
+
+
+def test_chat_template_errors(model: llminfer.Model) -> None:
+    with pytest.raises(llminfer.InvalidArgumentError) as caught:
+        model.apply_chat_template([("user", "Hi")],
+                                  chat_template="{{ raise_exception('no tools here') }}")
+    assert "no tools here" in str(caught.value)
+    with pytest.raises(llminfer.InvalidArgumentError) as caught:
+        model.apply_chat_template([("user", "Hi")], chat_template="{% for %}")
+    assert "line 1:" in str(caught.value)
+    with pytest.raises(llminfer.LimitError):
+        model.apply_chat_template(
+            [("user", "Hi")],
+            chat_template="{% for a in range(2000000) %}{{ a }}{% endfor %}")
 
 
 def test_close_twice_and_use_after_close() -> None:
