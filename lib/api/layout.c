@@ -34,6 +34,7 @@ static const struct_size_entry sizes[] = {
     S(llm_session_stats),
     S(llm_backend_info),
     S(llm_device_params),
+    S(llm_grammar_params),
 };
 #undef S
 
@@ -88,6 +89,7 @@ static const field_entry fields[] = {
     F(llm_sampling_params, logit_bias),
     F(llm_sampling_params, n_logit_bias),
     F(llm_sampling_params, min_tokens),
+    F(llm_sampling_params, grammar),
     F(llm_generate_params, struct_size),
     F(llm_generate_params, max_new_tokens),
     F(llm_generate_params, sampling),
@@ -157,6 +159,9 @@ static const field_entry fields[] = {
     F(llm_device_params, devices),
     F(llm_device_params, n_devices),
     F(llm_device_params, tensor_parallel),
+    F(llm_grammar_params, struct_size),
+    F(llm_grammar_params, whitespace),
+    F(llm_grammar_params, root),
 };
 #undef F
 
