@@ -307,6 +307,7 @@ void llmi_grammar_free(llmi_grammar *g) {
     llmi_free(g->eog);
     llmi_free(g->tok_off);
     llmi_free(g->tok_bytes);
+    llmi_gcache_free(g->cache);
     llmi_free(g);
 }
 

@@ -53,9 +53,15 @@ typedef struct llmi_gtrie_node {
     uint16_t n_children;
     uint8_t byte;
     uint8_t pad_;
-    uint32_t first_token; /* tokens whose bytes end here: trie_tokens[first, first + n) */
+    /* Tokens whose bytes end here: trie_tokens[first_token, first_token +
+     * n_tokens); the whole subtree's are trie_tokens[first_token, end_token). */
+    uint32_t first_token;
     uint32_t n_tokens;
+    uint32_t end_token;
+    uint32_t depth; /* bytes from the root */
 } llmi_gtrie_node;
+
+typedef struct llmi_gcache llmi_gcache;
 
 /* The public llm_grammar handle is this struct. */
 typedef struct llm_grammar {
@@ -81,6 +87,9 @@ typedef struct llm_grammar {
     uint32_t max_token_len;
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
+    /* Masks of stack tops, shared by every state (cache.c); the one
+     * mutable part of a compiled grammar, guarded by its own lock. */
+    llmi_gcache *cache;
 } llmi_grammar;
 
 /* Whitespace between JSON tokens in grammars compiled from a schema. */
@@ -113,7 +122,10 @@ typedef struct llmi_gnode {
     uint64_t hash;   /* of the chain from here down */
 } llmi_gnode;
 
-enum { LLMI_GNONE = UINT32_MAX, LLMI_GDONE = UINT32_MAX - 1 };
+/* Special stack tops and parents: NONE ends a chain; DONE is a stack that
+ * emptied (the grammar may end); CUT stands for "the rest of the stack",
+ * unknown, in the context-free masks of cache.c. */
+enum { LLMI_GNONE = UINT32_MAX, LLMI_GDONE = UINT32_MAX - 1, LLMI_GCUT = UINT32_MAX - 2 };
 
 /* Pending bytes of a code point split across tokens. */
 typedef struct llmi_gutf8 {
@@ -139,6 +151,7 @@ typedef struct llm_grammar_state {
     uint32_t n_tops, cap_tops;
     llmi_gutf8 utf8;
     bool finished; /* an end-of-generation token was accepted */
+    bool no_cache; /* masks by the plain walk only (tests compare both) */
     /* Rollback history: the states before the last n_snaps tokens. */
     llmi_gsnap *snaps;
     uint32_t n_snaps, cap_snaps, max_snaps;
@@ -206,6 +219,38 @@ llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *wh
 size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* cp as UTF-8 into out (1-4 bytes); returns the length. */
 size_t llmi_grammar_utf8_encode(uint32_t cp, char *out);
+
+/* ---- the mask cache (cache.c) ----
+ *
+ * Most of a mask depends on the top few frames of the stacks only (inside
+ * a string: every token made of string characters). For a key made of the
+ * top LLMI_GCACHE_DEPTH positions of every stack, the cache keeps the
+ * tokens accepted without looking further down ("accepted") and the trie
+ * subtrees whose tokens do look further down ("uncertain"), which the mask
+ * then walks with the real stacks. */
+enum { LLMI_GCACHE_DEPTH = 3, LLMI_GCACHE_MAX_ENTRIES = 512 };
+
+typedef struct llmi_gcache_entry {
+    uint32_t *key;
+    uint32_t n_key;
+    uint64_t hash;
+    uint32_t *accepted; /* ceil(n_vocab / 32) words */
+    uint32_t *uncertain; /* trie node ids */
+    uint32_t n_uncertain;
+} llmi_gcache_entry;
+
+llm_status llmi_gcache_create(llmi_gcache **out);
+void llmi_gcache_free(llmi_gcache *c);
+/* The entry for key (borrowed until the grammar is freed), or NULL. */
+const llmi_gcache_entry *llmi_gcache_find(llmi_gcache *c, const uint32_t *key, uint32_t n,
+                                          uint64_t hash);
+/* Stores e, taking its arrays (*owned true; *out is the stored entry, or
+ * an equal one another thread stored first). When the cache is full, or
+ * its array cannot be allocated, *owned is false and *out is e itself,
+ * which the caller uses and then frees. */
+llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e,
+                              const llmi_gcache_entry **out, bool *owned);
+void llmi_gcache_entry_free(llmi_gcache_entry *e);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
 

@@ -45,7 +45,7 @@ static llm_status new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32
         s->nodes = q;
         s->cap_nodes = c;
     }
-    uint64_t h = parent == LLMI_GNONE ? 0 : s->nodes[parent].hash;
+    uint64_t h = parent == LLMI_GNONE ? 0 : parent == LLMI_GCUT ? 1 : s->nodes[parent].hash;
     s->nodes[s->n_nodes] = (llmi_gnode){pos, parent, mix(h, pos)};
     *out = s->n_nodes++;
     return LLM_OK;
@@ -53,7 +53,7 @@ static llm_status new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32
 
 static bool same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
     while (a != b) {
-        if (a >= LLMI_GDONE || b >= LLMI_GDONE)
+        if (a >= LLMI_GCUT || b >= LLMI_GCUT)
             return false;
         const llmi_gnode *x = &s->nodes[a], *y = &s->nodes[b];
         if (x->pos != y->pos || x->hash != y->hash)
@@ -87,6 +87,8 @@ static llm_status expand(llmi_gstate *s, uint32_t first, uint32_t node) {
     for (;;) {
         if (node == LLMI_GNONE)
             return add_top(s, first, LLMI_GDONE);
+        if (node == LLMI_GCUT)
+            return add_top(s, first, LLMI_GCUT);
         uint32_t pos = s->nodes[node].pos;
         llmi_gel e = g->el[pos];
         if (e.kind == LLMI_GEL_CHAR)
@@ -114,7 +116,7 @@ static llm_status advance_cp(llmi_gstate *s, gset in, uint32_t cp, gset *out) {
     out->u = (llmi_gutf8){0, 0, 0};
     for (uint32_t i = 0; i < in.n; i++) {
         uint32_t t = s->tops[in.first + i];
-        if (t == LLMI_GDONE)
+        if (t >= LLMI_GCUT)
             continue;
         const llmi_gnode nd = s->nodes[t];
         if (!llmi_gclass_has(s->g, s->g->el[nd.pos].arg, cp))
@@ -151,7 +153,7 @@ static llm_status filter_pending(llmi_gstate *s, gset in, llmi_gutf8 u, gset *ou
         return LLM_OK;
     for (uint32_t i = 0; i < in.n; i++) {
         uint32_t t = s->tops[in.first + i];
-        if (t == LLMI_GDONE || !class_meets(s->g, s->g->el[s->nodes[t].pos].arg, lo, hi))
+        if (t >= LLMI_GCUT || !class_meets(s->g, s->g->el[s->nodes[t].pos].arg, lo, hi))
             continue;
         if (!grow32(&s->tops, &s->cap_tops, s->n_tops + 1))
             return llmi_oom("grammar stacks");
@@ -488,6 +490,155 @@ static llm_status walk(llmi_gstate *s, uint32_t node, gset in, uint32_t *mask) {
     return LLM_OK;
 }
 
+/* ---- the cached mask (see grammar.h) ---- */
+
+enum { SIG = 1 + LLMI_GCACHE_DEPTH }; /* words per stack in a key */
+
+static int cmp_sig(const void *a, const void *b) { return memcmp(a, b, SIG * sizeof(uint32_t)); }
+
+/* The key of the live set: per stack, its depth (with bit 31 set when the
+ * chain ends within it) and its top positions; sorted, duplicates dropped. */
+static llm_status make_key(const llmi_gstate *s, uint32_t **out, uint32_t *n_out, uint64_t *hash) {
+    uint32_t *k = llmi_malloc((size_t)(s->n_tops ? s->n_tops : 1) * SIG * sizeof *k);
+    if (!k)
+        return llmi_oom("grammar mask key");
+    for (uint32_t i = 0; i < s->n_tops; i++) {
+        uint32_t *r = k + (size_t)i * SIG, t = s->tops[i], d = 0;
+        for (uint32_t j = 1; j < SIG; j++)
+            r[j] = UINT32_MAX;
+        while (t < LLMI_GCUT && d < LLMI_GCACHE_DEPTH) {
+            r[1 + d++] = s->nodes[t].pos;
+            t = s->nodes[t].parent;
+        }
+        r[0] = d | (t == LLMI_GNONE || s->tops[i] == LLMI_GDONE ? 0x80000000u : 0);
+    }
+    qsort(k, s->n_tops, SIG * sizeof *k, cmp_sig);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_tops; i++)
+        if (n == 0 || memcmp(k + (size_t)(n - 1) * SIG, k + (size_t)i * SIG, SIG * sizeof *k)) {
+            memmove(k + (size_t)n * SIG, k + (size_t)i * SIG, SIG * sizeof *k);
+            n++;
+        }
+    uint64_t h = 0x84222325cbf29ce4ull;
+    for (uint32_t i = 0; i < n * SIG; i++)
+        h = mix(h, k[i]);
+    *out = k;
+    *n_out = n * SIG;
+    *hash = h;
+    return LLM_OK;
+}
+
+static llm_status push_uncertain(llmi_gcache_entry *e, uint32_t *cap, uint32_t node) {
+    if (!grow32(&e->uncertain, cap, e->n_uncertain + 1))
+        return llmi_oom("grammar mask cache");
+    e->uncertain[e->n_uncertain++] = node;
+    return LLM_OK;
+}
+
+/* The walk over stacks cut below their top frames: subtrees where a path
+ * reaches the cut are recorded as uncertain and not entered. */
+static llm_status walk_cut(llmi_gstate *s, uint32_t node, gset in, llmi_gcache_entry *e,
+                           uint32_t *cap) {
+    const llmi_grammar *g = s->g;
+    const llmi_gtrie_node *nd = &g->trie[node];
+    for (uint32_t c = 0; c < nd->n_children; c++) {
+        uint32_t child = nd->first_child + c;
+        const llmi_gtrie_node *ch = &g->trie[child];
+        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
+        gset out;
+        llm_status st = step_byte(s, in, ch->byte, &out);
+        bool cut = false;
+        for (uint32_t i = 0; st == LLM_OK && i < out.n; i++)
+            cut |= s->tops[out.first + i] == LLMI_GCUT;
+        if (st == LLM_OK && cut)
+            st = push_uncertain(e, cap, child);
+        else if (st == LLM_OK && out.n) {
+            for (uint32_t k = 0; k < ch->n_tokens; k++)
+                set_bit(e->accepted, g->trie_tokens[ch->first_token + k]);
+            if (ch->n_children)
+                st = walk_cut(s, child, out, e, cap);
+        }
+        s->n_nodes = mark_nodes;
+        s->n_tops = mark_tops;
+        if (st != LLM_OK)
+            return st;
+    }
+    return LLM_OK;
+}
+
+/* Computes the entry of a key (made by make_key from the live set). */
+static llm_status compute_entry(llmi_gstate *s, llmi_gcache_entry *e) {
+    const llmi_grammar *g = s->g;
+    e->accepted = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *e->accepted);
+    if (!e->accepted)
+        return llmi_oom("grammar mask cache");
+    uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops, cap = 0;
+    gset cs = {s->n_tops, 0, {0, 0, 0}};
+    llm_status st = LLM_OK;
+    for (uint32_t i = 0; i < e->n_key && st == LLM_OK; i += SIG) {
+        const uint32_t *r = e->key + i;
+        uint32_t d = r[0] & 0x7FFFFFFFu, t = r[0] & 0x80000000u ? LLMI_GNONE : LLMI_GCUT;
+        if (d == 0) { /* an emptied stack: nothing to advance */
+            st = add_top(s, cs.first, LLMI_GDONE);
+            continue;
+        }
+        for (uint32_t j = d; j-- > 0 && st == LLM_OK;)
+            st = new_node(s, r[1 + j], t, &t);
+        if (st == LLM_OK)
+            st = add_top(s, cs.first, t);
+    }
+    cs.n = s->n_tops - cs.first;
+    if (st == LLM_OK)
+        st = walk_cut(s, 0, cs, e, &cap);
+    s->n_nodes = mark_nodes;
+    s->n_tops = mark_tops;
+    return st;
+}
+
+/* The mask from a cache entry: its accepted tokens, then the uncertain
+ * subtrees walked with the real stacks. */
+static llm_status mask_from_entry(llmi_gstate *s, const llmi_gcache_entry *e, uint32_t *mask) {
+    const llmi_grammar *g = s->g;
+    memcpy(mask, e->accepted, (size_t)((g->n_vocab + 31) / 32) * sizeof *mask);
+    for (uint32_t i = 0; i < e->n_uncertain; i++) {
+        const llmi_gtrie_node *nd = &g->trie[e->uncertain[i]];
+        llm_token rep = g->trie_tokens[nd->first_token]; /* its bytes start with the prefix */
+        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
+        gset set;
+        llm_status st = run_bytes(s, live(s), g->tok_bytes + g->tok_off[rep], nd->depth, &set);
+        if (st == LLM_OK && set.n) {
+            for (uint32_t k = 0; k < nd->n_tokens; k++)
+                set_bit(mask, g->trie_tokens[nd->first_token + k]);
+            if (nd->n_children)
+                st = walk(s, e->uncertain[i], set, mask);
+        }
+        s->n_nodes = mark_nodes;
+        s->n_tops = mark_tops;
+        if (st != LLM_OK)
+            return st;
+    }
+    return LLM_OK;
+}
+
+static llm_status fill_cached(llmi_gstate *s, uint32_t *mask) {
+    llmi_gcache *c = s->g->cache;
+    llmi_gcache_entry e = {0};
+    LLMI_TRY(make_key(s, &e.key, &e.n_key, &e.hash));
+    const llmi_gcache_entry *hit = llmi_gcache_find(c, e.key, e.n_key, e.hash);
+    llm_status st = LLM_OK;
+    bool owned = true;
+    if (!hit) {
+        st = compute_entry(s, &e);
+        if (st == LLM_OK)
+            st = llmi_gcache_insert(c, &e, &hit, &owned);
+    }
+    if (st == LLM_OK)
+        st = mask_from_entry(s, hit, mask);
+    (void)owned; /* a stored entry left e empty; an unstored one is freed here */
+    llmi_gcache_entry_free(&e);
+    return st;
+}
+
 llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask) {
     const llmi_grammar *g = s->g;
     if (!g->trie)
@@ -496,7 +647,11 @@ llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask) {
     if (s->finished)
         return LLM_OK;
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-    llm_status st = walk(s, 0, live(s), mask);
+    llm_status st;
+    if (g->cache && s->utf8.need == 0 && !s->no_cache)
+        st = fill_cached(s, mask);
+    else
+        st = walk(s, 0, live(s), mask);
     s->n_nodes = mark_nodes;
     s->n_tops = mark_tops;
     if (st == LLM_OK && llmi_gstate_can_end(s))

@@ -5,8 +5,9 @@
  * annotations (title, description, ...) are skipped.
  *
  * Objects list their properties in the schema's order: required ones
- * always, optional ones may be left out. Numbers and strings of the "any"
- * kinds have bounded lengths so that a generation always ends. */
+ * always, optional ones may be left out. Numbers have bounded lengths;
+ * strings without maxLength do not, so that every character inside one
+ * leaves the matcher in the same state and the mask cache serves it. */
 #include "grammar/grammar.h"
 
 #include <cjson/cJSON.h>
@@ -105,7 +106,7 @@ static void put_common(sc *c) {
     llmi_gtext_puts(o, "hex ::= [0-9a-fA-F]\n"
                        "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" "
                        "( [0-9a-cA-CefEF] hex{3} | [dD] [0-7] hex{2} ) )\n"
-                       "string ::= \"\\\"\" char{0,256} \"\\\"\"\n"
+                       "string ::= \"\\\"\" char* \"\\\"\"\n"
                        "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
                        "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
                        "boolean ::= \"true\" | \"false\"\n"

@@ -33,6 +33,8 @@ static void build(llmi_grammar *g, uint32_t node, uint32_t lo, uint32_t hi, uint
         k++;
     g->trie[node].first_token = lo;
     g->trie[node].n_tokens = k - lo;
+    g->trie[node].end_token = hi;
+    g->trie[node].depth = depth;
     uint32_t groups = 0;
     for (uint32_t i = k; i < hi; i++)
         if (i == k || tbyte(g, tk[i], depth) != tbyte(g, tk[i - 1], depth))
@@ -47,7 +49,7 @@ static void build(llmi_grammar *g, uint32_t node, uint32_t lo, uint32_t hi, uint
         uint32_t j = i;
         while (j < hi && tbyte(g, tk[j], depth) == b)
             j++;
-        g->trie[child] = (llmi_gtrie_node){0, 0, b, 0, 0, 0};
+        g->trie[child] = (llmi_gtrie_node){0, 0, b, 0, 0, 0, 0, 0};
         build(g, child, i, j, depth + 1);
         child++;
         i = j;
@@ -81,6 +83,7 @@ llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
         if (n > max_len)
             max_len = (uint32_t)n;
     }
+    if (!g->cache) LLMI_TRY(llmi_gcache_create(&g->cache));
     if (total >= UINT32_MAX - 1)
         return llmi_error(LLM_ERR_LIMIT, "grammar: vocabulary text too large");
     g->tok_off = llmi_malloc(((size_t)V + 1) * sizeof *g->tok_off);
@@ -123,7 +126,7 @@ llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
     g->n_vocab = V;
     g->max_token_len = max_len;
     qsort_r(g->trie_tokens, k, sizeof *g->trie_tokens, by_bytes, g);
-    g->trie[0] = (llmi_gtrie_node){0, 0, 0, 0, 0, 0};
+    g->trie[0] = (llmi_gtrie_node){0, 0, 0, 0, 0, 0, 0, 0};
     g->n_trie = 1;
     build(g, 0, 0, k, 0);
     llmi_error_clear();
