@@ -129,6 +129,9 @@ $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 # backend, for `make device-check` (tests/tools/, docs/device-check.md).
 $(BUILD)/llm-synth: tests/tools/synth.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
+# Generations under a grammar (tests/grammar/) and the grammar benchmark.
+$(BUILD)/llm-grammar: tests/tools/grammar.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 $(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
 

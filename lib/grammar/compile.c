@@ -115,7 +115,7 @@ llm_status llmi_gbuild_class(llmi_gbuild *b, const uint32_t *pairs, uint32_t n, 
             m++;
         }
     }
-    uint32_t need = b->n_ranges + m + 1;
+    uint32_t need = b->n_ranges + m + 2;
     if (!grow((void **)&b->ranges, &b->cap_ranges, 2 * need, sizeof *b->ranges) ||
         !grow((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof *b->cls)) {
         llmi_free(tmp);
@@ -143,6 +143,29 @@ llm_status llmi_gbuild_class(llmi_gbuild *b, const uint32_t *pairs, uint32_t n, 
         }
     }
     llmi_free(tmp);
+    /* Surrogates are not characters: no UTF-8 text holds them. At most one
+     * range covers the whole block; it splits in two. */
+    for (uint32_t i = 0; i < c.n; i++) {
+        uint32_t lo = dst[2 * i], hi = dst[2 * i + 1];
+        if (hi < 0xD800 || lo > 0xDFFF)
+            continue;
+        if (lo >= 0xD800 && hi <= 0xDFFF) { /* wholly surrogates: drop */
+            memmove(dst + 2 * i, dst + 2 * i + 2, (size_t)(c.n - i - 1) * 2 * sizeof *dst);
+            c.n--;
+            i--;
+        } else if (lo < 0xD800 && hi > 0xDFFF) {
+            memmove(dst + 2 * i + 4, dst + 2 * i + 2, (size_t)(c.n - i - 1) * 2 * sizeof *dst);
+            dst[2 * i + 1] = 0xD7FF;
+            dst[2 * i + 2] = 0xE000;
+            dst[2 * i + 3] = hi;
+            c.n++;
+            i++;
+        } else if (lo < 0xD800) {
+            dst[2 * i + 1] = 0xD7FF;
+        } else {
+            dst[2 * i] = 0xE000;
+        }
+    }
     for (uint32_t i = 0; i < c.n; i++)
         for (uint32_t cp = dst[2 * i]; cp <= dst[2 * i + 1] && cp < 128; cp++)
             c.ascii[cp >> 6] |= 1ull << (cp & 63);

@@ -146,6 +146,8 @@ static llm_status filter_pending(llmi_gstate *s, gset in, llmi_gutf8 u, gset *ou
         lo = min_cp[u.total];
     if (hi > 0x10FFFF)
         hi = 0x10FFFF;
+    if (lo >= 0xD800 && hi <= 0xDFFF) /* only surrogates can follow: never valid */
+        lo = hi + 1;
     out->first = s->n_tops;
     out->u = u;
     out->n = 0;

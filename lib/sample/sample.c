@@ -332,6 +332,12 @@ static inline bool allowed(const uint32_t *mask, uint32_t t) {
 static bool grammar_mask(llmi_sampler *s) {
     if (!s->grammar) return false;
     llm_status st = llmi_gstate_fill_mask(s->grammar, s->allow);
+    if (st == LLM_OK) { /* the grammar never dead-ends; a finished one allows nothing */
+        bool any = false;
+        for (uint32_t w = 0; w <= s->n_vocab / 32 && !any; w++) any = s->allow[w] != 0;
+        if (!any)
+            st = llmi_error(LLM_ERR_INVALID_ARGUMENT, "grammar: no token is allowed here");
+    }
     if (st != LLM_OK) {
         if (s->grammar_status == LLM_OK) s->grammar_status = st;
         return false;
