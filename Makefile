@@ -216,13 +216,24 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state \
 	test_swakv)
 test: all $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
-		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
+		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench $(BUILD)/llm-grammar
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
 		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	@bash tests/tools/test_cli.sh $(BUILD)
+	+@$(MAKE) --no-print-directory test-grammar BUILD=$(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+
+# Structured output against independent references (tests/grammar/):
+# generations under 53 JSON schemas validate with jsonschema (tiny random
+# model, and SmolLM2 when its file is there), EBNF grammars and regular
+# expressions agree with lark and Python's re.
+.PHONY: test-grammar
+test-grammar: $(BUILD)/llm-grammar $(TEST_VENV)/.stamp
+	$(TEST_VENV)/bin/python tests/grammar/check_ebnf.py $(BUILD)
+	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
+		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line

@@ -8,6 +8,10 @@
  *       One JSON line per generation: {"text": ..., "finish": ..., "tokens": n}.
  *       --runs N draws N seeded generations (seeds S, S+1, ...); --temp 0
  *       is greedy. --tiny writes a random-weight test model (its seed).
+ *   llm-grammar accept (--ebnf FILE | --regex FILE)
+ *       Reads JSON strings, one per line, on stdin; prints 1 for each the
+ *       grammar matches as a whole, else 0 (the engine's verdict, for the
+ *       comparison with an independent parser).
  *   llm-grammar bench --model PATH --schemas DIR [--threads N] [--walks N]
  *       JSON: compile time per schema, mask time p50/p99 (cold: the mask
  *       cache filling; warm: the same walks again), and generated tokens/s
@@ -15,6 +19,7 @@
  *
  * Exit status: 0 ok, 1 usage, 2 runtime error. */
 #include "core/core.h"
+#include "grammar/grammar.h"
 #include "model/testmodel.h"
 
 #include <dirent.h>
@@ -208,6 +213,72 @@ static int cmd_gen(int argc, char **argv) {
     return rc;
 }
 
+/* ---- accept ---- */
+
+/* Decodes one JSON string literal (the whole line) into out; its length. */
+static long json_unquote(const char *s, char *out) {
+    if (*s++ != '"') return -1;
+    long n = 0;
+    while (*s && *s != '"') {
+        if (*s != '\\') {
+            out[n++] = *s++;
+            continue;
+        }
+        s++;
+        char e = *s++;
+        if (e == 'n') out[n++] = '\n';
+        else if (e == 't') out[n++] = '\t';
+        else if (e == 'r') out[n++] = '\r';
+        else if (e == 'u') {
+            unsigned cp = 0;
+            if (sscanf(s, "%4x", &cp) != 1) return -1;
+            s += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF && s[0] == '\\' && s[1] == 'u') {
+                unsigned lo = 0;
+                if (sscanf(s + 2, "%4x", &lo) != 1) return -1;
+                s += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            n += (long)llmi_grammar_utf8_encode(cp, out + n);
+        } else
+            out[n++] = e;
+    }
+    return *s == '"' ? n : -1;
+}
+
+static int cmd_accept(int argc, char **argv) {
+    if (argc != 4) return usage();
+    size_t len = 0;
+    char *text = read_file(argv[3], &len);
+    if (!text) return 2;
+    bool regex = !strcmp(argv[2], "--regex");
+    if (regex)
+        while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = 0;
+    llmi_grammar *g = NULL;
+    llm_status st = regex ? llmi_grammar_from_regex(text, len, &g)
+                          : llmi_grammar_from_ebnf(text, len, "root", &g);
+    if (st != LLM_OK) {
+        fprintf(stderr, "compile: %s\n", llmi_error_message());
+        return 2;
+    }
+    static char line[1 << 16], buf[1 << 16];
+    while (fgets(line, sizeof line, stdin)) {
+        long n = json_unquote(line, buf);
+        if (n < 0) {
+            fprintf(stderr, "bad input line\n");
+            return 2;
+        }
+        llmi_gstate *s = NULL;
+        if (llmi_gstate_create(g, &s) != LLM_OK) return 2;
+        bool ok = llmi_gstate_accept_bytes(s, buf, (size_t)n) == LLM_OK && llmi_gstate_can_end(s);
+        printf("%d\n", ok);
+        llmi_gstate_free(s);
+    }
+    llmi_grammar_free(g);
+    free(text);
+    return 0;
+}
+
 /* ---- bench ---- */
 
 static int cmp_double(const void *a, const void *b) {
@@ -359,5 +430,6 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "gen")) return cmd_gen(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(argv[1], "accept")) return cmd_accept(argc, argv);
     return usage();
 }
