@@ -332,7 +332,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer grammar
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per

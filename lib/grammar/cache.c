@@ -16,7 +16,8 @@ struct llmi_gcache {
 llm_status llmi_gcache_create(llmi_gcache **out) {
     *out = NULL;
     llmi_gcache *c = llmi_calloc(1, sizeof *c);
-    if (!c) return llmi_oom("grammar mask cache");
+    if (!c)
+        return llmi_oom("grammar mask cache");
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         llmi_free(c);
         return llmi_error(LLM_ERR_INTERNAL, "grammar mask cache: mutex");
@@ -33,8 +34,10 @@ void llmi_gcache_entry_free(llmi_gcache_entry *e) {
 }
 
 void llmi_gcache_free(llmi_gcache *c) {
-    if (!c) return;
-    for (uint32_t i = 0; i < c->n; i++) llmi_gcache_entry_free(&c->entries[i]);
+    if (!c)
+        return;
+    for (uint32_t i = 0; i < c->n; i++)
+        llmi_gcache_entry_free(&c->entries[i]);
     llmi_free(c->entries);
     pthread_mutex_destroy(&c->lock);
     llmi_free(c);
@@ -58,8 +61,8 @@ const llmi_gcache_entry *llmi_gcache_find(llmi_gcache *c, const uint32_t *key, u
     return e;
 }
 
-llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e,
-                              const llmi_gcache_entry **out, bool *owned) {
+llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e, const llmi_gcache_entry **out,
+                              bool *owned) {
     *out = e;
     *owned = false;
     pthread_mutex_lock(&c->lock);

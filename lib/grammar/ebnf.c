@@ -12,7 +12,8 @@
 
 #include <stdlib.h>
 
-enum { MAX_REPEAT = 4096, MAX_DEPTH = 256 };
+/* MAX_ELEMENTS bounds what repetitions expand to (nested {m,n} multiply). */
+enum { MAX_REPEAT = 4096, MAX_DEPTH = 256, MAX_ELEMENTS = 1 << 22 };
 
 typedef struct parser {
     const char *s;
@@ -21,6 +22,7 @@ typedef struct parser {
     uint32_t rule;           /* the rule being defined, for generated names */
     uint32_t ascii_cls[128]; /* class of each single ASCII character, + 1 */
     uint32_t depth;
+    uint64_t expanded; /* elements written by repetitions so far */
 } parser;
 
 static void line_col(const parser *p, size_t at, uint32_t *line, uint32_t *col) {
@@ -258,6 +260,13 @@ static llm_status star_rule(parser *p, const llmi_gseq *item, uint32_t *out) {
 static llm_status repeat(parser *p, llmi_gseq *item, uint32_t min, uint32_t max) {
     llmi_gseq x = *item, out = {0};
     llm_status st = LLM_OK;
+    p->expanded += (uint64_t)(x.n + 1) * (max == UINT32_MAX ? (uint64_t)min + 1 : (uint64_t)max);
+    if (p->expanded > MAX_ELEMENTS) {
+        llmi_free(x.v);
+        memset(item, 0, sizeof *item);
+        return llmi_error(LLM_ERR_LIMIT, "grammar: repetitions expand to more than %d elements",
+                          MAX_ELEMENTS);
+    }
     for (uint32_t k = 0; k < min && st == LLM_OK; k++)
         st = llmi_gseq_append(&out, &x);
     uint32_t r = UINT32_MAX;

@@ -234,7 +234,7 @@ typedef struct llmi_gcache_entry {
     uint32_t *key;
     uint32_t n_key;
     uint64_t hash;
-    uint32_t *accepted; /* ceil(n_vocab / 32) words */
+    uint32_t *accepted;  /* ceil(n_vocab / 32) words */
     uint32_t *uncertain; /* trie node ids */
     uint32_t n_uncertain;
 } llmi_gcache_entry;
@@ -248,8 +248,8 @@ const llmi_gcache_entry *llmi_gcache_find(llmi_gcache *c, const uint32_t *key, u
  * an equal one another thread stored first). When the cache is full, or
  * its array cannot be allocated, *owned is false and *out is e itself,
  * which the caller uses and then frees. */
-llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e,
-                              const llmi_gcache_entry **out, bool *owned);
+llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e, const llmi_gcache_entry **out,
+                              bool *owned);
 void llmi_gcache_entry_free(llmi_gcache_entry *e);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);

@@ -103,27 +103,28 @@ static void put_common(sc *c) {
     llmi_gtext *o = &c->done;
     llmi_gtext_puts(o,
                     c->flexible ? "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n" : "ws ::= \"\"\n");
-    llmi_gtext_puts(o, "hex ::= [0-9a-fA-F]\n"
-                       "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" "
-                       "( [0-9a-cA-CefEF] hex{3} | [dD] [0-7] hex{2} ) )\n"
-                       "string ::= \"\\\"\" char* \"\\\"\"\n"
-                       "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-                       "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
-                       "boolean ::= \"true\" | \"false\"\n"
-                       "null ::= \"null\"\n"
-                       "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws "
-                       "\":\" ws value ws )* )? \"}\"\n"
-                       "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-                       "value ::= object | array | string | number | boolean | null\n"
-                       "d2 ::= [0-9] [0-9]\n"
-                       "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] "
-                       "| \"1\" [0-9] | \"2\" [0-8] )\n"
-                       "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] "
-                       "( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" "
-                       "[0-5] [0-9] )\n"
-                       "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
-                       "email ::= [a-zA-Z0-9] [a-zA-Z0-9._+-]{0,30} \"@\" [a-zA-Z0-9]{1,20} ( "
-                       "\".\" [a-zA-Z0-9]{1,20} ){1,3}\n");
+    llmi_gtext_puts(
+        o, "hex ::= [0-9a-fA-F]\n"
+           "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" "
+           "( [0-9a-cA-CefEF] hex{3} | [dD] [0-7] hex{2} ) )\n"
+           "string ::= \"\\\"\" char* \"\\\"\"\n"
+           "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
+           "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+           "boolean ::= \"true\" | \"false\"\n"
+           "null ::= \"null\"\n"
+           "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws "
+           "\":\" ws value ws )* )? \"}\"\n"
+           "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
+           "value ::= object | array | string | number | boolean | null\n"
+           "d2 ::= [0-9] [0-9]\n"
+           "date ::= [1-9] [0-9]{3} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] "
+           "| \"1\" [0-9] | \"2\" [0-8] )\n"
+           "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] "
+           "( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" "
+           "[0-5] [0-9] )\n"
+           "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
+           "email ::= [a-zA-Z0-9] [a-zA-Z0-9._+-]{0,30} \"@\" [a-zA-Z0-9]{1,20} ( "
+           "\".\" [a-zA-Z0-9]{1,20} ){1,3}\n");
 }
 
 static llm_status read_count(const cJSON *node, const char *key, const char *path, uint32_t *out,

@@ -83,7 +83,8 @@ llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
         if (n > max_len)
             max_len = (uint32_t)n;
     }
-    if (!g->cache) LLMI_TRY(llmi_gcache_create(&g->cache));
+    if (!g->cache)
+        LLMI_TRY(llmi_gcache_create(&g->cache));
     if (total >= UINT32_MAX - 1)
         return llmi_error(LLM_ERR_LIMIT, "grammar: vocabulary text too large");
     g->tok_off = llmi_malloc(((size_t)V + 1) * sizeof *g->tok_off);

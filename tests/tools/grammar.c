@@ -18,8 +18,8 @@
  *       with and without a grammar.
  *
  * Exit status: 0 ok, 1 usage, 2 runtime error. */
-#include "core/core.h"
 #include "grammar/grammar.h"
+#include "core/core.h"
 #include "model/testmodel.h"
 
 #include <dirent.h>
@@ -37,7 +37,8 @@ static int usage(void) {
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -78,9 +79,11 @@ static bool on_token(llm_token tok, const char *piece, size_t len, void *user) {
     text_buf *b = user;
     if (b->n + len + 1 > b->cap) {
         size_t c = b->cap ? 2 * b->cap : 4096;
-        while (c < b->n + len + 1) c *= 2;
+        while (c < b->n + len + 1)
+            c *= 2;
         char *q = realloc(b->s, c);
-        if (!q) return false;
+        if (!q)
+            return false;
         b->s = q;
         b->cap = c;
     }
@@ -99,13 +102,16 @@ static llm_model *load(const char *path, long tiny_seed) {
         p.n_ctx = 4096;
         snprintf(tmp, sizeof tmp, "%s/llm-grammar-tiny-%ld.gguf",
                  getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", tiny_seed);
-        if (llmi_testmodel_write(&p, tmp) != LLM_OK) return NULL;
+        if (llmi_testmodel_write(&p, tmp) != LLM_OK)
+            return NULL;
         path = tmp;
     }
     llm_model_params mp;
     llm_model_params_init(&mp);
-    if (llm_model_load(path, &mp, &m) != LLM_OK) m = NULL;
-    if (path == tmp) remove(tmp);
+    if (llm_model_load(path, &mp, &m) != LLM_OK)
+        m = NULL;
+    if (path == tmp)
+        remove(tmp);
     return m;
 }
 
@@ -118,24 +124,40 @@ static int cmd_gen(int argc, char **argv) {
     uint32_t ws = LLM_GRAMMAR_WS_COMPACT, spec = LLM_SPEC_NONE;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return usage();
+        if (!v)
+            return usage();
         i++;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--tiny")) tiny = atol(v);
-        else if (!strcmp(a, "--schema")) kind = 0, file = v;
-        else if (!strcmp(a, "--ebnf")) kind = 1, file = v;
-        else if (!strcmp(a, "--regex")) kind = 2, file = v;
-        else if (!strcmp(a, "--ws")) ws = !strcmp(v, "flexible");
-        else if (!strcmp(a, "--runs")) runs = atoi(v);
-        else if (!strcmp(a, "--temp")) temp = atof(v);
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--max-new")) max_new = atoi(v);
-        else if (!strcmp(a, "--spec")) spec = !strcmp(v, "ngram") ? LLM_SPEC_NGRAM : LLM_SPEC_NONE;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else return usage();
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--tiny"))
+            tiny = atol(v);
+        else if (!strcmp(a, "--schema"))
+            kind = 0, file = v;
+        else if (!strcmp(a, "--ebnf"))
+            kind = 1, file = v;
+        else if (!strcmp(a, "--regex"))
+            kind = 2, file = v;
+        else if (!strcmp(a, "--ws"))
+            ws = !strcmp(v, "flexible");
+        else if (!strcmp(a, "--runs"))
+            runs = atoi(v);
+        else if (!strcmp(a, "--temp"))
+            temp = atof(v);
+        else if (!strcmp(a, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--max-new"))
+            max_new = atoi(v);
+        else if (!strcmp(a, "--spec"))
+            spec = !strcmp(v, "ngram") ? LLM_SPEC_NGRAM : LLM_SPEC_NONE;
+        else if (!strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--threads"))
+            threads = atoi(v);
+        else
+            return usage();
     }
-    if (kind < 0 || (!model && tiny < 0)) return usage();
+    if (kind < 0 || (!model && tiny < 0))
+        return usage();
     size_t len = 0;
     char *text = read_file(file, &len);
     if (!text) {
@@ -143,7 +165,8 @@ static int cmd_gen(int argc, char **argv) {
         return 2;
     }
     if (kind == 2) /* a regex file holds one line */
-        while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = 0;
+        while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+            text[--len] = 0;
     llm_model *m = load(model, tiny);
     if (!m) {
         fprintf(stderr, "load: %s\n", llm_last_error());
@@ -198,8 +221,7 @@ static int cmd_gen(int argc, char **argv) {
             rc = 2;
             break;
         }
-        static const char *const finish[] = {"none", "eos", "length", "stop", "cancelled",
-                                             "error"};
+        static const char *const finish[] = {"none", "eos", "length", "stop", "cancelled", "error"};
         printf("{\"text\": ");
         json_string(stdout, b.s ? b.s : "", b.n);
         printf(", \"finish\": \"%s\", \"tokens\": %u}\n",
@@ -217,7 +239,8 @@ static int cmd_gen(int argc, char **argv) {
 
 /* Decodes one JSON string literal (the whole line) into out; its length. */
 static long json_unquote(const char *s, char *out) {
-    if (*s++ != '"') return -1;
+    if (*s++ != '"')
+        return -1;
     long n = 0;
     while (*s && *s != '"') {
         if (*s != '\\') {
@@ -226,16 +249,21 @@ static long json_unquote(const char *s, char *out) {
         }
         s++;
         char e = *s++;
-        if (e == 'n') out[n++] = '\n';
-        else if (e == 't') out[n++] = '\t';
-        else if (e == 'r') out[n++] = '\r';
+        if (e == 'n')
+            out[n++] = '\n';
+        else if (e == 't')
+            out[n++] = '\t';
+        else if (e == 'r')
+            out[n++] = '\r';
         else if (e == 'u') {
             unsigned cp = 0;
-            if (sscanf(s, "%4x", &cp) != 1) return -1;
+            if (sscanf(s, "%4x", &cp) != 1)
+                return -1;
             s += 4;
             if (cp >= 0xD800 && cp <= 0xDBFF && s[0] == '\\' && s[1] == 'u') {
                 unsigned lo = 0;
-                if (sscanf(s + 2, "%4x", &lo) != 1) return -1;
+                if (sscanf(s + 2, "%4x", &lo) != 1)
+                    return -1;
                 s += 6;
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
@@ -247,13 +275,16 @@ static long json_unquote(const char *s, char *out) {
 }
 
 static int cmd_accept(int argc, char **argv) {
-    if (argc != 4) return usage();
+    if (argc != 4)
+        return usage();
     size_t len = 0;
     char *text = read_file(argv[3], &len);
-    if (!text) return 2;
+    if (!text)
+        return 2;
     bool regex = !strcmp(argv[2], "--regex");
     if (regex)
-        while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = 0;
+        while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+            text[--len] = 0;
     llmi_grammar *g = NULL;
     llm_status st = regex ? llmi_grammar_from_regex(text, len, &g)
                           : llmi_grammar_from_ebnf(text, len, "root", &g);
@@ -269,7 +300,8 @@ static int cmd_accept(int argc, char **argv) {
             return 2;
         }
         llmi_gstate *s = NULL;
-        if (llmi_gstate_create(g, &s) != LLM_OK) return 2;
+        if (llmi_gstate_create(g, &s) != LLM_OK)
+            return 2;
         bool ok = llmi_gstate_accept_bytes(s, buf, (size_t)n) == LLM_OK && llmi_gstate_can_end(s);
         printf("%d\n", ok);
         llmi_gstate_free(s);
@@ -287,7 +319,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static double pct(double *v, size_t n, double q) {
-    if (!n) return 0;
+    if (!n)
+        return 0;
     qsort(v, n, sizeof *v, cmp_double);
     size_t i = (size_t)(q * (double)(n - 1) + 0.5);
     return v[i];
@@ -309,24 +342,31 @@ static void push_time(times *t, double x) {
 /* A walk of up to 64 tokens drawn uniformly from the allowed ones. */
 static void walk(llm_grammar *g, uint32_t n_vocab, uint64_t seed, times *out) {
     llm_grammar_state *s = NULL;
-    if (llm_grammar_state_create(g, &s) != LLM_OK) return;
+    if (llm_grammar_state_create(g, &s) != LLM_OK)
+        return;
     size_t words = (n_vocab + 31) / 32;
     uint32_t *mask = malloc(words * 4);
     for (int step = 0; step < 64; step++) {
         double t0 = llmi_now();
-        if (llm_grammar_state_fill_mask(s, mask, words) != LLM_OK) break;
+        if (llm_grammar_state_fill_mask(s, mask, words) != LLM_OK)
+            break;
         push_time(out, (llmi_now() - t0) * 1e6);
         uint32_t n = 0;
-        for (size_t w = 0; w < words; w++) n += (uint32_t)__builtin_popcount(mask[w]);
-        if (n == 0) break;
+        for (size_t w = 0; w < words; w++)
+            n += (uint32_t)__builtin_popcount(mask[w]);
+        if (n == 0)
+            break;
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t pick = (uint32_t)(seed >> 33) % n, t = 0;
         for (;; t++)
-            if ((mask[t >> 5] >> (t & 31)) & 1 && pick-- == 0) break;
-        if (llm_grammar_state_accept_token(s, (llm_token)t) != LLM_OK) break;
+            if ((mask[t >> 5] >> (t & 31)) & 1 && pick-- == 0)
+                break;
+        if (llm_grammar_state_accept_token(s, (llm_token)t) != LLM_OK)
+            break;
         bool done = false;
         llm_grammar_state_is_complete(s, &done);
-        if (done) break;
+        if (done)
+            break;
     }
     free(mask);
     llm_grammar_state_free(s);
@@ -347,7 +387,8 @@ static double gen_tps(llm_session *s, const llm_model *m, const llm_grammar *g, 
     p.sampling = &smp;
     p.ignore_eos = g == NULL;
     llm_generate_result res = {.struct_size = sizeof res};
-    if (llm_generate(s, toks, n, &p, &res) != LLM_OK) return 0;
+    if (llm_generate(s, toks, n, &p, &res) != LLM_OK)
+        return 0;
     return res.generate_seconds > 0 && res.n_generated_tokens > 1
                ? (res.n_generated_tokens - 1) / res.generate_seconds
                : 0;
@@ -357,28 +398,36 @@ static int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *dir = NULL;
     int threads = 2, walks = 4;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--schemas")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--walks")) walks = atoi(argv[i + 1]);
-        else return usage();
+        if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--schemas"))
+            dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--walks"))
+            walks = atoi(argv[i + 1]);
+        else
+            return usage();
     }
-    if (!model || !dir) return usage();
+    if (!model || !dir)
+        return usage();
     llm_model *m = load(model, -1);
-    if (!m) return 2;
+    if (!m)
+        return 2;
     llm_model_info info = {.struct_size = sizeof info};
     llm_model_get_info(m, &info);
     DIR *d = opendir(dir);
-    if (!d) return 2;
+    if (!d)
+        return 2;
     char *names[256];
     int n_names = 0;
     for (struct dirent *e; (e = readdir(d)) && n_names < 256;)
-        if (strstr(e->d_name, ".json")) names[n_names++] = strdup(e->d_name);
+        if (strstr(e->d_name, ".json"))
+            names[n_names++] = strdup(e->d_name);
     closedir(d);
     qsort(names, (size_t)n_names, sizeof *names, (int (*)(const void *, const void *))strcmp);
     times cold = {0}, warm = {0};
-    printf("{\n  \"model\": \"%s\",\n  \"n_vocab\": %u,\n  \"compile_ms\": {", model,
-           info.n_vocab);
+    printf("{\n  \"model\": \"%s\",\n  \"n_vocab\": %u,\n  \"compile_ms\": {", model, info.n_vocab);
     llm_grammar *first = NULL;
     double compile_sum = 0;
     for (int i = 0; i < n_names; i++) {
@@ -392,10 +441,13 @@ static int cmd_bench(int argc, char **argv) {
         double ms = (llmi_now() - t0) * 1e3;
         free(text);
         printf("%s\n    \"%s\": %.2f", i ? "," : "", names[i], st == LLM_OK ? ms : -1.0);
-        if (st != LLM_OK) continue;
+        if (st != LLM_OK)
+            continue;
         compile_sum += ms;
-        for (int w = 0; w < walks; w++) walk(g, info.n_vocab, 1000 + (uint64_t)w, &cold);
-        for (int w = 0; w < walks; w++) walk(g, info.n_vocab, 1000 + (uint64_t)w, &warm);
+        for (int w = 0; w < walks; w++)
+            walk(g, info.n_vocab, 1000 + (uint64_t)w, &cold);
+        for (int w = 0; w < walks; w++)
+            walk(g, info.n_vocab, 1000 + (uint64_t)w, &warm);
         if (!first)
             first = g;
         else
@@ -411,7 +463,8 @@ static int cmd_bench(int argc, char **argv) {
     llm_session_params_init(&sp);
     sp.n_threads = threads;
     llm_session *s = NULL;
-    if (llm_session_create(m, &sp, &s) != LLM_OK) return 2;
+    if (llm_session_create(m, &sp, &s) != LLM_OK)
+        return 2;
     gen_tps(s, m, NULL, 16); /* warm-up */
     double plain = gen_tps(s, m, NULL, 96), constrained = gen_tps(s, m, first, 96);
     printf("  \"threads\": %d,\n  \"tokens_per_s\": {\"unconstrained\": %.1f, \"constrained\": "
@@ -420,16 +473,21 @@ static int cmd_bench(int argc, char **argv) {
     llm_session_free(s);
     llm_grammar_free(first);
     llm_model_free(m);
-    for (int i = 0; i < n_names; i++) free(names[i]);
+    for (int i = 0; i < n_names; i++)
+        free(names[i]);
     free(cold.v);
     free(warm.v);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) return usage();
-    if (!strcmp(argv[1], "gen")) return cmd_gen(argc, argv);
-    if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
-    if (!strcmp(argv[1], "accept")) return cmd_accept(argc, argv);
+    if (argc < 2)
+        return usage();
+    if (!strcmp(argv[1], "gen"))
+        return cmd_gen(argc, argv);
+    if (!strcmp(argv[1], "bench"))
+        return cmd_bench(argc, argv);
+    if (!strcmp(argv[1], "accept"))
+        return cmd_accept(argc, argv);
     return usage();
 }
