@@ -313,6 +313,10 @@ static int cmd_accept(int argc, char **argv) {
 
 /* ---- bench ---- */
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -425,7 +429,7 @@ static int cmd_bench(int argc, char **argv) {
         if (strstr(e->d_name, ".json"))
             names[n_names++] = strdup(e->d_name);
     closedir(d);
-    qsort(names, (size_t)n_names, sizeof *names, (int (*)(const void *, const void *))strcmp);
+    qsort(names, (size_t)n_names, sizeof *names, cmp_name);
     times cold = {0}, warm = {0};
     printf("{\n  \"model\": \"%s\",\n  \"n_vocab\": %u,\n  \"compile_ms\": {", model, info.n_vocab);
     llm_grammar *first = NULL;
