@@ -31,6 +31,7 @@ from .errors import (
     status_description,
     status_name,
 )
+from .grammar import Grammar, GrammarState
 from .log import set_log_handler
 from .model import ChatMessage, Detokenizer, Model, ModelInfo, TokenizeFlag
 from .params import (
@@ -60,6 +61,8 @@ __all__ = [
     "Event",
     "FinishReason",
     "GenerateResult",
+    "Grammar",
+    "GrammarState",
     "InternalError",
     "InvalidArgumentError",
     "InvalidUtf8Error",
