@@ -276,9 +276,17 @@ static uint32_t n_words(const llmi_grammar *g) { return (g->n_vocab + 31) / 32; 
 
 static bool bit(const uint32_t *m, uint32_t t) { return (m[t >> 5] >> (t & 31)) & 1; }
 
-/* The mask equals the token-by-token check for every token. */
+/* The mask (from the cache, where it applies) equals the plain trie walk's
+ * and the token-by-token check for every token. */
 static uint32_t check_mask(llmi_gstate *s, uint32_t *mask) {
     assert_int_equal(llmi_gstate_fill_mask(s, mask), LLM_OK);
+    size_t words = (s->g->n_vocab + 31) / 32;
+    uint32_t *plain = malloc(words * sizeof *plain);
+    s->no_cache = true;
+    assert_int_equal(llmi_gstate_fill_mask(s, plain), LLM_OK);
+    s->no_cache = false;
+    assert_memory_equal(mask, plain, words * sizeof *plain);
+    free(plain);
     uint32_t n = 0;
     for (uint32_t t = 0; t < s->g->n_vocab; t++) {
         bool want = llmi_gstate_allows(s, (llm_token)t);
