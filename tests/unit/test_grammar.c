@@ -387,6 +387,54 @@ static void test_fork_rollback(void **state) {
     llmi_grammar_free(g);
 }
 
+/* A long generation compacts the node arena several times; the rollback
+ * history survives it: undoing tokens one by one gives back the masks seen
+ * on the way. */
+static void test_long_rollback(void **state) {
+    (void)state;
+    llmi_grammar *g = bound(ebnf("root ::= ( [a-c] | \"(\" root \")\" )*"));
+    size_t words = n_words(g);
+    enum { STEPS = 3000, KEEP = LLMI_GRAMMAR_MAX_ROLLBACK };
+    uint32_t *seen = calloc((size_t)(KEEP + 1) * words, 4), *now = calloc(words, 4);
+    llm_token toks[4];
+    size_t n = 0;
+    const char *pieces[4] = {"a", "(", "b", ")"};
+    llm_token piece_tok[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(llm_tokenize(g_model, pieces[i], 1, 0, toks, 4, &n), LLM_OK);
+        assert_int_equal(n, 1);
+        piece_tok[i] = toks[0];
+    }
+    llmi_gstate *s = NULL;
+    assert_int_equal(llmi_gstate_create(g, &s), LLM_OK);
+    int depth = 0;
+    uint32_t max_nodes = 0;
+    for (int i = 0; i < STEPS; i++) {
+        /* nest up to 40 deep, then climb out again, with letters between */
+        int k = i % 3 == 0 ? 0 : depth < 40 && (i / 200) % 2 == 0 ? 1 : depth > 0 ? 3 : 2;
+        if (i >= STEPS - KEEP)
+            assert_int_equal(llmi_gstate_fill_mask(s, seen + (size_t)(i - (STEPS - KEEP)) * words),
+                             LLM_OK);
+        assert_int_equal(llmi_gstate_accept_token(s, piece_tok[k]), LLM_OK);
+        depth += k == 1 ? 1 : k == 3 ? -1 : 0;
+        if (s->n_nodes > max_nodes)
+            max_nodes = s->n_nodes;
+    }
+    printf("# long rollback: at most %u stack nodes held\n", max_nodes);
+    /* 3000 tokens make far more nodes than that: compaction ran */
+    assert_true(max_nodes > 1000 && max_nodes <= 4200);
+    assert_int_equal(llmi_gstate_rollback_depth(s), KEEP);
+    for (int i = KEEP - 1; i >= 0; i--) {
+        assert_int_equal(llmi_gstate_rollback(s, 1), LLM_OK);
+        assert_int_equal(llmi_gstate_fill_mask(s, now), LLM_OK);
+        assert_memory_equal(now, seen + (size_t)i * words, words * 4);
+    }
+    free(seen);
+    free(now);
+    llmi_gstate_free(s);
+    llmi_grammar_free(g);
+}
+
 /* ---- allocation failures ---- */
 
 static void test_alloc_failures(void **state) {
@@ -487,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_partial_utf8),
         cmocka_unit_test_setup_teardown(test_mask_walk, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_fork_rollback, setup_model, teardown_model),
+        cmocka_unit_test_setup_teardown(test_long_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_sampler_masks_first, setup_model, teardown_model),
     };
