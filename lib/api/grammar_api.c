@@ -47,7 +47,7 @@ static llm_status compile(const char *fn, enum grammar_kind kind, const llm_mode
     else
         st = llmi_grammar_from_regex(text, len, &g);
     if (st == LLM_OK)
-        st = llmi_grammar_bind_vocab(g, m->tok);
+        st = llmi_grammar_bind_model(g, m);
     if (st != LLM_OK) {
         llmi_grammar_free(g);
         llmi_error_prefix("%s", fn);

@@ -325,11 +325,7 @@ void llmi_grammar_free(llmi_grammar *g) {
     llmi_free(g->rules);
     llmi_free(g->ranges);
     llmi_free(g->cls);
-    llmi_free(g->trie);
-    llmi_free(g->trie_tokens);
-    llmi_free(g->eog);
-    llmi_free(g->tok_off);
-    llmi_free(g->tok_bytes);
+    llmi_gvocab_release(g->vocab); /* the trie and token bytes are its */
     llmi_gcache_free(g->cache);
     llmi_free(g);
 }

@@ -62,6 +62,7 @@ typedef struct llmi_gtrie_node {
 } llmi_gtrie_node;
 
 typedef struct llmi_gcache llmi_gcache;
+typedef struct llmi_gvocab llmi_gvocab;
 
 /* The public llm_grammar handle is this struct. */
 typedef struct llm_grammar {
@@ -77,7 +78,9 @@ typedef struct llm_grammar {
     uint32_t n_rules;
     char **rule_names;
     uint32_t root;
-    /* Vocabulary (set by llmi_grammar_bind_vocab). */
+    /* Vocabulary (llmi_grammar_bind_vocab / _model): borrowed from `vocab`,
+     * of which the grammar holds a reference. */
+    llmi_gvocab *vocab;
     uint32_t n_vocab;
     llmi_gtrie_node *trie; /* node 0 is the root (empty prefix) */
     uint32_t n_trie;
@@ -110,9 +113,12 @@ llm_status llmi_schema_to_ebnf(const char *json, size_t len, uint32_t ws_mode, c
 llm_status llmi_regex_to_ebnf(const char *re, size_t len, char **text);
 void llmi_grammar_free(llmi_grammar *g);
 
-/* Builds the token trie of `tok` into g (once; a second call with a
+/* Gives g the token bytes and trie of `tok`, built for g alone (tests),
+ * or of model `m`, built once per model and shared (a second bind with a
  * vocabulary of another size fails). */
 llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok);
+llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m);
+void llmi_gvocab_release(llmi_gvocab *v);
 
 /* ---- matcher state ---- */
 
