@@ -138,6 +138,9 @@ $(BUILD)/llm-quantize: examples/llm-quantize/main.c $(STLIB)
 # backend, for `make device-check` (tests/tools/, docs/device-check.md).
 $(BUILD)/llm-synth: tests/tools/synth.c $(STLIB)
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
+# Generations under a grammar (tests/grammar/) and the grammar benchmark.
+$(BUILD)/llm-grammar: tests/tools/grammar.c $(STLIB)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(STLIB) $(LDSAN) $(DEPS_LIBS)
 $(BUILD)/llm-devbench: tests/tools/devbench.c $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN' $(LDSAN)
 
@@ -228,15 +231,27 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 # backend (docs/tensor-parallel.md): both must give the CPU backend's results.
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state \
 	test_swakv)
-test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) $(MODEL) $(MODEL_GEMMA3) \
-		test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench
+test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) \
+		$(MODEL) $(MODEL_GEMMA3) test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench \
+		$(BUILD)/llm-grammar
 	@mkdir -p $(BUILD)/tmp
 	@bash tests/run-tests.sh "$(TEST_ENV)" $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) \
 		$(CUDA_TEST_BIN) --env=LLM_TEST_TP=2 $(TP_TEST_BIN) \
 		--env=LLM_TEST_BACKEND=tp2 $(BUILD)/tests/backend/test_conformance
 	@bash tests/tools/test_cli.sh $(BUILD)
 	@bash tests/tools/test_make_targets.sh
+	+@$(MAKE) --no-print-directory test-grammar BUILD=$(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+
+# Structured output against independent references (tests/grammar/):
+# generations under 53 JSON schemas validate with jsonschema (tiny random
+# model, and SmolLM2 when its file is there), EBNF grammars and regular
+# expressions agree with lark and Python's re.
+.PHONY: test-grammar
+test-grammar: $(BUILD)/llm-grammar $(TEST_VENV)/.stamp
+	$(TEST_VENV)/bin/python tests/grammar/check_ebnf.py $(BUILD)
+	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
+		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line
@@ -343,7 +358,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja grammar
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per

@@ -593,9 +593,137 @@ typedef struct llm_logit_bias {
     float bias;
 } llm_logit_bias;
 
+/* ------------------------------------------------------------------------ */
+/** @name Grammars (structured output)
+ *
+ * A grammar constrains generation to the strings it accepts: a JSON Schema,
+ * an EBNF grammar in llama.cpp's GBNF notation, or a regular expression
+ * (docs/structured-output.md). It is compiled once for a model's
+ * vocabulary and then shared, read-only, by any number of requests,
+ * samplers and grammar states, on any threads. A request or sampler whose
+ * ::llm_sampling_params name a grammar sees only the tokens the grammar
+ * allows next; end-of-generation tokens only where it may end; a request
+ * ends with ::LLM_FINISH_STOP when the grammar can go no further.
+ *
+ * Token-level use: a ::llm_grammar_state follows one sequence. It accepts
+ * tokens, fills a bitset of the allowed ones, forks, and rolls back the
+ * last tokens (up to 64), for hosts that drive decoding themselves.
+ * A state is used by one thread at a time; different states may be used
+ * concurrently. Since 1.3. */
+/* ------------------------------------------------------------------------ */
+
+typedef struct llm_grammar llm_grammar;
+typedef struct llm_grammar_state llm_grammar_state;
+
+/** Whitespace between the tokens of JSON generated from a schema. Values
+ *  never change. */
+typedef enum llm_grammar_whitespace {
+    LLM_GRAMMAR_WS_COMPACT = 0,  /**< none: `{"a":1,"b":[true]}` */
+    LLM_GRAMMAR_WS_FLEXIBLE = 1, /**< optional: one space, or a newline and up to 20
+                                      spaces or tabs, between tokens */
+} llm_grammar_whitespace;
+
+/** Compile options. Initialise with llm_grammar_params_init(). Since 1.3. */
+typedef struct llm_grammar_params {
+    uint32_t struct_size;
+    /** ::llm_grammar_whitespace, for JSON Schemas (default compact). */
+    uint32_t whitespace;
+    /** EBNF: the start rule (borrowed for the call; NULL = "root"). */
+    const char *root;
+} llm_grammar_params;
+
+/** As llm_model_params_init_sized(), for ::llm_grammar_params. Since 1.3. */
+LLM_API void llm_grammar_params_init_sized(llm_grammar_params *params, size_t struct_size);
+#if defined(LLM_BUILDING_LIBRARY)
+LLM_API void llm_grammar_params_init(llm_grammar_params *params);
+#else
+/** Fills `params` with the defaults. */
+static inline void llm_grammar_params_init(llm_grammar_params *params) {
+    llm_grammar_params_init_sized(params, sizeof *params);
+}
+#endif
+
+/**
+ * Compiles a JSON Schema (`schema`, `len` bytes of JSON text, borrowed for
+ * the call) for `model`'s vocabulary. Supported: type (also a list),
+ * properties, required, additionalProperties (false/true, or a schema
+ * without properties: a map), items, minItems, maxItems, enum, const,
+ * anyOf, allOf of one schema, local $ref (recursion included, "#" and
+ * "#/$defs/..."), minLength, maxLength, pattern, format (date, date-time,
+ * time, uuid, email); annotations (title, description, default, ...) are
+ * ignored. `{}` or `{"type":"object"}` accept any JSON value / object.
+ * Anything else gives ::LLM_ERR_UNSUPPORTED naming the keyword and its
+ * JSON pointer; malformed JSON or schemas ::LLM_ERR_INVALID_ARGUMENT.
+ * Borrows `model` for the call only. `params` may be NULL. Caller frees
+ * `*out` with llm_grammar_free(). Thread-safe.
+ */
+LLM_API llm_status llm_grammar_compile_json_schema(const llm_model *model, const char *schema,
+                                                   size_t len, const llm_grammar_params *params,
+                                                   llm_grammar **out);
+/**
+ * Compiles an EBNF grammar in GBNF notation (`name ::= ...` rules;
+ * alternation, sequences, groups, `*` `+` `?` `{m,n}`, string literals with
+ * escapes, character classes with ranges and negation, `.`). Errors give
+ * the line:column. Left-recursive rules are refused
+ * (::LLM_ERR_UNSUPPORTED). As llm_grammar_compile_json_schema() otherwise.
+ */
+LLM_API llm_status llm_grammar_compile_ebnf(const llm_model *model, const char *text,
+                                            size_t len, const llm_grammar_params *params,
+                                            llm_grammar **out);
+/**
+ * Compiles a regular expression that the whole output must match:
+ * literals, escapes, classes, `\d \w \s` (and negations), `.` (not a
+ * newline), groups, alternation, quantifiers; `^` and `$` at the ends are
+ * accepted. Backreferences and lookaround give ::LLM_ERR_UNSUPPORTED with
+ * the offset. As llm_grammar_compile_json_schema() otherwise.
+ */
+LLM_API llm_status llm_grammar_compile_regex(const llm_model *model, const char *regex,
+                                             size_t len, const llm_grammar_params *params,
+                                             llm_grammar **out);
+/** Frees a grammar; it must outlive every state, sampler and request that
+ *  uses it. NULL is a no-op. */
+LLM_API void llm_grammar_free(llm_grammar *grammar);
+
+/** A state at the start of `grammar` (borrowed; must outlive the state).
+ *  Caller frees `*out` with llm_grammar_state_free(). */
+LLM_API llm_status llm_grammar_state_create(const llm_grammar *grammar,
+                                            llm_grammar_state **out);
+/** An independent copy of `state` (its rollback history included), e.g.
+ *  for a forked sequence. Caller frees `*out`. */
+LLM_API llm_status llm_grammar_state_fork(const llm_grammar_state *state,
+                                          llm_grammar_state **out);
+/** NULL is a no-op. */
+LLM_API void llm_grammar_state_free(llm_grammar_state *state);
+/**
+ * Advances by one token (its bytes; a token may end inside a UTF-8
+ * character and the next complete it). An end-of-generation token is
+ * accepted where the grammar may end, and finishes it. A token the grammar
+ * does not allow gives ::LLM_ERR_INVALID_ARGUMENT and leaves the state
+ * unchanged.
+ */
+LLM_API llm_status llm_grammar_state_accept_token(llm_grammar_state *state, llm_token token);
+/**
+ * Writes the allowed next tokens as a bitset: bit (t % 32) of
+ * `mask[t / 32]` for token t; `n_words` must be at least ceil(n_vocab /
+ * 32) (else ::LLM_ERR_BUFFER_TOO_SMALL); every word up to that is written.
+ */
+LLM_API llm_status llm_grammar_state_fill_mask(llm_grammar_state *state, uint32_t *mask,
+                                               size_t n_words);
+/** Whether the grammar may end here (`*out`). */
+LLM_API llm_status llm_grammar_state_can_end(const llm_grammar_state *state, bool *out);
+/** Whether the grammar can go no further (`*out`): it may end and no
+ *  token continues it, or an end-of-generation token was accepted. */
+LLM_API llm_status llm_grammar_state_is_complete(const llm_grammar_state *state, bool *out);
+/** Undoes the last `n_tokens` accepted tokens (speculative decoding); at
+ *  most the 64 most recent, else ::LLM_ERR_INVALID_ARGUMENT. */
+LLM_API llm_status llm_grammar_state_rollback(llm_grammar_state *state, uint32_t n_tokens);
+
 /**
  * How the next token is chosen from a row of logits. The steps, in order:
  *
+ *  0. grammar: with `grammar` set, tokens it does not allow next are
+ *     banned before anything else, so the distribution drawn from is the
+ *     model's renormalised over the allowed tokens;
  *  1. logit bias: `logit[t] += bias` for every entry of `logit_bias`
  *     (entries naming the same token add up; -INFINITY bans it);
  *  2. penalties over the window = the last `repeat_last_n` tokens of the
@@ -646,6 +774,11 @@ typedef struct llm_sampling_params {
     /** End-of-generation tokens are banned until this many tokens were
      *  generated (default 0). */
     uint32_t min_tokens;
+    /** Constrains the tokens to a compiled grammar (borrowed: it must
+     *  outlive every request and sampler given these params; compiled for
+     *  the same model). Each request (each sample of it) and sampler keeps
+     *  its own state. NULL = unconstrained (default). Since 1.3. */
+    const llm_grammar *grammar;
 } llm_sampling_params;
 
 /** As llm_model_params_init_sized(), for ::llm_sampling_params. Since 1.2. */
@@ -1212,6 +1345,10 @@ LLM_API void llm_sampler_free(llm_sampler *sampler);
  * `n_generated` counts the generated ones, for min_tokens. The random number
  * is keyed by (seed, stream, position): the same arguments give the same
  * token. Use the index the token will take in the sequence as `position`.
+ * With a grammar in the sampler's params, the sampler keeps a grammar state
+ * from its creation on: only allowed tokens are drawn and the drawn token
+ * is accepted into that state. A grammar that allows nothing more
+ * (finished) gives ::LLM_ERR_INVALID_ARGUMENT.
  */
 LLM_API llm_status llm_sampler_sample(llm_sampler *sampler, const float *logits,
                                       const llm_token *history, size_t n_history,

@@ -457,6 +457,7 @@ struct llm_sampler {
     llm_sampling_params params; /* validated; owns its logit_bias copy */
     uint64_t stream;
     llmi_sampler s;
+    llmi_gstate *grammar; /* with params.grammar: where the drawn tokens are */
 };
 
 LLM_API llm_status llm_sampler_create(const llm_model *m, const llm_sampling_params *params,
@@ -470,6 +471,8 @@ LLM_API llm_status llm_sampler_create(const llm_model *m, const llm_sampling_par
     sm->stream = stream;
     llm_status st = llmi_sampling_params_copy(params, m->hp.n_vocab, &sm->params);
     if (st == LLM_OK) st = llmi_sampler_init(&sm->s, m->hp.n_vocab);
+    if (st == LLM_OK && sm->params.grammar)
+        st = llmi_gstate_create(sm->params.grammar, &sm->grammar);
     if (st != LLM_OK) {
         llm_sampler_free(sm);
         return st;
@@ -481,6 +484,7 @@ LLM_API llm_status llm_sampler_create(const llm_model *m, const llm_sampling_par
 LLM_API void llm_sampler_free(llm_sampler *sm) {
     if (!sm) return;
     llmi_sampler_destroy(&sm->s);
+    llmi_gstate_free(sm->grammar);
     llmi_sampling_params_free(&sm->params);
     llmi_free(sm);
 }
@@ -497,8 +501,17 @@ LLM_API llm_status llm_sampler_sample(llm_sampler *sm, const float *logits,
         CHECK_ARG(history[i] >= 0 && (uint32_t)history[i] < V,
                   "llm_sampler_sample: history[%zu] is %d, outside the vocabulary of %u", i,
                   history[i], V);
-    *out = llmi_sample(&sm->s, logits, &sm->params, history, n_history, n_generated,
-                       sm->model->tok, sm->stream, position);
+    if (sm->grammar && sm->grammar->finished)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_sampler_sample: the grammar has finished; nothing more is allowed");
+    sm->s.grammar = sm->grammar;
+    sm->s.grammar_status = LLM_OK;
+    llm_token t = llmi_sample(&sm->s, logits, &sm->params, history, n_history, n_generated,
+                              sm->model->tok, sm->stream, position);
+    sm->s.grammar = NULL;
+    if (sm->s.grammar_status != LLM_OK) return sm->s.grammar_status;
+    if (sm->grammar) LLMI_TRY(llmi_gstate_accept_token(sm->grammar, t));
+    *out = t;
     return LLM_OK;
 }
 

@@ -36,6 +36,7 @@ static const struct_size_entry sizes[] = {
     S(llm_backend_info),
     S(llm_device_params),
     S(llm_embed_params),
+    S(llm_grammar_params),
 };
 #undef S
 
@@ -103,6 +104,7 @@ static const field_entry fields[] = {
     F(llm_sampling_params, logit_bias),
     F(llm_sampling_params, n_logit_bias),
     F(llm_sampling_params, min_tokens),
+    F(llm_sampling_params, grammar),
     F(llm_generate_params, struct_size),
     F(llm_generate_params, max_new_tokens),
     F(llm_generate_params, sampling),
@@ -175,6 +177,9 @@ static const field_entry fields[] = {
     F(llm_embed_params, struct_size),
     F(llm_embed_params, pooling),
     F(llm_embed_params, normalize),
+    F(llm_grammar_params, struct_size),
+    F(llm_grammar_params, whitespace),
+    F(llm_grammar_params, root),
 };
 #undef F
 

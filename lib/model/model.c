@@ -597,6 +597,10 @@ static llm_status load_model(const char *path, bool use_mmap, const llmi_arch *a
     llm_model *m = llmi_calloc(1, sizeof *m);
     if (!m)
         return llmi_oom("model");
+    if (pthread_mutex_init(&m->grammar_vocab.lock, NULL) != 0) {
+        llmi_free(m);
+        return llmi_error(LLM_ERR_INTERNAL, "model: mutex");
+    }
     llm_status st = open_file(path, use_mmap, progress, &m->file);
     if (st != LLM_OK)
         goto fail;
@@ -634,6 +638,9 @@ fail:
 void llmi_model_free(llm_model *m) {
     if (!m)
         return;
+    if (m->grammar_vocab.data)
+        m->grammar_vocab.release(m->grammar_vocab.data);
+    pthread_mutex_destroy(&m->grammar_vocab.lock);
     llmi_tokenizer_free(m->tok);
     llmi_free(m->layers);
     llmi_gguf_close(m->file);

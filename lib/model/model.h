@@ -8,7 +8,19 @@
 #include "model/arch.h"
 #include "tokenizer/tokenizer.h"
 
+#include <pthread.h>
+
 #define LLMI_POOLING_UNSET UINT32_MAX
+
+/* Something a module above this one derives from the model once and
+ * shares (the grammar module's token trie): built on first use under
+ * `lock`, released with `release(data)` when the model is freed. The model
+ * stays immutable to its users; only these caches fill in. */
+typedef struct llmi_model_cache {
+    pthread_mutex_t lock;
+    void *data;
+    void (*release)(void *data);
+} llmi_model_cache;
 
 typedef struct llmi_hparams {
     char arch[32];
@@ -55,6 +67,7 @@ struct llm_model {
     char name[128];
     uint64_t n_params, weight_bytes;
     uint64_t fingerprint; /* llmi_model_fingerprint, computed at load */
+    llmi_model_cache grammar_vocab; /* lib/grammar's token trie */
 };
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out);

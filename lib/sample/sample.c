@@ -10,7 +10,8 @@ llm_status llmi_sampler_init(llmi_sampler *s, uint32_t n_vocab) {
     s->work = llmi_calloc(n_vocab ? n_vocab : 1, sizeof *s->work);
     s->counts = llmi_calloc(n_vocab ? n_vocab : 1, sizeof *s->counts);
     s->touched = llmi_calloc(n_vocab ? n_vocab : 1, sizeof *s->touched);
-    if (!s->cand || !s->work || !s->counts || !s->touched) {
+    s->allow = llmi_calloc(n_vocab / 32 + 1, sizeof *s->allow);
+    if (!s->cand || !s->work || !s->counts || !s->touched || !s->allow) {
         llmi_sampler_destroy(s);
         return llmi_oom("sampler scratch");
     }
@@ -22,6 +23,9 @@ void llmi_sampler_destroy(llmi_sampler *s) {
     llmi_free(s->work);
     llmi_free(s->counts);
     llmi_free(s->touched);
+    llmi_free(s->allow);
+    s->allow = NULL;
+    s->grammar = NULL;
     s->cand = NULL;
     s->work = NULL;
     s->counts = NULL;
@@ -109,6 +113,11 @@ static llm_status validate(const llm_sampling_params *p, uint32_t n_vocab) {
                               "-INFINITY",
                               i, (double)b->bias);
     }
+    if (p->grammar && p->grammar->n_vocab != n_vocab)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_sampling_params.grammar was compiled for a vocabulary of %u "
+                          "tokens, not this model's %u",
+                          p->grammar->n_vocab, n_vocab);
     bool all = false;
     LLMI_TRY(bans_everything(p, n_vocab, &all));
     if (all)
@@ -315,22 +324,58 @@ static void ban_eog(llmi_sampler *s, const llmi_tokenizer *tok) {
     for (uint32_t j = 0; j < n_eog; j++) s->work[s->touched[j]] = -INFINITY;
 }
 
-/* Steps 1-3: the logits themselves when nothing applies, else s->work. */
+static inline bool allowed(const uint32_t *mask, uint32_t t) {
+    return (mask[t >> 5] >> (t & 31)) & 1;
+}
+
+/* Step 0: the grammar's mask into s->allow; false when there is none. */
+static bool grammar_mask(llmi_sampler *s) {
+    if (!s->grammar) return false;
+    llm_status st = llmi_gstate_fill_mask(s->grammar, s->allow);
+    if (st == LLM_OK) { /* the grammar never dead-ends; a finished one allows nothing */
+        bool any = false;
+        for (uint32_t w = 0; w <= s->n_vocab / 32 && !any; w++) any = s->allow[w] != 0;
+        if (!any)
+            st = llmi_error(LLM_ERR_INVALID_ARGUMENT, "grammar: no token is allowed here");
+    }
+    if (st != LLM_OK) {
+        if (s->grammar_status == LLM_OK) s->grammar_status = st;
+        return false;
+    }
+    return true;
+}
+
+/* Steps 0-3: the logits themselves when nothing applies, else s->work.
+ * *masked: whether s->allow holds the grammar's mask. */
 static const float *process(llmi_sampler *s, const float *logits, const llm_sampling_params *p,
                             const llm_token *history, size_t n_history, uint32_t n_generated,
-                            const llmi_tokenizer *tok) {
+                            const llmi_tokenizer *tok, bool *masked) {
     bool pen = penalties_on(p, history, n_history), ban = tok && n_generated < p->min_tokens;
-    if (p->n_logit_bias == 0 && !pen && !ban) return logits;
+    *masked = grammar_mask(s);
+    if (p->n_logit_bias == 0 && !pen && !ban && !*masked) return logits;
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
+    if (*masked)
+        for (uint32_t i = 0; i < s->n_vocab; i++)
+            if (!allowed(s->allow, i)) s->work[i] = -INFINITY;
     apply_bias(s, p);
     if (pen) apply_penalties(s, p, history, n_history);
     if (ban) ban_eog(s, tok);
     return s->work;
 }
 
-/* Nothing finite is left: the largest raw logit wins. */
-static uint32_t fallback(llmi_sampler *s, const float *logits, llmi_candidate **out) {
+/* Nothing finite is left: the largest raw logit wins (among the tokens
+ * the grammar allows, when it allows any). */
+static uint32_t fallback(llmi_sampler *s, const float *logits, bool masked,
+                         llmi_candidate **out) {
     llm_token best = llmi_argmax(logits, s->n_vocab);
+    if (masked) {
+        bool found = false;
+        for (uint32_t i = 0; i < s->n_vocab; i++) {
+            if (!allowed(s->allow, i)) continue;
+            if (!found || logits[i] > logits[best] || isnan(logits[best])) best = (llm_token)i;
+            found = true;
+        }
+    }
     s->cand[0] = (llmi_candidate){best, logits[best], 1.0f};
     *out = s->cand;
     return 1;
@@ -346,7 +391,8 @@ uint32_t llmi_sample_dist(llmi_sampler *s, const float *logits, const llm_sampli
                           const llmi_tokenizer *tok, llmi_candidate **out) {
     uint32_t V = s->n_vocab;
     llmi_candidate *c = s->cand;
-    const float *lg = process(s, logits, p, history, n_history, n_generated, tok);
+    bool masked = false;
+    const float *lg = process(s, logits, p, history, n_history, n_generated, tok, &masked);
 
     if (p->temperature <= 0.0f || p->top_k == 1) { /* greedy */
         uint32_t best = UINT32_MAX;
@@ -356,7 +402,7 @@ uint32_t llmi_sample_dist(llmi_sampler *s, const float *logits, const llm_sampli
                 top = lg[i];
                 best = i;
             }
-        if (best == UINT32_MAX) return fallback(s, logits, out);
+        if (best == UINT32_MAX) return fallback(s, logits, masked, out);
         c[0] = (llmi_candidate){(llm_token)best, top, 1.0f};
         *out = c;
         return 1;
@@ -371,7 +417,7 @@ uint32_t llmi_sample_dist(llmi_sampler *s, const float *logits, const llm_sampli
         uint32_t k = (uint32_t)p->top_k;
         for (uint32_t i = 0; i < V; i++)
             if (lg[i] > -INFINITY) n = heap_offer(c, n, k, (llmi_candidate){(llm_token)i, lg[i], 0});
-        if (n == 0) return fallback(s, logits, out);
+        if (n == 0) return fallback(s, logits, masked, out);
         qsort(c, n, sizeof *c, by_logit_desc);
         sorted = true;
         max = c[0].logit;
@@ -381,7 +427,7 @@ uint32_t llmi_sample_dist(llmi_sampler *s, const float *logits, const llm_sampli
                 c[n++] = (llmi_candidate){(llm_token)i, lg[i], 0};
                 if (lg[i] > max) max = lg[i];
             }
-        if (n == 0) return fallback(s, logits, out);
+        if (n == 0) return fallback(s, logits, masked, out);
     }
 
     /* temperature and softmax (unnormalised: the best token has p = 1) */

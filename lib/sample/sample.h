@@ -12,6 +12,7 @@
 #define LLMI_SAMPLE_H
 
 #include "core/core.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 /* One token of a distribution. `logit` is the processed logit (after bias,
@@ -30,6 +31,14 @@ typedef struct llmi_sampler {
     uint32_t *counts;     /* per token, occurrences in the penalty window;
                              all zero between calls */
     llm_token *touched;   /* n_vocab entries: tokens a call made non-zero */
+    /* Grammar: while `grammar` is set (borrowed, by the caller, around its
+     * calls), llmi_sample_dist bans every token the state does not allow
+     * before anything else. A mask that could not be computed leaves the
+     * distribution unconstrained and its status in grammar_status, which
+     * the caller checks (LLM_OK otherwise; the caller resets it). */
+    llmi_gstate *grammar;
+    uint32_t *allow; /* ceil(n_vocab / 32) words: the last mask */
+    llm_status grammar_status;
 } llmi_sampler;
 
 llm_status llmi_sampler_init(llmi_sampler *s, uint32_t n_vocab);
@@ -56,7 +65,8 @@ double llmi_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
  * the others. */
 uint64_t llmi_sample_seed(uint64_t seed, uint32_t sample_index);
 
-/* Applies the pipeline to `logits` (n_vocab floats; not modified) up to the
+/* Applies the pipeline (the grammar of s->grammar first, when set) to
+ * `logits` (n_vocab floats; not modified) up to the
  * renormalised distribution and points *out at its candidates: sorted by
  * probability descending (by processed logit, lowest id on ties), p summing
  * to 1. Returns how many (at least 1). Greedy gives one candidate with

@@ -121,9 +121,10 @@ static llm_status handle(gen_loop *g, const gen_events *evs) {
             g->t_first = llmi_now();
             g->have_first = true;
         }
-        /* End-of-generation and stop tokens end without being counted. */
-        bool counted = e->token != LLM_TOKEN_NONE && e->finish != LLM_FINISH_EOS &&
-                       e->finish != LLM_FINISH_STOP;
+        /* End-of-generation tokens end without being counted. llm_generate
+         * has no stop tokens or strings: a STOP here is a grammar that the
+         * token completed, and the token is part of the output. */
+        bool counted = e->token != LLM_TOKEN_NONE && e->finish != LLM_FINISH_EOS;
         if (counted) {
             g->r->n_generated_tokens++;
             bool keep_going = true;

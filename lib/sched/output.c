@@ -139,6 +139,10 @@ llm_status llmi_sched_emit_token(llmi_sched *s, llmi_request *r, llm_token tok,
     } else {
         LLMI_TRY(detok_into_held(s, r, tok));
     }
+    /* A grammar that can go no further ends the request (the token was
+     * accepted into it before this call). */
+    if (*finish == LLM_FINISH_NONE && r->grammar && llmi_gstate_is_complete(r->grammar))
+        *finish = LLM_FINISH_STOP;
     if (*finish == LLM_FINISH_NONE && at_limit) *finish = LLM_FINISH_LENGTH;
     if (*finish != LLM_FINISH_NONE) LLMI_TRY(flush_into_held(s, r));
     size_t emit = r->n_held;

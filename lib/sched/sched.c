@@ -58,6 +58,7 @@ void llmi_request_free(llmi_sched *s, llmi_request *r) {
     llmi_free(r->stop_strings);
     llmi_free(r->stop_tokens);
     llmi_sampling_params_free(&r->sampling);
+    llmi_gstate_free(r->grammar);
     llmi_free(r->tokens);
     llmi_free(r->held);
     llmi_free(r);
@@ -350,6 +351,13 @@ static bool push_token(void *ctx, llm_token tok, const float *lg) {
     push_ctx *c = ctx;
     llmi_sched *s = c->s;
     llmi_request *r = c->r;
+    if (r->grammar) { /* the mask allowed it, so only memory can fail here */
+        llm_status gst = llmi_gstate_accept_token(r->grammar, tok);
+        if (gst != LLM_OK) {
+            c->err = gst;
+            return false;
+        }
+    }
     r->n_tokens++;
     r->n_generated++;
     s->generated_tokens++;
@@ -396,9 +404,14 @@ static bool settle(llmi_sched *s, llmi_request *r, const float *lg, llm_status *
      * submitted and whatever runs beside it. */
     push_ctx pc = {s, r, LLM_FINISH_NONE, LLM_OK};
     bool stopped = false;
+    s->sampler->grammar = r->grammar;
+    s->sampler->grammar_status = LLM_OK;
     uint32_t n = llmi_spec_verify(s->spec, &r->spec, s->sampler, lg, &r->sampling,
                                   r->tokens, r->n_tokens, r->n_generated, s->model->tok,
                                   (llmi_spec_sink){push_token, &pc}, &stopped);
+    s->sampler->grammar = NULL;
+    if (pc.err == LLM_OK && s->sampler->grammar_status != LLM_OK)
+        pc.err = s->sampler->grammar_status;
     uint64_t steps = s->spec_steps, drafted = s->spec_drafted, accepted = s->spec_accepted;
     llmi_spec_finish(s->spec, &r->spec, r->tokens, r->n_tokens, n, stopped, &s->spec_steps,
                      &s->spec_drafted, &s->spec_accepted);

@@ -60,6 +60,9 @@ typedef struct llmi_request {
     uint32_t logits_row;  /* its first logits row: 1 + spec.k rows when wants_logits */
     llmi_spec_req spec;   /* speculative decoding; spec.mode LLM_SPEC_NONE = off */
     uint32_t sample_index; /* which of the request's samples this sequence is */
+    /* With sampling.grammar: where this sequence is in the grammar (each
+     * sample has its own, all starting at the grammar's start). */
+    llmi_gstate *grammar;
     /* Samples 1..n-1 of a request with several, until its prompt's logits
      * exist: built at submit (so starting them allocates no more than a KV
      * fork), then started by forking this request's sequence. Reported

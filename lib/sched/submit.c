@@ -124,6 +124,13 @@ static llm_status build_request(llmi_sched *s, const llm_token *prompt, size_t n
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs;
     r->top_logprobs = p->top_logprobs;
+    if (r->sampling.grammar) {
+        st = llmi_gstate_create(r->sampling.grammar, &r->grammar);
+        if (st != LLM_OK) {
+            llmi_request_free(s, r);
+            return st;
+        }
+    }
     llmi_detok_init(&r->detok, s->model->tok, 0);
     *out = r;
     return LLM_OK;

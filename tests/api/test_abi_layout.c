@@ -233,7 +233,7 @@ static void test_session_stats_layout(void **state) {
 static void test_sampling_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_sampling_params, 72, 8);
+    STRUCT(llm_sampling_params, 80, 8);
     FIELD(llm_sampling_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_sampling_params, temperature, 4, 4, float);
     FIELD(llm_sampling_params, top_k, 8, 4, int32_t);
@@ -247,6 +247,17 @@ static void test_sampling_params_layout(void **state) {
     FIELD(llm_sampling_params, logit_bias, 48, 8, const llm_logit_bias *);
     FIELD(llm_sampling_params, n_logit_bias, 56, 8, size_t);
     FIELD(llm_sampling_params, min_tokens, 64, 4, uint32_t);
+    FIELD(llm_sampling_params, grammar, 72, 8, const llm_grammar *); /* since 1.3 */
+    END_CHECKS();
+}
+
+static void test_grammar_params_layout(void **state) { /* since 1.3 */
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_grammar_params, 16, 8);
+    FIELD(llm_grammar_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_grammar_params, whitespace, 4, 4, uint32_t);
+    FIELD(llm_grammar_params, root, 8, 8, const char *);
     END_CHECKS();
 }
 
@@ -394,6 +405,8 @@ static void test_enum_values(void **state) {
     check_num("LLM_PROGRESS_READ", LLM_PROGRESS_READ, 0); /* 1.3 */
     check_num("LLM_PROGRESS_UPLOAD", LLM_PROGRESS_UPLOAD, 1);
     check_num("LLM_PROGRESS_WARMUP", LLM_PROGRESS_WARMUP, 2);
+    check_num("LLM_GRAMMAR_WS_COMPACT", LLM_GRAMMAR_WS_COMPACT, 0);
+    check_num("LLM_GRAMMAR_WS_FLEXIBLE", LLM_GRAMMAR_WS_FLEXIBLE, 1);
 
     check_num("LLM_KV_F32", LLM_KV_F32, 0);
     check_num("LLM_KV_F16", LLM_KV_F16, 1);
@@ -493,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_session_params_layout),
         cmocka_unit_test(test_backend_info_layout),
         cmocka_unit_test(test_device_params_layout),
+        cmocka_unit_test(test_grammar_params_layout),
         cmocka_unit_test(test_request_params_layout),
         cmocka_unit_test(test_embed_params_layout),
         cmocka_unit_test(test_event_layout),

@@ -1,6 +1,8 @@
 /* Black-box tests of the standalone sampler (llm_sampler_*) on the real
  * model's logits, taken through the token-level API; top-N log-probabilities
- * of requests; error paths. Needs LLM_TEST_MODEL. */
+ * of requests; error paths; grammars through llm.h (a JSON schema driving
+ * llm_sampler token by token, the mask, compile errors). Needs
+ * LLM_TEST_MODEL. */
 #include <llm.h>
 
 #include <math.h>
@@ -422,6 +424,113 @@ static int teardown(void **state) {
     return 0;
 }
 
+static bool mask_bit(const uint32_t *m, llm_token t) { return (m[t / 32] >> (t % 32)) & 1; }
+
+/* A schema drives llm_sampler token by token on the real model: every
+ * drawn token is in the mask the state reports, the state completes, and
+ * the text is the object the schema describes. */
+static void test_grammar_sampler(void **state) {
+    (void)state;
+    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"city\":{\"enum\":["
+                                 "\"Paris\",\"Rome\"]},\"population\":{\"type\":\"integer\"}},"
+                                 "\"required\":[\"city\",\"population\"]}";
+    llm_grammar *g = NULL;
+    assert_int_equal(llm_grammar_compile_json_schema(g_model, schema, strlen(schema), NULL, &g),
+                     LLM_OK);
+    llm_sampling_params sp;
+    llm_sampling_params_init(&sp);
+    sp.grammar = g;
+    sp.seed = 3;
+    llm_sampler *smp = NULL;
+    assert_int_equal(llm_sampler_create(g_model, &sp, 0, &smp), LLM_OK);
+    llm_grammar_state *gs = NULL;
+    assert_int_equal(llm_grammar_state_create(g, &gs), LLM_OK);
+    size_t words = (g_vocab + 31) / 32;
+    uint32_t *mask = malloc(words * 4);
+    assert_int_equal(llm_grammar_state_fill_mask(gs, mask, words - 1), LLM_ERR_BUFFER_TOO_SMALL);
+    /* the model's own logits after the prompt, then random-ish ones: the
+     * grammar decides what is drawn either way */
+    float *lg = malloc(g_vocab * sizeof *lg);
+    memcpy(lg, g_logits, g_vocab * sizeof *lg);
+    char text[512];
+    llm_token drawn[100];
+    size_t len = 0, n_drawn = 0;
+    bool done = false;
+    for (int i = 0; i < 100 && !done; i++) {
+        assert_int_equal(llm_grammar_state_fill_mask(gs, mask, words), LLM_OK);
+        llm_token t;
+        assert_int_equal(llm_sampler_sample(smp, lg, NULL, 0, 0, (uint64_t)i, &t), LLM_OK);
+        assert_true(mask_bit(mask, t));
+        assert_int_equal(llm_grammar_state_accept_token(gs, t), LLM_OK);
+        drawn[n_drawn++] = t;
+        assert_int_equal(llm_grammar_state_is_complete(gs, &done), LLM_OK);
+        for (uint32_t k = 0; k < g_vocab; k++) lg[k] = (float)((k * 7919u + (uint32_t)i) % 97);
+    }
+    assert_true(done);
+    assert_int_equal(llm_detokenize(g_model, drawn, n_drawn, 0, text, sizeof text, &len), LLM_OK);
+    static const char paris[] = "{\"city\":\"Paris\",\"population\":",
+                      rome[] = "{\"city\":\"Rome\",\"population\":";
+    if (strncmp(text, paris, strlen(paris)) != 0 && strncmp(text, rome, strlen(rome)) != 0)
+        fail_msg("unexpected text '%s'", text);
+    assert_int_equal(text[len - 1], '}');
+    /* a complete grammar allows only end-of-generation; after it, nothing */
+    llm_token t;
+    assert_int_equal(llm_sampler_sample(smp, lg, NULL, 0, 0, 999, &t), LLM_OK);
+    llm_grammar_state *fork = NULL; /* t is an end-of-generation token */
+    assert_int_equal(llm_grammar_state_fork(gs, &fork), LLM_OK);
+    assert_int_equal(llm_grammar_state_accept_token(fork, t), LLM_OK);
+    assert_int_equal(llm_grammar_state_fill_mask(fork, mask, words), LLM_OK);
+    for (size_t w = 0; w < words; w++) assert_int_equal(mask[w], 0);
+    llm_grammar_state_free(fork);
+    assert_int_equal(llm_sampler_sample(smp, lg, NULL, 0, 0, 1000, &t), LLM_ERR_INVALID_ARGUMENT);
+    bool can_end = false;
+    assert_int_equal(llm_grammar_state_can_end(gs, &can_end), LLM_OK);
+    assert_true(can_end);
+    assert_int_equal(llm_grammar_state_rollback(gs, 1), LLM_OK);
+    assert_int_equal(llm_grammar_state_is_complete(gs, &done), LLM_OK);
+    assert_false(done);
+    free(mask);
+    free(lg);
+    llm_grammar_state_free(gs);
+    llm_sampler_free(smp);
+    llm_grammar_free(g);
+}
+
+static void test_grammar_errors(void **state) {
+    (void)state;
+    llm_grammar *g = (llm_grammar *)1;
+    assert_int_equal(llm_grammar_compile_ebnf(g_model, "root ::= (", 10, NULL, &g),
+                     LLM_ERR_INVALID_ARGUMENT);
+    assert_null(g);
+    assert_non_null(strstr(llm_last_error(), "1:10"));
+    static const char s[] = "{\"type\":\"integer\",\"multipleOf\":3}";
+    assert_int_equal(llm_grammar_compile_json_schema(g_model, s, strlen(s), NULL, &g),
+                     LLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(llm_last_error(), "/multipleOf"));
+    assert_int_equal(llm_grammar_compile_regex(g_model, "a(?!b)", 6, NULL, &g),
+                     LLM_ERR_UNSUPPORTED);
+    llm_grammar_params gp;
+    llm_grammar_params_init(&gp);
+    gp.whitespace = 7;
+    assert_int_equal(llm_grammar_compile_regex(g_model, "a", 1, &gp, &g),
+                     LLM_ERR_INVALID_ARGUMENT);
+    gp.whitespace = LLM_GRAMMAR_WS_COMPACT;
+    gp.root = "start";
+    assert_int_equal(llm_grammar_compile_ebnf(g_model, "start ::= \"x\"", 13, &gp, &g), LLM_OK);
+    llm_grammar_state *gs = NULL;
+    assert_int_equal(llm_grammar_state_create(g, &gs), LLM_OK);
+    llm_token toks[4];
+    size_t n = 0;
+    assert_int_equal(llm_tokenize(g_model, "y", 1, 0, toks, 4, &n), LLM_OK);
+    assert_int_equal(llm_grammar_state_accept_token(gs, toks[0]), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_grammar_state_accept_token(gs, -1), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_grammar_state_rollback(gs, 1), LLM_ERR_INVALID_ARGUMENT);
+    llm_grammar_state_free(gs);
+    llm_grammar_free(g);
+    llm_grammar_free(NULL);
+    llm_grammar_state_free(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs),
@@ -429,6 +538,8 @@ int main(void) {
         cmocka_unit_test(test_bias_penalties_min_tokens),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_request_top_logprobs),
+        cmocka_unit_test(test_grammar_sampler),
+        cmocka_unit_test(test_grammar_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,9 @@
  * gives exactly the tokens of a one-sample request with its seed, whatever
  * shares its steps, preemption and speculation included; the prompt is
  * computed once and its KV blocks shared; every sample ends with exactly one
- * finish event, on cancel and on allocation failure too. */
+ * finish event, on cancel and on allocation failure too. Under a grammar,
+ * each sample follows it on its own and still equals its one-sample
+ * request. */
 #include "sched_util.h"
 
 #include "sample/sample.h"
@@ -156,6 +158,47 @@ static void check_samples_match(bool prefix_cache, uint32_t spec_mode) {
     assert_int_equal(st.prompt_tokens, 40 + 25); /* the shared prompt once */
     assert_int_equal(st.generated_tokens, 5 * 20 + 20);
     llmi_session_free(s);
+}
+
+/* Four samples under a grammar: each is the one-sample request with its
+ * seed, each text is in the grammar's language, and each ends when the
+ * grammar completes (STOP) or at an end-of-generation token it allows. */
+static void test_samples_grammar(void **state) {
+    (void)state;
+    static const char re[] = "[a-z]{1,6}(,[a-z]{1,6}){0,3}\\.";
+    llmi_grammar *g = NULL;
+    assert_int_equal(llmi_grammar_from_regex(re, strlen(re), &g), LLM_OK);
+    assert_int_equal(llmi_grammar_bind_vocab(g, g_model->tok), LLM_OK);
+    llm_token prompt[8];
+    uint64_t rng = 5;
+    random_prompt(prompt, 8, g_model->hp.n_vocab, &rng);
+    llm_sampling_params sp;
+    sampling_params(&sp, 77);
+    sp.grammar = g;
+    llm_request_params p;
+    llm_request_params_init(&p);
+    p.sampling = &sp;
+    p.max_new_tokens = 64;
+    p.n_samples = 4;
+    llm_session *s = new_session(g_model, 1, 256, 64, 16, 0, false);
+    sampled r;
+    submit(s, prompt, 8, &p, &r);
+    drain_samples(s, &r, 1);
+    for (uint32_t i = 0; i < 4; i++) {
+        outcome want;
+        reference(prompt, 8, &p, llmi_sample_seed(77, i), &want);
+        expect_same(&r.s[i], &want, i);
+        assert_true(r.s[i].finish == LLM_FINISH_STOP || r.s[i].finish == LLM_FINISH_EOS);
+        llmi_gstate *gs = NULL;
+        assert_int_equal(llmi_gstate_create(g, &gs), LLM_OK);
+        if (llmi_gstate_accept_bytes(gs, r.s[i].text, r.s[i].text_len) != LLM_OK ||
+            !llmi_gstate_can_end(gs))
+            fail_msg("sample %u: '%.*s' is not in the grammar", i, (int)r.s[i].text_len,
+                     r.s[i].text);
+        llmi_gstate_free(gs);
+    }
+    llmi_session_free(s);
+    llmi_grammar_free(g);
 }
 
 static void test_samples_match_single_requests(void **state) {
@@ -509,6 +552,7 @@ static int teardown(void **state) {
 int main(void) {
     struct CMUnitTest tests[] = {
         device_test(test_samples_match_single_requests),
+        device_test(test_samples_grammar),
         device_test(test_greedy_samples_equal),
         device_test(test_samples_share_prompt_blocks),
         device_test(test_samples_small_pool),

@@ -9,6 +9,9 @@
  *    whatever runs beside it; and a chi-square test (p = 0.001) shows the
  *    first and second generated tokens follow the target's distribution,
  *    and that the same test fails when the verifier is broken on purpose;
+ *    with a grammar, the tokens follow the target's distribution
+ *    renormalised over what the grammar allows (chi-square again), and
+ *    n-gram speculation gives plain decoding's tokens;
  *  - rollback: a soak of submits, steps and cancels with speculating
  *    requests in a small pool, KV invariants (target and draft pools) after
  *    every operation, everything free or cached at the end;
@@ -444,9 +447,10 @@ static int support_index(llm_token t) {
     return -1;
 }
 
-/* The post-pipeline distribution of `m` after `hist`, over the support. */
-static void model_dist(const llm_model *m, const llm_token *hist, uint32_t n, uint32_t n_gen,
-                       const llm_sampling_params *user, double *out) {
+/* The post-pipeline distribution of `m` after `hist`, over the support;
+ * with `gs`, constrained by that grammar state. */
+static void model_dist_g(const llm_model *m, const llm_token *hist, uint32_t n, uint32_t n_gen,
+                         const llm_sampling_params *user, llmi_gstate *gs, double *out) {
     llm_session *s = spec_session(m, NULL, 256, 64, 16, 16, false);
     llm_sampling_params sp;
     assert_int_equal(llmi_sampling_params_read(user, m->hp.n_vocab, &sp), LLM_OK);
@@ -455,11 +459,19 @@ static void model_dist(const llm_model *m, const llm_token *hist, uint32_t n, ui
     assert_non_null(logits);
     assert_int_equal(test_feed(s, &seq, hist, n, logits), LLM_OK);
     llmi_candidate *c = NULL;
+    s->sampler.grammar = gs;
     uint32_t nc = llmi_sample_dist(&s->sampler, logits, &sp, hist, n, n_gen, m->tok, &c);
+    s->sampler.grammar = NULL;
+    assert_int_equal(s->sampler.grammar_status, LLM_OK);
     for (int i = 0; i < N_SUPPORT; i++) out[i] = llmi_sample_prob(c, nc, support[i]);
     llmi_kv_seq_destroy(s->kv, &seq);
     free(logits);
     llm_session_free(s);
+}
+
+static void model_dist(const llm_model *m, const llm_token *hist, uint32_t n, uint32_t n_gen,
+                       const llm_sampling_params *user, double *out) {
+    model_dist_g(m, hist, n, n_gen, user, NULL, out);
 }
 
 /* Chi-square statistic of counts against probabilities; *df gets the
@@ -495,11 +507,13 @@ enum { CHI_SAMPLES = 3000 };
 /* Draws CHI_SAMPLES two-token continuations with the draft model (k fixed
  * at 1: positions 1 and 2 both decided by draft and verifier) and returns
  * the chi-square statistics of both positions against the target. */
-static void chi_run(llm_session *s, const llm_token *prompt, uint32_t n,
-                    const double *p1, const double p2[N_SUPPORT][N_SUPPORT], double *chi1,
-                    double *chi2, int *df1, int *df2, double *accept_rate) {
+static void chi_run_g(llm_session *s, const llm_token *prompt, uint32_t n,
+                      const llm_grammar *g, const double *p1,
+                      const double p2[N_SUPPORT][N_SUPPORT], double *chi1, double *chi2,
+                      int *df1, int *df2, double *accept_rate) {
     llm_sampling_params sp;
     chi_params(&sp);
+    sp.grammar = g;
     uint32_t c1[N_SUPPORT] = {0}, c2[N_SUPPORT] = {0};
     uint64_t drafted = 0, accepted = 0;
     static gen_out out;
@@ -518,6 +532,12 @@ static void chi_run(llm_session *s, const llm_token *prompt, uint32_t n,
     *chi1 = chi_square(c1, p1, N_SUPPORT, CHI_SAMPLES, df1);
     *chi2 = chi_square(c2, m2, N_SUPPORT, CHI_SAMPLES, df2);
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+}
+
+static void chi_run(llm_session *s, const llm_token *prompt, uint32_t n, const double *p1,
+                    const double p2[N_SUPPORT][N_SUPPORT], double *chi1, double *chi2, int *df1,
+                    int *df2, double *accept_rate) {
+    chi_run_g(s, prompt, n, NULL, p1, p2, chi1, chi2, df1, df2, accept_rate);
 }
 
 static void test_distribution_chi_square(void **state) {
@@ -571,6 +591,66 @@ static void test_distribution_chi_square(void **state) {
         }
     }
     llm_session_free(s);
+}
+
+/* With a grammar (support tokens 40..45 are the bytes I..N): the first
+ * token is one of I K L M, the second depends on it. The draft model knows
+ * nothing of the grammar, so its drafts are often refused; the output must
+ * still follow the target's distribution renormalised over what the
+ * grammar allows, at both positions. */
+static void test_grammar_chi_square(void **state) {
+    (void)state;
+    static const char text[] = "root ::= [IK] [JLMN] | [LM] [IJK]";
+    llmi_grammar *g = NULL;
+    assert_int_equal(llmi_grammar_from_ebnf(text, strlen(text), "root", &g), LLM_OK);
+    assert_int_equal(llmi_grammar_bind_vocab(g, g_target->tok), LLM_OK);
+    llm_token prompt[12];
+    uint64_t rng = 99;
+    random_prompt(prompt, 12, g_target->hp.n_vocab, &rng);
+    llm_sampling_params sp;
+    chi_params(&sp);
+    sp.grammar = g;
+    double p1[N_SUPPORT], p2[N_SUPPORT][N_SUPPORT];
+    llmi_gstate *gs = NULL;
+    assert_int_equal(llmi_gstate_create(g, &gs), LLM_OK);
+    model_dist_g(g_target, prompt, 12, 0, &sp, gs, p1);
+    assert_true(p1[1] == 0.0 && p1[5] == 0.0); /* J and N are not allowed first */
+    llm_token hist[13];
+    memcpy(hist, prompt, sizeof prompt);
+    for (int x = 0; x < N_SUPPORT; x++) {
+        memset(p2[x], 0, sizeof p2[x]);
+        if (p1[x] == 0.0) continue;
+        llmi_gstate *gx = NULL;
+        assert_int_equal(llmi_gstate_fork(gs, &gx), LLM_OK);
+        assert_int_equal(llmi_gstate_accept_token(gx, support[x]), LLM_OK);
+        hist[12] = support[x];
+        model_dist_g(g_target, hist, 13, 1, &sp, gx, p2[x]);
+        llmi_gstate_free(gx);
+    }
+    llmi_gstate_free(gs);
+    llm_session *s = spec_session(g_target, g_draft, 256, 64, 16, 16, false);
+    double chi1, chi2, acc;
+    int df1, df2;
+    chi_run_g(s, prompt, 12, g, p1, (const double(*)[N_SUPPORT])p2, &chi1, &chi2, &df1, &df2,
+              &acc);
+    printf("# grammar: acceptance %.3f; position 1 chi2 %.1f (df %d, threshold %.2f); "
+           "position 2 chi2 %.1f (df %d, threshold %.2f)\n",
+           acc, chi1, df1, chi_crit_001[df1], chi2, df2, chi_crit_001[df2]);
+    assert_true(df1 >= 1 && df2 >= 1);
+    assert_true(chi1 < chi_crit_001[df1]);
+    assert_true(chi2 < chi_crit_001[df2]);
+    /* n-gram speculation under the grammar gives plain decoding's tokens */
+    static gen_out plain, spec;
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        sp.seed = seed;
+        generate(s, prompt, 12, 8, &sp, LLM_SPEC_NONE, 0, true, &plain);
+        generate(s, prompt, 12, 8, &sp, LLM_SPEC_NGRAM, 4, true, &spec);
+        expect_same_gen(&plain, &spec, "grammar, n-gram");
+        assert_int_equal(plain.n, 2);
+        assert_int_equal(plain.res.finish_reason, LLM_FINISH_STOP);
+    }
+    llm_session_free(s);
+    llmi_grammar_free(g);
 }
 
 /* ---- stop conditions ---- */
@@ -1073,6 +1153,7 @@ int main(void) {
         device_test(test_sched_sampled_equal_alone),
         device_test(test_draft_sampling_k_invariant),
         device_test(test_distribution_chi_square),
+        device_test(test_grammar_chi_square),
         device_test(test_stop_conditions),
         device_test(test_rollback_soak),
         device_test(test_concurrent_spec),

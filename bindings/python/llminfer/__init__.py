@@ -32,6 +32,7 @@ from .errors import (
     status_name,
 )
 from .embed import Pooling, model_pooling
+from .grammar import Grammar, GrammarState
 from .log import set_log_handler
 from .model import ChatMessage, Detokenizer, Model, ModelInfo, TokenizeFlag
 from .params import (
@@ -63,6 +64,8 @@ __all__ = [
     "Event",
     "FinishReason",
     "GenerateResult",
+    "Grammar",
+    "GrammarState",
     "InternalError",
     "InvalidArgumentError",
     "InvalidUtf8Error",

@@ -171,7 +171,12 @@ class SamplingParams(Structure):
         ("logit_bias", POINTER(LogitBias)),
         ("n_logit_bias", c_size_t),
         ("min_tokens", c_uint32),
+        ("grammar", c_void_p),  # since 1.3
     ]
+
+
+class GrammarParams(Structure):  # since 1.3
+    _fields_ = [("struct_size", c_uint32), ("whitespace", c_uint32), ("root", c_char_p)]
 
 
 TOKEN_FN = CFUNCTYPE(c_bool, c_token, POINTER(c_char), c_size_t, c_void_p)
@@ -298,6 +303,7 @@ STRUCTS: Dict[str, Type[Structure]] = {
     "llm_event": Event,
     "llm_session_stats": SessionStats,
     "llm_device_params": DeviceParams,
+    "llm_grammar_params": GrammarParams,
 }
 
 # Structs of newer API versions: checked where the library knows them
@@ -461,6 +467,27 @@ _present: Dict[str, bool] = {}
 def has(name: str) -> bool:
     """Whether the loaded library exports the optional function ``name``."""
     return _present.get(name, False)
+
+
+p_grammar = c_void_p
+p_grammar_state = c_void_p
+_COMPILE = [p_model, c_char_p, c_size_t, POINTER(GrammarParams), POINTER(p_grammar)]
+# Grammars (1.3).
+_PROTOTYPES += [
+    ("llm_grammar_params_init_sized", None, [POINTER(GrammarParams), c_size_t]),
+    ("llm_grammar_compile_json_schema", c_status, _COMPILE),
+    ("llm_grammar_compile_ebnf", c_status, _COMPILE),
+    ("llm_grammar_compile_regex", c_status, _COMPILE),
+    ("llm_grammar_free", None, [p_grammar]),
+    ("llm_grammar_state_create", c_status, [p_grammar, POINTER(p_grammar_state)]),
+    ("llm_grammar_state_fork", c_status, [p_grammar_state, POINTER(p_grammar_state)]),
+    ("llm_grammar_state_free", None, [p_grammar_state]),
+    ("llm_grammar_state_accept_token", c_status, [p_grammar_state, c_token]),
+    ("llm_grammar_state_fill_mask", c_status, [p_grammar_state, POINTER(c_uint32), c_size_t]),
+    ("llm_grammar_state_can_end", c_status, [p_grammar_state, POINTER(c_bool)]),
+    ("llm_grammar_state_is_complete", c_status, [p_grammar_state, POINTER(c_bool)]),
+    ("llm_grammar_state_rollback", c_status, [p_grammar_state, c_uint32]),
+]
 
 
 def _declare() -> None:

@@ -67,6 +67,8 @@ class SamplingParams:
     frequency_penalty: Optional[float] = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     min_tokens: Optional[int] = None
+    #: a compiled :class:`~llminfer.grammar.Grammar` (kept open while used)
+    grammar: Optional[Any] = None
 
     def _to_c(self) -> Tuple[_native.SamplingParams, Any]:
         """The C struct, and the array it points into (keep both alive)."""
@@ -74,9 +76,11 @@ class SamplingParams:
         lib.llm_sampling_params_init_sized(ctypes.byref(raw), ctypes.sizeof(raw))
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "logit_bias" or value is None:
+            if f.name in ("logit_bias", "grammar") or value is None:
                 continue
             setattr(raw, f.name, value)
+        if self.grammar is not None:
+            raw.grammar = self.grammar._handle()
         bias_array = None
         if self.logit_bias:
             items = list(self.logit_bias.items())

@@ -1,0 +1,263 @@
+/* Grammar-constrained decoding: compiled grammars and per-sequence matchers.
+ *
+ * A grammar is a set of rules over Unicode code points, written in GBNF's
+ * notation (ebnf.c), or compiled to that notation from a JSON Schema
+ * (schema.c) or a regular expression (regex.c). Compiling flattens it into
+ * an element array (below) that many sequences share read-only, plus a
+ * trie over the token bytes of one vocabulary (mask.c).
+ *
+ * A matcher (match.c) is a pushdown recognizer: its state is a set of
+ * stacks; each stack is a chain of positions in the element array (the top
+ * is the next character element to match, the rest are where to continue
+ * once the rules above finish). Stack nodes live in an append-only arena
+ * owned by the state, so stacks share their tails and a trial advance is
+ * undone by truncating the arena. Code points arrive as UTF-8 bytes; a
+ * token may end inside a character and the next one finish it.
+ *
+ * The allowed-token mask walks the vocabulary trie once, advancing the stack
+ * set byte by byte and pruning every subtree the grammar rejects.
+ *
+ * Thread safety: a compiled grammar is immutable and may be used by many
+ * states on many threads; one state is used by one thread at a time. */
+#ifndef LLMI_GRAMMAR_H
+#define LLMI_GRAMMAR_H
+
+#include "core/core.h"
+#include "tokenizer/tokenizer.h"
+
+/* Element kinds. A rule's alternative is a run of CHAR and RULE elements
+ * closed by END. */
+enum { LLMI_GEL_END = 0, LLMI_GEL_CHAR = 1, LLMI_GEL_RULE = 2 };
+
+typedef struct llmi_gel {
+    uint32_t kind; /* LLMI_GEL_* */
+    uint32_t arg;  /* CHAR: class index; RULE: rule index */
+} llmi_gel;
+
+/* A character class: sorted, disjoint, non-adjacent inclusive code point
+ * ranges (negation already applied), and a bitmap of its ASCII members. */
+typedef struct llmi_gclass {
+    uint32_t first; /* index of its first range in llmi_grammar.ranges */
+    uint32_t n;     /* number of ranges */
+    uint64_t ascii[2];
+} llmi_gclass;
+
+typedef struct llmi_grule {
+    uint32_t first_alt; /* index into llmi_grammar.alts */
+    uint32_t n_alts;
+} llmi_grule;
+
+/* One node of the vocabulary trie: children are contiguous, sorted by byte. */
+typedef struct llmi_gtrie_node {
+    uint32_t first_child;
+    uint16_t n_children;
+    uint8_t byte;
+    uint8_t pad_;
+    /* Tokens whose bytes end here: trie_tokens[first_token, first_token +
+     * n_tokens); the whole subtree's are trie_tokens[first_token, end_token). */
+    uint32_t first_token;
+    uint32_t n_tokens;
+    uint32_t end_token;
+    uint32_t depth; /* bytes from the root */
+} llmi_gtrie_node;
+
+typedef struct llmi_gcache llmi_gcache;
+typedef struct llmi_gvocab llmi_gvocab;
+
+/* The public llm_grammar handle is this struct. */
+typedef struct llm_grammar {
+    llmi_gel *el;
+    uint32_t n_el;
+    uint32_t *ranges; /* pairs lo, hi */
+    uint32_t n_ranges;
+    llmi_gclass *cls;
+    uint32_t n_cls;
+    uint32_t *alts; /* element index where each alternative starts */
+    uint32_t n_alts;
+    llmi_grule *rules;
+    uint32_t n_rules;
+    char **rule_names;
+    uint32_t root;
+    /* Vocabulary (llmi_grammar_bind_vocab / _model): borrowed from `vocab`,
+     * of which the grammar holds a reference. */
+    llmi_gvocab *vocab;
+    uint32_t n_vocab;
+    llmi_gtrie_node *trie; /* node 0 is the root (empty prefix) */
+    uint32_t n_trie;
+    llm_token *trie_tokens;
+    llm_token *eog; /* end-of-generation tokens */
+    uint32_t n_eog;
+    uint32_t max_token_len;
+    uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
+    char *tok_bytes;
+    /* Masks of stack tops, shared by every state (cache.c); the one
+     * mutable part of a compiled grammar, guarded by its own lock. */
+    llmi_gcache *cache;
+} llmi_grammar;
+
+/* Whitespace between JSON tokens in grammars compiled from a schema. */
+enum { LLMI_GRAMMAR_WS_COMPACT = 0, LLMI_GRAMMAR_WS_FLEXIBLE = 1 };
+
+/* Compilers. Each leaves *out NULL on failure with the message naming the
+ * place: line:column of the grammar text, the JSON pointer of a schema
+ * keyword, the offset in a regular expression. Unsupported features give
+ * LLM_ERR_UNSUPPORTED, malformed input LLM_ERR_INVALID_ARGUMENT. */
+llm_status llmi_grammar_from_ebnf(const char *text, size_t len, const char *root,
+                                  llmi_grammar **out);
+llm_status llmi_grammar_from_regex(const char *re, size_t len, llmi_grammar **out);
+llm_status llmi_grammar_from_schema(const char *json, size_t len, uint32_t ws_mode,
+                                    llmi_grammar **out);
+/* The GBNF text a schema or a regular expression compiles to, for tests and
+ * debugging; caller frees *text with llmi_free. */
+llm_status llmi_schema_to_ebnf(const char *json, size_t len, uint32_t ws_mode, char **text);
+llm_status llmi_regex_to_ebnf(const char *re, size_t len, char **text);
+void llmi_grammar_free(llmi_grammar *g);
+
+/* Gives g the token bytes and trie of `tok`, built for g alone (tests),
+ * or of model `m`, built once per model and shared (a second bind with a
+ * vocabulary of another size fails). */
+llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok);
+llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m);
+void llmi_gvocab_release(llmi_gvocab *v);
+
+/* ---- matcher state ---- */
+
+typedef struct llmi_gnode {
+    uint32_t pos;    /* element index: the next element to match */
+    uint32_t parent; /* node below it, or LLMI_GNONE */
+    uint64_t hash;   /* of the chain from here down */
+} llmi_gnode;
+
+/* Special stack tops and parents: NONE ends a chain; DONE is a stack that
+ * emptied (the grammar may end); CUT stands for "the rest of the stack",
+ * unknown, in the context-free masks of cache.c. */
+enum { LLMI_GNONE = UINT32_MAX, LLMI_GDONE = UINT32_MAX - 1, LLMI_GCUT = UINT32_MAX - 2 };
+
+/* Pending bytes of a code point split across tokens. */
+typedef struct llmi_gutf8 {
+    uint32_t acc;  /* bits so far */
+    uint8_t need;  /* continuation bytes still to come; 0 = none pending */
+    uint8_t total; /* length of the whole sequence */
+} llmi_gutf8;
+
+/* A snapshot for rollback: the stack tops and the pending bytes. */
+typedef struct llmi_gsnap {
+    uint32_t first_top; /* into llmi_gstate.snap_tops */
+    uint32_t n_tops;
+    llmi_gutf8 utf8;
+    bool finished;
+} llmi_gsnap;
+
+/* The public llm_grammar_state handle is this struct. */
+typedef struct llm_grammar_state {
+    const llmi_grammar *g;
+    llmi_gnode *nodes;
+    uint32_t n_nodes, cap_nodes;
+    uint32_t *tops; /* stack tops (node index or LLMI_GDONE), then scratch */
+    uint32_t n_tops, cap_tops;
+    llmi_gutf8 utf8;
+    bool finished; /* an end-of-generation token was accepted */
+    bool no_cache; /* masks by the plain walk only (tests compare both) */
+    /* Rollback history: the states before the last n_snaps tokens. */
+    llmi_gsnap *snaps;
+    uint32_t n_snaps, cap_snaps, max_snaps;
+    uint32_t *snap_tops;
+    uint32_t n_snap_tops, cap_snap_tops;
+} llmi_gstate;
+
+/* Most stacks a state may hold; more is LLM_ERR_LIMIT (an ambiguous
+ * grammar). */
+enum { LLMI_GRAMMAR_MAX_STACKS = 4096, LLMI_GRAMMAR_MAX_ROLLBACK = 64 };
+
+llm_status llmi_gstate_create(const llmi_grammar *g, llmi_gstate **out);
+llm_status llmi_gstate_fork(const llmi_gstate *s, llmi_gstate **out);
+void llmi_gstate_free(llmi_gstate *s);
+/* Advances by raw bytes; on rejection returns LLM_ERR_INVALID_ARGUMENT and
+ * leaves the state unchanged. Takes no snapshot. */
+llm_status llmi_gstate_accept_bytes(llmi_gstate *s, const char *bytes, size_t n);
+/* Advances by one token of the bound vocabulary (end-of-generation tokens
+ * are accepted where the grammar may end and finish it). Keeps a snapshot
+ * for llmi_gstate_rollback. Rejection leaves the state unchanged. */
+llm_status llmi_gstate_accept_token(llmi_gstate *s, llm_token t);
+/* Whether the grammar may end here (every stack popped, no pending bytes). */
+bool llmi_gstate_can_end(const llmi_gstate *s);
+/* Whether the grammar can go no further: it may end and no character
+ * continues it (or an end-of-generation token was accepted). */
+bool llmi_gstate_is_complete(const llmi_gstate *s);
+/* Undoes the last n accepted tokens (n <= the number kept, at most
+ * LLMI_GRAMMAR_MAX_ROLLBACK). */
+llm_status llmi_gstate_rollback(llmi_gstate *s, uint32_t n);
+/* How many tokens llmi_gstate_rollback can undo now. */
+uint32_t llmi_gstate_rollback_depth(const llmi_gstate *s);
+/* Sets bit t of mask (ceil(n_vocab / 32) words, all written) for every
+ * token the grammar allows next; end-of-generation tokens where it may end.
+ * Scratch comes from the state's arena, which is restored afterwards. */
+llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask);
+/* Whether token t is allowed next (without changing the state). */
+bool llmi_gstate_allows(llmi_gstate *s, llm_token t);
+
+/* ---- internal, shared between the grammar's files ---- */
+
+/* Builder used by the EBNF parser (ebnf.c) and the flattening (compile.c). */
+typedef struct llmi_gbuild llmi_gbuild;
+llm_status llmi_gbuild_finish(llmi_gbuild *b, const char *root, llmi_grammar **out);
+
+/* A growable text buffer. */
+typedef struct llmi_gtext {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} llmi_gtext;
+void llmi_gtext_put(llmi_gtext *t, const char *s, size_t n);
+void llmi_gtext_puts(llmi_gtext *t, const char *s);
+void llmi_gtext_printf(llmi_gtext *t, const char *fmt, ...) LLMI_PRINTF(2, 3);
+/* Appends code point cp as a GBNF string-literal character (escaped). */
+void llmi_gtext_literal_char(llmi_gtext *t, uint32_t cp, bool in_class);
+
+/* Appends a GBNF expression (in parentheses) matching regex `re` as a
+ * whole; `json`: as the text inside a JSON string literal. Errors name
+ * `where` and the offset. */
+llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *where,
+                           llmi_gtext *out);
+
+/* One valid UTF-8 sequence at s (n bytes available): its length, or 0
+ * when invalid (overlong, surrogate, truncated, above U+10FFFF). */
+size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp);
+/* cp as UTF-8 into out (1-4 bytes); returns the length. */
+size_t llmi_grammar_utf8_encode(uint32_t cp, char *out);
+
+/* ---- the mask cache (cache.c) ----
+ *
+ * Most of a mask depends on the top few frames of the stacks only (inside
+ * a string: every token made of string characters). For a key made of the
+ * top LLMI_GCACHE_DEPTH positions of every stack, the cache keeps the
+ * tokens accepted without looking further down ("accepted") and the trie
+ * subtrees whose tokens do look further down ("uncertain"), which the mask
+ * then walks with the real stacks. */
+enum { LLMI_GCACHE_DEPTH = 3, LLMI_GCACHE_MAX_ENTRIES = 512 };
+
+typedef struct llmi_gcache_entry {
+    uint32_t *key;
+    uint32_t n_key;
+    uint64_t hash;
+    uint32_t *accepted;  /* ceil(n_vocab / 32) words */
+    uint32_t *uncertain; /* trie node ids */
+    uint32_t n_uncertain;
+} llmi_gcache_entry;
+
+llm_status llmi_gcache_create(llmi_gcache **out);
+void llmi_gcache_free(llmi_gcache *c);
+/* The entry for key (borrowed until the grammar is freed), or NULL. */
+const llmi_gcache_entry *llmi_gcache_find(llmi_gcache *c, const uint32_t *key, uint32_t n,
+                                          uint64_t hash);
+/* Stores e, taking its arrays (*owned true; *out is the stored entry, or
+ * an equal one another thread stored first). When the cache is full, or
+ * its array cannot be allocated, *owned is false and *out is e itself,
+ * which the caller uses and then frees. */
+llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e, const llmi_gcache_entry **out,
+                              bool *owned);
+void llmi_gcache_entry_free(llmi_gcache_entry *e);
+
+bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
+
+#endif
