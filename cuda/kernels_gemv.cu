@@ -12,7 +12,7 @@
  * activations not 16-byte aligned, take a slower per-element kernel that
  * computes the same dot products.
  *
- * The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: 18 to 34 bytes a
+ * The 32-element block types (Q4_0, Q4_1, Q5_1, Q8_0: 18 to 34 bytes a
  * block, 2-byte aligned) are staged: the warp copies the 32 blocks its
  * lanes take next (a span of 32 x block bytes, contiguous in the row) into
  * shared memory with coalesced 16-, 4- or 2-byte loads, and each lane
@@ -81,11 +81,12 @@ template <llmi_ttype T, int R> __host__ __device__ constexpr uint32_t rows_per_w
     return chunk_elems<T>() == 32 && R <= MAX_R_TWO_ROWS ? 2 : 1;
 }
 
-/* Bytes of a staged type's block; 0 for the types read in place. */
+/* Bytes of a staged type's block; 0 for the types read in place. Q5_0 is
+ * read in place: staged, its R = 1 instance keeps 4 bytes on the stack
+ * (ptxas), which make cuda-ptxas refuses for a hot kernel. */
 template <llmi_ttype T> __host__ __device__ constexpr uint32_t staged_block_bytes() {
     return T == LLMI_T_Q4_0   ? (uint32_t)sizeof(llmi_block_q4_0)
            : T == LLMI_T_Q4_1 ? (uint32_t)sizeof(llmi_block_q4_1)
-           : T == LLMI_T_Q5_0 ? (uint32_t)sizeof(llmi_block_q5_0)
            : T == LLMI_T_Q5_1 ? (uint32_t)sizeof(llmi_block_q5_1)
            : T == LLMI_T_Q8_0 ? (uint32_t)sizeof(llmi_block_q8_0)
                               : 0;
