@@ -117,9 +117,8 @@ cudaError_t llmi_cu_gather_rows(cudaStream_t stream, const float *src, const uin
 cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
                              llmi_ttype cache_type, uint32_t kv_dim, const float *k,
                              uint32_t k_stride, const float *v, uint32_t v_stride,
-                             const uint32_t *pos, const uint32_t *seq,
-                             const uint32_t *block_start, const uint32_t *blocks,
-                             uint32_t block_size, uint32_t n_rows);
+                             const uint32_t *pos, const uint32_t *seq, const uint32_t *block_start,
+                             const uint32_t *blocks, uint32_t block_size, uint32_t n_rows);
 
 /* Positions a split-KV partial covers. Fixed, so that a row's result never
  * depends on the batch. */
@@ -134,10 +133,10 @@ typedef struct llmi_cu_attention_args {
     llmi_ttype cache_type;
     uint32_t n_rows, n_head, n_head_kv, head_dim, kv_dim, block_size;
     const uint32_t *pos, *seq, *block_start, *blocks; /* as in llmi_step */
-    uint32_t max_pos; /* >= every pos[r]: sizes the grid */
-    float scale;      /* 1/sqrt(head_dim) unless the model says otherwise */
-    uint32_t window;  /* a query at p sees keys at q with p - q < window; 0: all q <= p */
-    float *scratch;   /* llmi_cu_attention_scratch_floats(...) floats */
+    uint32_t max_pos;                                 /* >= every pos[r]: sizes the grid */
+    float scale;     /* 1/sqrt(head_dim) unless the model says otherwise */
+    uint32_t window; /* a query at p sees keys at q with p - q < window; 0: all q <= p */
+    float *scratch;  /* llmi_cu_attention_scratch_floats(...) floats */
     /* Appended; all zero: every row takes the split kernel, as before.
      * n_tiles > 0: the prefill kernel takes the rows of n_tiles tiles
      * (pairs {first row, rows} at `tiles`, device memory, laid out by
@@ -177,12 +176,26 @@ size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32
  * split kernel's. Plain f32 FMA, no tensor cores. */
 cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a);
 
+/* The tensor-core prefill kernel (kernels_attention_tc.cu: FlashAttention-2
+ * on mma.sync, keys in aligned chunks of 64, Q and the softmax weights
+ * rounded to the cache's 16-bit type, f32 accumulation). It takes F16 and
+ * BF16 caches (16-byte aligned, kv_dim a multiple of 8) with head_dim 64 or
+ * 128 (llmi_cu_prefill_tc_takes). llmi_cu_prefill_tc launches it over a's
+ * tiles only. llmi_cu_attention runs it in place of the f32 prefill kernel
+ * when the environment has LLM_CUDA_ATTN_TC=1 (read once) and it takes the
+ * layer; llmi_cu_attention_tc does so whatever the environment says and
+ * refuses (cudaErrorInvalidValue) a layer it does not take: for tests and
+ * benchmarks. A row's result does not depend on its tile here either. */
+bool llmi_cu_prefill_tc_takes(const llmi_cu_attention_args *a);
+cudaError_t llmi_cu_prefill_tc(cudaStream_t stream, const llmi_cu_attention_args *a);
+cudaError_t llmi_cu_attention_tc(cudaStream_t stream, const llmi_cu_attention_args *a);
+
 /* Copies the first n_slots slots of block src to block dst, in each of the
  * n_layers (K and V) arrays of `caches` (a device array of 2 * n_layers
  * pointers: layer l's K at [2l], V at [2l + 1]); row_bytes per slot. */
 cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint32_t n_layers,
-                                  size_t row_bytes, uint32_t block_size, uint32_t dst,
-                                  uint32_t src, uint32_t n_slots);
+                                  size_t row_bytes, uint32_t block_size, uint32_t dst, uint32_t src,
+                                  uint32_t n_slots);
 
 #ifdef __cplusplus
 }
