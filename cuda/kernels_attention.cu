@@ -490,6 +490,8 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool
         (!a->tiles || a->n_tiles > a->n_rows || a->n_decode_rows > a->n_rows ||
          (a->n_decode_rows && !a->decode_rows) || a->head_dim > LLMI_CU_PREFILL_MAX_HEAD_DIM))
         return cudaErrorInvalidValue;
+    if (force_tc && !llmi_cu_prefill_tc_takes(a))
+        return cudaErrorInvalidValue;
     if (a->n_rows == 0)
         return cudaSuccess;
     /* Keys a row sees: at most max_pos + 1, and at most the window. */
@@ -518,8 +520,6 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool
     const uint32_t n_split_rows = tiled ? a->n_decode_rows : a->n_rows;
     const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
     if (smem > 48 * 1024)
-        return cudaErrorInvalidValue;
-    if (force_tc && !llmi_cu_prefill_tc_takes(a))
         return cudaErrorInvalidValue;
     const bool tc = force_tc || (tiled && tc_from_env() && llmi_cu_prefill_tc_takes(a));
     if (tiled && tc) {
