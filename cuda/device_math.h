@@ -493,6 +493,14 @@ LLMI_HD bool llmi_cu_prefill_sees(uint32_t p0, uint32_t n, uint32_t window, uint
     return kp <= qp && kp >= llmi_cu_attn_first(qp, window);
 }
 
+/* Whether every row of the tile sees every key of the chunk [kb, kb +
+ * chunk): the chunk starts at or after the last row's first key and ends
+ * at or before the first row's position. Such a chunk needs no mask. */
+LLMI_HD bool llmi_cu_prefill_chunk_full(uint32_t p0, uint32_t n, uint32_t window, uint32_t kb,
+                                        uint32_t chunk) {
+    return kb >= llmi_cu_attn_first(p0 + n - 1, window) && (uint64_t)kb + chunk - 1 <= p0;
+}
+
 /* The tile row whose scores warp `warp` of n_warps keeps in its register k:
  * groups of four rows (one float4 of the transposed queries), group g of
  * the warp at float4 n_warps * g + warp. */

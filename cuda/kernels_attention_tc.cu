@@ -35,12 +35,15 @@
  * tile it is in or its place there: chunks it sees nothing of leave its
  * state unchanged (rescale by exp2(0) = 1, weights 0).
  *
- * Shared memory (static, below 48 KiB): the staged queries (up to 128 rows)
- * share one buffer with the chunk's K and V (64 keys each), since Q moves
- * into registers before the first chunk; rows are padded by 8 elements (16
- * bytes) so that the eight rows one ldmatrix phase reads fall in distinct
- * banks. The loads are plain 16-byte loads, not cp.async double buffering:
- * a later step once this runs on a GPU. */
+ * Loads: K and V chunks are double-buffered with cp.async (16-byte copies,
+ * zero-filled for keys outside the range without reading them; each
+ * thread looks its keys' slots up in the block table itself), so chunk
+ * c + 1 is in flight while chunk c is multiplied. Shared memory: two
+ * buffers of K and V (64 keys each), the staged queries (up to 128 rows)
+ * aliasing the first, since Q moves into registers before the first chunk;
+ * rows padded by 8 elements (16 bytes) so that the eight rows one
+ * ldmatrix phase reads fall in distinct banks. 36 KiB for heads of 64, 68
+ * KiB for heads of 128 (opted into with cudaFuncSetAttribute). */
 #include "device_math.h"
 #include "kernels.h"
 
@@ -120,20 +123,66 @@ __device__ __forceinline__ void ldsm_x4_trans(const uint16_t *p, uint32_t r[4]) 
                  : "memory");
 }
 
+/* 16 bytes from global src to shared dst, in flight until waited for;
+ * valid false: 16 zero bytes, nothing read (src-size 0). */
+__device__ __forceinline__ void cp_async16(uint16_t *dst, const uint16_t *src, bool valid) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most one group of this thread's copies is in flight. */
+__device__ __forceinline__ void cp_async_wait_all_but_one() {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
+
+/* Shared memory of the kernel for heads of HD: two buffers of a chunk's K
+ * and V (64 keys each), the staged queries (up to 128 rows) aliasing them;
+ * rows padded by TC_PAD elements. */
+__host__ __device__ constexpr uint32_t tc_stride(uint32_t hd) { return hd + TC_PAD; }
+__host__ __device__ constexpr uint32_t tc_kv_elems(uint32_t hd) { return TC_KEYS * tc_stride(hd); }
+__host__ __device__ constexpr size_t tc_smem_bytes(uint32_t hd) {
+    return 2 * (TC_MAX_HEADS * TC_TILE * tc_stride(hd) > 4 * tc_kv_elems(hd)
+                    ? TC_MAX_HEADS * TC_TILE * tc_stride(hd)
+                    : 4 * tc_kv_elems(hd));
+}
+
+/* Starts copying chunk `chunk` (keys kb0 + 64 chunk ..) of K and V into
+ * buffer buf; keys outside [kmin, kmax] become zeros without a read. */
+template <uint32_t HD>
+__device__ __forceinline__ void tc_issue_chunk(const tc_params &a, uint16_t *sm, uint32_t buf,
+                                               uint32_t kb, uint32_t kmin, uint32_t kmax,
+                                               uint32_t s, size_t kv_off) {
+    constexpr uint32_t STRIDE = tc_stride(HD), VEC = HD / 8;
+    uint16_t *kd = sm + 2 * buf * tc_kv_elems(HD), *vd = kd + tc_kv_elems(HD);
+    for (uint32_t idx = threadIdx.x; idx < TC_KEYS * VEC; idx += blockDim.x) {
+        const uint32_t j = idx / VEC, c = idx % VEC, kp = kb + j;
+        const bool valid = kp >= kmin && kp <= kmax;
+        const size_t e =
+            valid
+                ? (size_t)llmi_cu_kv_slot(a.block_start, a.blocks, a.block_size, s, kp) * a.kv_dim +
+                      kv_off + 8 * c
+                : 0;
+        cp_async16(kd + j * STRIDE + 8 * c, a.k_cache + e, valid);
+        cp_async16(vd + j * STRIDE + 8 * c, a.v_cache + e, valid);
+    }
+}
+
 /* Tile blockIdx.x; KV head blockIdx.y / slices, query heads h0 .. h0 +
  * heads_per_cta - 1 of it. blockDim.x = 64 * heads_per_cta. */
 template <llmi_ttype T, uint32_t HD>
-__global__ void __launch_bounds__(TC_MAX_THREADS) attn_prefill_tc_kernel(const tc_params a) {
-    constexpr uint32_t STRIDE = HD + TC_PAD;
-    constexpr uint32_t KV_ELEMS = TC_KEYS * STRIDE;
-    constexpr uint32_t Q_ELEMS = TC_MAX_HEADS * TC_TILE * STRIDE;
-    constexpr uint32_t SMEM = Q_ELEMS > 2 * KV_ELEMS ? Q_ELEMS : 2 * KV_ELEMS;
+__global__ void __launch_bounds__(TC_MAX_THREADS, HD <= 64 ? 2 : 1)
+    attn_prefill_tc_kernel(const tc_params a) {
+    constexpr uint32_t STRIDE = tc_stride(HD), KV_ELEMS = tc_kv_elems(HD);
     constexpr uint32_t KSTEPS = HD / 16; /* k-steps of Q K^T; dim-tile pairs of P V */
-    constexpr uint32_t KTILES = TC_KEYS / 8, DTILES = HD / 8, VEC = HD / 8;
-    static_assert(SMEM * 2 + TC_KEYS * 4 <= 48 * 1024, "static shared memory");
-    __shared__ __align__(16) uint16_t sm[SMEM];
-    __shared__ uint32_t slots[TC_KEYS];
-    uint16_t *qs = sm, *ks = sm, *vs = sm + KV_ELEMS;
+    constexpr uint32_t KTILES = TC_KEYS / 8, DTILES = HD / 8;
+    extern __shared__ uint4 sm4[]; /* tc_smem_bytes(HD) */
+    uint16_t *sm = (uint16_t *)sm4, *qs = sm;
 
     const uint32_t tid = threadIdx.x, nthreads = blockDim.x, warp = tid / 32, lane = tid % 32;
     const uint32_t hpc = a.heads_per_cta, slices = a.group / hpc;
@@ -162,6 +211,11 @@ __global__ void __launch_bounds__(TC_MAX_THREADS) attn_prefill_tc_kernel(const t
         for (uint32_t k = 0; k < KSTEPS; k++)
             ldsm_x4(src + 16 * k, qa[k]);
     }
+    uint32_t kb0, n_chunks;
+    llmi_cu_prefill_chunks(p0, n, a.window, TC_KEYS, &kb0, &n_chunks);
+    __syncthreads(); /* every warp has its Q fragments: chunk 0 may overwrite qs */
+    tc_issue_chunk<HD>(a, sm, 0, kb0, kmin, kmax, s, kv_off);
+    cp_async_commit();
 
     /* This lane's two rows (accumulator elements 0-1 and 2-3) and the key
      * columns of its accumulator elements 0 and 1 within an 8-key tile. */
@@ -183,31 +237,21 @@ __global__ void __launch_bounds__(TC_MAX_THREADS) attn_prefill_tc_kernel(const t
     for (uint32_t t = 0; t < DTILES; t++)
         o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 
-    uint32_t kb0, n_chunks;
-    llmi_cu_prefill_chunks(p0, n, a.window, TC_KEYS, &kb0, &n_chunks);
     for (uint32_t chunk = 0; chunk < n_chunks; chunk++) {
         const uint32_t kb = kb0 + chunk * TC_KEYS;
-        /* The previous chunk's (or Q's) readers are done with sm and slots. */
+        /* The next chunk goes to the other buffer, which every warp left at
+         * the end of the previous iteration; then this chunk's copies (all
+         * but the newest group) are waited for and published. */
+        if (chunk + 1 < n_chunks)
+            tc_issue_chunk<HD>(a, sm, (chunk + 1) % 2, kb + TC_KEYS, kmin, kmax, s, kv_off);
+        cp_async_commit(); /* possibly empty: the wait below counts groups */
+        cp_async_wait_all_but_one();
         __syncthreads();
-        for (uint32_t j = tid; j < TC_KEYS; j += nthreads) {
-            const uint32_t kp = kb + j;
-            slots[j] = kp >= kmin && kp <= kmax
-                           ? llmi_cu_kv_slot(a.block_start, a.blocks, a.block_size, s, kp)
-                           : UINT32_MAX;
-        }
-        __syncthreads();
-        for (uint32_t idx = tid; idx < TC_KEYS * VEC; idx += nthreads) {
-            const uint32_t j = idx / VEC, c = idx % VEC, slot = slots[j];
-            uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
-            if (slot != UINT32_MAX) {
-                const size_t e = (size_t)slot * a.kv_dim + kv_off + 8 * c;
-                kx = __ldg((const uint4 *)(a.k_cache + e));
-                vx = __ldg((const uint4 *)(a.v_cache + e));
-            }
-            *(uint4 *)(ks + j * STRIDE + 8 * c) = kx;
-            *(uint4 *)(vs + j * STRIDE + 8 * c) = vx;
-        }
-        __syncthreads();
+        const uint16_t *ks = sm + 2 * (chunk % 2) * KV_ELEMS, *vs = ks + KV_ELEMS;
+        /* Every row of the tile sees every key of the chunk: no mask to
+         * evaluate. Rows past n then hold finite scores of their zero
+         * queries, which are never written. */
+        const bool full = llmi_cu_prefill_chunk_full(p0, n, a.window, kb, TC_KEYS);
 
         /* S = Q K^T: 8-key tiles t, two per ldmatrix.x4. */
         float sc[KTILES][4];
@@ -234,7 +278,7 @@ __global__ void __launch_bounds__(TC_MAX_THREADS) attn_prefill_tc_kernel(const t
 #pragma unroll
                 for (uint32_t e = 0; e < 2; e++) {
                     const uint32_t kp = kb + 8 * t + col_e[e];
-                    const bool ok = llmi_cu_prefill_sees(p0, n, a.window, row_i[half], kp);
+                    const bool ok = full || llmi_cu_prefill_sees(p0, n, a.window, row_i[half], kp);
                     float &x = sc[t][2 * half + e];
                     x = ok ? x * a.scale_log2 : -INFINITY;
                     mx = fmaxf(mx, x);
@@ -290,6 +334,7 @@ __global__ void __launch_bounds__(TC_MAX_THREADS) attn_prefill_tc_kernel(const t
                 mma16816<T>(o[t + 1], pa, b[2], b[3]);
             }
         }
+        __syncthreads(); /* buffer chunk % 2 is free for chunk + 2 */
     }
 
     /* O / l for the rows this tile has (every such row saw its own key). */
@@ -320,11 +365,30 @@ uint32_t heads_per_cta(uint32_t group) {
     return 1;
 }
 
+/* Heads of 128 take 68 KiB of shared memory: above the 48 KiB a launch
+ * gets by default, so the kernel opts in (every H100/H200/A100 offers at
+ * least 163 KiB a block). */
 template <llmi_ttype T, uint32_t HD>
-void launch_tc(cudaStream_t stream, const tc_params &p, uint32_t n_tiles, uint32_t n_head) {
+cudaError_t launch_tc(cudaStream_t stream, const tc_params &p, uint32_t n_tiles, uint32_t n_head) {
+    constexpr size_t smem = tc_smem_bytes(HD);
+    if (smem > 48 * 1024) {
+        int dev = 0, optin = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess)
+            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (err != cudaSuccess)
+            return err;
+        if (smem > (size_t)optin)
+            return cudaErrorInvalidValue;
+        err = cudaFuncSetAttribute(attn_prefill_tc_kernel<T, HD>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess)
+            return err;
+    }
     const dim3 grid(n_tiles, n_head / p.heads_per_cta);
     attn_prefill_tc_kernel<T, HD>
-        <<<grid, p.heads_per_cta * TC_TILE / TC_ROWS_PER_WARP * 32, 0, stream>>>(p);
+        <<<grid, p.heads_per_cta * TC_TILE / TC_ROWS_PER_WARP * 32, smem, stream>>>(p);
+    return cudaGetLastError();
 }
 
 } // namespace
@@ -361,18 +425,11 @@ cudaError_t llmi_cu_prefill_tc(cudaStream_t stream, const llmi_cu_attention_args
     p.tiles = a->tiles;
     p.scale_log2 = a->scale * LOG2E;
     const bool f16 = a->cache_type == LLMI_T_F16;
-    if (a->head_dim == 64) {
-        if (f16)
-            launch_tc<LLMI_T_F16, 64>(stream, p, a->n_tiles, a->n_head);
-        else
-            launch_tc<LLMI_T_BF16, 64>(stream, p, a->n_tiles, a->n_head);
-    } else {
-        if (f16)
-            launch_tc<LLMI_T_F16, 128>(stream, p, a->n_tiles, a->n_head);
-        else
-            launch_tc<LLMI_T_BF16, 128>(stream, p, a->n_tiles, a->n_head);
-    }
-    return cudaGetLastError();
+    if (a->head_dim == 64)
+        return f16 ? launch_tc<LLMI_T_F16, 64>(stream, p, a->n_tiles, a->n_head)
+                   : launch_tc<LLMI_T_BF16, 64>(stream, p, a->n_tiles, a->n_head);
+    return f16 ? launch_tc<LLMI_T_F16, 128>(stream, p, a->n_tiles, a->n_head)
+               : launch_tc<LLMI_T_BF16, 128>(stream, p, a->n_tiles, a->n_head);
 }
 
 } // extern "C"
