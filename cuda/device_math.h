@@ -2,7 +2,8 @@
  * that host tests (tests/cuda/test_device_math.cu) check on any machine
  * what the kernels compute on a GPU: dequantization of every block type,
  * f16/bf16 rounding, KV slot addressing, RoPE angles, the split-KV softmax
- * partials and their merge, and the GLU activations.
+ * partials and their merge, the GLU activations, and where tensor-core
+ * (mma.sync) fragments hold their elements.
  *
  * Bit-identity with the CPU: nvcc contracts a * b + c into one FMA in
  * device code unless told not to, and the CPU reference never does, so the
@@ -492,11 +493,93 @@ LLMI_HD bool llmi_cu_prefill_sees(uint32_t p0, uint32_t n, uint32_t window, uint
     return kp <= qp && kp >= llmi_cu_attn_first(qp, window);
 }
 
+/* Whether every row of the tile sees every key of the chunk [kb, kb +
+ * chunk): the chunk starts at or after the last row's first key and ends
+ * at or before the first row's position. Such a chunk needs no mask. */
+LLMI_HD bool llmi_cu_prefill_chunk_full(uint32_t p0, uint32_t n, uint32_t window, uint32_t kb,
+                                        uint32_t chunk) {
+    return kb >= llmi_cu_attn_first(p0 + n - 1, window) && (uint64_t)kb + chunk - 1 <= p0;
+}
+
 /* The tile row whose scores warp `warp` of n_warps keeps in its register k:
  * groups of four rows (one float4 of the transposed queries), group g of
  * the warp at float4 n_warps * g + warp. */
 LLMI_HD uint32_t llmi_cu_prefill_row(uint32_t warp, uint32_t n_warps, uint32_t k) {
     return 4 * (n_warps * (k / 4) + warp) + k % 4;
+}
+
+/* ---- tensor-core fragments (mma.sync m16n8k16, ldmatrix) ----
+ * Where the 32 lanes of a warp hold the elements of the operands of
+ * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, as the
+ * PTX ISA lays them out, and which shared-memory rows ldmatrix.x4 reads for
+ * each lane, so that the tensor-core prefill kernel's index math is proven
+ * on the host (tests/cuda/test_device_math.cu simulates one warp's
+ * S = Q K^T and O = P V from these). gid = lane / 4 (the "groupID"),
+ * tig = lane % 4 (the "thread in group"). */
+
+/* A (16 x 16, row-major) element e (0 .. 7) of a lane: register e / 2, low
+ * half for even e. Rows gid (e in 0,1,4,5) or gid + 8; columns 2 tig + e % 2,
+ * plus 8 for e >= 4. */
+LLMI_HD void llmi_cu_mma_a_rc(uint32_t lane, uint32_t e, uint32_t *row, uint32_t *col) {
+    *row = lane / 4 + 8 * ((e / 2) % 2);
+    *col = 2 * (lane % 4) + e % 2 + 8 * (e / 4);
+}
+
+/* B (16 x 8, "col": column n contiguous in k) element e (0 .. 3) of a lane:
+ * register e / 2. k = 2 tig + e % 2, plus 8 for e >= 2; n = gid. */
+LLMI_HD void llmi_cu_mma_b_kn(uint32_t lane, uint32_t e, uint32_t *k, uint32_t *n) {
+    *k = 2 * (lane % 4) + e % 2 + 8 * (e / 2);
+    *n = lane / 4;
+}
+
+/* The f32 accumulator C/D (16 x 8) element e (0 .. 3) of a lane: rows gid
+ * (e < 2) or gid + 8, columns 2 tig + e % 2. */
+LLMI_HD void llmi_cu_mma_c_rc(uint32_t lane, uint32_t e, uint32_t *row, uint32_t *col) {
+    *row = lane / 4 + 8 * (e / 2);
+    *col = 2 * (lane % 4) + e % 2;
+}
+
+/* ldmatrix.x4 reads four 8 x 8 matrices of 16-bit elements; lane l gives
+ * the address of row l % 8 of matrix l / 8. These give, per lane, the
+ * (row, column) offset in shared memory of the row it points at, for each
+ * operand of the kernel:
+ *   Q as A (q[row][dim], rows r0 .., dims k0 ..): matrices (rows 0-7, dims
+ *   0-7), (rows 8-15, dims 0-7), (rows 0-7, dims 8-15), (rows 8-15, dims
+ *   8-15): registers a0 .. a3 of one k-step.
+ *   K as B (k[key][dim], keys n0 .., dims k0 ..): (keys 0-7, dims 0-7),
+ *   (keys 0-7, dims 8-15), (keys 8-15, dims 0-7), (keys 8-15, dims 8-15):
+ *   b0, b1 of the 8 keys from n0, then b0, b1 of the 8 from n0 + 8.
+ *   V as B with .trans (v[key][dim], keys k0 .., dims n0 ..): (keys 0-7,
+ *   dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15,
+ *   dims 8-15): b0, b1 of dims n0 .. n0 + 7, then of dims n0 + 8 ... */
+LLMI_HD void llmi_cu_ldsm_q_src(uint32_t lane, uint32_t *row, uint32_t *col) {
+    *row = lane % 8 + 8 * ((lane / 8) % 2);
+    *col = 8 * (lane / 16);
+}
+
+LLMI_HD void llmi_cu_ldsm_k_src(uint32_t lane, uint32_t *key, uint32_t *dim) {
+    *key = lane % 8 + 8 * (lane / 16);
+    *dim = 8 * ((lane / 8) % 2);
+}
+
+LLMI_HD void llmi_cu_ldsm_vt_src(uint32_t lane, uint32_t *key, uint32_t *dim) {
+    *key = lane % 8 + 8 * ((lane / 8) % 2);
+    *dim = 8 * (lane / 16);
+}
+
+/* P as an A operand straight from the score accumulators: the scores of
+ * keys 16 kk .. 16 kk + 15 are the accumulators of 8-key tiles 2 kk and
+ * 2 kk + 1; A register r (0 .. 3), half h (0 low, 1 high) of a lane is
+ * accumulator element *elem of tile 2 kk + *tile_off of the same lane. */
+LLMI_HD void llmi_cu_p_from_c(uint32_t r, uint32_t h, uint32_t *tile_off, uint32_t *elem) {
+    *tile_off = r / 2;
+    *elem = 2 * (r % 2) + h;
+}
+
+/* Two 16-bit values as one 32-bit register: lo in bits 0-15 (the element
+ * of the lower index), hi in 16-31. */
+LLMI_HD uint32_t llmi_cu_pack_b16(uint16_t lo, uint16_t hi) {
+    return (uint32_t)lo | (uint32_t)hi << 16;
 }
 
 /* ---- RoPE ---- */

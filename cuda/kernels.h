@@ -174,8 +174,23 @@ size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32
  * sequence once per tile and head, 32 positions at a time aligned to
  * multiples of 32, with an online softmax; a row's result there depends
  * only on its own position and keys too, but differs in rounding from the
- * split kernel's. Plain f32 FMA, no tensor cores. */
+ * split kernel's. Plain f32 FMA, unless the tensor-core kernel below takes
+ * the tiles. */
 cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a);
+
+/* The tensor-core prefill kernel (kernels_attention_tc.cu: FlashAttention-2
+ * on mma.sync, keys in aligned chunks of 64, Q and the softmax weights
+ * rounded to the cache's 16-bit type, f32 accumulation). It takes F16 and
+ * BF16 caches (16-byte aligned, kv_dim a multiple of 8) with head_dim 64 or
+ * 128 (llmi_cu_prefill_tc_takes). llmi_cu_prefill_tc launches it over a's
+ * tiles only. llmi_cu_attention runs it in place of the f32 prefill kernel
+ * when the environment has LLM_CUDA_ATTN_TC=1 (read once) and it takes the
+ * layer; llmi_cu_attention_tc does so whatever the environment says and
+ * refuses (cudaErrorInvalidValue) a layer it does not take: for tests and
+ * benchmarks. A row's result does not depend on its tile here either. */
+bool llmi_cu_prefill_tc_takes(const llmi_cu_attention_args *a);
+cudaError_t llmi_cu_prefill_tc(cudaStream_t stream, const llmi_cu_attention_args *a);
+cudaError_t llmi_cu_attention_tc(cudaStream_t stream, const llmi_cu_attention_args *a);
 
 /* Copies the first n_slots slots of block src to block dst, in each of the
  * n_layers (K and V) arrays of `caches` (a device array of 2 * n_layers

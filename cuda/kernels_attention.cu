@@ -11,9 +11,13 @@
  *
  * Prompts: runs of rows of one sequence (llmi_cuda_prefill_plan) go to
  * the prefill kernel below, which reads each key once per tile of queries
- * and head instead of once per row; the rest take the split kernel. */
+ * and head instead of once per row (or, with LLM_CUDA_ATTN_TC=1, to the
+ * tensor-core kernel of kernels_attention_tc.cu); the rest take the split
+ * kernel. */
 #include "device_math.h"
 #include "kernels.h"
+
+#include <stdlib.h>
 
 namespace {
 
@@ -457,7 +461,23 @@ size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32
     return (size_t)((uint64_t)n_rows * n_head * splits * (2 + (uint64_t)head_dim));
 }
 
-cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a) {
+} // extern "C"
+
+namespace {
+
+/* LLM_CUDA_ATTN_TC=1: tiles of layers the tensor-core kernel takes go to
+ * it. Read once (a function-local static: thread-safe initialization). */
+bool tc_from_env() {
+    static const bool on = [] {
+        const char *s = getenv("LLM_CUDA_ATTN_TC");
+        return s && s[0] == '1' && s[1] == '\0';
+    }();
+    return on;
+}
+
+/* llmi_cu_attention; force_tc: the tensor-core kernel for the tiles or
+ * cudaErrorInvalidValue. */
+cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool force_tc) {
     if (!a || !cache_type_ok(a->cache_type) || a->n_head == 0 || a->n_head_kv == 0 ||
         a->n_head % a->n_head_kv || a->head_dim == 0 || a->block_size == 0 ||
         (uint64_t)a->n_head_kv * a->head_dim > a->kv_dim || a->n_head > 65535 ||
@@ -469,6 +489,8 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
     if (tiled &&
         (!a->tiles || a->n_tiles > a->n_rows || a->n_decode_rows > a->n_rows ||
          (a->n_decode_rows && !a->decode_rows) || a->head_dim > LLMI_CU_PREFILL_MAX_HEAD_DIM))
+        return cudaErrorInvalidValue;
+    if (force_tc && !llmi_cu_prefill_tc_takes(a))
         return cudaErrorInvalidValue;
     if (a->n_rows == 0)
         return cudaSuccess;
@@ -499,7 +521,12 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
     const size_t smem = (size_t)p.head_dim * sizeof(float) + SPLIT * (sizeof(float) + 4);
     if (smem > 48 * 1024)
         return cudaErrorInvalidValue;
-    if (tiled) {
+    const bool tc = force_tc || (tiled && tc_from_env() && llmi_cu_prefill_tc_takes(a));
+    if (tiled && tc) {
+        const cudaError_t err = llmi_cu_prefill_tc(stream, a);
+        if (err != cudaSuccess)
+            return err;
+    } else if (tiled) {
         const prefill_params f = {
             a->q,    a->q_stride,    a->out,    a->out_stride, a->k_cache, a->v_cache,
             p.group, a->head_dim,    a->kv_dim, a->block_size, a->window,  a->pos,
@@ -523,6 +550,18 @@ cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args 
     else
         launch_attention<LLMI_T_BF16>(stream, p, n_split_rows, a->out, a->out_stride);
     return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a) {
+    return attention(stream, a, false);
+}
+
+cudaError_t llmi_cu_attention_tc(cudaStream_t stream, const llmi_cu_attention_args *a) {
+    return attention(stream, a, true);
 }
 
 cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint32_t n_layers,

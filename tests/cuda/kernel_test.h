@@ -125,39 +125,69 @@ typedef struct attn_host {
     const uint32_t *pos, *seq, *block_start, *blocks;
 } attn_host;
 
+/* How a kernel rounds its operands: Q and the softmax weights P to a
+ * 16-bit type with unit roundoff u (relative) and a (absolute, half the
+ * type's smallest subnormal), scores summed in f32 by tensor cores with a
+ * relative error of at most acc per addition. All zero: no rounding. */
+typedef struct attn_rounding {
+    double u, a, acc;
+} attn_rounding;
+
 /* Head h of row r of an attention's output (`out`, head_dim floats) against
  * softmax(q . k * scale) v in double over the row's keys, with the window
- * and GQA of `a`; relative to the sum of |v| weights. w: scratch for
- * pos[r] + 1 doubles. `index` names the first element in a failure. */
-static inline void check_attention_head(const llmi_cu_attention_args *a, const attn_host *in,
-                                        uint32_t r, uint32_t h, const float *out, const char *what,
-                                        size_t index, double *w) {
+ * and GQA of `a`; relative to the sum of |v| weights (mag). w: scratch for
+ * pos[r] + 1 doubles. `index` names the first element in a failure.
+ * With rounding rd (NULL: none), the tolerance adds its worst case: a
+ * score i moves by at most e_i = scale * sum_d (u |q_d| + a + hd acc |q_d|)
+ * |k_d|, so every normalized weight by a factor within exp(+-2 e) (e the
+ * largest e_i), and the output by (exp(2 e) - 1) mag; the rounded weights
+ * (relative u, absolute a, the row's sum l >= 1 unrounded) add u mag +
+ * a sum |v_i|. */
+static inline void check_attention_head_rounded(const llmi_cu_attention_args *a,
+                                                const attn_host *in, uint32_t r, uint32_t h,
+                                                const float *out, const char *what, size_t index,
+                                                double *w, const attn_rounding *rd) {
     const uint32_t hd = a->head_dim, bs = a->block_size, pos = in->pos[r];
     const uint32_t first = a->window && pos >= a->window ? pos - a->window + 1 : 0;
     const uint32_t n = pos + 1 - first, kvh = h / (a->n_head / a->n_head_kv);
     const uint32_t *table = in->blocks + in->block_start[in->seq[r]];
     const float *q = in->q + (size_t)r * a->q_stride + (size_t)h * hd;
 #define KV_ROW(p) (((size_t)table[(p) / bs] * bs + (p) % bs) * a->kv_dim + (size_t)kvh * hd)
-    double mx = -INFINITY, sum = 0.0;
+    double mx = -INFINITY, sum = 0.0, e_max = 0.0;
     for (uint32_t i = 0; i < n; i++) {
-        double dot = 0.0;
-        for (uint32_t d = 0; d < hd; d++)
-            dot += (double)q[d] * cache_get(a->cache_type, in->k, KV_ROW(first + i) + d);
+        double dot = 0.0, e = 0.0;
+        for (uint32_t d = 0; d < hd; d++) {
+            const double k = cache_get(a->cache_type, in->k, KV_ROW(first + i) + d);
+            dot += (double)q[d] * k;
+            if (rd)
+                e += (rd->u * fabs(q[d]) + rd->a + hd * rd->acc * fabs(q[d])) * fabs(k);
+        }
         w[i] = dot * a->scale;
         mx = w[i] > mx ? w[i] : mx;
+        e_max = e * a->scale > e_max ? e * a->scale : e_max;
     }
     for (uint32_t i = 0; i < n; i++)
         sum += (w[i] = exp(w[i] - mx));
     for (uint32_t d = 0; d < hd; d++) {
-        double want = 0.0, mag = 0.0;
+        double want = 0.0, mag = 0.0, abs_v = 0.0;
         for (uint32_t i = 0; i < n; i++) {
             const double v = cache_get(a->cache_type, in->v, KV_ROW(first + i) + d);
             want += w[i] / sum * v;
             mag += w[i] / sum * fabs(v);
+            abs_v += fabs(v);
         }
-        near(out[d], want, 2e-5, mag + 1e-6, what, index + d);
+        double tol = 2e-5 * (mag + 1e-6);
+        if (rd)
+            tol += (exp(2.0 * e_max) - 1.0) * (1.0 + rd->u) * mag + rd->u * mag + rd->a * abs_v;
+        near(out[d], want, tol, 1.0, what, index + d);
     }
 #undef KV_ROW
+}
+
+static inline void check_attention_head(const llmi_cu_attention_args *a, const attn_host *in,
+                                        uint32_t r, uint32_t h, const float *out, const char *what,
+                                        size_t index, double *w) {
+    check_attention_head_rounded(a, in, r, h, out, what, index, w, NULL);
 }
 
 #endif

@@ -4,7 +4,8 @@
  * llama.cpp-recorded Q5 blocks of tests/golden/q5-blocks.txt), f16/bf16
  * rounding, KV slot addressing over shuffled block tables, the prefill
  * kernel's tiles (key chunks, causal and window masks, row layout), RoPE
- * angles, the split-KV softmax merge and the GLU activations. Needs no GPU: the same
+ * angles, the split-KV softmax merge and the GLU activations (the
+ * tensor-core fragments: test_tc_fragments.cu). Needs no GPU: the same
  * functions run in the kernels. Seeds are fixed and printed. */
 #include <setjmp.h>
 #include <stdarg.h>

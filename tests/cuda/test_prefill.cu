@@ -7,8 +7,11 @@
  * several block sizes. Rows of the same step go to the split kernel through
  * the decode list; a row in neither list keeps its poison. A row's result
  * is checked to be the same bits whatever tile it is in, and the decode
- * rows the same bits as a step without tiles. A timing of an 8B-sized
- * 2,048-token prompt (prefill against split) is printed, not asserted.
+ * rows the same bits as a step without tiles. The tensor-core prefill
+ * kernel (llmi_cu_attention_tc) runs the same step for F16 and BF16
+ * caches and heads of 64 and 128, within a bound reasoned from its
+ * rounding of Q and P. Timings of 2,048-token prompts (prefill, tensor-core
+ * prefill against split) are printed, not asserted.
  * Without a CUDA device every test skips. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -77,7 +80,8 @@ typedef struct pf_bufs {
     float *out; /* host copy of the output */
 } pf_bufs;
 
-static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_decode) {
+/* tc: the tensor-core kernel takes the tiles (llmi_cu_attention_tc). */
+static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_decode, bool tc) {
     uint32_t *dt = n_tiles ? (uint32_t *)dev_copy(tiles, 8 * n_tiles) : NULL;
     uint32_t *dd = (uint32_t *)dev_copy(decode_rows, sizeof decode_rows);
     CU(cudaMemset(b->a.out, 0xff, 4 * (size_t)N_ROWS * b->os));
@@ -85,13 +89,25 @@ static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_d
     b->a.n_tiles = n_tiles;
     b->a.decode_rows = with_decode ? dd : NULL;
     b->a.n_decode_rows = with_decode ? (uint32_t)(sizeof decode_rows / 4) : 0;
-    CU(llmi_cu_attention(0, &b->a));
+    CU(tc ? llmi_cu_attention_tc(0, &b->a) : llmi_cu_attention(0, &b->a));
     to_host(b->out, b->a.out, 4 * (size_t)N_ROWS * b->os);
     cudaFree(dt);
     cudaFree(dd);
 }
 
-static void run_case(const pf_case *c, llmi_ttype ct) {
+/* The tensor-core kernel's rounding (kernel_test.h's attn_rounding): Q and
+ * P to the cache's type, round to nearest (unit roundoff 2^-8 for bf16,
+ * 2^-11 for f16; half the smallest subnormal, 2^-134 and 2^-25, absolute);
+ * tensor-core f32 sums taken at 2^-22 (two f32 ulps) an addition. */
+static attn_rounding tc_rounding(llmi_ttype ct) {
+    attn_rounding rd;
+    rd.u = ct == LLMI_T_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
+    rd.a = ct == LLMI_T_BF16 ? ldexp(1.0, -134) : ldexp(1.0, -25);
+    rd.acc = ldexp(1.0, -22);
+    return rd;
+}
+
+static void run_case(const pf_case *c, llmi_ttype ct, bool tc) {
     const uint32_t bs = c->block_size, hd = c->head_dim, kv_dim = c->n_head_kv * hd;
     uint32_t per_seq[N_SEQS], n_blocks = 3, block_start[N_SEQS + 1];
     for (uint32_t s = 0; s < N_SEQS; s++)
@@ -139,10 +155,14 @@ static void run_case(const pf_case *c, llmi_ttype ct) {
     a->scratch =
         (float *)dev_alloc(4 * llmi_cu_attention_scratch_floats(N_ROWS, c->n_head, hd, 600));
 
-    run(&b, tiles_a, sizeof tiles_a / 8, true);
+    run(&b, tiles_a, sizeof tiles_a / 8, true, tc);
     memcpy(ref_tiles, b.out, 4 * (size_t)N_ROWS * b.os);
     double *w = (double *)malloc(sizeof(double) * 600);
     const attn_host in = {q, kc, vc, pos, seq, block_start, blocks};
+    const attn_rounding rd = tc_rounding(ct);
+    bool is_decode[N_ROWS] = {false};
+    for (size_t k = 0; k < sizeof decode_rows / 4; k++)
+        is_decode[decode_rows[k]] = true;
     for (uint32_t r = 0; r < N_ROWS; r++) {
         if (r == UNTOUCHED) {
             for (uint32_t i = 0; i < b.qd; i++)
@@ -150,18 +170,20 @@ static void run_case(const pf_case *c, llmi_ttype ct) {
             continue;
         }
         for (uint32_t h = 0; h < c->n_head; h++)
-            check_attention_head(a, &in, r, h, b.out + (size_t)r * b.os + (size_t)h * hd,
-                                 "prefill attention", (size_t)r * b.qd + (size_t)h * hd, w);
+            check_attention_head_rounded(a, &in, r, h, b.out + (size_t)r * b.os + (size_t)h * hd,
+                                         tc ? "tensor-core prefill" : "prefill attention",
+                                         (size_t)r * b.qd + (size_t)h * hd, w,
+                                         tc && !is_decode[r] ? &rd : NULL);
     }
     /* Another tiling: the same bits for every row. */
-    run(&b, tiles_b, sizeof tiles_b / 8, true);
+    run(&b, tiles_b, sizeof tiles_b / 8, true, tc);
     for (uint32_t r = 0; r < N_ROWS; r++)
         for (uint32_t i = 0; i < b.qd; i++)
             if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
                 fail_msg("row %u, element %u: %.9g with one tiling, %.9g with another", r, i,
                          b.out[r * b.os + i], ref_tiles[r * b.os + i]);
     /* No tiles: the split kernel's rows give the bits they give with tiles. */
-    run(&b, NULL, 0, false);
+    run(&b, NULL, 0, false, false);
     for (size_t k = 0; k < sizeof decode_rows / 4; k++) {
         const uint32_t r = decode_rows[k];
         for (uint32_t i = 0; i < b.qd; i++)
@@ -197,8 +219,66 @@ static void test_prefill_attention(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (size_t t = 0; t < 3; t++) {
             printf("# case %zu, cache type %d\n", c, (int)cache_types[t]);
-            run_case(&cases[c], cache_types[t]);
+            run_case(&cases[c], cache_types[t], false);
         }
+}
+
+/* The tensor-core kernel on the same step: GQA ratios 1, 3, 4, 5 and 8 (8:
+ * two slices of four heads per CTA; 5: one head a CTA), heads of 64 and
+ * 128, block sizes 16 and 32, windows (one shorter than a chunk), both
+ * 16-bit cache types; the tilings' ragged tiles, the prompt from position
+ * 0 and the chunk after 530 cached keys of make_rows. Within the reasoned
+ * rounding bound of the reference, the same bits under either tiling,
+ * decode rows as without tiles. */
+static void test_prefill_tc_attention(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    rng_seed(0x6e0103, "tensor-core prefill attention");
+    const pf_case cases[] = {{4, 4, 64, 0, 16},   {8, 2, 128, 0, 32}, {16, 2, 64, 300, 16},
+                             {8, 1, 128, 40, 32}, {12, 4, 64, 0, 32}, {5, 1, 128, 5, 16},
+                             {2, 2, 128, 100, 16}};
+    const llmi_ttype types[] = {LLMI_T_F16, LLMI_T_BF16};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t t = 0; t < 2; t++) {
+            printf("# tensor-core case %zu, cache type %d\n", c, (int)types[t]);
+            run_case(&cases[c], types[t], true);
+        }
+}
+
+/* What the tensor-core kernel does not take is refused before anything
+ * runs (no device needed): f32 caches, other head sizes, a kv_dim that is
+ * not a multiple of 8, unaligned caches. */
+static void test_prefill_tc_refusals(void **state) {
+    (void)state;
+    static const uint32_t tiles[2] = {0, 1};
+    llmi_cu_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.cache_type = LLMI_T_BF16;
+    a.n_rows = 1;
+    a.n_head = 2;
+    a.n_head_kv = 1;
+    a.head_dim = 64;
+    a.kv_dim = 64;
+    a.block_size = 16;
+    a.tiles = tiles;
+    a.n_tiles = 1;
+    a.k_cache = a.v_cache = (const void *)(uintptr_t)0x1000;
+    assert_true(llmi_cu_prefill_tc_takes(&a));
+    a.cache_type = LLMI_T_F32;
+    assert_false(llmi_cu_prefill_tc_takes(&a));
+    assert_int_equal(llmi_cu_attention_tc(0, &a), cudaErrorInvalidValue);
+    a.cache_type = LLMI_T_F16;
+    a.head_dim = 96;
+    a.kv_dim = 96;
+    assert_int_equal(llmi_cu_attention_tc(0, &a), cudaErrorInvalidValue);
+    a.head_dim = 128;
+    a.kv_dim = 132;
+    assert_int_equal(llmi_cu_attention_tc(0, &a), cudaErrorInvalidValue);
+    a.kv_dim = 128;
+    a.v_cache = (const void *)(uintptr_t)0x1008;
+    assert_int_equal(llmi_cu_attention_tc(0, &a), cudaErrorInvalidValue);
+    a.v_cache = a.k_cache;
+    assert_true(llmi_cu_prefill_tc_takes(&a));
 }
 
 static void test_prefill_refusals(void **state) {
@@ -228,14 +308,16 @@ static void test_prefill_refusals(void **state) {
     assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
 }
 
-/* An 8B-sized prompt: 2,048 rows, 32 heads over 8 KV heads of 128, bf16
- * cache; milliseconds of each path, best of three (printed for the
- * device check's figures), and the two within rounding of each other. */
-static void test_prefill_speed(void **state) {
-    (void)state;
-    NEED_DEVICE();
-    rng_seed(0x6e0102, "prefill speed");
-    const uint32_t n = 2048, nh = 32, nkv = 8, hd = 128, bs = 16, kv_dim = nkv * hd;
+/* A 2,048-token prompt, 32 heads over 8 KV heads of hd, bf16 cache;
+ * milliseconds of each path (split, f32 prefill, tensor-core prefill), best
+ * of three (printed for the device check's figures, with the tensor-core
+ * kernel's TFLOP/s: 4 hd flops per (query, key) pair a head, n (n + 1) / 2
+ * pairs), and the prefill paths against the split kernel: the f32 one
+ * within f32 rounding, the tensor-core one within its worst case for
+ * |q| <= 0.5, |k|, |v| <= 1 (kernel_test.h's bound with e = scale * hd *
+ * 0.5 * (2^-8 + hd 2^-22) and mag, sum |v| weights, at most 1). */
+static void prefill_speed(uint32_t hd) {
+    const uint32_t n = 2048, nh = 32, nkv = 8, bs = 16, kv_dim = nkv * hd;
     const uint32_t qd = nh * hd, n_blocks = n / bs;
     uint32_t *pos = (uint32_t *)malloc(4 * n), *seq = (uint32_t *)calloc(n, 4);
     uint32_t *tiles = (uint32_t *)malloc(8 * n), block_start[2] = {0, n_blocks};
@@ -280,17 +362,19 @@ static void test_prefill_speed(void **state) {
     a.scratch = (float *)dev_alloc(4 * llmi_cu_attention_scratch_floats(n, nh, hd, n));
     uint32_t *dtiles = (uint32_t *)dev_copy(tiles, 8 * n_tiles);
     float *out_split = (float *)malloc(4 * (size_t)n * qd),
-          *out_tiles = (float *)malloc(4 * (size_t)n * qd);
+          *out_tiles = (float *)malloc(4 * (size_t)n * qd),
+          *out_tc = (float *)malloc(4 * (size_t)n * qd);
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
-    float best[2] = {INFINITY, INFINITY};
-    for (int path = 0; path < 2; path++) {
+    float best[3] = {INFINITY, INFINITY, INFINITY};
+    float *outs[3] = {out_split, out_tiles, out_tc};
+    for (int path = 0; path < 3; path++) {
         a.tiles = path ? dtiles : NULL;
         a.n_tiles = path ? n_tiles : 0;
         for (int rep = 0; rep < 4; rep++) {
             CU(cudaEventRecord(e0, 0));
-            CU(llmi_cu_attention(0, &a));
+            CU(path == 2 ? llmi_cu_attention_tc(0, &a) : llmi_cu_attention(0, &a));
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             float ms = 0.0f;
@@ -298,13 +382,18 @@ static void test_prefill_speed(void **state) {
             if (rep > 0 && ms < best[path]) /* the first run loads the kernels */
                 best[path] = ms;
         }
-        to_host(path ? out_tiles : out_split, a.out, 4 * (size_t)n * qd);
+        to_host(outs[path], a.out, 4 * (size_t)n * qd);
     }
-    printf("# attention of a 2048-token prompt, 32 x 128 heads over 8 KV heads, bf16 cache: "
-           "split %.3f ms, prefill %.3f ms\n",
-           best[0], best[1]);
-    for (size_t i = 0; i < (size_t)n * qd; i++)
+    const double flops = 4.0 * hd * nh * (double)n * (n + 1) / 2.0;
+    printf("# attention of a 2048-token prompt, 32 x %u heads over 8 KV heads, bf16 cache: "
+           "split %.3f ms, prefill %.3f ms, tensor-core prefill %.3f ms (%.1f TFLOP/s)\n",
+           hd, best[0], best[1], best[2], flops / (best[2] * 1e-3) / 1e12);
+    const double u = ldexp(1.0, -8), e = a.scale * hd * 0.5 * (u + hd * ldexp(1.0, -22));
+    const double tc_tol = (exp(2.0 * e) - 1.0) * (1.0 + u) + u + 2e-5;
+    for (size_t i = 0; i < (size_t)n * qd; i++) {
         near(out_tiles[i], out_split[i], 1e-5, 1.0, "prefill against split", i);
+        near(out_tc[i], out_split[i], tc_tol, 1.0, "tensor-core prefill against split", i);
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaFree(dtiles);
@@ -326,6 +415,16 @@ static void test_prefill_speed(void **state) {
     free(q);
     free(out_split);
     free(out_tiles);
+    free(out_tc);
+}
+
+/* The 8B's attention shape (heads of 128) and the 1B's (heads of 64). */
+static void test_prefill_speed(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    rng_seed(0x6e0102, "prefill speed");
+    prefill_speed(128);
+    prefill_speed(64);
 }
 
 static int setup(void **state) {
@@ -339,8 +438,8 @@ static int setup(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_prefill_attention),
-        cmocka_unit_test(test_prefill_refusals),
+        cmocka_unit_test(test_prefill_attention),    cmocka_unit_test(test_prefill_refusals),
+        cmocka_unit_test(test_prefill_tc_attention), cmocka_unit_test(test_prefill_tc_refusals),
         cmocka_unit_test(test_prefill_speed),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
