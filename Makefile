@@ -12,6 +12,7 @@ DESTDIR ?=
 BUILD ?= build
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_GEMMA3 := models/gemma-3-270m-q4_k_m.gguf
+MODEL_MINILM := models/all-MiniLM-L6-v2
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 	-Wno-missing-field-initializers
@@ -303,6 +304,12 @@ $(MODEL): scripts/fetch-model.sh
 model-gemma3: $(MODEL_GEMMA3)
 $(MODEL_GEMMA3): scripts/fetch-model.sh
 	@bash scripts/fetch-model.sh gemma3 $@
+# sentence-transformers all-MiniLM-L6-v2, a BERT encoder as a Hugging Face
+# folder (about 85 MB; docs/models.md).
+.PHONY: model-minilm
+model-minilm: $(MODEL_MINILM)/model.safetensors
+$(MODEL_MINILM)/model.safetensors: scripts/fetch-model.sh
+	@bash scripts/fetch-model.sh minilm $(MODEL_MINILM)
 
 format:
 	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \
