@@ -204,8 +204,9 @@ $(TEST_VENV)/.stamp: tests/requirements.txt
 	@touch $@
 test-venv: $(TEST_VENV)/.stamp
 # gen_tokenizers.py reads the SmolLM2 and Gemma 3 GGUF files (it skips a
-# vocabulary whose file is absent); model-gemma3 fetches the Gemma 3 one.
-test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3
+# vocabulary whose file is absent); model-gemma3 fetches the Gemma 3 one,
+# model-minilm the BERT folder gen_wordpiece.py reads.
+test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3 model-minilm
 	@mkdir -p $(TEST_MODELS)
 	@for g in $(sort $(wildcard tests/models/gen_*.py)); do \
 		$(TEST_VENV)/bin/python $$g --out $(TEST_MODELS) || exit 1; \
@@ -215,6 +216,7 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
 	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
 	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3)) \
+	LLM_TEST_MODEL_MINILM=$(abspath $(MODEL_MINILM)) \
 	LLM_PLUGIN_PATH=$(abspath $(BUILD)) LLM_TEST_PLUGINS=$(abspath $(FAKE_PLUGIN_DIR)) \
 	LLM_TEST_CUDA_PLUGIN=$(if $(CUDA_PLUGIN),$(abspath $(CUDA_PLUGIN)))
 # The engine tests (continuous batching, preemption, prefix cache, n

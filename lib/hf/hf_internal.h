@@ -110,4 +110,18 @@ typedef struct llmi_hf_source {
 llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *src, size_t n,
                                llmi_gguf_parts *parts, uint32_t *file_type);
 
+/* tokenizer_wordpiece.c: a WordPiece tokenizer.json (BertNormalizer or
+ * none, BertPreTokenizer) -> tokenizer.wordpiece.* options. */
+typedef struct llmi_hf_wordpiece {
+    bool clean_text, chinese_chars, strip_accents, lowercase;
+    uint32_t max_chars;
+} llmi_hf_wordpiece;
+struct cJSON;
+llm_status llmi_hf_wordpiece_options(const struct cJSON *root, const struct cJSON *model,
+                                     llmi_hf_wordpiece *out);
+llm_status llmi_hf_wordpiece_write(const llmi_hf_wordpiece *wp, llmi_gguf_writer *w);
+/* llama.cpp's "bert" spelling of a vocab.txt token: "[X]" kept, "##x" ->
+ * "x", anything else behind U+2581. Allocated; NULL when out of memory. */
+char *llmi_hf_wordpiece_spelling(const char *s);
+
 #endif
