@@ -125,6 +125,13 @@ llm_status llmi_cuda_model_check(const llm_model *m, bool (*type_ok)(llmi_ttype)
                                  size_t cap) {
     const llmi_hparams *hp = &m->hp;
     const llmi_features *f = &hp->features;
+    if (f->encoder) {
+        snprintf(why, cap,
+                 "the CUDA backend does not implement encoder models (%s: bidirectional "
+                 "attention, learned positions, post-LayerNorm blocks); use the CPU backend",
+                 hp->arch);
+        return LLM_ERR_UNSUPPORTED;
+    }
     if (f->norm != LLMI_NORM_RMS) {
         snprintf(why, cap, "the CUDA backend does not implement LayerNorm models");
         return LLM_ERR_UNSUPPORTED;

@@ -60,6 +60,7 @@ typedef enum llmi_hf_family {
     LLMI_HF_PHI3,
     LLMI_HF_QWEN3MOE,
     LLMI_HF_MIXTRAL,
+    LLMI_HF_BERT, /* BertModel: an encoder (its own tensor names) */
 } llmi_hf_family;
 
 /* config.json, checked. Sizes are those the converter writes as
@@ -71,6 +72,7 @@ typedef struct llmi_hf_config {
     bool norm_plus_one;         /* norm weights stored as w - 1 (Gemma) */
     bool post_attn_is_ffn_norm; /* post_attention_layernorm is the pre-FFN norm */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+    uint32_t n_token_types; /* BERT: type_vocab_size */
     bool explicit_head_dim, explicit_head_kv;
     float rms_eps, rope_theta;
     bool tie_embeddings;
