@@ -12,8 +12,8 @@
  *
  * An encoder (BERT: every position attends to every other) needs all of an
  * input in one pass, so there an input never splits: it waits for the next
- * pass, and one longer than a pass (or than the model's learned positions)
- * is refused with LLM_ERR_LIMIT. */
+ * pass; one longer than a pass is refused with LLM_ERR_LIMIT, one longer
+ * than the model's learned positions with LLM_ERR_INVALID_ARGUMENT. */
 #include "session/session.h"
 
 #include <math.h>
@@ -76,8 +76,8 @@ static llm_status check_inputs(const embed_job *j, size_t *n_out_rows) {
                               j->n_tokens[i], n_ctx);
         if (j->s->model->hp.features.encoder) {
             const uint32_t pass = j->s->eng->max_rows, n_pos = j->s->model->hp.n_ctx_train;
-            if (j->n_tokens[i] > n_pos)
-                return llmi_error(LLM_ERR_LIMIT,
+            if (j->n_tokens[i] > n_pos) /* the input, not a resource, is at fault */
+                return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                                   "embedding input %zu has %zu tokens, more than the %u "
                                   "positions this encoder has learned",
                                   i, j->n_tokens[i], n_pos);
