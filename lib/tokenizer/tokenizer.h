@@ -155,6 +155,7 @@ struct llmi_tokenizer {
     /* WordPiece: BertNormalizer's switches, max_input_chars_per_word */
     bool wpm_clean_text, wpm_chinese, wpm_strip_accents, wpm_lowercase;
     uint32_t wpm_max_chars;
+    uint32_t wpm_max_bytes; /* the longest token text, bounding candidate pieces */
     char *chat_template;
 };
 

@@ -233,6 +233,21 @@ static llm_status wordpiece(const llmi_tokenizer *t, wordbuf *w, const uint32_t 
              * word-start piece: such continuations are not in the file. */
             if (start > 0 && cp[start] == 0x2581)
                 end = start;
+            /* No piece is longer than the vocabulary's longest token: start
+             * from the longest candidate that fits (a binary search), so a
+             * word costs O(length * longest token), not O(length^2). */
+            const size_t from0 = start ? w->off[start] : 0;
+            if (end > start && w->off[end] - from0 > t->wpm_max_bytes) {
+                size_t lo = start, hi = end; /* off[lo] - from0 fits, off[hi] - from0 does not */
+                while (hi - lo > 1) {
+                    size_t mid = lo + (hi - lo) / 2;
+                    if (w->off[mid] - from0 <= t->wpm_max_bytes)
+                        lo = mid;
+                    else
+                        hi = mid;
+                }
+                end = lo;
+            }
             for (; end > start && found < 0; end--) {
                 size_t from = start ? w->off[start] : 0;
                 found = llmi_tok_find(t, w->text + from, w->off[end] - from);
@@ -300,6 +315,10 @@ llm_status llmi_wpm_init(llmi_tokenizer *t, const llmi_gguf *g) {
     /* Defaults: uncased BERT, as llama.cpp tokenizes every "bert" file. */
     t->wpm_clean_text = t->wpm_chinese = t->wpm_strip_accents = t->wpm_lowercase = true;
     t->wpm_max_chars = 100;
+    t->wpm_max_bytes = 0;
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        if (llmi_tok_len(t, (llm_token)id) > t->wpm_max_bytes)
+            t->wpm_max_bytes = llmi_tok_len(t, (llm_token)id);
     read_flag(g, "tokenizer.wordpiece.clean_text", &t->wpm_clean_text);
     read_flag(g, "tokenizer.wordpiece.chinese_chars", &t->wpm_chinese);
     read_flag(g, "tokenizer.wordpiece.strip_accents", &t->wpm_strip_accents);
