@@ -44,6 +44,11 @@ static const char *const model_names[LLMI_MODEL_ROLES] = {
     [LLMI_ROLE_ROPE_FREQS] = "rope_freqs.weight",
     [LLMI_ROLE_ROPE_FACTORS_LONG] = "rope_factors_long.weight",
     [LLMI_ROLE_ROPE_FACTORS_SHORT] = "rope_factors_short.weight",
+    /* encoders' (refused by llmi_cuda_model_check): named for messages only */
+    [LLMI_ROLE_POS_EMBD] = "position_embd.weight",
+    [LLMI_ROLE_TOKEN_TYPES] = "token_types.weight",
+    [LLMI_ROLE_TOKEN_EMBD_NORM] = "token_embd_norm.weight",
+    [LLMI_ROLE_TOKEN_EMBD_NORM_BIAS] = "token_embd_norm.bias",
 };
 
 bool llmi_cuda_layer_role_used(int role) {
