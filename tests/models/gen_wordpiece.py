@@ -130,7 +130,9 @@ def main():
             config = f.read()
         texts = WORDPIECE_TEXTS + golden_texts() + EXTRA_TEXTS
         write_folder(a.out, "minilm", tok, config, texts,
-                     [__file__, os.path.join(src, "tokenizer.json")])
+                     [__file__, os.path.join(src, "tokenizer.json"),
+                      os.path.join(HERE, "gen_tokenizers.py"),
+                      os.path.join(ROOT, "tests", "golden", "make_golden.py")])
     else:
         print(f"gen_wordpiece: {src} absent; minilm skipped")
     tok, config = build_tiny()
