@@ -14,6 +14,7 @@ DESTDIR ?=
 BUILD ?= build
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_GEMMA3 := models/gemma-3-270m-q4_k_m.gguf
+MODEL_MINILM := models/all-MiniLM-L6-v2
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 	-Wno-missing-field-initializers
@@ -212,8 +213,9 @@ $(TEST_VENV)/.stamp: tests/requirements.txt
 	@touch $@
 test-venv: $(TEST_VENV)/.stamp
 # gen_tokenizers.py reads the SmolLM2 and Gemma 3 GGUF files (it skips a
-# vocabulary whose file is absent); model-gemma3 fetches the Gemma 3 one.
-test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3
+# vocabulary whose file is absent); model-gemma3 fetches the Gemma 3 one,
+# model-minilm the BERT folder gen_wordpiece.py reads.
+test-models: $(TEST_VENV)/.stamp $(MODEL) model-gemma3 model-minilm
 	@mkdir -p $(TEST_MODELS)
 	@for g in $(sort $(wildcard tests/models/gen_*.py)); do \
 		$(TEST_VENV)/bin/python $$g --out $(TEST_MODELS) || exit 1; \
@@ -223,6 +225,7 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_TEST_TMP=$(abspath $(BUILD))/tmp LLM_TEST_MODELS=$(abspath $(TEST_MODELS)) \
 	LLM_TEST_PYTHON=$(abspath $(TEST_VENV))/bin/python \
 	LLM_TEST_MODEL_GEMMA3=$(abspath $(MODEL_GEMMA3)) \
+	LLM_TEST_MODEL_MINILM=$(abspath $(MODEL_MINILM)) \
 	LLM_PLUGIN_PATH=$(abspath $(BUILD)) LLM_TEST_PLUGINS=$(abspath $(FAKE_PLUGIN_DIR)) \
 	LLM_TEST_CUDA_PLUGIN=$(if $(CUDA_PLUGIN),$(abspath $(CUDA_PLUGIN)))
 # The engine tests (continuous batching, preemption, prefix cache, n
@@ -333,6 +336,12 @@ $(MODEL): scripts/fetch-model.sh
 model-gemma3: $(MODEL_GEMMA3)
 $(MODEL_GEMMA3): scripts/fetch-model.sh
 	@bash scripts/fetch-model.sh gemma3 $@
+# sentence-transformers all-MiniLM-L6-v2, a BERT encoder as a Hugging Face
+# folder (about 85 MB; docs/models.md).
+.PHONY: model-minilm
+model-minilm: $(MODEL_MINILM)/model.safetensors
+$(MODEL_MINILM)/model.safetensors: scripts/fetch-model.sh
+	@bash scripts/fetch-model.sh minilm $(MODEL_MINILM)
 
 format:
 	clang-format -i include/llm.h $(LIB_SRC) $(wildcard lib/*/*.h) examples/*/*.c \

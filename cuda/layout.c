@@ -44,6 +44,11 @@ static const char *const model_names[LLMI_MODEL_ROLES] = {
     [LLMI_ROLE_ROPE_FREQS] = "rope_freqs.weight",
     [LLMI_ROLE_ROPE_FACTORS_LONG] = "rope_factors_long.weight",
     [LLMI_ROLE_ROPE_FACTORS_SHORT] = "rope_factors_short.weight",
+    /* encoders' (refused by llmi_cuda_model_check): named for messages only */
+    [LLMI_ROLE_POS_EMBD] = "position_embd.weight",
+    [LLMI_ROLE_TOKEN_TYPES] = "token_types.weight",
+    [LLMI_ROLE_TOKEN_EMBD_NORM] = "token_embd_norm.weight",
+    [LLMI_ROLE_TOKEN_EMBD_NORM_BIAS] = "token_embd_norm.bias",
 };
 
 bool llmi_cuda_layer_role_used(int role) {
@@ -125,6 +130,13 @@ llm_status llmi_cuda_model_check(const llm_model *m, bool (*type_ok)(llmi_ttype)
                                  size_t cap) {
     const llmi_hparams *hp = &m->hp;
     const llmi_features *f = &hp->features;
+    if (f->encoder) {
+        snprintf(why, cap,
+                 "the CUDA backend does not implement encoder models (%s: bidirectional "
+                 "attention, learned positions, post-LayerNorm blocks); use the CPU backend",
+                 hp->arch);
+        return LLM_ERR_UNSUPPORTED;
+    }
     if (f->norm != LLMI_NORM_RMS) {
         snprintf(why, cap, "the CUDA backend does not implement LayerNorm models");
         return LLM_ERR_UNSUPPORTED;

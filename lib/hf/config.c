@@ -32,6 +32,7 @@ static const family_row families[] = {
      10000.0f},
     {"MixtralForCausalLM", "mixtral", LLMI_HF_MIXTRAL, "llama", true, false, true, true,
      1000000.0f},
+    {"BertModel", "bert", LLMI_HF_BERT, "bert", false, false, false, false, 10000.0f},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -238,6 +239,38 @@ static llm_status parse_moe(const cJSON *root, const family_row *f, llmi_hf_conf
     return LLM_OK;
 }
 
+/* A string field that must have one value when present (dflt: its
+ * transformers default). */
+static llm_status want_str(const cJSON *root, const char *key, const char *want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v))
+        return LLM_OK;
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, want) != 0)
+        return llmi_error(LLM_ERR_UNSUPPORTED, CFG ": %s '%s' is not supported (only '%s')", key,
+                          cJSON_IsString(v) ? v->valuestring : "?", want);
+    return LLM_OK;
+}
+
+/* BertModel: LayerNorm epsilon, learned absolute positions (a table of
+ * max_position_embeddings, required), token types, GELU (erf). */
+static llm_status parse_bert(const cJSON *root, llmi_hf_config *c) {
+    LLMI_TRY(get_f32(root, "layer_norm_eps", true, 0.0f, 1.0f, &c->rms_eps));
+    if (!c->n_ctx)
+        return llmi_error(LLM_ERR_BAD_FORMAT, CFG ": max_position_embeddings is missing");
+    c->n_token_types = 2;
+    LLMI_TRY(get_u32(root, "type_vocab_size", false, &c->n_token_types, NULL));
+    LLMI_TRY(want_str(root, "hidden_act", "gelu"));
+    LLMI_TRY(want_str(root, "position_embedding_type", "absolute"));
+    if (c->n_embd % c->n_head != 0)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          CFG ": hidden_size %u is not a multiple of num_attention_heads %u",
+                          c->n_embd, c->n_head);
+    c->head_dim = c->n_embd / c->n_head;
+    c->n_head_kv = c->n_head;
+    c->tie_embeddings = true; /* no LM head: logits, if asked for, use token_embd */
+    return check_dtype(root);
+}
+
 static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
     if (!cJSON_IsObject(root))
         return llmi_error(LLM_ERR_BAD_FORMAT, CFG ": not a JSON object");
@@ -264,6 +297,8 @@ static llm_status parse_root(const cJSON *root, llmi_hf_config *c) {
         c->explicit_head_dim = true;
     }
     LLMI_TRY(get_u32(root, "max_position_embeddings", false, &c->n_ctx, NULL));
+    if (f->family == LLMI_HF_BERT)
+        return parse_bert(root, c);
     LLMI_TRY(get_f32(root, "rms_norm_eps", true, 0.0f, 1.0f, &c->rms_eps));
     c->rope_theta = f->default_rope_theta;
     LLMI_TRY(get_f32(root, "rope_theta", false, 0.0f, 1e12f, &c->rope_theta));
@@ -355,6 +390,12 @@ llm_status llmi_hf_config_write(const llmi_hf_config *c, llmi_gguf_writer *w) {
     LLMI_TRY(w_arch_u32(w, a, "attention.head_count", c->n_head));
     if (c->explicit_head_kv)
         LLMI_TRY(w_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv));
+    if (c->family == LLMI_HF_BERT) { /* llama.cpp's keys for BERT */
+        LLMI_TRY(w_arch_f32(w, a, "attention.layer_norm_epsilon", c->rms_eps));
+        char key[96];
+        snprintf(key, sizeof key, "%s.attention.causal", a);
+        return llmi_gguf_w_bool(w, key, false);
+    }
     LLMI_TRY(w_arch_f32(w, a, "rope.freq_base", c->rope_theta));
     LLMI_TRY(w_arch_f32(w, a, "attention.layer_norm_rms_epsilon", c->rms_eps));
     if (c->explicit_head_dim) {

@@ -67,6 +67,7 @@ typedef enum llmi_hf_family {
     LLMI_HF_PHI3,
     LLMI_HF_QWEN3MOE,
     LLMI_HF_MIXTRAL,
+    LLMI_HF_BERT, /* BertModel: an encoder (its own tensor names) */
 } llmi_hf_family;
 
 /* config.json, checked. Sizes are those the converter writes as
@@ -78,6 +79,7 @@ typedef struct llmi_hf_config {
     bool norm_plus_one;         /* norm weights stored as w - 1 (Gemma) */
     bool post_attn_is_ffn_norm; /* post_attention_layernorm is the pre-FFN norm */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+    uint32_t n_token_types; /* BERT: type_vocab_size */
     bool explicit_head_dim, explicit_head_kv;
     float rms_eps, rope_theta;
     bool tie_embeddings;
@@ -116,5 +118,19 @@ typedef struct llmi_hf_source {
  * general.file_type from token_embd's type. */
 llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *src, size_t n,
                                llmi_gguf_parts *parts, uint32_t *file_type);
+
+/* tokenizer_wordpiece.c: a WordPiece tokenizer.json (BertNormalizer or
+ * none, BertPreTokenizer) -> tokenizer.wordpiece.* options. */
+typedef struct llmi_hf_wordpiece {
+    bool clean_text, chinese_chars, strip_accents, lowercase;
+    uint32_t max_chars;
+} llmi_hf_wordpiece;
+struct cJSON;
+llm_status llmi_hf_wordpiece_options(const struct cJSON *root, const struct cJSON *model,
+                                     llmi_hf_wordpiece *out);
+llm_status llmi_hf_wordpiece_write(const llmi_hf_wordpiece *wp, llmi_gguf_writer *w);
+/* llama.cpp's "bert" spelling of a vocab.txt token: "[X]" kept, "##x" ->
+ * "x", anything else behind U+2581. Allocated; NULL when out of memory. */
+char *llmi_hf_wordpiece_spelling(const char *s);
 
 #endif

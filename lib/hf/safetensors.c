@@ -41,6 +41,25 @@ static bool st_dtype(const char *s, llmi_ttype *t) {
 
 static size_t dtype_size(llmi_ttype t) { return t == LLMI_T_F32 ? 4 : 2; }
 
+/* transformers' position_ids buffer (I64, BERT checkpoints keep it): no
+ * weight of any architecture, so it is left out of the table. Other
+ * integer tensors are refused as unknown dtypes. */
+static bool integer_buffer(const cJSON *e) {
+    const char *suffix = ".position_ids";
+    size_t n = strlen(e->string), k = strlen(suffix);
+    if (n < k || strcmp(e->string + n - k, suffix) != 0)
+        return false;
+    static const char *const ints[] = {"I64", "I32", "I16", "I8",  "U64",
+                                       "U32", "U16", "U8",  "BOOL"};
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    if (!cJSON_IsString(dtype))
+        return false;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (strcmp(dtype->valuestring, ints[i]) == 0)
+            return true;
+    return false;
+}
+
 void llmi_st_tensors_free(llmi_st_tensor *t, size_t n) {
     if (!t)
         return;
@@ -228,7 +247,7 @@ llm_status llmi_st_parse(const void *data, size_t size, const char *what, llmi_s
             st = llmi_error(LLM_ERR_BAD_FORMAT, "%s: header entry without a name", what);
             goto done;
         }
-        if (strcmp(e->string, "__metadata__") == 0)
+        if (strcmp(e->string, "__metadata__") == 0 || integer_buffer(e))
             continue;
         if ((st = parse_entry(e, what, dstart, dsize, &t[n])) != LLM_OK)
             goto done;

@@ -22,7 +22,9 @@ typedef enum dim {
     D_QKV,
     D_FF2,
     D_FFEXP,
-    D_NEXP
+    D_NEXP,
+    D_CTX,  /* max_position_embeddings (BERT) */
+    D_TYPES /* type_vocab_size (BERT) */
 } dim;
 
 typedef enum op {
@@ -72,6 +74,38 @@ static const rule layer_rules[] = {
     {"self_attn.rotary_emb.inv_freq", NULL, D_1, D_1, OP_SKIP},
 };
 
+/* BertModel (BERT encoders), names as llama.cpp's converter maps them; a
+ * "bert." prefix (checkpoints of the task classes) is dropped first. */
+static const rule bert_model_rules[] = {
+    {"embeddings.word_embeddings.weight", "token_embd.weight", D_VOCAB, D_EMBD, OP_KEEP},
+    {"embeddings.position_embeddings.weight", "position_embd.weight", D_CTX, D_EMBD, OP_KEEP},
+    {"embeddings.token_type_embeddings.weight", "token_types.weight", D_TYPES, D_EMBD, OP_KEEP},
+    {"embeddings.LayerNorm.weight", "token_embd_norm.weight", D_EMBD, D_1, OP_NORM},
+    {"embeddings.LayerNorm.bias", "token_embd_norm.bias", D_EMBD, D_1, OP_KEEP},
+    {"embeddings.position_ids", NULL, D_1, D_1, OP_SKIP},
+    {"pooler.dense.weight", NULL, D_1, D_1, OP_SKIP}, /* the CLS pooler head: unused */
+    {"pooler.dense.bias", NULL, D_1, D_1, OP_SKIP},
+};
+
+static const rule bert_layer_rules[] = {
+    {"attention.self.query.weight", "attn_q.weight", D_Q, D_EMBD, OP_KEEP},
+    {"attention.self.query.bias", "attn_q.bias", D_Q, D_1, OP_KEEP},
+    {"attention.self.key.weight", "attn_k.weight", D_KV, D_EMBD, OP_KEEP},
+    {"attention.self.key.bias", "attn_k.bias", D_KV, D_1, OP_KEEP},
+    {"attention.self.value.weight", "attn_v.weight", D_KV, D_EMBD, OP_KEEP},
+    {"attention.self.value.bias", "attn_v.bias", D_KV, D_1, OP_KEEP},
+    {"attention.output.dense.weight", "attn_output.weight", D_EMBD, D_Q, OP_KEEP},
+    {"attention.output.dense.bias", "attn_output.bias", D_EMBD, D_1, OP_KEEP},
+    {"attention.output.LayerNorm.weight", "attn_output_norm.weight", D_EMBD, D_1, OP_NORM},
+    {"attention.output.LayerNorm.bias", "attn_output_norm.bias", D_EMBD, D_1, OP_KEEP},
+    {"intermediate.dense.weight", "ffn_up.weight", D_FF, D_EMBD, OP_KEEP},
+    {"intermediate.dense.bias", "ffn_up.bias", D_FF, D_1, OP_KEEP},
+    {"output.dense.weight", "ffn_down.weight", D_EMBD, D_FF, OP_KEEP},
+    {"output.dense.bias", "ffn_down.bias", D_EMBD, D_1, OP_KEEP},
+    {"output.LayerNorm.weight", "layer_output_norm.weight", D_EMBD, D_1, OP_NORM},
+    {"output.LayerNorm.bias", "layer_output_norm.bias", D_EMBD, D_1, OP_KEEP},
+};
+
 /* Experts: "<prefix>.E.<hf>" stacked over E into one 3-D GGUF tensor. */
 enum { EXP_GATE, EXP_UP, EXP_DOWN, EXP_KINDS };
 static const char *const exp_gguf[EXP_KINDS] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
@@ -111,6 +145,10 @@ static uint64_t dim_size(const llmi_hf_config *c, dim d) {
         return c->n_ff_exp;
     case D_NEXP:
         return c->n_expert;
+    case D_CTX:
+        return c->n_ctx;
+    case D_TYPES:
+        return c->n_token_types;
     default:
         return 1;
     }
@@ -138,6 +176,10 @@ static const char *dim_fields(dim d) {
         return "the experts' intermediate size";
     case D_NEXP:
         return "the expert count";
+    case D_CTX:
+        return "max_position_embeddings";
+    case D_TYPES:
+        return "type_vocab_size";
     default:
         return "1";
     }
@@ -256,12 +298,13 @@ static llm_status add_rope_freqs(const llmi_hf_config *c, llmi_gguf_parts *parts
                                   n * sizeof(float));
 }
 
-/* "model.layers.N.<rest>": N and rest; false for other names. */
-static bool split_layer(const char *name, uint32_t *layer, const char **rest) {
-    static const char prefix[] = "model.layers.";
-    if (strncmp(name, prefix, sizeof prefix - 1) != 0)
+/* "<prefix>N.<rest>" ("model.layers.", BERT's "encoder.layer."): N and
+ * rest; false for other names. */
+static bool split_layer(const char *name, const char *prefix, uint32_t *layer, const char **rest) {
+    const size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0)
         return false;
-    const char *p = name + sizeof prefix - 1;
+    const char *p = name + pl;
     if (*p < '0' || *p > '9')
         return false;
     char *end;
@@ -343,15 +386,46 @@ static llm_status stack_experts(experts *e, llmi_gguf_parts *parts) {
     return LLM_OK;
 }
 
+/* A name of the BERT tables; a tensor it does not name is refused. */
+static llm_status map_bert(const llmi_hf_config *c, const llmi_hf_source *s,
+                           llmi_gguf_parts *parts) {
+    const char *name = strncmp(s->name, "bert.", 5) == 0 ? s->name + 5 : s->name;
+    for (size_t i = 0; i < sizeof bert_model_rules / sizeof bert_model_rules[0]; i++)
+        if (strcmp(name, bert_model_rules[i].hf) == 0)
+            return bert_model_rules[i].op == OP_SKIP
+                       ? LLM_OK
+                       : add_one(c, s, &bert_model_rules[i], bert_model_rules[i].gguf, parts);
+    uint32_t layer;
+    const char *rest;
+    if (split_layer(name, "encoder.layer.", &layer, &rest)) {
+        if (layer >= c->n_layer)
+            return llmi_error(LLM_ERR_BAD_FORMAT,
+                              "%s: tensor '%s' is in layer %u but config.json "
+                              "num_hidden_layers is %u",
+                              s->file, s->name, layer, c->n_layer);
+        for (size_t i = 0; i < sizeof bert_layer_rules / sizeof bert_layer_rules[0]; i++) {
+            if (strcmp(rest, bert_layer_rules[i].hf) != 0)
+                continue;
+            char gguf[160];
+            snprintf(gguf, sizeof gguf, "blk.%u.%s", layer, bert_layer_rules[i].gguf);
+            return add_one(c, s, &bert_layer_rules[i], gguf, parts);
+        }
+    }
+    return llmi_error(LLM_ERR_UNSUPPORTED, "%s: tensor '%s' has no GGUF name for %s", s->file,
+                      s->name, c->arch);
+}
+
 static llm_status map_one(const llmi_hf_config *c, experts *e, const llmi_hf_source *s,
                           llmi_gguf_parts *parts) {
+    if (c->family == LLMI_HF_BERT)
+        return map_bert(c, s, parts);
     char gguf[160];
     for (size_t i = 0; i < sizeof model_rules / sizeof model_rules[0]; i++)
         if (strcmp(s->name, model_rules[i].hf) == 0)
             return add_one(c, s, &model_rules[i], model_rules[i].gguf, parts);
     uint32_t layer;
     const char *rest;
-    if (split_layer(s->name, &layer, &rest)) {
+    if (split_layer(s->name, "model.layers.", &layer, &rest)) {
         if (layer >= c->n_layer)
             return llmi_error(LLM_ERR_BAD_FORMAT,
                               "%s: tensor '%s' is in layer %u but config.json "
@@ -394,7 +468,12 @@ llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *sr
         st = add_rope_freqs(c, parts);
     for (size_t i = 0; i < n && st == LLM_OK; i++) {
         st = map_one(c, &e, &src[i], parts);
-        if (strcmp(src[i].name, "model.embed_tokens.weight") == 0) {
+        const char *embd_name =
+            c->family == LLMI_HF_BERT
+                ? (strncmp(src[i].name, "bert.", 5) == 0 ? "bert.embeddings.word_embeddings.weight"
+                                                         : "embeddings.word_embeddings.weight")
+                : "model.embed_tokens.weight";
+        if (strcmp(src[i].name, embd_name) == 0) {
             have_embd = true;
             /* llama.cpp's file types: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32 */
             *file_type = src[i].t->type == LLMI_T_F16 ? 1 : src[i].t->type == LLMI_T_BF16 ? 32 : 0;
@@ -407,7 +486,9 @@ llm_status llmi_hf_map_tensors(const llmi_hf_config *c, const llmi_hf_source *sr
     if (st != LLM_OK)
         return st;
     if (!have_embd)
-        return llmi_error(LLM_ERR_BAD_FORMAT, "the checkpoint has no 'model.embed_tokens.weight'");
+        return llmi_error(LLM_ERR_BAD_FORMAT, "the checkpoint has no '%s'",
+                          c->family == LLMI_HF_BERT ? "embeddings.word_embeddings.weight"
+                                                    : "model.embed_tokens.weight");
     if (!have_output && !c->tie_embeddings)
         return llmi_error(LLM_ERR_BAD_FORMAT,
                           "the checkpoint has no 'lm_head.weight' and config.json "

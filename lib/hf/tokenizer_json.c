@@ -16,6 +16,7 @@
  * readers of the keys: the negated rank of the first merge that produces a
  * token, and for a token no merge produces a score below every rank. */
 #include "hf/hf.h"
+#include "hf/hf_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -68,6 +69,8 @@ typedef struct conv {
     uint32_t *map, *vmap;
     uint32_t map_mask;
     bool spm, byte_fallback, ignore_merges, add_space_prefix;
+    bool wpm; /* WordPiece: wp holds its options */
+    llmi_hf_wordpiece wp;
     const char *pre;
     const char **merges; /* "left right" strings as GGUF writes them, owned */
     size_t n_merges;
@@ -273,7 +276,14 @@ static llm_status load_vocab(conv *c, const cJSON *root, const cJSON *cfg) {
         if (c->text[id])
             return bad(TJ, "model.vocab: id %u is given to both '%s' and '%s'", id, c->text[id],
                        e->string);
-        LLMI_TRY(set_text(c, id, e->string));
+        if (c->wpm) {
+            char *d = llmi_hf_wordpiece_spelling(e->string);
+            if (!d)
+                return llmi_oom("token text");
+            c->text[id] = d;
+        } else {
+            LLMI_TRY(set_text(c, id, e->string));
+        }
         c->vocab_text[id] = e->string;
         c->type[id] = c->spm && c->byte_fallback && is_byte_token(e->string) ? TT_BYTE : TT_NORMAL;
     }
@@ -590,9 +600,13 @@ static llm_status model_kind(conv *c, const cJSON *root) {
     if (!cJSON_IsObject(c->model))
         return bad(TJ, "model is missing or not an object");
     const char *t = type_of(c->model);
+    if (t && strcmp(t, "WordPiece") == 0) {
+        c->wpm = true;
+        return llmi_hf_wordpiece_options(root, c->model, &c->wp);
+    }
     if (t && strcmp(t, "BPE") != 0)
-        return llmi_error(LLM_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported (BPE only)",
-                          TJ, t);
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "%s: model.type '%s' is not supported (BPE and WordPiece only)", TJ, t);
     if (!t && !cJSON_GetObjectItemCaseSensitive(c->model, "merges"))
         return bad(TJ, "model.type is missing");
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(c->model, "continuing_subword_prefix");
@@ -632,6 +646,15 @@ static void post_processor(conv *c, const cJSON *root) {
     const cJSON *single, *list = steps(pp, "processors", &single);
     FOR_STEPS(s, list, single) {
         const char *t = type_of(s);
+        if (t && strcmp(t, "BertProcessing") == 0) { /* "cls": [text, id], "sep": [text, id] */
+            for (int end = 0; end < 2; end++) {
+                const cJSON *pair = cJSON_GetObjectItemCaseSensitive(s, end ? "sep" : "cls");
+                const cJSON *name = cJSON_GetArrayItem(pair, 0);
+                int32_t id = cJSON_IsString(name) ? map_find(c, name->valuestring) : -1;
+                *(end ? &c->post_last : &c->post_first) = id;
+            }
+            continue;
+        }
         if (!t || strcmp(t, "TemplateProcessing") != 0)
             continue;
         const cJSON *seq = cJSON_GetObjectItemCaseSensitive(s, "single");
@@ -696,8 +719,13 @@ static llm_status write_chat_templates(llmi_gguf_writer *w, const cJSON *ct) {
 }
 
 static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *w) {
-    LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model", c->spm ? "llama" : "gpt2"));
-    if (!c->spm)
+    LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.model",
+                             c->wpm   ? "bert"
+                             : c->spm ? "llama"
+                                      : "gpt2"));
+    if (c->wpm)
+        LLMI_TRY(llmi_hf_wordpiece_write(&c->wp, w));
+    else if (!c->spm)
         LLMI_TRY(llmi_gguf_w_str(w, "tokenizer.ggml.pre", c->pre));
     LLMI_TRY(
         llmi_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)c->text, c->n_vocab));
@@ -706,7 +734,8 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
     LLMI_TRY(llmi_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", c->type, c->n_vocab));
     /* SentencePiece-style vocabularies keep their merges too: the tokenizer
      * merges by rank when a "llama" vocabulary carries them (tokenizer.h). */
-    LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
+    if (!c->wpm)
+        LLMI_TRY(llmi_gguf_w_arr_str(w, "tokenizer.ggml.merges", c->merges, c->n_merges));
     bool have_prefix = c->spm, prefix = c->add_space_prefix;
     const cJSON *ap = cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space");
     if (c->rules.prefix_from_config && cJSON_IsBool(ap)) {
@@ -729,6 +758,8 @@ static llm_status write_keys(const conv *c, const cJSON *cfg, llmi_gguf_writer *
         LLMI_TRY(config_token(c, cfg, ids[i].field, &found[i]));
     if (found[0] < 0)
         found[0] = c->post_first; /* the converter's fallback: the post-processor's token */
+    if (found[1] < 0 && c->wpm)
+        found[1] = c->post_last; /* [SEP] ends every WordPiece sequence */
     if (found[2] < 0) {
         const cJSON *unk = cJSON_GetObjectItemCaseSensitive(c->model, "unk_token");
         if (cJSON_IsString(unk))

@@ -44,6 +44,19 @@ const llmi_role_info llmi_layer_roles[LLMI_LAYER_ROLES] = {
                             LLMI_DIM_FF_SHEXP, .ffn = LLMI_FFN_MOE},
     [LLMI_ROLE_DOWN_SHEXP] = {"blk.%u.ffn_down_shexp.weight", "down_shexp", LLMI_DIM_FF_SHEXP,
                               LLMI_DIM_EMBD, .ffn = LLMI_FFN_MOE},
+    [LLMI_ROLE_O_BIAS] = {"blk.%u.attn_output.bias", "o_bias", LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_ATTN_OUT_NORM] = {"blk.%u.attn_output_norm.weight", "attn_output_norm",
+                                 LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_ATTN_OUT_NORM_BIAS] = {"blk.%u.attn_output_norm.bias", "attn_output_norm_bias",
+                                      LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_UP_BIAS] = {"blk.%u.ffn_up.bias", "up_bias", LLMI_DIM_FF, LLMI_DIM_ONE,
+                           .ffn = LLMI_FFN_DENSE},
+    [LLMI_ROLE_DOWN_BIAS] = {"blk.%u.ffn_down.bias", "down_bias", LLMI_DIM_EMBD, LLMI_DIM_ONE,
+                             .ffn = LLMI_FFN_DENSE},
+    [LLMI_ROLE_LAYER_OUT_NORM] = {"blk.%u.layer_output_norm.weight", "layer_output_norm",
+                                  LLMI_DIM_EMBD, LLMI_DIM_ONE},
+    [LLMI_ROLE_LAYER_OUT_NORM_BIAS] = {"blk.%u.layer_output_norm.bias", "layer_output_norm_bias",
+                                       LLMI_DIM_EMBD, LLMI_DIM_ONE},
 };
 
 const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
@@ -55,6 +68,13 @@ const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES] = {
                                      LLMI_DIM_ROPE_HALF, LLMI_DIM_ONE},
     [LLMI_ROLE_ROPE_FACTORS_SHORT] = {"rope_factors_short.weight", "rope_factors_short",
                                       LLMI_DIM_ROPE_HALF, LLMI_DIM_ONE},
+    [LLMI_ROLE_POS_EMBD] = {"position_embd.weight", "position_embd", LLMI_DIM_EMBD, LLMI_DIM_CTX},
+    [LLMI_ROLE_TOKEN_TYPES] = {"token_types.weight", "token_types", LLMI_DIM_EMBD,
+                               LLMI_DIM_TOKEN_TYPES},
+    [LLMI_ROLE_TOKEN_EMBD_NORM] = {"token_embd_norm.weight", "token_embd_norm", LLMI_DIM_EMBD,
+                                   LLMI_DIM_ONE},
+    [LLMI_ROLE_TOKEN_EMBD_NORM_BIAS] = {"token_embd_norm.bias", "token_embd_norm_bias",
+                                        LLMI_DIM_EMBD, LLMI_DIM_ONE},
 };
 
 /* The pre-norm decoder every row starts from: attention and SwiGLU FFN,
@@ -171,6 +191,40 @@ static const llmi_arch arch_table[] = {
         .swa_rope_base = 10000.0f,
         .swa_rope_freq_scale = 1.0f,
     },
+    {
+        /* BERT encoders (sentence-transformers' MiniLM, BGE, E5 and kin):
+         * learned absolute positions and token type 0 added to the token
+         * embedding, then LayerNorm; bidirectional attention; each block
+         * x = LayerNorm(x + block(x)) with biases on every projection; an
+         * FFN of GELU (erf form) without a gate; no output norm and no LM
+         * head (embeddings only; logits come from the tied token_embd).
+         * Tensor names as llama.cpp's converter writes them. */
+        .name = "bert",
+        .layer = {[LLMI_ROLE_Q] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K] = LLMI_REQUIRED,
+                  [LLMI_ROLE_V] = LLMI_REQUIRED,
+                  [LLMI_ROLE_Q_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_K_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_V_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_O] = LLMI_REQUIRED,
+                  [LLMI_ROLE_O_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_ATTN_OUT_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_ATTN_OUT_NORM_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_UP] = LLMI_REQUIRED,
+                  [LLMI_ROLE_UP_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_DOWN] = LLMI_REQUIRED,
+                  [LLMI_ROLE_DOWN_BIAS] = LLMI_REQUIRED,
+                  [LLMI_ROLE_LAYER_OUT_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_LAYER_OUT_NORM_BIAS] = LLMI_REQUIRED},
+        .model = {[LLMI_ROLE_TOKEN_EMBD] = LLMI_REQUIRED,
+                  [LLMI_ROLE_POS_EMBD] = LLMI_REQUIRED,
+                  [LLMI_ROLE_TOKEN_TYPES] = LLMI_REQUIRED,
+                  [LLMI_ROLE_TOKEN_EMBD_NORM] = LLMI_REQUIRED,
+                  [LLMI_ROLE_TOKEN_EMBD_NORM_BIAS] = LLMI_REQUIRED},
+        .norm = LLMI_NORM_LAYER,
+        .ffn_act = LLMI_FFN_GELU,
+        .encoder = true,
+    },
 };
 
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
@@ -192,8 +246,17 @@ void llmi_arch_supported_list(char *buf, size_t cap) {
 }
 
 llm_status llmi_arch_check(const llmi_features *f) {
-    if (f->norm != LLMI_NORM_RMS)
-        return llmi_error(LLM_ERR_UNSUPPORTED, "LayerNorm is not implemented yet");
+    if (f->norm != LLMI_NORM_RMS && !f->encoder)
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "LayerNorm is implemented for encoders (post-norm) only");
+    if (f->encoder && (f->norm != LLMI_NORM_LAYER || f->ffn_act != LLMI_FFN_GELU || f->n_expert ||
+                       f->swa != LLMI_SWA_NONE || f->attn_softcap != 0.0f))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "an encoder is implemented with LayerNorm, a GELU FFN and full "
+                          "attention only");
+    if (!f->encoder && f->ffn_act == LLMI_FFN_GELU)
+        return llmi_error(LLM_ERR_UNSUPPORTED, "an ungated GELU FFN is implemented for encoders "
+                                               "only");
     if (f->swa == LLMI_SWA_PERIODIC && f->swa_period < 2)
         return llmi_error(LLM_ERR_INTERNAL, "sliding-window period %u (want >= 2)",
                           f->swa_period);

@@ -60,6 +60,14 @@ typedef enum llmi_layer_role {
     LLMI_ROLE_GATE_SHEXP,     /* [n_embd -> n_ff_shexp] */
     LLMI_ROLE_UP_SHEXP,       /* [n_embd -> n_ff_shexp] */
     LLMI_ROLE_DOWN_SHEXP,     /* [n_ff_shexp -> n_embd] */
+    /* BERT-style encoders (post-LayerNorm blocks, biases everywhere): */
+    LLMI_ROLE_O_BIAS,              /* added after O, [n_embd] */
+    LLMI_ROLE_ATTN_OUT_NORM,       /* LayerNorm of x + attention, [n_embd] */
+    LLMI_ROLE_ATTN_OUT_NORM_BIAS,  /* its bias */
+    LLMI_ROLE_UP_BIAS,             /* added after UP, [n_ff] */
+    LLMI_ROLE_DOWN_BIAS,           /* added after DOWN, [n_embd] */
+    LLMI_ROLE_LAYER_OUT_NORM,      /* LayerNorm of x + FFN, [n_embd] */
+    LLMI_ROLE_LAYER_OUT_NORM_BIAS, /* its bias */
     LLMI_LAYER_ROLES
 } llmi_layer_role;
 
@@ -75,6 +83,13 @@ typedef enum llmi_model_role {
      * length together with an attention scale. Refused when present. */
     LLMI_ROLE_ROPE_FACTORS_LONG,
     LLMI_ROLE_ROPE_FACTORS_SHORT,
+    /* Encoders: learned absolute positions [n_embd -> n_ctx_train] and
+     * token types [n_embd -> n_token_types] added to the token embedding
+     * (type 0 for every token), then a LayerNorm of the sum. */
+    LLMI_ROLE_POS_EMBD,
+    LLMI_ROLE_TOKEN_TYPES,
+    LLMI_ROLE_TOKEN_EMBD_NORM,      /* [n_embd] */
+    LLMI_ROLE_TOKEN_EMBD_NORM_BIAS, /* [n_embd] */
     LLMI_MODEL_ROLES
 } llmi_model_role;
 
@@ -101,6 +116,8 @@ typedef enum llmi_dim {
     LLMI_DIM_EXPERT,  /* n_expert */
     LLMI_DIM_FF_EXP,  /* n_ff_exp: one expert's hidden width */
     LLMI_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
+    LLMI_DIM_CTX,      /* n_ctx_train: learned position embeddings */
+    LLMI_DIM_TOKEN_TYPES, /* n_token_types (from token_types' rows) */
 } llmi_dim;
 
 /* Which FFN a layer role belongs to: the file's <arch>.expert_count picks
@@ -126,12 +143,13 @@ extern const llmi_role_info llmi_model_roles[LLMI_MODEL_ROLES];
 
 typedef enum llmi_norm_kind {
     LLMI_NORM_RMS = 0,   /* x / sqrt(mean(x^2) + eps) * w */
-    LLMI_NORM_LAYER = 1, /* (x - mean) / sqrt(var + eps) * w + b: not implemented yet */
+    LLMI_NORM_LAYER = 1, /* (x - mean) / sqrt(var + eps) * w + b (encoders, post-norm only) */
 } llmi_norm_kind;
 
 typedef enum llmi_ffn_act {
     LLMI_FFN_SWIGLU = 0, /* down(silu(gate x) * up x) */
     LLMI_FFN_GEGLU = 1,  /* down(gelu_tanh(gate x) * up x) */
+    LLMI_FFN_GELU = 2,   /* down(gelu_erf(up x + b) ) + b: no gate (BERT) */
 } llmi_ffn_act;
 
 typedef enum llmi_rope_layout {
@@ -199,6 +217,11 @@ typedef struct llmi_arch {
     llmi_need experts;
     llmi_expert_ff expert_ff;
     bool expert_weights_norm; /* the top-k weights divided by their sum */
+    /* An encoder (BERT): every position of a sequence attends to every
+     * other (no causal mask), positions are learned embeddings (no RoPE),
+     * and each block is x = LayerNorm(x + block(x)). The backend needs all
+     * of a sequence's tokens in one step (embeddings run each input so). */
+    bool encoder;
 } llmi_arch;
 
 /* What one loaded model's forward pass does beyond the weights' presence:
@@ -223,6 +246,9 @@ typedef struct llmi_features {
     /* <arch>.expert_shared_feed_forward_length, by default n_ff; used only
      * by a model with the shared-expert weights. */
     uint32_t n_ff_shexp;
+    /* llmi_arch.encoder: bidirectional attention over the step's rows of a
+     * sequence, learned positions, post-LayerNorm blocks. */
+    bool encoder;
 } llmi_features;
 
 /* Whether layer `layer` attends to a window of recent positions only: a

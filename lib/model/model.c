@@ -79,6 +79,7 @@ static llm_status load_features(llm_model *m) {
     llmi_features *f = &m->hp.features;
     f->norm = a->norm;
     f->ffn_act = a->ffn_act;
+    f->encoder = a->encoder;
     f->embd_scale = a->embd_scale == LLMI_EMBD_SCALE_SQRT_EMBD ? sqrtf((float)m->hp.n_embd) : 1.0f;
     f->attn_softcap = a->attn_softcap;
     if (a->attn_softcap_key)
@@ -195,6 +196,8 @@ static llm_status load_hparams(llm_model *m) {
     LLMI_TRY(get_arch_f32(m, "rope.freq_base", false, &hp->rope_base));
     hp->rms_eps = 1e-5f;
     LLMI_TRY(get_arch_f32(m, "attention.layer_norm_rms_epsilon", false, &hp->rms_eps));
+    /* a LayerNorm model's epsilon (llama.cpp writes this key for BERT) */
+    LLMI_TRY(get_arch_f32(m, "attention.layer_norm_epsilon", false, &hp->rms_eps));
 
     hp->pooling_type = LLMI_POOLING_UNSET;
     LLMI_TRY(get_arch_u32(m, "pooling_type", false, &hp->pooling_type));
@@ -280,6 +283,10 @@ static uint64_t role_dim(const llmi_hparams *hp, llmi_dim d) {
         return 2 * (uint64_t)hp->n_ff;
     case LLMI_DIM_ROPE_HALF:
         return hp->rope_dim / 2;
+    case LLMI_DIM_CTX:
+        return hp->n_ctx_train;
+    case LLMI_DIM_TOKEN_TYPES:
+        return hp->n_token_types;
     default:
         return 1;
     }
@@ -409,6 +416,14 @@ static llm_status map_weights(llm_model *m) {
     if (emb->n_dims != 2 || emb->ne[1] == 0 || emb->ne[1] > (1u << 22))
         return llmi_error(LLM_ERR_BAD_FORMAT, "tensor 'token_embd.weight' has a bad shape");
     hp->n_vocab = (uint32_t)emb->ne[1];
+    if (m->arch->model[LLMI_ROLE_TOKEN_TYPES] != LLMI_ABSENT) {
+        const llmi_gguf_tensor *tt;
+        const char *tt_name = llmi_model_roles[LLMI_ROLE_TOKEN_TYPES].name;
+        LLMI_TRY(find_tensor(m, tt_name, true, &tt));
+        if (tt->n_dims != 2 || tt->ne[1] == 0 || tt->ne[1] > 1024)
+            return llmi_error(LLM_ERR_BAD_FORMAT, "tensor '%s' has a bad shape", tt_name);
+        hp->n_token_types = (uint32_t)tt->ne[1];
+    }
     for (int r = 0; r < LLMI_MODEL_ROLES; r++)
         LLMI_TRY(map_role(m, &llmi_model_roles[r], (llmi_need)m->arch->model[r], 0, &m->w[r]));
     LLMI_TRY(check_rope_freqs(&m->w[LLMI_ROLE_ROPE_FREQS]));

@@ -38,6 +38,7 @@ typedef struct llmi_hparams {
      * numbers: 0 none, 1 mean, 2 cls, 3 last, 4 rank); LLMI_POOLING_UNSET
      * when it says nothing. Only embeddings read it (session/embed.c). */
     uint32_t pooling_type;
+    uint32_t n_token_types; /* encoders: rows of token_types.weight, else 0 */
     llmi_features features; /* the row's choices with the file's values */
 } llmi_hparams;
 

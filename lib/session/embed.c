@@ -8,7 +8,12 @@
  * hold the tail of one input, several whole ones and the head of the next;
  * an input longer than a pass continues in the next one from its KV, as a
  * chunked prefill does. Only the input being fed when a pass ends carries
- * over, so at most one pass's inputs hold KV blocks at a time. */
+ * over, so at most one pass's inputs hold KV blocks at a time.
+ *
+ * An encoder (BERT: every position attends to every other) needs all of an
+ * input in one pass, so there an input never splits: it waits for the next
+ * pass; one longer than a pass is refused with LLM_ERR_LIMIT, one longer
+ * than the model's learned positions with LLM_ERR_INVALID_ARGUMENT. */
 #include "session/session.h"
 
 #include <math.h>
@@ -69,6 +74,20 @@ static llm_status check_inputs(const embed_job *j, size_t *n_out_rows) {
             return llmi_error(LLM_ERR_LIMIT,
                               "embedding input %zu has %zu tokens, more than the context of %u", i,
                               j->n_tokens[i], n_ctx);
+        if (j->s->model->hp.features.encoder) {
+            const uint32_t pass = j->s->eng->max_rows, n_pos = j->s->model->hp.n_ctx_train;
+            if (j->n_tokens[i] > n_pos) /* the input, not a resource, is at fault */
+                return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                                  "embedding input %zu has %zu tokens, more than the %u "
+                                  "positions this encoder has learned",
+                                  i, j->n_tokens[i], n_pos);
+            if (j->n_tokens[i] > pass)
+                return llmi_error(
+                    LLM_ERR_LIMIT,
+                    "embedding input %zu has %zu tokens; an encoder runs an input "
+                    "in one pass, of at most %u rows (llm_session_params.max_batch_tokens)",
+                    i, j->n_tokens[i], pass);
+        }
         for (size_t t = 0; t < j->n_tokens[i]; t++)
             if (j->inputs[i][t] < 0 || (uint32_t)j->inputs[i][t] >= V)
                 return llmi_error(LLM_ERR_INVALID_ARGUMENT,
@@ -139,11 +158,14 @@ static void collect(embed_job *j, uint32_t n_want) {
  * its rows. Inputs finished in it are released. */
 static llm_status run_pass(embed_job *j, size_t *cur, uint32_t *pos) {
     llmi_engine *e = j->s->eng;
+    const bool whole = j->s->model->hp.features.encoder;
     const size_t first = *cur;
     uint32_t n = 0, n_want = 0;
     while (n < e->max_rows && *cur < j->n_inputs) {
         const size_t i = *cur;
         const size_t len = j->n_tokens[i];
+        if (whole && n > 0 && len > e->max_rows - n)
+            break; /* an encoder's input waits for a pass it fits in */
         if (*pos == 0) {
             uint32_t short_of[2];
             LLMI_TRY(reserve_input(j, i, short_of));

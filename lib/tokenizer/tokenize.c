@@ -211,6 +211,8 @@ static llm_status tokenize_all(const llmi_tokenizer *t, const char *text, size_t
         if (t->model == LLMI_TOKMODEL_SPM) {
             LLMI_TRY(spm_fragment(t, text + f.off, f.len, t->add_space_prefix && prev_special, esc,
                                   esc_cap, tv, &dropped));
+        } else if (t->model == LLMI_TOKMODEL_WPM) {
+            LLMI_TRY(llmi_wpm_tokenize(t, text + f.off, f.len, tv, &dropped));
         } else {
             LLMI_TRY(llmi_bpe_tokenize(t, text + f.off, f.len, tv, &dropped));
         }
@@ -235,8 +237,8 @@ llm_status llmi_tokenize(const llmi_tokenizer *t, const char *text, size_t len, 
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: text is NULL");
     if (!out && capacity > 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: tokens is NULL");
-    if (flags & ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL |
-                            LLM_TOKENIZE_STRICT))
+    if (flags &
+        ~(uint32_t)(LLM_TOKENIZE_ADD_SPECIAL | LLM_TOKENIZE_PARSE_SPECIAL | LLM_TOKENIZE_STRICT))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "tokenize: unknown flags 0x%x", flags);
     size_t good = len ? llmi_utf8_valid_prefix(text, len) : 0;
     if (good != len)

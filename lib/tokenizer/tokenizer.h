@@ -13,8 +13,12 @@ typedef struct llmi_tokenizer llmi_tokenizer;
 
 /* Token attributes from tokenizer.ggml.token_type (GGUF values). */
 enum {
-    LLMI_TOKTYPE_NORMAL = 1, LLMI_TOKTYPE_UNKNOWN = 2, LLMI_TOKTYPE_CONTROL = 3,
-    LLMI_TOKTYPE_USER_DEFINED = 4, LLMI_TOKTYPE_UNUSED = 5, LLMI_TOKTYPE_BYTE = 6,
+    LLMI_TOKTYPE_NORMAL = 1,
+    LLMI_TOKTYPE_UNKNOWN = 2,
+    LLMI_TOKTYPE_CONTROL = 3,
+    LLMI_TOKTYPE_USER_DEFINED = 4,
+    LLMI_TOKTYPE_UNUSED = 5,
+    LLMI_TOKTYPE_BYTE = 6,
 };
 
 /* Builds the tokenizer from tokenizer.ggml.* keys (model, pre, tokens, scores,
@@ -25,7 +29,7 @@ llm_status llmi_tokenizer_load(const llmi_gguf *g, llmi_tokenizer **out);
 void llmi_tokenizer_free(llmi_tokenizer *t);
 
 uint32_t llmi_tokenizer_n_vocab(const llmi_tokenizer *t);
-llm_token llmi_tokenizer_bos(const llmi_tokenizer *t);  /* LLM_TOKEN_NONE if absent */
+llm_token llmi_tokenizer_bos(const llmi_tokenizer *t); /* LLM_TOKEN_NONE if absent */
 llm_token llmi_tokenizer_eos(const llmi_tokenizer *t);
 llm_token llmi_tokenizer_eot(const llmi_tokenizer *t);
 llm_token llmi_tokenizer_pad(const llmi_tokenizer *t);
@@ -54,7 +58,7 @@ llm_status llmi_token_bytes(const llmi_tokenizer *t, llm_token id, uint32_t flag
 typedef struct llmi_detok {
     const llmi_tokenizer *tok;
     uint32_t flags;
-    bool first;            /* SentencePiece drops the leading space of the first piece */
+    bool first; /* SentencePiece drops the leading space of the first piece */
     unsigned char pending[8];
     size_t n_pending;
 } llmi_detok;
@@ -108,7 +112,11 @@ enum {
     LLMI_ATTR_BYTE = 1u << 5,
 };
 
-typedef enum llmi_tok_model { LLMI_TOKMODEL_BPE = 1, LLMI_TOKMODEL_SPM = 2 } llmi_tok_model;
+typedef enum llmi_tok_model {
+    LLMI_TOKMODEL_BPE = 1,
+    LLMI_TOKMODEL_SPM = 2,
+    LLMI_TOKMODEL_WPM = 3, /* WordPiece ("bert") */
+} llmi_tok_model;
 
 /* Pre-tokenizer families (which regex list splits text before BPE). */
 typedef enum llmi_tok_pre {
@@ -158,6 +166,10 @@ struct llmi_tokenizer {
     void *gctx; /* pcre2_general_context_8 * using llmi_malloc */
     llm_token bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    /* WordPiece: BertNormalizer's switches, max_input_chars_per_word */
+    bool wpm_clean_text, wpm_chinese, wpm_strip_accents, wpm_lowercase;
+    uint32_t wpm_max_chars;
+    uint32_t wpm_max_bytes; /* the longest token text, bounding candidate pieces */
     char *chat_template;
     /* named templates (tokenizer.chat_template.<name>, e.g. "tool_use"):
      * name and text alternate */
@@ -206,6 +218,17 @@ int llmi_bpe_cp_byte(uint32_t cp);
  * *dropped = offset of the first byte without a token of its own (dropped,
  * or the unknown token where the vocabulary has one), else SIZE_MAX. */
 llm_status llmi_spm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
+                             llmi_tokvec *out, size_t *dropped);
+
+/* wordpiece.c: a "bert" vocabulary's options (tokenizer.wordpiece.* keys:
+ * clean_text, chinese_chars, strip_accents, lowercase, all true when absent;
+ * max_input_chars_per_word, 100), and WordPiece on one fragment: BERT's
+ * normalizer and pre-tokenizer, then greedy longest-match pieces. Tokens
+ * starting a word are spelled with a leading U+2581, continuation pieces
+ * without "##" (llama.cpp's spelling). *dropped = offset of the first input
+ * byte of a word that became the unknown token, else SIZE_MAX. */
+llm_status llmi_wpm_init(llmi_tokenizer *t, const llmi_gguf *g);
+llm_status llmi_wpm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
                              llmi_tokvec *out, size_t *dropped);
 
 /* UTF-8 helpers shared by the module. */

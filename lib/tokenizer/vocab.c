@@ -326,7 +326,7 @@ static size_t piece_of(const llmi_tokenizer *t, llm_token id, char *out) {
         return n;
     }
     if (a & LLMI_ATTR_NORMAL) {
-        if (t->model == LLMI_TOKMODEL_SPM) {
+        if (t->model == LLMI_TOKMODEL_SPM || t->model == LLMI_TOKMODEL_WPM) {
             for (size_t i = 0; i < n;) {
                 if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
                     if (out)
@@ -566,6 +566,9 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
         t->unk = 0;
         t->add_bos = true;
         t->add_space_prefix = true;
+    } else if (str_is(model, "bert")) {
+        t->model = LLMI_TOKMODEL_WPM;
+        t->add_bos = t->add_eos = true; /* [CLS] ... [SEP] */
     } else {
         return llmi_error(LLM_ERR_UNSUPPORTED, "unsupported tokenizer model '%.*s'",
                           (int)(model.len > 64 ? 64 : model.len), model.ptr);
@@ -590,6 +593,9 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
         if (pre.len >= sizeof name)
             name[0] = '?'; /* too long to be a known name */
         LLMI_TRY(llmi_bpe_init(t, g, prekv ? name : NULL));
+    } else if (t->model == LLMI_TOKMODEL_WPM) {
+        t->pre = LLMI_PRE_NONE;
+        LLMI_TRY(llmi_wpm_init(t, g));
     } else {
         t->pre = LLMI_PRE_NONE;
         const llmi_gguf_kv *merges = llmi_gguf_find(g, "tokenizer.ggml.merges");
@@ -621,6 +627,9 @@ static llm_status load(llmi_tokenizer *t, const llmi_gguf *g) {
     get_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &t->eom);
     get_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk);
     get_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, &t->pad);
+    /* llama.cpp's "bert" files name the tokens around a sequence so */
+    get_id(g, "tokenizer.ggml.cls_token_id", t->n_vocab, &t->bos);
+    get_id(g, "tokenizer.ggml.seperator_token_id", t->n_vocab, &t->eos);
     get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
 

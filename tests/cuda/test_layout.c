@@ -129,8 +129,9 @@ static void fake_free(fake_model *f) {
 /* Dense decoder roles: 2-D or vectors, not MoE, not the fused views'
  * source tensors. Written from model/arch.h, not from layout.c. */
 static bool role_expected_used(int r) {
+    /* the encoders' roles (O_BIAS and after): the backend refuses encoders */
     return llmi_layer_roles[r].stack == LLMI_DIM_ONE && llmi_layer_roles[r].ffn != LLMI_FFN_MOE &&
-           r != LLMI_ROLE_QKV && r != LLMI_ROLE_GATE_UP;
+           r != LLMI_ROLE_QKV && r != LLMI_ROLE_GATE_UP && r < LLMI_ROLE_O_BIAS;
 }
 
 static void test_role_names_match_core(void **state) {
@@ -295,6 +296,9 @@ static void test_model_check_refuses(void **state) {
     m->hp.features.n_expert = 0;
     m->hp.features.norm = LLMI_NORM_LAYER;
     expect_refusal(m, all_types_ok, "LayerNorm");
+    m->hp.features.encoder = true;
+    expect_refusal(m, all_types_ok, "does not implement encoder models");
+    m->hp.features.encoder = false;
     m->hp.features.norm = LLMI_NORM_RMS;
     set_w(f, &m->w[LLMI_ROLE_ROPE_FACTORS_LONG], LLMI_T_F32, 1, m->hp.rope_dim / 2);
     expect_refusal(m, all_types_ok, "LongRoPE");

@@ -364,6 +364,19 @@ int main(int argc, char **argv) {
          "\"content\":\"\\u2581\"}]},\"pre_tokenizer\":null,\"model\":{\"type\":\"BPE\","
          "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"\\u2581\":1,\"a\":2,\"b\":3,"
          "\"ab\":4,\"\\u2581ab\":5},\"merges\":[\"a b\",\"\\u2581 ab\"]}}\0{}\0ab ba");
+    TEXT("hf_tokenizer", "wordpiece.bin",
+         "{\"added_tokens\":[{\"id\":0,\"content\":\"[UNK]\",\"special\":true},"
+         "{\"id\":1,\"content\":\"[CLS]\",\"special\":true},{\"id\":2,\"content\":"
+         "\"[SEP]\",\"special\":true}],\"normalizer\":{\"type\":\"BertNormalizer\","
+         "\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,"
+         "\"lowercase\":true},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+         "\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",2],"
+         "\"cls\":[\"[CLS]\",1]},\"model\":{\"type\":\"WordPiece\",\"unk_token\":"
+         "\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":8,"
+         "\"vocab\":{\"[UNK]\":0,\"[CLS]\":1,\"[SEP]\":2,\"un\":3,\"##able\":4,"
+         "\"cafe\":5,\"\u4e2d\":6,\",\":7,\"##a\":8,\"a\":9}}}\0"
+         "{\"unk_token\":\"[UNK]\"}\0"
+         "Unable, CAF\xc3\x89 \xe4\xb8\xad\xe6\x96\x87 aaaaaaaaaa\t\xed\x95\x9c\x01[CLS]");
     TEXT("hf_tokenizer", "unigram.bin",
          "{\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0.0],"
          "[\"a\",-1.5]]}}");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of build/llm-serve on loopback (docs/serve.md).
 # Env: LLM_TEST_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf),
+#      LLM_TEST_MODEL_MINILM (default models/all-MiniLM-L6-v2; skipped if absent),
 #      LLM_SERVE_BIN (default $BUILD/llm-serve),
 #      BUILD (default build), SERVE_VENV (default $BUILD/serve-venv).
 set -euo pipefail
@@ -96,6 +97,20 @@ done <<<"$readme_client"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=
+# An encoder (BERT) serving embeddings, when `make model-minilm` has run.
+MINILM=${LLM_TEST_MODEL_MINILM:-models/all-MiniLM-L6-v2}
+if [ -f "$MINILM/model.safetensors" ]; then
+    MODEL_SAVED=$MODEL
+    MODEL=$MINILM
+    start_server "$LOG_DIR/bert" --ctx 1024
+    "$PY" tests/serve/test_embeddings_bert.py
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+    SERVER_PID=
+    MODEL=$MODEL_SAVED
+else
+    echo "serve-test: $MINILM absent (make model-minilm); encoder embeddings skipped"
+fi
 
 "$PY" tests/serve/test_shutdown.py
 "$PY" tests/serve/test_flood.py

@@ -531,7 +531,8 @@ static void test_refusals(void **state) {
     llmi_testmodel_params p;
     init_params(&p, "gpt-99", 21);
     expect(&p, NULL, LLM_ERR_UNSUPPORTED,
-           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3)");
+           "'gpt-99' is not supported (supported: llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, "
+           "gemma3, bert)");
 
     /* A row whose name is not the file's. */
     llmi_arch other = base_row("llama");
@@ -599,7 +600,7 @@ static void test_refusals(void **state) {
     llmi_arch ln = base_row("test-layernorm");
     ln.norm = LLMI_NORM_LAYER;
     init_params(&p, "test-layernorm", 21);
-    expect(&p, &ln, LLM_ERR_UNSUPPORTED, "LayerNorm is not implemented yet");
+    expect(&p, &ln, LLM_ERR_UNSUPPORTED, "LayerNorm is implemented for encoders (post-norm) only");
 }
 
 /* The table: every row names its architecture once and starts from the
@@ -608,7 +609,7 @@ static void test_table(void **state) {
     (void)state;
     char list[256];
     llmi_arch_supported_list(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3");
+    assert_string_equal(list, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma3, bert");
     char small[8];
     llmi_arch_supported_list(small, sizeof small);
     assert_string_equal(small, "llama, ");

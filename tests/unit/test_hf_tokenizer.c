@@ -159,7 +159,9 @@ static void expect_same_bool(const llmi_gguf *a, const llmi_gguf *b, const char 
 
 /* ---- against tokenizers and the GGUF ---- */
 
-static void check_vocabulary(const char *name, bool from_gguf, bool sentencepiece) {
+/* decode: compare our detokenization with tokenizers' decode (not for
+ * WordPiece, whose decoder joins pieces its own way). */
+static void check_vocabulary_ex(const char *name, bool from_gguf, bool sentencepiece, bool decode) {
     const char *folder = tok_folder(name);
     if (!folder)
         skip();
@@ -227,7 +229,7 @@ static void check_vocabulary(const char *name, bool from_gguf, bool sentencepiec
         }
         size_t n_dec = 0;
         OK(llmi_detokenize(hf.tok, want, n_want, LLM_DETOKENIZE_SPECIAL, got_dec, cap, &n_dec));
-        if (n_dec != dec_len || memcmp(got_dec, want_dec, dec_len) != 0) {
+        if (decode && (n_dec != dec_len || memcmp(got_dec, want_dec, dec_len) != 0)) {
             print_error("%s: decode of '%.*s' gives '%.*s', tokenizers '%.*s'\n", name, (int)len,
                         text, (int)n_dec, got_dec, (int)dec_len, want_dec);
             failures++;
@@ -254,6 +256,10 @@ static void check_vocabulary(const char *name, bool from_gguf, bool sentencepiec
     assert_int_equal(failures, 0);
 }
 
+static void check_vocabulary(const char *name, bool from_gguf, bool sentencepiece) {
+    check_vocabulary_ex(name, from_gguf, sentencepiece, true);
+}
+
 static void test_smollm2(void **state) {
     (void)state;
     check_vocabulary("smollm2", true, false);
@@ -270,6 +276,23 @@ static void test_gemma3(void **state) {
 static void test_tiny_sentencepiece(void **state) {
     (void)state;
     check_vocabulary("tiny-spm", false, true);
+}
+
+/* WordPiece: all-MiniLM-L6-v2's uncased BERT vocabulary (BertNormalizer
+ * with accent stripping, CJK spacing, [CLS] ... [SEP] from
+ * TemplateProcessing) on accents, CJK, Hangul, emoji, control and format
+ * characters, punctuation of many scripts, words past
+ * max_input_chars_per_word. */
+static void test_minilm_wordpiece(void **state) {
+    (void)state;
+    check_vocabulary_ex("minilm", false, false, false);
+}
+
+/* WordPiece with BertNormalizer's other switches (cased, accents kept, no
+ * CJK spacing), max_input_chars_per_word 12 and BertProcessing. */
+static void test_tiny_wordpiece(void **state) {
+    (void)state;
+    check_vocabulary_ex("tiny-wpm", false, false, false);
 }
 
 /* ---- small inline tokenizer.json files ---- */
@@ -377,10 +400,58 @@ static void test_small_spm(void **state) {
 
 /* Every allocation of ours that fails gives LLM_ERR_OUT_OF_MEMORY and leaks
  * nothing (cJSON allocates with malloc, outside the sweep). */
+/* WordPiece with a lowercasing, accent-stripping BertNormalizer,
+ * max_input_chars_per_word 8 and BertProcessing (ids checked with
+ * `tokenizers`: [1, 3, 4, 7, 5, 6, 0, 0, 2] for WPM_TEXT). */
+static const char small_wpm[] =
+    "{\"added_tokens\":[{\"id\":0,\"content\":\"[UNK]\",\"special\":true},{\"id\":1,"
+    "\"content\":\"[CLS]\",\"special\":true},{\"id\":2,\"content\":\"[SEP]\",\"special\":true}],"
+    "\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":true,\"strip_accents\":null},"
+    "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"post_processor\":{\"type\":"
+    "\"BertProcessing\",\"sep\":[\"[SEP]\",2],\"cls\":[\"[CLS]\",1]},\"model\":{\"type\":"
+    "\"WordPiece\",\"unk_token\":\"[UNK]\",\"max_input_chars_per_word\":8,\"vocab\":{"
+    "\"[UNK]\":0,\"[CLS]\":1,\"[SEP]\":2,\"un\":3,\"##able\":4,\"cafe\":5,\"\\u4e2d\":6,"
+    "\",\":7,\"##a\":8,\"a\":9}}}";
+#define WPM_TEXT "Unable, CAF\xc3\x89 \xe4\xb8\xad\xe6\x96\x87 aaaaaaaaaa"
+
+/* The unknown token for a character the vocabulary lacks and for a word
+ * past max_input_chars_per_word; LLM_TOKENIZE_STRICT names the first such
+ * word's input offset; every allocation of tokenizing can fail cleanly. */
+static void test_small_wordpiece(void **state) {
+    (void)state;
+    loaded l;
+    OK(load_json(small_wpm, "{\"unk_token\":\"[UNK]\"}", &l));
+    static const llm_token want[] = {1, 3, 4, 7, 5, 6, 0, 0, 2};
+    llm_token got[32];
+    size_t n = 0;
+    OK(llmi_tokenize(l.tok, WPM_TEXT, strlen(WPM_TEXT), LLM_TOKENIZE_ADD_SPECIAL, got, 32, &n));
+    assert_int_equal(n, 9);
+    assert_memory_equal(got, want, sizeof want);
+    OK(llmi_tokenize(l.tok, "aaaa", 4, 0, got, 32, &n));
+    assert_int_equal(n, 4); /* a ##a ##a ##a */
+    assert_int_equal(got[0], 9);
+    assert_int_equal(got[3], 8);
+    EXPECT_ERR(llmi_tokenize(l.tok, WPM_TEXT, strlen(WPM_TEXT), LLM_TOKENIZE_STRICT, got, 32, &n),
+               LLM_ERR_INVALID_ARGUMENT, "byte offset 17");
+    int ok = 0;
+    for (uint64_t k = 1; k < 100 && ok < 3; k++) {
+        llmi_alloc_fail_after(k);
+        llm_status st = llmi_tokenize(l.tok, WPM_TEXT, strlen(WPM_TEXT), 0, got, 32, &n);
+        llmi_alloc_fail_after(0);
+        if (st == LLM_OK)
+            ok++;
+        else if (st != LLM_ERR_OUT_OF_MEMORY)
+            fail_msg("allocation %llu: %d %s", (unsigned long long)k, (int)st,
+                     llmi_error_message());
+    }
+    assert_true(ok > 0);
+    unload(&l);
+}
+
 static void test_alloc_failures(void **state) {
     (void)state;
-    const char *inputs[] = {small_bpe, small_spm}, *config = "{\"chat_template\":\"x\"}";
-    for (size_t i = 0; i < 2; i++) {
+    const char *inputs[] = {small_bpe, small_spm, small_wpm}, *config = "{\"chat_template\":\"x\"}";
+    for (size_t i = 0; i < 3; i++) {
         int ok = 0;
         for (uint64_t k = 1; k < 200 && ok < 3; k++) {
             llmi_gguf_writer *w = NULL;
@@ -479,6 +550,23 @@ static void test_bad_input(void **state) {
         {"{\"added_tokens\":[{\"id\":\"1\",\"content\":\"x\"}]," BL_PRE
          ",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
          NULL, LLM_ERR_BAD_FORMAT, "tokenizer.json: added_tokens: an entry"},
+        {"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"WordPiece\","
+         "\"vocab\":{\"a\":0}}}",
+         NULL, LLM_ERR_UNSUPPORTED, "pre_tokenizer 'Whitespace' is not supported with WordPiece"},
+        {"{\"pre_tokenizer\":null,\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}", NULL,
+         LLM_ERR_UNSUPPORTED, "pre_tokenizer 'null'"},
+        {"{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":"
+         "\"BertPreTokenizer\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+         NULL, LLM_ERR_UNSUPPORTED, "normalizer 'NFKC' is not supported with WordPiece"},
+        {"{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":"
+         "\"WordPiece\",\"continuing_subword_prefix\":\"@@\",\"vocab\":{\"a\":0}}}",
+         NULL, LLM_ERR_UNSUPPORTED, "continuing_subword_prefix"},
+        {"{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":"
+         "\"WordPiece\",\"max_input_chars_per_word\":0,\"vocab\":{\"a\":0}}}",
+         NULL, LLM_ERR_BAD_FORMAT, "max_input_chars_per_word is not a positive integer"},
+        {"{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":"
+         "\"WordPiece\",\"vocab\":[\"a\"]}}",
+         NULL, LLM_ERR_BAD_FORMAT, "model.vocab is missing or not an object"},
         {"{" BL_PRE ",\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}", NULL,
          LLM_ERR_UNSUPPORTED, "model.type 'Unigram'"},
         {"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
@@ -514,8 +602,11 @@ int main(void) {
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_tiny_sentencepiece),
+        cmocka_unit_test(test_minilm_wordpiece),
+        cmocka_unit_test(test_tiny_wordpiece),
         cmocka_unit_test(test_small_bpe),
         cmocka_unit_test(test_small_spm),
+        cmocka_unit_test(test_small_wordpiece),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_folder),
         cmocka_unit_test(test_bad_input),

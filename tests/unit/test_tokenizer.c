@@ -802,7 +802,7 @@ static void test_load_errors(void **state) {
         const char *msg;
     } cases[] = {
         {NULL, NULL, true, true, LLM_ERR_BAD_FORMAT, "tokenizer.ggml.model"},
-        {"bert", NULL, true, true, LLM_ERR_UNSUPPORTED, "bert"},
+        {"t5", NULL, true, true, LLM_ERR_UNSUPPORTED, "t5"},
         {"gpt2", "nonesuch", true, true, LLM_ERR_UNSUPPORTED, "nonesuch"},
         {"gpt2", "smollm", false, true, LLM_ERR_BAD_FORMAT, "tokenizer.ggml.tokens"},
         {"gpt2", "smollm", true, false, LLM_ERR_BAD_FORMAT, "tokenizer.ggml.merges"},

@@ -8,7 +8,13 @@
  * Q/K/V biases, QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap,
  * rope frequency divisors, sliding windows with their own RoPE base, a routed
  * mixture-of-experts FFN in moe.c), tested by feature, never by architecture
- * name.
+ * name. Encoders (features.encoder, BERT) take another shape of the same
+ * steps:
+ *   x = LayerNorm(embed(token) + pos_embd(pos) + token_types(0))
+ *   per layer: x = LayerNorm(x + Wo * attn(Wq*x + b, Wk*x + b, Wv*x + b) + b)
+ *              x = LayerNorm(x + Wdown * gelu(Wup*x + b) + b)
+ * with no RoPE and every row of a sequence attending to all of that
+ * sequence's positions held after the step (no causal mask).
  * Matmuls take all rows of the batch at once so each weight is read once.
  * Quantized weights multiply 8-bit activations (llmi_matmul_act, as llama.cpp
  * does); a matmul input is quantized once and shared by the matmuls that
@@ -32,6 +38,7 @@ struct cpu_forward {
     float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
     float *rope_cs_swa; /* the same for windowed layers with their own base, else NULL */
     float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
+    uint32_t *seq_end; /* [max_rows]: encoders: positions each sequence holds after the step */
     void *act_scratch; /* 8-bit activations for max_rows rows of any matmul input */
     /* The current matmul input (act_begin) and its quantization, if any. */
     const float *act_x;
@@ -61,6 +68,8 @@ static void free_buffers(cpu_forward *f) {
     }
     llmi_free_aligned(f->act_scratch);
     f->act_scratch = NULL;
+    llmi_free(f->seq_end);
+    f->seq_end = NULL;
     llmi_cpu_moe_free(f->moe);
     f->moe = NULL;
 }
@@ -128,6 +137,9 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     if (swa_base)
         f->rope_cs_swa = alloc_rows(max_rows, hp->rope_dim);
     f->out_rows = alloc_rows(max_rows, embd);
+    const bool encoder = hp->features.encoder;
+    if (encoder)
+        f->seq_end = llmi_malloc((size_t)max_rows * sizeof *f->seq_end);
     size_t act_bytes = 0;
     if (!act_scratch_size(m, max_rows, &act_bytes)) {
         llmi_cpu_step_free(f);
@@ -137,7 +149,7 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
         f->act_scratch = llmi_malloc_aligned(act_bytes);
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
         !f->hout || !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
-        (act_bytes && !f->act_scratch)) {
+        (act_bytes && !f->act_scratch) || (encoder && !f->seq_end)) {
         llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
     }
@@ -265,6 +277,9 @@ typedef struct attn_job {
     const llmi_step *st;
     uint32_t layer;
     uint32_t window; /* positions a query sees (itself included); 0 = all before it */
+    /* Encoders: per sequence slot, the positions held after the step, all
+     * of which every row of the sequence sees; NULL = causal. */
+    const uint32_t *seq_end;
 } attn_job;
 
 /* The kernels of the KV cache's element type, looked up once per layer. */
@@ -300,7 +315,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         /* Keys at first..pos; a window drops those with pos - q >= window. */
         const uint32_t pos = st->pos[r];
         const uint32_t first = j->window && pos >= j->window ? pos - j->window + 1 : 0;
-        const uint32_t n_pos = pos + 1 - first;
+        const uint32_t n_pos = j->seq_end ? j->seq_end[s] : pos + 1 - first;
         for (uint32_t i = 0; i < n_pos; i++)
             scores[i] =
                 dot(q,
@@ -325,6 +340,42 @@ static void add_bias(float *y, const llmi_weight *b, uint32_t n_rows, uint32_t d
     if (!b->data) return;
     for (uint32_t r = 0; r < n_rows; r++)
         llmi_add_inplace(y + (size_t)r * dim, (const float *)b->data, (int)dim);
+}
+
+/* x = LayerNorm(x + y) * w + b over n rows of dim (the post-norm residual
+ * of encoder blocks); mean and variance summed in double. */
+static void add_layer_norm(float *x, const float *y, const llmi_weight *w, const llmi_weight *b,
+                           uint32_t n, uint32_t dim, float eps) {
+    const float *wv = w->data, *bv = b->data;
+    for (uint32_t r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * dim;
+        const float *yr = y ? y + (size_t)r * dim : NULL;
+        double sum = 0.0, sq = 0.0;
+        for (uint32_t i = 0; i < dim; i++) {
+            if (yr)
+                xr[i] += yr[i];
+            sum += xr[i];
+        }
+        const double mean = sum / dim;
+        for (uint32_t i = 0; i < dim; i++)
+            sq += (xr[i] - mean) * (xr[i] - mean);
+        const float inv = (float)(1.0 / sqrt(sq / dim + (double)eps));
+        for (uint32_t i = 0; i < dim; i++)
+            xr[i] = (float)(xr[i] - mean) * inv * wv[i] + bv[i];
+    }
+}
+
+/* Encoders: the positions each sequence slot of the step holds after it
+ * (one past the largest row position; the step holds a whole input). */
+static llm_status seq_ends(cpu_forward *f, const llmi_step *st) {
+    if (st->n_seqs > f->max_rows)
+        return llmi_error(LLM_ERR_INTERNAL, "step has %u sequences for %u rows", st->n_seqs,
+                          f->max_rows);
+    memset(f->seq_end, 0, (size_t)st->n_seqs * sizeof *f->seq_end);
+    for (uint32_t r = 0; r < st->n_rows; r++)
+        if (st->pos[r] + 1 > f->seq_end[st->seq[r]])
+            f->seq_end[st->seq[r]] = st->pos[r] + 1;
+    return LLM_OK;
 }
 
 /* n rows of dim, each normed with the vector w; out may alias x. Also per
@@ -365,8 +416,10 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
     const llmi_hparams *hp = &f->m->hp;
     const uint32_t n = st->n_rows;
     const llmi_weight *W = L->w;
-    norm_rows(f->xb, f->x, &W[LLMI_ROLE_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
-    act_begin(f, f->xb, n, hp->n_embd);
+    const bool encoder = hp->features.encoder; /* post-norm: the block reads x itself */
+    if (!encoder)
+        norm_rows(f->xb, f->x, &W[LLMI_ROLE_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
+    act_begin(f, encoder ? f->x : f->xb, n, hp->n_embd);
     act_matmul(f, &W[LLMI_ROLE_Q], f->q);
     act_matmul(f, &W[LLMI_ROLE_K], f->k);
     act_matmul(f, &W[LLMI_ROLE_V], f->v);
@@ -385,18 +438,27 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
     const float *rope_cs = windowed && f->rope_cs_swa ? f->rope_cs_swa : f->rope_cs;
     for (uint32_t r = 0; r < n; r++) {
         const float *cs = rope_cs + (size_t)r * hp->rope_dim;
-        rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
-        rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
+        if (!encoder) { /* encoders add learned positions to the embedding instead */
+            rope_apply(hp, cs, f->q + (size_t)r * f->q_dim, hp->n_head);
+            rope_apply(hp, cs, f->k + (size_t)r * f->kv_dim, hp->n_head_kv);
+        }
         uint32_t slot = llmi_step_slot(st, st->seq[r], st->pos[r]);
         ops->store(llmi_cpu_kv_row(kv, layer, false, slot), f->k + (size_t)r * f->kv_dim,
                    (int)f->kv_dim);
         ops->store(llmi_cpu_kv_row(kv, layer, true, slot), f->v + (size_t)r * f->kv_dim,
                    (int)f->kv_dim);
     }
-    attn_job job = {f, kv, ops, st, layer, windowed ? hp->features.swa_window : 0};
+    attn_job job = {
+        f, kv, ops, st, layer, windowed ? hp->features.swa_window : 0, encoder ? f->seq_end : NULL};
     llmi_pool_run(f->pool, attn_task, &job);
     LLMI_TRY(gathered_input(f, f->att, n, f->q_dim, f->tp.q_dim, f->tp_att));
     LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_O], n, f->hout));
+    if (encoder) {
+        add_bias(f->hout, &W[LLMI_ROLE_O_BIAS], n, hp->n_embd);
+        add_layer_norm(f->x, f->hout, &W[LLMI_ROLE_ATTN_OUT_NORM], &W[LLMI_ROLE_ATTN_OUT_NORM_BIAS],
+                       n, hp->n_embd, hp->rms_eps);
+        return LLM_OK;
+    }
     if (W[LLMI_ROLE_POST_ATTN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_ATTN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
@@ -414,12 +476,22 @@ typedef struct glu_job {
     uint32_t n_rows;
 } glu_job;
 
+/* In place over n values: GELU in its erf form, x/2 * (1 + erf(x/sqrt(2))),
+ * as BERT defines it (not the tanh approximation). */
+static void gelu_erf(float *x, const float *unused, int n) {
+    (void)unused;
+    for (int i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
 static void glu_task(void *ctx, int ith, int nth) {
     const glu_job *j = ctx;
     const cpu_forward *f = j->f;
     const uint32_t n_ff = f->m->hp.n_ff;
-    void (*const glu)(float *, const float *, int) =
-        f->m->hp.features.ffn_act == LLMI_FFN_GEGLU ? llmi_gelu_tanh_mul : llmi_silu_mul;
+    const llmi_ffn_act act = f->m->hp.features.ffn_act;
+    void (*const glu)(float *, const float *, int) = act == LLMI_FFN_GEGLU  ? llmi_gelu_tanh_mul
+                                                     : act == LLMI_FFN_GELU ? gelu_erf
+                                                                            : llmi_silu_mul;
     uint32_t begin = (uint32_t)((uint64_t)j->n_rows * (uint64_t)ith / (uint64_t)nth);
     uint32_t end = (uint32_t)((uint64_t)j->n_rows * (uint64_t)(ith + 1) / (uint64_t)nth);
     for (uint32_t r = begin; r < end; r++)
@@ -428,9 +500,15 @@ static void glu_task(void *ctx, int ith, int nth) {
 
 static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
-    act_begin(f, f->xb, n, hp->n_embd);
-    act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
-    act_matmul(f, &W[LLMI_ROLE_UP], f->up);
+    if (hp->features.ffn_act == LLMI_FFN_GELU) { /* encoders: no gate, biases, input x */
+        act_begin(f, f->x, n, hp->n_embd);
+        act_matmul(f, &W[LLMI_ROLE_UP], f->gate);
+        add_bias(f->gate, &W[LLMI_ROLE_UP_BIAS], n, hp->n_ff);
+    } else {
+        act_begin(f, f->xb, n, hp->n_embd);
+        act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
+        act_matmul(f, &W[LLMI_ROLE_UP], f->up);
+    }
     glu_job job = {f, n};
     if (n > 1)
         llmi_pool_run(f->pool, glu_task, &job);
@@ -445,6 +523,13 @@ static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
 static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     const llmi_hparams *hp = &f->m->hp;
     const llmi_weight *W = L->w;
+    if (hp->features.encoder) {
+        LLMI_TRY(dense_ffn(f, W, n));
+        add_bias(f->hout, &W[LLMI_ROLE_DOWN_BIAS], n, hp->n_embd);
+        add_layer_norm(f->x, f->hout, &W[LLMI_ROLE_LAYER_OUT_NORM],
+                       &W[LLMI_ROLE_LAYER_OUT_NORM_BIAS], n, hp->n_embd, hp->rms_eps);
+        return LLM_OK;
+    }
     norm_rows(f->xb, f->x, &W[LLMI_ROLE_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     if (W[LLMI_ROLE_FFN_ROUTER].data)
         llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
@@ -455,6 +540,32 @@ static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     for (uint32_t r = 0; r < n; r++)
         llmi_add_inplace(f->x + (size_t)r * hp->n_embd, f->hout + (size_t)r * hp->n_embd,
                          (int)hp->n_embd);
+    return LLM_OK;
+}
+
+/* Encoders: each row's learned position and token type 0 added to its
+ * token embedding in f->x, then the embedding LayerNorm. Positions past the
+ * table are refused (the engine's checks do not know of it). */
+static llm_status encoder_embeddings(cpu_forward *f, const llmi_step *st) {
+    const llm_model *m = f->m;
+    const llmi_hparams *hp = &m->hp;
+    const llmi_weight *pe = &m->w[LLMI_ROLE_POS_EMBD], *tt = &m->w[LLMI_ROLE_TOKEN_TYPES];
+    float *row = f->hout; /* scratch: n_embd floats */
+    for (uint32_t r = 0; r < st->n_rows; r++) {
+        if (st->pos[r] >= pe->rows)
+            return llmi_error(LLM_ERR_LIMIT,
+                              "position %u is past the %u learned positions of this encoder",
+                              st->pos[r], (unsigned)pe->rows);
+        float *x = f->x + (size_t)r * hp->n_embd;
+        llmi_dequantize_row(pe->type,
+                            (const uint8_t *)pe->data + (size_t)st->pos[r] * pe->row_bytes, row,
+                            hp->n_embd);
+        llmi_add_inplace(x, row, (int)hp->n_embd);
+        llmi_dequantize_row(tt->type, tt->data, row, hp->n_embd);
+        llmi_add_inplace(x, row, (int)hp->n_embd);
+    }
+    add_layer_norm(f->x, NULL, &m->w[LLMI_ROLE_TOKEN_EMBD_NORM],
+                   &m->w[LLMI_ROLE_TOKEN_EMBD_NORM_BIAS], st->n_rows, hp->n_embd, hp->rms_eps);
     return LLM_OK;
 }
 
@@ -474,6 +585,10 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
         if (hp->features.embd_scale != 1.0f)
             for (uint32_t i = 0; i < hp->n_embd; i++) x[i] *= hp->features.embd_scale;
     }
+    if (hp->features.encoder) {
+        LLMI_TRY(encoder_embeddings(f, st));
+        LLMI_TRY(seq_ends(f, st));
+    }
     rope_tables(f, st);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (f->tp.layer_begin)
@@ -491,6 +606,12 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
  * rows of n_embd). */
 static void output_norm_rows(const cpu_forward *f, const llmi_step *st, float *out) {
     const llmi_hparams *hp = &f->m->hp;
+    if (!f->m->w[LLMI_ROLE_OUTPUT_NORM].data) { /* encoders: the last block ends in a norm */
+        for (uint32_t i = 0; i < st->n_logits; i++)
+            memcpy(out + (size_t)i * hp->n_embd, f->x + (size_t)st->logit_rows[i] * hp->n_embd,
+                   hp->n_embd * sizeof *out);
+        return;
+    }
     for (uint32_t i = 0; i < st->n_logits; i++)
         llmi_rmsnorm(out + (size_t)i * hp->n_embd, f->x + (size_t)st->logit_rows[i] * hp->n_embd,
                      (const float *)f->m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,

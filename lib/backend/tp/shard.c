@@ -35,6 +35,12 @@ uint32_t llmi_tp_kv_owner(uint32_t n_head_kv, uint32_t n_ranks, uint32_t head) {
 /* Why m does not split across n ranks (into why), or true when it does. */
 static bool splits(const llm_model *m, uint32_t n, char *why, size_t cap) {
     const llmi_hparams *hp = &m->hp;
+    if (hp->features.encoder) {
+        /* the tp plan shards decoder weights only; its post-norm encoder
+         * layers (biases, LayerNorms) are not split */
+        snprintf(why, cap, "tensor parallelism does not run encoder models (%s)", hp->arch);
+        return false;
+    }
     if (n == 1)
         return true;
     if (hp->n_head % n) {
