@@ -208,6 +208,12 @@ llm_status llmi_cuda_step_layers(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi
 llm_status llmi_cuda_step_logits(llmi_cuda_step *s, const uint32_t *rows, uint32_t n);
 /* Copies n rows of logits from s->logits to `out`, waiting for the stream. */
 llm_status llmi_cuda_step_copy_logits(llmi_cuda_step *s, uint32_t n, float *out);
+/* step_run without graphs: uploads the descriptor, runs the layers and
+ * copies the logits back (the device is current). */
+llm_status llmi_cuda_step_run_eager(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_step *st,
+                                    float *logits);
+/* Frees a step's own memory, not its graphs (llmi_cuda_step_free does both). */
+void llmi_cuda_step_release(llmi_cuda_step *s);
 
 /* ---- graph.c ---- */
 
@@ -216,11 +222,14 @@ llm_status llmi_cuda_step_copy_logits(llmi_cuda_step *s, uint32_t n, float *out)
 llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_step *st,
                                float *logits, bool *ran);
 void llmi_cuda_graphs_free(llmi_cuda_step *s);
-
-llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weights,
-                                 uint32_t max_rows, uint32_t max_ctx, void **out);
+/* The ops table's step_free and step_run (graph.c, above step.c): a graph
+ * when the step's shape takes one, else the plain way. */
 void llmi_cuda_step_free(void *step);
 llm_status llmi_cuda_step_run(void *step, void *kv, const llmi_step *st, float *logits);
+
+/* The ops table's other step entries (step.c). */
+llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weights,
+                                 uint32_t max_rows, uint32_t max_ctx, void **out);
 /* The final hidden states of the wanted rows (step_run_hidden, embeddings). */
 llm_status llmi_cuda_step_run_hidden(void *step, void *kv, const llmi_step *st, float *hidden);
 void llmi_cuda_step_set_f32_activations(void *step, bool on);

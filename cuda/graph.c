@@ -168,3 +168,24 @@ llm_status llmi_cuda_graph_run(llmi_cuda_step *s, llmi_cuda_kv *kv, const llmi_s
     *ran = true;
     return st->n_logits ? llmi_cuda_step_copy_logits(s, st->n_logits, logits) : LLM_OK;
 }
+
+/* ---- the ops table's step entries ---- */
+
+void llmi_cuda_step_free(void *ctx) {
+    llmi_cuda_step *s = ctx;
+    if (!s)
+        return;
+    cudaSetDevice(s->inst->device);
+    cudaStreamSynchronize(s->inst->stream);
+    llmi_cuda_graphs_free(s);
+    llmi_cuda_step_release(s);
+}
+
+llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
+    llmi_cuda_step *s = ctx;
+    llmi_cuda_kv *kv = kv_store;
+    LLMI_TRY(llmi_cuda_use_device(s->inst->device));
+    bool ran = false;
+    LLMI_TRY(llmi_cuda_graph_run(s, kv, st, logits, &ran));
+    return ran ? LLM_OK : llmi_cuda_step_run_eager(s, kv, st, logits);
+}

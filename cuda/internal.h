@@ -1,5 +1,5 @@
-/* Shared by the CUDA plug-in's files: the host's services (set at load by
- * plugin.c) and how a CUDA or cuBLASLt failure becomes a status. C and
+/* Shared by the CUDA plug-in's files: the host's services (services.c,
+ * handed over at load by plugin.c) and how a CUDA or cuBLASLt failure becomes a status. C and
  * CUDA C++ both include this header; it must not include the core's
  * headers that use C11 atomics (backend.h, model.h) when compiled as C++. */
 #ifndef LLMI_CUDA_INTERNAL_H
@@ -12,6 +12,10 @@ extern "C" {
 #endif
 
 #include "llm.h"
+
+struct llmi_plugin_host;
+/* Keeps the host's services for the calls below; plugin.c, once at load. */
+void llmi_cuda_services_set(const struct llmi_plugin_host *host);
 
 /* Records a formatted message as the caller's last error through the host
  * and returns `status`. */
@@ -27,7 +31,7 @@ void llmi_cuda_log(llm_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 
-/* plugin.c: whether a driver and a device are there, and how many. */
+/* services.c: whether a driver and a device are there, and how many. */
 llm_status llmi_cuda_probe(void);
 llm_status llmi_cuda_device_count(uint32_t *out);
 

@@ -1,77 +1,8 @@
-/* The CUDA plug-in's entry point (backend/plugin.h) and its probe: whether
- * this machine has a CUDA driver and a device, in words a user can act on. */
+/* The CUDA plug-in's entry point (backend/plugin.h): the top of the
+ * plug-in. It hands the host's services to services.c, which every other
+ * file uses, and returns the table of backend.c. */
 #include "backend/plugin.h"
 #include "internal.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-
-static const llmi_plugin_host *host;
-/* The calling thread's last message, for code that must report a first
- * failure after later calls recorded others (tp.c). */
-static _Thread_local char last_message[1024];
-
-llm_status llmi_cuda_error(llm_status status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_message, sizeof last_message, fmt, ap);
-    va_end(ap);
-    return host ? host->set_error(status, last_message) : status;
-}
-
-const char *llmi_cuda_last_message(void) { return last_message; }
-
-void llmi_cuda_log(llm_log_level level, const char *fmt, ...) {
-    if (!host)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    host->log(level, msg);
-}
-
-llm_status llmi_cuda_check(cudaError_t err, const char *what) {
-    if (err == cudaSuccess)
-        return LLM_OK;
-    return llmi_cuda_error(err == cudaErrorMemoryAllocation ? LLM_ERR_OUT_OF_MEMORY
-                                                            : LLM_ERR_BACKEND,
-                           "CUDA: %s: %s (%s)", what, cudaGetErrorString(err),
-                           cudaGetErrorName(err));
-}
-
-llm_status llmi_cuda_probe(void) {
-    int driver = 0;
-    cudaError_t err = cudaDriverGetVersion(&driver);
-    if (err != cudaSuccess || driver == 0)
-        return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
-                               "no CUDA driver: libcuda.so.1 was not found (install the NVIDIA "
-                               "driver)");
-    int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    if (driver < runtime)
-        return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
-                               "the CUDA driver supports CUDA %d.%d; the plug-in was built with "
-                               "CUDA %d.%d (update the NVIDIA driver)",
-                               driver / 1000, driver % 1000 / 10, runtime / 1000,
-                               runtime % 1000 / 10);
-    int n = 0;
-    err = cudaGetDeviceCount(&n);
-    if (err == cudaErrorNoDevice || (err == cudaSuccess && n == 0))
-        return llmi_cuda_error(LLM_ERR_UNSUPPORTED, "no CUDA device: the driver sees no GPU");
-    if (err != cudaSuccess)
-        return llmi_cuda_error(LLM_ERR_UNSUPPORTED, "CUDA could not list devices: %s (%s)",
-                               cudaGetErrorString(err), cudaGetErrorName(err));
-    return LLM_OK;
-}
-
-llm_status llmi_cuda_device_count(uint32_t *out) {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    *out = err == cudaSuccess && n > 0 ? (uint32_t)n : 0;
-    return LLM_OK;
-}
 
 /* backend.c */
 const llmi_backend_ops *llmi_cuda_table(void);
@@ -80,13 +11,13 @@ __attribute__((visibility("default"))) const llmi_backend_ops *
 llmi_backend_plugin_init(const llmi_plugin_host *h) {
     if (!h || h->version < 1)
         return NULL;
-    host = h;
+    llmi_cuda_services_set(h);
     if (h->release != LLM_VERSION_NUMBER) {
         llmi_cuda_error(LLM_ERR_UNSUPPORTED,
                         "the CUDA plug-in is from libllminfer %d.%d.%d and this library is "
                         "%u.%u.%u: install the plug-in of the library's own release",
-                        LLM_VERSION_MAJOR, LLM_VERSION_MINOR, LLM_VERSION_PATCH,
-                        h->release / 10000, h->release / 100 % 100, h->release % 100);
+                        LLM_VERSION_MAJOR, LLM_VERSION_MINOR, LLM_VERSION_PATCH, h->release / 10000,
+                        h->release / 100 % 100, h->release % 100);
         return NULL;
     }
     return llmi_cuda_table();

@@ -23,13 +23,13 @@
 
 typedef llmi_cuda_step cuda_step;
 
-void llmi_cuda_step_free(void *ctx) {
-    cuda_step *s = ctx;
+/* Frees what this file allocated; llmi_cuda_step_free (graph.c) drops the
+ * step's graphs first. */
+void llmi_cuda_step_release(cuda_step *s) {
     if (!s)
         return;
     cudaSetDevice(s->inst->device);
     cudaStreamSynchronize(s->inst->stream);
-    llmi_cuda_graphs_free(s);
     llmi_cuda_staging_free(&s->words_stage);
     llmi_cuda_staging_free(&s->logits_stage);
     if (s->words)
@@ -118,7 +118,7 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
     if (st == LLM_OK)
         st = words_reserve(s, 1024 + 8 * (size_t)max_rows);
     if (st != LLM_OK) {
-        llmi_cuda_step_free(s);
+        llmi_cuda_step_release(s); /* no graph exists yet */
         return st;
     }
     cut_scratch(s);
@@ -429,14 +429,8 @@ llm_status llmi_cuda_step_copy_logits(cuda_step *s, uint32_t n, float *out) {
     return LLM_OK;
 }
 
-llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
-    cuda_step *s = ctx;
-    llmi_cuda_kv *kv = kv_store;
-    LLMI_TRY(llmi_cuda_use_device(s->inst->device));
-    bool ran = false;
-    LLMI_TRY(llmi_cuda_graph_run(s, kv, st, logits, &ran));
-    if (ran)
-        return LLM_OK;
+llm_status llmi_cuda_step_run_eager(cuda_step *s, llmi_cuda_kv *kv, const llmi_step *st,
+                                    float *logits) {
     dev_step d = {0};
     LLMI_TRY(upload_step(s, st, &d));
     LLMI_TRY(llmi_cuda_step_layers(s, kv, &d, st->n_rows, st->block_size,

@@ -203,13 +203,14 @@ llm_status llmi_backend_register(const llmi_backend_ops *ops);
 void llmi_backend_unregister(const char *name);
 /* The backend registered under `name`, or NULL. A known plug-in's name
  * ("cuda") first has the plug-ins looked for (llmi_backend_plugin_autoload,
- * backend/plugin.h); other lookups, and the list below, never load one. */
+ * backend/plugin.h); other lookups, and the list below, never load one.
+ * Lives in select.c, with the other lookups that may load a plug-in. */
 const llmi_backend_ops *llmi_backend_find(const char *name);
 /* Registered backends, in registration order ("cpu" first); returns the
  * count, writes at most `cap` tables. */
 size_t llmi_backend_list(const llmi_backend_ops **out, size_t cap);
 
-/* ---- choosing a backend by name (the public device API) ---- */
+/* ---- choosing a backend by name (the public device API; select.c) ---- */
 
 /* A backend as users see it (llm_backend_get_info). */
 typedef struct llmi_backend_state {

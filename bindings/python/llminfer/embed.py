@@ -19,7 +19,7 @@ from .errors import UnsupportedError
 
 if TYPE_CHECKING:
     from .model import Model
-    from .session import _SessionHandle
+    from ._handles import _SessionHandle
 
 Input = Union[str, Sequence[int]]
 

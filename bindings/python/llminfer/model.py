@@ -18,7 +18,7 @@ from ._native import lib
 from .errors import ClosedError, Status, check, error_for
 
 if TYPE_CHECKING:
-    from .session import _SessionHandle
+    from ._handles import _SessionHandle
 
 _ERROR_CAPACITY = 1024
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, AsyncIterator, Deque, Iterator, List
+import functools
+from typing import AsyncIterator, Deque, Iterator, List
 
+from ._handles import _RequestHost
 from .errors import LlmError, Status, error_for
 from .params import Event, FinishReason
-
-if TYPE_CHECKING:
-    from .session import Session
 
 
 class _RequestState:
@@ -48,7 +47,7 @@ class Request:
     does leaving a ``with request:`` block.
     """
 
-    def __init__(self, session: "Session", request_id: int, n_samples: int) -> None:
+    def __init__(self, session: _RequestHost, request_id: int, n_samples: int) -> None:
         self.session = session
         self.id = request_id
         self._state = _RequestState(n_samples)
@@ -107,8 +106,6 @@ class Request:
                 self.close()
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        from .aio import request_events
-
         return request_events(self)
 
     def text(self) -> str:
@@ -125,3 +122,26 @@ class Request:
 
     def __repr__(self) -> str:
         return f"<llminfer.Request {self.id} {'done' if self.done else 'running'}>"
+
+
+async def request_events(request: Request) -> AsyncIterator[Event]:
+    """Yields ``request``'s events; cancelling the task cancels the request.
+
+    A step already running in the worker thread finishes there (a thread
+    cannot be stopped from outside), but the request is cancelled at once,
+    which frees its KV memory and ends it at the next step.
+    """
+    import asyncio  # here, so that ``import llminfer`` does not load asyncio
+
+    state = request._state
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            while state.queue:
+                yield state.queue.popleft()
+            if state.done:
+                return
+            await loop.run_in_executor(None, functools.partial(request.session._advance, request))
+    finally:
+        if not (state.done and not state.queue):
+            request.close()

@@ -5,9 +5,7 @@ from __future__ import annotations
 import ctypes
 import signal
 import threading
-import weakref
 from typing import (
-    TYPE_CHECKING,
     Any,
     AsyncIterator,
     Callable,
@@ -22,6 +20,7 @@ from typing import (
 
 from . import _native
 from ._closeable import Closeable
+from ._handles import _SessionHandle
 from ._native import lib
 from .errors import (
     ClosedError,
@@ -37,9 +36,7 @@ from .model import ChatMessage, Model
 from .embed import EmbedMixin
 from .tokens import TokenLevelMixin
 from .params import Event, FinishReason, GenerateResult, KvType, SamplingParams, SessionStats, SpecMode
-
-if TYPE_CHECKING:
-    from .request import Request, _RequestState
+from .request import Request, _RequestState
 
 Prompt = Union[str, Sequence[int]]
 """Text (tokenized with the model's special tokens added and parsed, as
@@ -49,34 +46,6 @@ TokenCallback = Callable[[str], Optional[bool]]
 
 _ERROR_CAPACITY = 1024
 _EVENTS_PER_STEP = 64
-
-
-class _SessionHandle:
-    """The native session pointer, freed once, never under a running call.
-
-    Models keep these (not the Session objects) so that a model can free
-    its sessions first whatever order the garbage collector picks.
-    """
-
-    def __init__(self, ptr: int, models: Sequence[Model]) -> None:
-        self.ptr: Optional[int] = ptr
-        self.lock = threading.RLock()  # held by every call that steps the session
-        self.stepping_thread: Optional[int] = None
-        self._models = [weakref.ref(m) for m in models]
-
-    def free(self) -> None:
-        if self.stepping_thread == threading.get_ident():
-            raise InvalidArgumentError(
-                Status.INVALID_ARGUMENT, "a session cannot be closed from its own callback"
-            )
-        with self.lock:
-            ptr, self.ptr = self.ptr, None
-            if ptr is not None:
-                lib.llm_session_free(ptr)
-        for ref in self._models:
-            model = ref()
-            if model is not None:
-                model._detach(self)
 
 
 class _CtrlCInterrupts:
@@ -382,8 +351,6 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         Iterate the returned :class:`Request` for its events; the session
         advances every request in the same steps.
         """
-        from .request import Request
-
         tokens_in = self._prompt_tokens(prompt)
         prompt_array = (_native.c_token * max(len(tokens_in), 1))(*tokens_in)
         params = _native.RequestParams()

@@ -20,7 +20,7 @@ from .model import Model
 from .params import SamplingParams
 
 if TYPE_CHECKING:
-    from .session import Session, _SessionHandle
+    from ._handles import _SessionCalls, _SessionHandle
 
 PathLike = Union[str, "os.PathLike[str]"]
 Logits = Union["array.array[float]", Sequence[float]]
@@ -31,7 +31,7 @@ _MAX_ATTEMPTS = 4
 class TokenSequence:
     """An ``llm_seq_id`` of a session: tokens with their keys and values."""
 
-    def __init__(self, session: "Session", seq_id: int) -> None:
+    def __init__(self, session: "_SessionCalls", seq_id: int) -> None:
         self.session = session
         self.id = seq_id
 
@@ -90,7 +90,7 @@ class TokenSequence:
         return f"<llminfer.TokenSequence {self.id}>"
 
 
-def _save_bytes(session: "Session", call: Any) -> bytes:
+def _save_bytes(session: "_SessionCalls", call: Any) -> bytes:
     size = ctypes.c_size_t(0)
     with session._stepping_box().lock:
         ptr = session._ptr()
@@ -236,7 +236,7 @@ class TokenLevelMixin:
         def _stepping_box(self) -> "_SessionHandle": ...
         def _check(self, ptr: int, status: int) -> None: ...
 
-    def _as_session(self) -> "Session":
+    def _as_session(self) -> "_SessionCalls":
         return self  # type: ignore[return-value]
 
     def open_sequence(self) -> TokenSequence:

@@ -2,7 +2,7 @@
 #ifndef LLMI_BACKEND_TP_SHARD_H
 #define LLMI_BACKEND_TP_SHARD_H
 
-#include "backend/tp/tp.h"
+#include "backend/tp/split.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,11 +19,5 @@ typedef struct llmi_tp_weights {
 
 llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_weights **out);
 void llmi_tp_weights_free(llmi_tp_weights *w);
-
-/* KV heads [*kv0, *kv0 + *n_kv) of rank `rank` (llmi_tp_check passed). */
-void llmi_tp_split_heads(uint32_t n_head_kv, uint32_t n_ranks, uint32_t rank, uint32_t *kv0,
-                         uint32_t *n_kv);
-/* The first rank holding KV head `head`. */
-uint32_t llmi_tp_kv_owner(uint32_t n_head_kv, uint32_t n_ranks, uint32_t head);
 
 #endif

@@ -4,6 +4,7 @@
  * at the gathers of the step's hooks (backend/cpu/cpu.h). */
 #include "backend/cpu/cpu.h"
 #include "backend/tp/shard.h"
+#include "backend/tp/tp.h"
 #include "kv/kv.h"
 
 #include <pthread.h>

@@ -9,27 +9,12 @@
 #define LLMI_BACKEND_TP_H
 
 #include "backend/backend.h"
-
-#define LLMI_TP_MAX 8 /* ranks */
+#include "backend/tp/split.h"
 
 /* The table for `n_ranks` ranks (1 .. LLMI_TP_MAX), named "tp"; NULL
  * outside that range. One table per size, so that the shared weights
  * (keyed by table) of each size are loaded once. */
 const llmi_backend_ops *llmi_backend_tp(uint32_t n_ranks);
-
-/* LLM_OK when `m` splits across n_ranks ranks; otherwise
- * LLM_ERR_UNSUPPORTED with a message naming what does not split and the
- * sizes that work. */
-llm_status llmi_tp_check(const llm_model *m, uint32_t n_ranks);
-
-/* Rank r's slice of a dimension of `full` elements: [*begin, *end), the
- * same rule for every split dimension (FFN columns, embedding features,
- * vocabulary rows), so slices of ranks in order tile the dimension. */
-static inline void llmi_tp_slice(uint32_t full, uint32_t n_ranks, uint32_t rank, uint32_t *begin,
-                                 uint32_t *end) {
-    *begin = (uint32_t)((uint64_t)full * rank / n_ranks);
-    *end = (uint32_t)((uint64_t)full * (rank + 1) / n_ranks);
-}
 
 /* ---- the communicator ----
  *

@@ -4,7 +4,6 @@ use crate::error::{c_text, Error, Result};
 use crate::model::{buffer_text, Model, Token};
 use crate::params::{spec_mode_raw, FinishReason, GenerateParams, RawRequest, RawSampling};
 use crate::params::{RequestParams, SessionParams};
-use crate::stream::Stream;
 use llminfer_sys as sys;
 use std::any::Any;
 use std::cell::Cell;
@@ -314,7 +313,7 @@ unsafe extern "C" fn on_token(
 pub struct Session {
     pub(crate) shared: Arc<Shared>,
     events: EventBuffer,
-    /// Events of other requests that a [`Stream`] stepped past.
+    /// Events of other requests that a stream (stream.rs) stepped past.
     pub(crate) pending: VecDeque<Event>,
     /// Requests whose stream was dropped early: their remaining events are
     /// swallowed; the value counts the finish events still to come.
@@ -478,12 +477,6 @@ impl Session {
     pub fn is_idle(&self) -> Result<bool> {
         let stats = self.stats()?;
         Ok(self.pending.is_empty() && stats.n_running == 0 && stats.n_waiting == 0)
-    }
-
-    /// Submits a request and streams its events; see [`Stream`].
-    pub fn stream(&mut self, prompt: &[Token], params: &RequestParams) -> Result<Stream<'_>> {
-        let id = self.submit(prompt, params)?;
-        Ok(Stream::new(self, id, params.samples()))
     }
 
     /// Blocking generation, collecting the tokens and their text.

@@ -1,6 +1,10 @@
-//! Streaming one request's events, built on submit/step/cancel.
+//! Streaming one request's events, built on submit/step/cancel. This
+//! module sits above `session`: it adds [`Session::stream`] there, so the
+//! session module never names a stream.
 
 use crate::error::{Error, Result, Status};
+use crate::model::Token;
+use crate::params::RequestParams;
 use crate::session::{Event, RequestId, Session};
 use std::collections::VecDeque;
 
@@ -17,8 +21,16 @@ pub struct Stream<'s> {
     queue: VecDeque<Event>,
 }
 
+impl Session {
+    /// Submits a request and streams its events; see [`Stream`].
+    pub fn stream(&mut self, prompt: &[Token], params: &RequestParams) -> Result<Stream<'_>> {
+        let id = self.submit(prompt, params)?;
+        Ok(Stream::new(self, id, params.samples()))
+    }
+}
+
 impl<'s> Stream<'s> {
-    pub(crate) fn new(session: &'s mut Session, id: RequestId, samples: u32) -> Stream<'s> {
+    fn new(session: &'s mut Session, id: RequestId, samples: u32) -> Stream<'s> {
         Stream {
             session,
             id,
