@@ -662,8 +662,9 @@ LLM_API llm_status llm_grammar_compile_json_schema(const llm_model *model, const
                                                    llm_grammar **out);
 /**
  * Compiles an EBNF grammar in GBNF notation (`name ::= ...` rules;
- * alternation, sequences, groups, `*` `+` `?` `{m,n}`, string literals with
- * escapes, character classes with ranges and negation, `.`). Errors give
+ * alternation, sequences, groups, the repetitions star, plus, question
+ * mark and braces {m,n}, string literals with escapes, character classes
+ * with ranges and negation, the dot for any character). Errors give
  * the line:column. Left-recursive rules are refused
  * (::LLM_ERR_UNSUPPORTED). As llm_grammar_compile_json_schema() otherwise.
  */
@@ -672,8 +673,9 @@ LLM_API llm_status llm_grammar_compile_ebnf(const llm_model *model, const char *
                                             llm_grammar **out);
 /**
  * Compiles a regular expression that the whole output must match:
- * literals, escapes, classes, `\d \w \s` (and negations), `.` (not a
- * newline), groups, alternation, quantifiers; `^` and `$` at the ends are
+ * literals, escapes, classes, the digit, word and space classes written
+ * with a backslash and d, w, s (and their negations), the dot (not a
+ * newline), groups, alternation, quantifiers; anchors at the two ends are
  * accepted. Backreferences and lookaround give ::LLM_ERR_UNSUPPORTED with
  * the offset. As llm_grammar_compile_json_schema() otherwise.
  */
