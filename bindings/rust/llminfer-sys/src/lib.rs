@@ -48,6 +48,12 @@ pub struct llm_model {
     _opaque: [u8; 0],
 }
 
+/// A compiled grammar (llm.h's grammar API, since 1.3).
+#[repr(C)]
+pub struct llm_grammar {
+    _opaque: [u8; 0],
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct llm_model_params {
@@ -162,6 +168,8 @@ pub struct llm_sampling_params {
     pub logit_bias: *const llm_logit_bias,
     pub n_logit_bias: usize,
     pub min_tokens: u32,
+    /// Since 1.3: a compiled grammar the tokens must follow (NULL: none).
+    pub grammar: *const llm_grammar,
 }
 
 pub type llm_spec_mode = c_uint;
@@ -607,7 +615,7 @@ layouts! {
     llm_logit_bias { token, bias }
     llm_sampling_params {
         struct_size, temperature, top_k, top_p, min_p, seed, repeat_penalty, repeat_last_n,
-        presence_penalty, frequency_penalty, logit_bias, n_logit_bias, min_tokens,
+        presence_penalty, frequency_penalty, logit_bias, n_logit_bias, min_tokens, grammar,
     }
     llm_generate_params {
         struct_size, max_new_tokens, sampling, on_token, user, ignore_eos, spec_mode, spec_k,
