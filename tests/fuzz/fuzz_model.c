@@ -91,11 +91,12 @@ static void use_model(llm_model *m) {
     const llm_chat_message msgs[] = {{"user", "hi"}, {"assistant", "hello"}};
     /* The model's own template runs as Jinja: a template that does not
      * parse or raises is INVALID_ARGUMENT, one past the interpreter's
-     * limits is LIMIT; each says why. */
+     * limits is LIMIT, one whose text (or output) is not UTF-8 is
+     * INVALID_UTF8; each says why. */
     st = llmi_chat_apply(m->tok, msgs, 2, true, chat, sizeof chat, &nc);
     FUZZ_CHECK(st == LLM_OK || st == LLM_ERR_UNSUPPORTED || st == LLM_ERR_BUFFER_TOO_SMALL ||
                    st == LLM_ERR_INVALID_ARGUMENT || st == LLM_ERR_LIMIT ||
-                   st == LLM_ERR_OUT_OF_MEMORY,
+                   st == LLM_ERR_INVALID_UTF8 || st == LLM_ERR_OUT_OF_MEMORY,
                "chat %d", st);
     FUZZ_CHECK(st == LLM_OK || llmi_error_message()[0] != '\0', "chat %d without a message", st);
 
