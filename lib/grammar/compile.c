@@ -305,9 +305,12 @@ llm_status llmi_gbuild_finish(llmi_gbuild *b, const char *root, llmi_grammar **o
             g->el[g->n_el++] = (llmi_gel){LLMI_GEL_END, 0};
         }
     }
-    memcpy(g->ranges, b->ranges, (size_t)b->n_ranges * 2 * sizeof *g->ranges);
+    /* A grammar without character classes has no arrays to copy (NULL). */
+    if (b->n_ranges)
+        memcpy(g->ranges, b->ranges, (size_t)b->n_ranges * 2 * sizeof *g->ranges);
     g->n_ranges = b->n_ranges;
-    memcpy(g->cls, b->cls, b->n_cls * sizeof *g->cls);
+    if (b->n_cls)
+        memcpy(g->cls, b->cls, b->n_cls * sizeof *g->cls);
     g->n_cls = b->n_cls;
     g->root = root_id;
     *out = g;
