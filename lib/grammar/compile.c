@@ -99,7 +99,8 @@ llm_status llmi_gbuild_class(llmi_gbuild *b, const uint32_t *pairs, uint32_t n, 
     uint32_t *tmp = llmi_malloc((size_t)(n ? n : 1) * 2 * sizeof *tmp);
     if (!tmp)
         return llmi_oom("grammar class");
-    memcpy(tmp, pairs, (size_t)n * 2 * sizeof *tmp);
+    if (n) /* an empty class "[]" has no pairs (NULL) */
+        memcpy(tmp, pairs, (size_t)n * 2 * sizeof *tmp);
     qsort(tmp, n, 2 * sizeof *tmp, by_lo);
     uint32_t m = 0; /* merge overlapping and adjacent ranges */
     for (uint32_t i = 0; i < n; i++) {
