@@ -136,8 +136,10 @@ llm_status jx_format_percent(jctx *c, const node *at, jv fmt, jv args, jv *out) 
         int prec = -1;
         if (s->s[i] == '.') {
             prec = 0;
+            /* capped while read: a long digit run must not overflow */
             while (++i < s->n && s->s[i] >= '0' && s->s[i] <= '9')
-                prec = prec * 10 + (s->s[i] - '0');
+                if (prec <= 50)
+                    prec = prec * 10 + (s->s[i] - '0');
             if (i >= s->n || prec > 50)
                 return jx_fail(c, at, "ValueError: incomplete format");
         }
