@@ -161,5 +161,8 @@ llm_status llmi_mem_check(uint64_t bytes, const char *what);
 size_t llmi_utf8_valid_prefix(const char *s, size_t len);
 /* Bytes in a UTF-8 sequence starting with lead byte c (1-4), 0 if not a lead. */
 int llmi_utf8_seq_len(unsigned char c);
+/* Writes code point cp (at most U+10FFFF) as UTF-8 to out; returns its
+ * length, 1 to 4 bytes. */
+size_t llmi_utf8_encode(uint32_t cp, char *out);
 
 #endif

@@ -381,7 +381,7 @@ void llmi_gtext_literal_char(llmi_gtext *t, uint32_t cp, bool in_class) {
         snprintf(buf, sizeof buf, "\\x%02X", cp);
         llmi_gtext_puts(t, buf);
     } else {
-        size_t n = llmi_grammar_utf8_encode(cp, buf);
+        size_t n = llmi_utf8_encode(cp, buf);
         llmi_gtext_put(t, buf, n);
     }
 }
@@ -402,26 +402,3 @@ size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     return (size_t)len;
 }
 
-size_t llmi_grammar_utf8_encode(uint32_t cp, char *out) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}

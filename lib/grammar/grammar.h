@@ -223,8 +223,6 @@ llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *wh
 /* One valid UTF-8 sequence at s (n bytes available): its length, or 0
  * when invalid (overlong, surrogate, truncated, above U+10FFFF). */
 size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp);
-/* cp as UTF-8 into out (1-4 bytes); returns the length. */
-size_t llmi_grammar_utf8_encode(uint32_t cp, char *out);
 
 /* ---- the mask cache (cache.c) ----
  *

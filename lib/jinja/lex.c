@@ -76,29 +76,6 @@ static int hexval(char ch) {
     return -1;
 }
 
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 /* A quoted string at L->pos: its value with Python's escapes decoded. */
 static llm_status lex_string(lexer *L) {
     char q = L->s[L->pos];
@@ -127,7 +104,7 @@ static llm_status lex_string(lexer *L) {
                 cp = cp * 16 + (uint32_t)hexval(L->s[k + 1 + d]);
             if (d < digits || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
                 return lex_fail(L, "bad escape in a string");
-            n += put_utf8(v + n, cp);
+            n += llmi_utf8_encode(cp, v + n);
             k += (size_t)digits;
             continue;
         }

@@ -181,29 +181,6 @@ static uint32_t to_lower(uint32_t c) {
 }
 static bool cased(uint32_t c) { return to_upper(c) != c || to_lower(c) != c; }
 
-static size_t encode(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 /* mode: 0 lower, 1 upper, 2 title (a cased letter after an uncased
  * character upper, the others lower), 3 capitalize (the first upper, the
  * rest lower) */
@@ -217,7 +194,8 @@ llm_status jx_case(jctx *c, const jstr *s, int mode, jv *out) {
         uint32_t m = up ? to_upper(cp) : to_lower(cp);
         char enc[4];
         prev_cased = cased(cp);
-        LLMI_TRY(m == cp ? jb_put(c, &b, s->s + i, l) : jb_put(c, &b, enc, encode(enc, m)));
+        LLMI_TRY(m == cp ? jb_put(c, &b, s->s + i, l)
+                         : jb_put(c, &b, enc, llmi_utf8_encode(m, enc)));
         i += l;
     }
     return jv_cstr(c, b.s ? b.s : "", b.n, out);

@@ -23,29 +23,7 @@ llm_status llmi_tokvec_push(llmi_tokvec *tv, llm_token id) {
 
 /* ---- UTF-8 ---- */
 
-size_t llmi_tok_utf8_encode(uint32_t c, char *o) {
-    unsigned char *u = (unsigned char *)o;
-    if (c < 0x80) {
-        u[0] = (unsigned char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        u[0] = (unsigned char)(0xc0 | (c >> 6));
-        u[1] = (unsigned char)(0x80 | (c & 0x3f));
-        return 2;
-    }
-    if (c < 0x10000) {
-        u[0] = (unsigned char)(0xe0 | (c >> 12));
-        u[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-        u[2] = (unsigned char)(0x80 | (c & 0x3f));
-        return 3;
-    }
-    u[0] = (unsigned char)(0xf0 | (c >> 18));
-    u[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
-    u[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-    u[3] = (unsigned char)(0x80 | (c & 0x3f));
-    return 4;
-}
+size_t llmi_tok_utf8_encode(uint32_t c, char *o) { return llmi_utf8_encode(c, o); }
 
 size_t llmi_tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     const unsigned char *u = (const unsigned char *)s;

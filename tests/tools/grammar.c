@@ -267,7 +267,7 @@ static long json_unquote(const char *s, char *out) {
                 s += 6;
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
-            n += (long)llmi_grammar_utf8_encode(cp, out + n);
+            n += (long)llmi_utf8_encode(cp, out + n);
         } else
             out[n++] = e;
     }
