@@ -103,6 +103,22 @@ __device__ __forceinline__ float4 scale_mul4(float4 v, float s, float4 w) {
                        llmi_cu_mul(llmi_cu_mul(v.w, s), w.w));
 }
 
+/* out = x * (the norm's scale of the row whose sum of squares, this
+ * thread's share, is ss) * w, for this thread's groups of the row. */
+template <int VPT>
+__device__ __forceinline__ void store_normed(const float4 (&xv)[VPT], double ss, uint32_t dim,
+                                             float eps, const float *__restrict__ w, float *out) {
+    const float scale = norm_scale(block_sum(ss), dim, eps);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 *o4 = reinterpret_cast<float4 *>(out);
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const uint32_t j = threadIdx.x + k * NORM_THREADS;
+        if (j < dim / 4)
+            o4[j] = scale_mul4(xv[k], scale, w4[j]);
+    }
+}
+
 /* VPT float4 groups per thread: group j = threadIdx.x + k * NORM_THREADS,
  * elements 4j .. 4j + 3 of the row. */
 template <int VPT>
@@ -122,15 +138,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
     for (int k = 0; k < VPT; k++)
         ss = sum_sq4(ss, xv[k]);
-    const float scale = norm_scale(block_sum(ss), dim, eps);
-    const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    float4 *o4 = reinterpret_cast<float4 *>(out + base);
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const uint32_t j = threadIdx.x + k * NORM_THREADS;
-        if (j < n4)
-            o4[j] = scale_mul4(xv[k], scale, w4[j]);
-    }
+    store_normed<VPT>(xv, ss, dim, eps, w, out + base);
 }
 
 /* add_rmsnorm_kernel with x and delta held in registers; the zero padding
@@ -178,15 +186,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     }
     if (!w)
         return;
-    const float scale = norm_scale(block_sum(ss), dim, eps);
-    const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    float4 *o4 = reinterpret_cast<float4 *>(out + base);
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const uint32_t j = threadIdx.x + k * NORM_THREADS;
-        if (j < n4)
-            o4[j] = scale_mul4(xv[k], scale, w4[j]);
-    }
+    store_normed<VPT>(xv, ss, dim, eps, w, out + base);
 }
 
 /* Float4 groups per thread for a row of `dim` through the *_vec kernels
