@@ -4,7 +4,7 @@
 # compiles); `make check` runs them under ASan+UBSan and checks the ABI.
 
 VERSION_MAJOR := 1
-VERSION_MINOR := 3
+VERSION_MINOR := 4
 VERSION_PATCH := 0
 VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 

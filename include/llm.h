@@ -51,7 +51,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define LLM_VERSION_MAJOR 1
-#define LLM_VERSION_MINOR 3
+#define LLM_VERSION_MINOR 4
 #define LLM_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 10200 for 1.2.0. The minor
  *  version grows with every release that adds to the API (a function, a

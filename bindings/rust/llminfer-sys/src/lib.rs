@@ -11,7 +11,7 @@
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
 pub const LLM_VERSION_MAJOR: c_uint = 1;
-pub const LLM_VERSION_MINOR: c_uint = 3;
+pub const LLM_VERSION_MINOR: c_uint = 4;
 pub const LLM_VERSION_PATCH: c_uint = 0;
 pub const LLM_VERSION_NUMBER: c_uint =
     LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH;
