@@ -392,7 +392,7 @@ bench_rows() {
     local jl="$OUT/bench/$tag.jsonl"
     # shellcheck disable=SC2086 # DEVBENCH_ARGS is a list of options
     part "bench-$tag" "$limit" "$BUILD/llm-devbench" -m "$file" --device "$BACKEND" \
-        ${DEVBENCH_ARGS:-$FULL_ARGS}
+        ${DEVBENCH_ARGS:-$FULL_ARGS} ${LONG_ARGS:-}
     local brc=$?
     grep "^{" "$OUT/logs/bench-$tag.log" >"$jl" 2>/dev/null
     [ -n "$info" ] && printf '%s\n' "$info" >>"$jl"
@@ -441,6 +441,35 @@ $(jnum "$l" session_s), decode $(jnum "$l" first_decode_s))" - - \
         [ -n "$synthetic" ] && goal="ge 0.60"
         row "$label prefill $(jnum "$t" tokens)" "$tok tok/s ($tf TFLOP/s)" "${GEMM:-n/a}${GEMM:+ TFLOP/s}" \
             "$(pct "${fr:-}")" "${goal:+>= 60.0%}" "$(verdict "${fr:-}" "$goal")"
+    fi
+    # Long contexts (LONG_ARGS): attention's share grows with the context.
+    t=$(phase "$jl" long_pp)
+    if [ -n "$t" ] && [ -n "$L" ]; then
+        local s tf goal=
+        s=$(jnum "$t" s)
+        # Matmul flops as for the prefill row plus the causal attention's.
+        tf=$(awk -v l="$L" -v h="$H" -v a="$(jnum "$t" attn_flop)" -v n="$(jnum "$t" tokens)" \
+            -v s="$s" 'BEGIN { printf "%.3g", (2 * l * n + 2 * h + a) / s / 1e12 }')
+        [ "$name" = "8b bf16" ] && goal="lt 0.4"
+        row "$label prompt $(jnum "$t" tokens), time to first token" \
+            "$s s ($(jnum "$t" tok_s) tok/s, $tf TFLOP/s with attention)" - - \
+            "${goal:+< 0.4 s}" "$(verdict "$s" "$goal")"
+    fi
+    t=$(phase "$jl" long_decode)
+    if [ -n "$t" ] && [ -n "$B" ]; then
+        local gbs goal=
+        fr=
+        # A step reads the weights once and every sequence's KV: the rate
+        # of both over the whole step bounds attention's own from below.
+        gbs=$(awk -v b="$B" -v kv="$(jnum "$t" kv_bytes_per_step)" -v n="$(jnum "$t" tokens)" \
+            -v q="$(jnum "$t" n_seq)" -v s="$(jnum "$t" s)" \
+            'BEGIN { printf "%.1f", (b + kv) * (n / q) / s / 1e9 }')
+        [ -n "$BW" ] && fr=$(awk -v x="$gbs" -v bw="$BW" 'BEGIN { printf "%.4f", x / bw }')
+        [ "$name" = "8b bf16" ] && goal="ge 0.70"
+        row "$label decode $(jnum "$t" n_seq) x $(jnum "$t" ctx) positions" \
+            "$(jnum "$t" tok_s) tok/s (weights + KV at $gbs GB/s, KV alone $(jnum "$t" kv_gbs) GB/s)" \
+            "${BW:-n/a}${BW:+ GB/s}" "$(pct "${fr:-}")" "${goal:+>= 70.0%}" \
+            "$(verdict "${fr:-}" "$goal")"
     fi
     t=$(phase "$jl" identity)
     if [ -n "$t" ]; then
@@ -495,6 +524,16 @@ ${free:-?} free under $TMPD"
         info=$(timeout 30 "$BUILD/llm-synth" --info "$file" 2>/dev/null)
         limit=45
         [ "$shape" = 8b ] && limit=75
+        LONG_ARGS=
+        # The long-context figures of the attention issue: the 8B shape only.
+        if [ "$name" = "8b bf16" ]; then
+            if [ "$shape" = 8b ]; then
+                LONG_ARGS="--long-pp 8192 --long-decode 32x4096"
+                limit=$((limit + 45))
+            else # the plumbing mode: the same rows, small
+                LONG_ARGS="--long-pp 256 --long-decode 4x128"
+            fi
+        fi
         label=$name
         [ "$shape" = tiny ] && label="$name (tiny, ${layers} layer$([ "$layers" = 1 ] || echo s))"
         bench_rows "$name" "$file" "$info" "$limit" "$label"

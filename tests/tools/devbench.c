@@ -4,7 +4,8 @@
  *
  *   llm-devbench -m MODEL [--device NAME] [--tg N] [--pp N]
  *                [--batch LIST] [--batch-steps N] [--identity N]
- *                [--profile tg|pp|batched]
+ *                [--long-pp N] [--long-decode SxP]
+ *                [--profile tg|pp|long_pp|long_decode|batched]
  *
  * In order, in one process:
  *   load-to-first-token: llm_model_load, llm_session_create_ex (a GPU
@@ -17,6 +18,12 @@
  *   batched: S sequences with a 16-token prompt each (untimed), then
  *            steps of S rows, one token per sequence, logits on every row
  *            (what a caller needs to pick each sequence's next token);
+ *   long_pp: one prompt of N tokens (--long-pp) up to its logits, in one
+ *            decode: the time to first token of a long prompt, with the
+ *            causal attention's multiply-adds counted (attn_flop);
+ *   long_decode: S sequences each holding a P-token prompt (--long-decode
+ *            SxP; the prompts untimed), then steps of S rows: the KV each
+ *            step reads (kv_bytes_per_step) against the step's time;
  *   identity: greedy decoding of one prompt alone, then of the same prompt
  *            as one of N sequences decoded together: the tokens must
  *            match (whether the first logits match bit for bit is
@@ -46,6 +53,7 @@ enum { PROMPT = 16, MAX_BATCHES = 8, IDENTITY_TOKENS = 24 };
 typedef struct options {
     const char *model, *device;
     long tg, pp, batch[MAX_BATCHES], batch_steps, identity;
+    long long_pp, long_seqs, long_ctx; /* --long-pp N, --long-decode SxP */
     int n_batch;
     llm_kv_type kv_type;
     unsigned long long seed;
@@ -91,9 +99,13 @@ static void usage(FILE *f) {
                "                    0 = skip (8,64,256)\n"
                "  --batch-steps N   decodes per batched run (16)\n"
                "  --identity N      alone vs in a batch of N sequences, 0 = skip (64)\n"
+               "  --long-pp N       time to first token of one N-token prompt, 0 = skip (0)\n"
+               "  --long-decode SxP S sequences holding P-token prompts, then\n"
+               "                    --batch-steps steps of S rows, 0 = skip (0)\n"
                "  --kv f32|f16|bf16 KV cache type (bf16)\n"
                "  --seed S          token ids (1)\n"
-               "  --profile PHASE   bracket tg, pp or batched with cuProfilerStart/Stop\n");
+               "  --profile PHASE   bracket tg, pp, long_pp, long_decode or batched with\n"
+               "                    cuProfilerStart/Stop\n");
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
@@ -121,6 +133,21 @@ static bool parse_list(const char *s, options *o) {
             return false;
     }
     return true;
+}
+
+/* "SxP" (or "0"): S sequences of P prompt tokens each. */
+static bool parse_shape(const char *s, options *o) {
+    if (!strcmp(s, "0")) {
+        o->long_seqs = o->long_ctx = 0;
+        return true;
+    }
+    const char *x = strchr(s, 'x');
+    char seqs[16];
+    if (!x || x == s || (size_t)(x - s) >= sizeof seqs)
+        return false;
+    memcpy(seqs, s, (size_t)(x - s));
+    seqs[x - s] = '\0';
+    return parse_long(seqs, 1, 4096, &o->long_seqs) && parse_long(x + 1, 1, 1 << 20, &o->long_ctx);
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -153,6 +180,10 @@ static int parse_args(int argc, char **argv, options *o) {
             ok = parse_list(v, o);
         else if (!strcmp(a, "--batch-steps"))
             ok = parse_long(v, 1, 1 << 16, &o->batch_steps);
+        else if (!strcmp(a, "--long-pp"))
+            ok = parse_long(v, 0, 1 << 20, &o->long_pp);
+        else if (!strcmp(a, "--long-decode"))
+            ok = parse_shape(v, o);
         else if (!strcmp(a, "--identity"))
             ok = parse_long(v, 0, 4096, &o->identity);
         else if (!strcmp(a, "--kv")) {
@@ -163,7 +194,8 @@ static int parse_args(int argc, char **argv, options *o) {
             ok = (int)o->kv_type >= 0;
         } else if (!strcmp(a, "--profile")) {
             o->profile = v;
-            ok = !strcmp(v, "tg") || !strcmp(v, "pp") || !strcmp(v, "batched");
+            ok = !strcmp(v, "tg") || !strcmp(v, "pp") || !strcmp(v, "long_pp") ||
+                 !strcmp(v, "long_decode") || !strcmp(v, "batched");
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -291,6 +323,46 @@ static llm_status run_pp(bench *b, long n, double *secs) {
     return st;
 }
 
+/* `n_seq` sequences each given a `ctx`-token prompt (one decode per
+ * sequence, untimed), then `steps` decodes of one token per sequence;
+ * seconds of those. */
+static llm_status run_long_decode(bench *b, long n_seq, long ctx, long steps, double *secs) {
+    llm_seq_id *seqs = calloc((size_t)n_seq, sizeof *seqs);
+    if (!seqs)
+        return LLM_ERR_OUT_OF_MEMORY;
+    llm_status st = LLM_OK;
+    long opened = 0;
+    const float *lg;
+    for (long s = 0; st == LLM_OK && s < n_seq; s++) {
+        if ((st = llm_seq_open(b->session, &seqs[s])) != LLM_OK)
+            break;
+        opened++;
+        llm_batch_clear(b->batch);
+        for (long p = 0; st == LLM_OK && p < ctx; p++)
+            st = llm_batch_add(b->batch, seqs[s], (uint32_t)p, rand_token(b), p == ctx - 1);
+        if (st == LLM_OK)
+            st = llm_session_decode(b->session, b->batch);
+    }
+    if (st == LLM_OK) /* the prompts' work ends before the clock starts */
+        st = llm_session_logits(b->session, (uint32_t)(ctx - 1), &lg);
+    profile_mark(true);
+    double t0 = now_s();
+    for (long i = 0; st == LLM_OK && i < steps; i++) {
+        llm_batch_clear(b->batch);
+        for (long s = 0; st == LLM_OK && s < n_seq; s++)
+            st = llm_batch_add(b->batch, seqs[s], (uint32_t)(ctx + i), rand_token(b), true);
+        if (st == LLM_OK)
+            st = llm_session_decode(b->session, b->batch);
+    }
+    if (st == LLM_OK)
+        st = llm_session_logits(b->session, (uint32_t)(n_seq - 1), &lg);
+    *secs = now_s() - t0;
+    profile_mark(false);
+    close_all(b, seqs, opened);
+    free(seqs);
+    return st;
+}
+
 /* Greedy tokens of sequence `target` among `n` sequences decoded together;
  * the others get random prompts. first_logits gets the target's first
  * logits row. */
@@ -394,7 +466,17 @@ int main(int argc, char **argv) {
         ctx = PROMPT + IDENTITY_TOKENS + 1;
     if (o.pp + 1 > ctx)
         ctx = o.pp + 1;
+    if (o.long_pp + 1 > ctx)
+        ctx = o.long_pp + 1;
+    if (o.long_seqs && o.long_ctx + o.batch_steps + 1 > ctx)
+        ctx = o.long_ctx + o.batch_steps + 1;
     long rows = max_batch * PROMPT > o.pp ? max_batch * PROMPT : o.pp;
+    if (o.long_pp > rows)
+        rows = o.long_pp;
+    if (o.long_ctx > rows)
+        rows = o.long_ctx;
+    if (o.long_seqs > rows)
+        rows = o.long_seqs;
 
     double t0 = now_s();
     llm_model_params mp;
@@ -417,6 +499,12 @@ int main(int argc, char **argv) {
     uint64_t positions = (uint64_t)max_batch * (uint64_t)(PROMPT + steps + 17);
     if ((uint64_t)single + 64 > positions)
         positions = (uint64_t)single + 64;
+    if ((uint64_t)o.long_pp + 64 > positions)
+        positions = (uint64_t)o.long_pp + 64;
+    /* Each long sequence to its last step, plus a partly filled block. */
+    uint64_t long_positions = (uint64_t)o.long_seqs * (uint64_t)(o.long_ctx + o.batch_steps + 17);
+    if (long_positions > positions)
+        positions = long_positions;
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.n_ctx = (uint32_t)ctx;
@@ -463,6 +551,33 @@ int main(int argc, char **argv) {
     g_phase = "pp";
     if (st == LLM_OK && o.pp && (st = run_pp(&b, o.pp, &secs)) == LLM_OK)
         phase("pp", 1, o.pp, secs, o.pp / secs);
+    g_phase = "long_pp";
+    if (st == LLM_OK && o.long_pp && (st = run_pp(&b, o.long_pp, &secs)) == LLM_OK) {
+        /* Causal attention: query i meets i + 1 keys, once for Q.K and once
+         * for P.V, in every head of every layer; 2 flops a multiply-add.
+         * (No sliding window: the synthetic shapes have none.) */
+        double n = (double)o.long_pp;
+        double attn_flop =
+            2.0 * 2.0 * info.n_layers * info.n_heads * (double)head_dim * (n * (n + 1) / 2);
+        printf("{\"phase\": \"long_pp\", \"n_seq\": 1, \"tokens\": %ld, \"s\": %.6f, "
+               "\"tok_s\": %.3f, \"attn_flop\": %.0f}\n",
+               o.long_pp, secs, n / secs, attn_flop);
+        fflush(stdout);
+    }
+    g_phase = "long_decode";
+    if (st == LLM_OK && o.long_seqs &&
+        (st = run_long_decode(&b, o.long_seqs, o.long_ctx, o.batch_steps, &secs)) == LLM_OK) {
+        /* Step i reads positions 0 .. ctx + i of every sequence. */
+        double kv_step = (double)o.long_seqs * ((double)o.long_ctx + (o.batch_steps + 1) / 2.0) *
+                         (double)kv_per_pos;
+        long tokens = o.long_seqs * o.batch_steps;
+        printf("{\"phase\": \"long_decode\", \"n_seq\": %ld, \"ctx\": %ld, \"tokens\": %ld, "
+               "\"s\": %.6f, \"tok_s\": %.3f, \"kv_bytes_per_step\": %.0f, "
+               "\"kv_gbs\": %.3f}\n",
+               o.long_seqs, o.long_ctx, tokens, secs, tokens / secs, kv_step,
+               kv_step * o.batch_steps / secs / 1e9);
+        fflush(stdout);
+    }
     g_phase = "identity";
     if (st == LLM_OK && o.identity) {
         int first_diff = -1;

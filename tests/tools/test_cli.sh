@@ -119,6 +119,28 @@ if grep -q '"phase": "identity".*"same": true' "$tmp/out" &&
 else
     bad "llm-devbench output" "$(cat "$tmp/out")"
 fi
+# Long contexts: a 96-token prompt, then 3 sequences of 40 positions each
+# stepped twice. The tiny shape's causal attention: 2 layers x 4 heads x 64
+# x 96 * 97 / 2 multiply-adds, twice (Q.K and P.V), 2 flops each; its KV
+# per position: 2 layers x K and V x 2 KV heads x 64 x 4 bytes (f32), and a
+# step reads on average 40 + 1.5 positions of each of 3 sequences.
+expect "llm-devbench long prompt and long decode" 0 "" "$build/llm-devbench" -m "$tiny" \
+    --device cpu --tg 0 --pp 0 --batch 0 --identity 0 --kv f32 --long-pp 96 \
+    --long-decode 3x40 --batch-steps 2
+lp=$(grep '"phase": "long_pp"' "$tmp/out") ld=$(grep '"phase": "long_decode"' "$tmp/out")
+want_flop=$((2 * 2 * 2 * 4 * 64 * 96 * 97 / 2))
+want_kv=$((3 * (2 * 2 * 2 * 64 * 4) * 83 / 2))
+if [ -n "$lp" ] && [ -n "$ld" ] &&
+    awk -v a="$(jnum "$lp" attn_flop)" -v b="$want_flop" -v c="$(jnum "$ld" kv_bytes_per_step)" \
+        -v d="$want_kv" -v t="$(jnum "$ld" tokens)" \
+        'BEGIN { exit !(a == b && c == d && t == 6) }'; then
+    ok "llm-devbench counts a long prompt's attention flops and a long decode's KV bytes"
+else
+    bad "llm-devbench long phases (want attn_flop $want_flop, kv_bytes_per_step $want_kv)" \
+        "$(cat "$tmp/out")"
+fi
+expect "llm-devbench --long-decode needs SxP" 1 "bad value '3x' for --long-decode" \
+    "$build/llm-devbench" -m "$tiny" --long-decode 3x
 
 # ---- load progress ----
 # Without a terminal: one line per finished phase, in order; -q: none.
