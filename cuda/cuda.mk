@@ -50,7 +50,8 @@ CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
 # C like the files they test
 CUDA_TEST_C_SRC := $(sort $(wildcard tests/cuda/test_*.c))
 CUDA_TEST_BIN += $(CUDA_TEST_C_SRC:tests/cuda/%.c=$(BUILD)/tests/cuda/%)
-CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o $(BUILD)/obj-cuda/cuda/tp_shard.o
+CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o $(BUILD)/obj-cuda/cuda/tp_shard.o \
+	$(BUILD)/obj-cuda/cuda/upload.o
 
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)

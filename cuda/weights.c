@@ -4,8 +4,10 @@
  * copy). Models the kernels cannot run are refused here, before anything is
  * allocated, naming the tensor or the feature. */
 #include "cuda_backend.h"
+#include "upload.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 void llmi_cuda_weights_free(void *weights) {
     llmi_cuda_weights *w = weights;
@@ -19,9 +21,84 @@ void llmi_cuda_weights_free(void *weights) {
     free(w);
 }
 
+enum {
+    STAGING_BUFFERS = 3,
+    STAGING_BYTES = 64u << 20,
+    STAGING_THREADS = 8, /* most threads filling a buffer */
+};
+
+typedef struct staging {
+    char *arena;
+    cudaStream_t stream;
+    cudaEvent_t sent[STAGING_BUFFERS];
+} staging;
+
+static llm_status staging_wait(void *ctx, unsigned slot) {
+    staging *g = ctx;
+    /* An event never recorded counts as complete. */
+    return llmi_cuda_call(cudaEventSynchronize(g->sent[slot]), "uploading the weights");
+}
+
+static llm_status staging_send(void *ctx, unsigned slot, const char *buffer,
+                               const llmi_upload_seg *segs, size_t n) {
+    staging *g = ctx;
+    for (size_t i = 0; i < n; i++)
+        LLMI_TRY(llmi_cuda_call(cudaMemcpyAsync(g->arena + segs[i].dst, buffer + segs[i].staged,
+                                                segs[i].bytes, cudaMemcpyHostToDevice, g->stream),
+                                "uploading the weights"));
+    return llmi_cuda_call(cudaEventRecord(g->sent[slot], g->stream), "uploading the weights");
+}
+
+/* The items through pinned staging buffers (upload.h). Returns
+ * LLM_ERR_UNSUPPORTED, having copied nothing, when pinned memory or a
+ * stream cannot be had: the caller then copies from pageable memory. */
+static llm_status upload_staged(char *arena, const llmi_upload_item *items, size_t n,
+                                size_t total) {
+    size_t each = total < STAGING_BYTES ? total : STAGING_BYTES;
+    unsigned n_buffers = total <= each ? 1 : STAGING_BUFFERS;
+    staging g = {.arena = arena};
+    char *buffers[STAGING_BUFFERS] = {NULL};
+    unsigned made_events = 0, made_buffers = 0;
+    bool ok = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking) == cudaSuccess;
+    if (!ok)
+        g.stream = NULL;
+    while (ok && made_events < n_buffers)
+        if ((ok = cudaEventCreateWithFlags(&g.sent[made_events], cudaEventDisableTiming) ==
+                  cudaSuccess))
+            made_events++;
+    while (ok && made_buffers < n_buffers)
+        if ((ok = cudaMallocHost((void **)&buffers[made_buffers], each) == cudaSuccess))
+            made_buffers++;
+    llm_status st = LLM_ERR_UNSUPPORTED;
+    if (ok) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned threads = cores < 1                 ? 1
+                           : cores > STAGING_THREADS ? STAGING_THREADS
+                                                     : (unsigned)cores;
+        const llmi_upload_ops ops = {staging_wait, staging_send, &g};
+        st = llmi_upload_run(items, n, buffers, n_buffers, each, threads, &ops);
+        llm_status done = llmi_cuda_call(cudaStreamSynchronize(g.stream), "uploading the weights");
+        if (st == LLM_OK)
+            st = done;
+    } else {
+        cudaGetLastError(); /* the failed allocation is not this upload's error */
+    }
+    for (unsigned i = 0; i < made_buffers; i++)
+        cudaFreeHost(buffers[i]);
+    for (unsigned i = 0; i < made_events; i++)
+        cudaEventDestroy(g.sent[i]);
+    if (g.stream)
+        cudaStreamDestroy(g.stream);
+    return st;
+}
+
 /* Copies every planned weight into the arena and describes it in w->mats. */
 static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t *offsets,
                          size_t n) {
+    llmi_upload_item *items = malloc((n ? n : 1) * sizeof *items);
+    if (!items)
+        return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: CUDA upload list");
+    size_t n_items = 0, total = 0;
     for (size_t i = 0; i < n; i++) {
         if (offsets[i] == SIZE_MAX)
             continue;
@@ -29,12 +106,9 @@ static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t 
         char *dst = (char *)w->arena + offsets[i];
         const bool shared = i == LLMI_ROLE_OUTPUT && offsets[i] == offsets[LLMI_ROLE_TOKEN_EMBD];
         if (!shared) {
-            llm_status st =
-                llmi_cuda_call(cudaMemcpy(dst, src->data, (size_t)src->rows * src->row_bytes,
-                                          cudaMemcpyHostToDevice),
-                               "uploading the weights");
-            if (st != LLM_OK)
-                return st;
+            items[n_items++] = (llmi_upload_item){
+                .src = src->data, .bytes = (size_t)src->rows * src->row_bytes, .dst = offsets[i]};
+            total += (size_t)src->rows * src->row_bytes;
         }
         w->mats[i] = (llmi_cu_matrix){.data = dst,
                                       .type = src->type,
@@ -42,9 +116,22 @@ static llm_status upload(llmi_cuda_weights *w, const llm_model *m, const size_t 
                                       .cols = (uint32_t)src->cols,
                                       .row_bytes = src->row_bytes};
     }
-    /* Copies from pageable memory may still be in flight on the legacy
-     * stream, which the instances' non-blocking streams do not wait for. */
-    return llmi_cuda_call(cudaDeviceSynchronize(), "uploading the weights");
+    llm_status st = upload_staged(w->arena, items, n_items, total);
+    if (st == LLM_ERR_UNSUPPORTED) {
+        llmi_cuda_log(LLM_LOG_WARN, "CUDA: no pinned staging memory; uploading the weights "
+                                    "from pageable memory (slower)");
+        st = LLM_OK;
+        for (size_t i = 0; st == LLM_OK && i < n_items; i++)
+            st = llmi_cuda_call(cudaMemcpy((char *)w->arena + items[i].dst, items[i].src,
+                                           items[i].bytes, cudaMemcpyHostToDevice),
+                                "uploading the weights");
+        /* Copies from pageable memory may still be in flight on the legacy
+         * stream, which the instances' non-blocking streams do not wait for. */
+        if (st == LLM_OK)
+            st = llmi_cuda_call(cudaDeviceSynchronize(), "uploading the weights");
+    }
+    free(items);
+    return st;
 }
 
 llm_status llmi_cuda_weights_load(const llm_model *m, int32_t device, void **out) {
