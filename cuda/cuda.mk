@@ -74,7 +74,7 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl \
 		$(NVCC_LDSAN)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB) $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(CUDA_HOST_OBJ) $(TESTLIB) -lcmocka \
 		$(DEPS_LIBS) $(LDSAN)
