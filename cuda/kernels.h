@@ -72,9 +72,10 @@ cudaError_t llmi_cu_f32_to_bf16(cudaStream_t stream, const float *x, uint32_t x_
  * 16-byte aligned, x_stride a multiple of 8), f32 accumulation over i in
  * one fixed order per element (cuda/matmul_tc_math.h), so row r's bits do
  * not depend on n_rows or on the other rows. Takes BF16, F16, Q8_0, Q4_0
- * (exactly: the weight's value is not rounded), Q4_1, Q5_0 and Q5_1 (each
- * weight rounded to bf16) with cols a multiple of 64 and aligned rows
- * (llmi_cu_mm_tc_takes); cudaErrorInvalidValue for anything else. */
+ * (exactly: the weight's value is not rounded), Q4_1, Q5_0, Q5_1 and Q4_K
+ * (each weight rounded to bf16) with cols a multiple of 64 (256 for Q4_K)
+ * and aligned rows (llmi_cu_mm_tc_takes); cudaErrorInvalidValue for
+ * anything else. */
 bool llmi_cu_mm_tc_takes(const llmi_cu_matrix *w);
 cudaError_t llmi_cu_mm_tc(cudaStream_t stream, const llmi_cu_matrix *w, const void *x,
                           uint32_t x_stride, uint32_t n_rows, const float *bias, float *y,

@@ -13,16 +13,18 @@
  * sum.
  *
  * Weights are read as stored, a stage of 64 elements of BM rows at a time
- * with cp.async (16-byte copies for BF16/F16, 4-byte ones for the block
- * types), and turned into A fragments in registers:
+ * with cp.async (16-byte copies for BF16, F16 and Q4_K, 4-byte ones for
+ * the 32-element block types), and turned into A fragments in registers:
  *   BF16  ldmatrix as stored;
  *   F16   ldmatrix, then each element w = hi + lo with hi = bf16(w) and
  *         lo = bf16(w - hi), both exact: two mma per k-step, the weight's
  *         bits all kept;
  *   Q8_0, Q4_0  the block's integers (exact in bf16) into a zeroed partial
  *         over the block's two k-steps, then acc = fma(d, partial, acc);
- *   Q4_1, Q5_0, Q5_1  each element dequantized (device_math.h) and
- *         rounded to bf16, as the dequantize-then-cuBLASLt path did.
+ *   Q4_1, Q5_0, Q5_1, Q4_K  each element dequantized (device_math.h's
+ *         arithmetic) and rounded to bf16, as the dequantize-then-cuBLASLt
+ *         path did; a Q4_K stage holds the super-block's 16-byte header and
+ *         the 32 bytes of quants of its 64 elements.
  * Activations are staged the same way (16-byte cp.async, rows past n
  * zero-filled) and read with ldmatrix. */
 #include "device_math.h"
@@ -31,6 +33,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <atomic>
 
 namespace {
 
@@ -109,8 +113,7 @@ struct Args {
 template <class S, llmi_ttype T>
 __device__ __forceinline__ void load_stage(const Args &a, uint8_t *sa, uint8_t *sb, uint32_t m0,
                                            uint32_t n0, uint32_t kc) {
-    constexpr bool B16 = llmi_mmtc_block_bytes(T) == 2;
-    constexpr uint32_t COPY = B16 ? 16 : 4, CHUNK = llmi_mmtc_chunk_bytes(T);
+    constexpr uint32_t COPY = llmi_mmtc_copy_bytes(T), CHUNK = llmi_mmtc_chunk_bytes(T);
     constexpr uint32_t PER_ROW = CHUNK / COPY;
 #pragma unroll
     for (uint32_t it = 0; it < (S::BM * PER_ROW + S::THREADS - 1) / S::THREADS; it++) {
@@ -140,8 +143,9 @@ __device__ __forceinline__ void load_stage(const Args &a, uint8_t *sa, uint8_t *
  * local row r0, and for SCALED the scales of this lane's two rows. F16
  * fills lo too (a = hi there). */
 template <llmi_ttype T>
-__device__ __forceinline__ void a_frags(const uint8_t *sa, uint32_t r0, uint32_t h, uint32_t lane,
-                                        uint32_t a[2][4], uint32_t lo[2][4], float d[2]) {
+__device__ __forceinline__ void a_frags(const uint8_t *sa, uint32_t r0, uint32_t h, uint32_t kc,
+                                        uint32_t lane, uint32_t a[2][4], uint32_t lo[2][4],
+                                        float d[2]) {
     constexpr llmi_mmtc_kind KIND = llmi_mmtc_kind_of(T);
     if constexpr (KIND == LLMI_MMTC_BF16 || KIND == LLMI_MMTC_F16) {
         uint32_t row, col;
@@ -159,6 +163,27 @@ __device__ __forceinline__ void a_frags(const uint8_t *sa, uint32_t r0, uint32_t
                 }
             }
         }
+    } else if constexpr (T == LLMI_T_Q4_K) {
+        /* The sub-block's factors once for each of the lane's two rows. */
+        float d0[2], n0[2];
+#pragma unroll
+        for (uint32_t e = 0; e < 2; e++)
+            llmi_cu_q4k_factors(sa + llmi_mmtc_a_block(T, r0 + llmi_mmtc_a_row(lane, e), h),
+                                (int)llmi_mmtc_q4k_sub(kc, h), &d0[e], &n0[e]);
+#pragma unroll
+        for (uint32_t s = 0; s < 2; s++)
+#pragma unroll
+            for (uint32_t r = 0; r < 4; r++) {
+                const uint8_t *row = sa + llmi_mmtc_a_block(T, r0 + llmi_mmtc_a_row(lane, r), h);
+                const uint32_t j = 16 * s + llmi_mmtc_a_col(lane, r);
+                float v[2];
+#pragma unroll
+                for (uint32_t i = 0; i < 2; i++)
+                    v[i] = llmi_cu_sub(
+                        llmi_cu_mul(d0[r % 2], (float)llmi_mmtc_q4k_quant(row, h, j + i)),
+                        n0[r % 2]);
+                a[s][r] = pack_bf16(v[0], v[1]);
+            }
     } else {
 #pragma unroll
         for (uint32_t s = 0; s < 2; s++)
@@ -167,9 +192,8 @@ __device__ __forceinline__ void a_frags(const uint8_t *sa, uint32_t r0, uint32_t
                 const uint8_t *blk = sa + llmi_mmtc_a_block(T, r0 + llmi_mmtc_a_row(lane, r), h);
                 const uint32_t j = 16 * s + llmi_mmtc_a_col(lane, r);
                 if constexpr (KIND == LLMI_MMTC_SCALED) {
-                    int q[2];
-                    llmi_mmtc_int_pair(T, blk, j, q);
-                    a[s][r] = pack_bf16((float)q[0], (float)q[1]);
+                    a[s][r] = pack_bf16((float)llmi_mmtc_int_at(T, blk, j),
+                                        (float)llmi_mmtc_int_at(T, blk, j + 1));
                 } else {
                     a[s][r] = pack_bf16(llmi_cu_deq_elem(T, blk, (int)j),
                                         llmi_cu_deq_elem(T, blk, (int)j + 1));
@@ -184,8 +208,13 @@ __device__ __forceinline__ void a_frags(const uint8_t *sa, uint32_t r0, uint32_t
     }
 }
 
+/* One CTA an SM is all the register allocation must allow: asked for two
+ * (or left to its default), ptxas capped some shapes at 128 registers and
+ * spilled (Q8_0's 64 x 32, BF16's 128 x 128). */
+constexpr int MIN_CTAS = 1;
+
 template <class S, llmi_ttype T>
-__global__ void __launch_bounds__(S::THREADS) mm_tc_kernel(const Args a) {
+__global__ void __launch_bounds__(S::THREADS, MIN_CTAS) mm_tc_kernel(const Args a) {
     constexpr llmi_mmtc_kind KIND = llmi_mmtc_kind_of(T);
     constexpr uint32_t A_STAGE = S::BM * llmi_mmtc_a_row_bytes(T), B_STAGE = S::BN * B_ROW;
     static_assert((S::STAGES * A_STAGE) % 16 == 0, "activation stages 16-byte aligned");
@@ -242,7 +271,7 @@ __global__ void __launch_bounds__(S::THREADS) mm_tc_kernel(const Args a) {
             for (uint32_t mi = 0; mi < S::MI; mi++) {
                 uint32_t fa[2][4], flo[2][4];
                 float d[2];
-                a_frags<T>(ta, wm0 + 16 * mi, h, lane, fa, flo, d);
+                a_frags<T>(ta, wm0 + 16 * mi, h, kc, lane, fa, flo, d);
 #pragma unroll
                 for (uint32_t ni = 0; ni < S::NI; ni++) {
                     if constexpr (KIND == LLMI_MMTC_SCALED) {
@@ -279,13 +308,34 @@ __global__ void __launch_bounds__(S::THREADS) mm_tc_kernel(const Args a) {
             }
 }
 
+/* Opts the kernel into `smem` bytes of dynamic shared memory on the
+ * current device, once per device: the first launch is eager (a step's
+ * first run), so graph captures later make no such call. */
+template <class S, llmi_ttype T> cudaError_t opt_in(uint32_t smem) {
+    static std::atomic<uint64_t> done{0}; /* a bit per device */
+    int dev = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess)
+        return err;
+    const uint64_t bit = dev < 64 ? (uint64_t)1 << dev : 0;
+    if (bit && (done.load(std::memory_order_acquire) & bit))
+        return cudaSuccess;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess)
+        return err;
+    if (smem > (uint32_t)optin)
+        return cudaErrorInvalidValue;
+    err = cudaFuncSetAttribute(mm_tc_kernel<S, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem);
+    if (err == cudaSuccess)
+        done.fetch_or(bit, std::memory_order_release);
+    return err;
+}
+
 template <class S, llmi_ttype T> cudaError_t launch(cudaStream_t stream, const Args &a) {
     const llmi_mmtc_tile t = {S::BM, S::BN, S::WARPS_M, S::THREADS / 32 / S::WARPS_M, S::STAGES};
     const uint32_t smem = llmi_mmtc_smem_bytes(t, T);
-    /* Per device, so set at every launch (a host call, no stream work:
-     * allowed while a graph is captured). */
-    cudaError_t err = cudaFuncSetAttribute(mm_tc_kernel<S, T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const cudaError_t err = opt_in<S, T>(smem);
     if (err != cudaSuccess)
         return err;
     const dim3 grid((a.m + S::BM - 1) / S::BM, (a.n + S::BN - 1) / S::BN);
@@ -343,6 +393,8 @@ cudaError_t llmi_cu_mm_tc(cudaStream_t stream, const llmi_cu_matrix *w, const vo
         return launch_type<LLMI_T_Q5_0>(stream, a);
     case LLMI_T_Q5_1:
         return launch_type<LLMI_T_Q5_1>(stream, a);
+    case LLMI_T_Q4_K:
+        return launch_type<LLMI_T_Q4_K>(stream, a);
     default:
         return cudaErrorInvalidValue;
     }

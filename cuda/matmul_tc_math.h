@@ -35,7 +35,7 @@ typedef enum llmi_mmtc_kind {
     LLMI_MMTC_BF16,     /* ldmatrix, as stored */
     LLMI_MMTC_F16,      /* ldmatrix, then w = hi + lo, both bf16 (exact), two mma */
     LLMI_MMTC_SCALED,   /* Q8_0, Q4_0: the block's integers (exact in bf16), d after */
-    LLMI_MMTC_DEQ,      /* Q4_1, Q5_0, Q5_1: the dequantized value rounded to bf16 */
+    LLMI_MMTC_DEQ,      /* Q4_1, Q5_0, Q5_1, Q4_K: the dequantized value rounded to bf16 */
 } llmi_mmtc_kind;
 
 LLMI_MMTC_HD llmi_mmtc_kind llmi_mmtc_kind_of(llmi_ttype type) {
@@ -50,6 +50,7 @@ LLMI_MMTC_HD llmi_mmtc_kind llmi_mmtc_kind_of(llmi_ttype type) {
     case LLMI_T_Q4_1:
     case LLMI_T_Q5_0:
     case LLMI_T_Q5_1:
+    case LLMI_T_Q4_K:
         return LLMI_MMTC_DEQ;
     default:
         return LLMI_MMTC_NONE;
@@ -57,7 +58,8 @@ LLMI_MMTC_HD llmi_mmtc_kind llmi_mmtc_kind_of(llmi_ttype type) {
 }
 
 /* Bytes of one 32-element block of the block types the kernel takes; 2 (one
- * element) for the 16-bit types; 0 otherwise. */
+ * element) for the 16-bit types; 0 otherwise (Q4_K too: its 256-element
+ * super-blocks are staged as below). */
 LLMI_MMTC_HD uint32_t llmi_mmtc_block_bytes(llmi_ttype type) {
     switch (type) {
     case LLMI_T_BF16:
@@ -79,24 +81,35 @@ LLMI_MMTC_HD uint32_t llmi_mmtc_block_bytes(llmi_ttype type) {
 }
 
 /* Bytes of one weight row's LLMI_MMTC_KC elements (one stage's copy):
- * 128 for the 16-bit types, two blocks otherwise; always a multiple of 4,
- * the cp.async size of the block types (16 for the 16-bit ones). */
+ * 128 for the 16-bit types, two blocks for the 32-element block types; for
+ * Q4_K the super-block's first 16 bytes (d, dmin, the packed scales) and
+ * the 32 bytes of qs that hold the stage's 64 elements (group g = kc % 4 of
+ * the super-block kc / 4: elements 64 g + l in the low nibbles of qs[32 g
+ * + l], 64 g + 32 + l in the high ones). Always a multiple of the copy
+ * size: 4 bytes for the 32-element block types, 16 for the others. */
 LLMI_MMTC_HD uint32_t llmi_mmtc_chunk_bytes(llmi_ttype type) {
     const uint32_t bb = llmi_mmtc_block_bytes(type);
-    return bb == 2 ? 2 * LLMI_MMTC_KC : 2 * bb;
+    return type == LLMI_T_Q4_K ? 48 : bb == 2 ? 2 * LLMI_MMTC_KC : 2 * bb;
+}
+
+LLMI_MMTC_HD uint32_t llmi_mmtc_copy_bytes(llmi_ttype type) {
+    return llmi_mmtc_block_bytes(type) == 2 || type == LLMI_T_Q4_K ? 16 : 4;
 }
 
 /* Whether the kernel takes a [rows][cols] weight of `type` at `data` with
- * rows row_bytes apart: cols a multiple of LLMI_MMTC_KC (a stage never
- * ends inside a block), rows that start at a multiple of the copy size. */
+ * rows row_bytes apart: cols a multiple of LLMI_MMTC_KC (256 for Q4_K: a
+ * stage never ends inside a block), rows that start at a multiple of the
+ * copy size. */
 LLMI_MMTC_HD bool llmi_mmtc_takes(llmi_ttype type, uint32_t cols, uint64_t row_bytes,
                                   uint64_t address) {
-    const llmi_mmtc_kind kind = llmi_mmtc_kind_of(type);
-    if (kind == LLMI_MMTC_NONE || cols == 0 || cols % LLMI_MMTC_KC != 0)
+    const uint32_t group = type == LLMI_T_Q4_K ? 256 : LLMI_MMTC_KC;
+    if (llmi_mmtc_kind_of(type) == LLMI_MMTC_NONE || cols == 0 || cols % group != 0)
         return false;
-    const uint32_t align = kind == LLMI_MMTC_BF16 || kind == LLMI_MMTC_F16 ? 16 : 4;
-    return row_bytes % align == 0 && address % align == 0 &&
-           row_bytes >= (uint64_t)(cols / LLMI_MMTC_KC) * llmi_mmtc_chunk_bytes(type);
+    const uint32_t align = llmi_mmtc_copy_bytes(type);
+    const uint64_t min_row = type == LLMI_T_Q4_K
+                                 ? (uint64_t)(cols / 256) * 144
+                                 : (uint64_t)(cols / LLMI_MMTC_KC) * llmi_mmtc_chunk_bytes(type);
+    return row_bytes % align == 0 && address % align == 0 && row_bytes >= min_row;
 }
 
 /* ---- tile shapes ----
@@ -147,11 +160,11 @@ LLMI_MMTC_HD uint32_t llmi_mmtc_smem_bytes(llmi_mmtc_tile t, llmi_ttype type) {
  * chunk / copy pieces: piece c from byte llmi_mmtc_a_src of the weight to
  * byte llmi_mmtc_a_dst of the stage. Activation row r: 8 pieces of 8 bf16
  * elements, piece c from element llmi_mmtc_b_src to byte llmi_mmtc_b_dst. */
-LLMI_MMTC_HD uint32_t llmi_mmtc_copy_bytes(llmi_ttype type) {
-    return llmi_mmtc_block_bytes(type) == 2 ? 16 : 4;
-}
 LLMI_MMTC_HD uint64_t llmi_mmtc_a_src(llmi_ttype type, uint64_t row_bytes, uint32_t row,
                                       uint32_t kc, uint32_t c) {
+    if (type == LLMI_T_Q4_K) /* the header, then the group's 32 bytes of qs */
+        return row * row_bytes + (uint64_t)(kc / 4) * 144 +
+               (c == 0 ? 0 : 16 + 32 * (kc % 4) + 16 * (c - 1));
     return row * row_bytes + (uint64_t)kc * llmi_mmtc_chunk_bytes(type) +
            (uint64_t)c * llmi_mmtc_copy_bytes(type);
 }
@@ -175,6 +188,16 @@ LLMI_MMTC_HD uint32_t llmi_mmtc_a_elem(llmi_ttype type, uint32_t r, uint32_t h, 
 LLMI_MMTC_HD uint32_t llmi_mmtc_a_block(llmi_ttype type, uint32_t r, uint32_t h) {
     return r * llmi_mmtc_a_row_bytes(type) + h * llmi_mmtc_block_bytes(type);
 }
+
+/* Q4_K in a stage (row: llmi_mmtc_a_block(Q4_K, r, h), the staged header
+ * first): element 32 h + e (e < 32) of the stage's 64 is the quant in
+ * nibble h of byte 16 + e, in sub-block 2 (kc % 4) + h of the
+ * super-block, whose header (d, dmin, scales) the row starts with as the
+ * super-block does. */
+LLMI_MMTC_HD uint32_t llmi_mmtc_q4k_quant(const uint8_t *row, uint32_t h, uint32_t e) {
+    return (uint32_t)(row[16 + e] >> (4 * h)) & 15u;
+}
+LLMI_MMTC_HD uint32_t llmi_mmtc_q4k_sub(uint32_t kc, uint32_t h) { return 2 * (kc % 4) + h; }
 LLMI_MMTC_HD uint32_t llmi_mmtc_b_elem(uint32_t r, uint32_t h, uint32_t s, uint32_t col) {
     return r * LLMI_MMTC_B_ROW_BYTES + 2 * (32 * h + 16 * s + col);
 }
@@ -193,24 +216,30 @@ LLMI_MMTC_HD uint32_t llmi_mmtc_c_row(uint32_t lane, uint32_t e) { return lane /
 LLMI_MMTC_HD uint32_t llmi_mmtc_c_col(uint32_t lane, uint32_t e) { return 2 * (lane % 4) + e % 2; }
 
 /* ---- Q8_0 and Q4_0 as integers ----
- * Elements j and j + 1 (j even, < 32) of a block as the integers whose
- * product with the block's scale d (the f16 at blk[0..1], llmi_mmtc_scale)
- * is the dequantized value: Q8_0 q[j]; Q4_0 the nibble minus 8 (element j
- * < 16 the low nibble of byte 2 + j, else the high one of byte 2 + j - 16).
- * Both fit bf16 exactly (|q| <= 128), and d * q is exact in f32. */
-LLMI_MMTC_HD void llmi_mmtc_int_pair(llmi_ttype type, const uint8_t *blk, uint32_t j, int q[2]) {
-    if (type == LLMI_T_Q8_0) {
-        q[0] = (int8_t)blk[2 + j];
-        q[1] = (int8_t)blk[3 + j];
-    } else {
-        const uint32_t shift = j < 16 ? 0 : 4;
-        q[0] = (int)((blk[2 + j % 16] >> shift) & 15u) - 8;
-        q[1] = (int)((blk[3 + j % 16] >> shift) & 15u) - 8;
-    }
+ * Element j (< 32) of a block as the integer whose product with the
+ * block's scale d (the f16 at blk[0..1], llmi_mmtc_scale_bits) is the
+ * dequantized value: Q8_0 q[j]; Q4_0 the nibble minus 8 (element j < 16
+ * the low nibble of byte 2 + j, else the high one of byte 2 + j - 16).
+ * Both fit bf16 exactly (|q| <= 128), and d * q is exact in f32. Read
+ * through the 16-bit word holding elements j and j ^ 1, so that a pair
+ * costs one shared-memory load on the device. */
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ uint32_t llmi_mmtc_u16(const uint8_t *p) {
+    return *(const uint16_t *)p; /* p 2-byte aligned: blocks start at even offsets */
+}
+#else
+LLMI_MMTC_HD uint32_t llmi_mmtc_u16(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+#endif
+
+LLMI_MMTC_HD int llmi_mmtc_int_at(llmi_ttype type, const uint8_t *blk, uint32_t j) {
+    if (type == LLMI_T_Q8_0)
+        return (int8_t)(llmi_mmtc_u16(blk + 2 + (j & ~1u)) >> (8 * (j & 1)));
+    const uint32_t word = llmi_mmtc_u16(blk + 2 + (j % 16 & ~1u));
+    return (int)((word >> (8 * (j & 1) + (j < 16 ? 0 : 4))) & 15u) - 8;
 }
 
-LLMI_MMTC_HD uint32_t llmi_mmtc_scale_bits(const uint8_t *blk) {
-    return (uint32_t)blk[0] | (uint32_t)blk[1] << 8;
-}
+LLMI_MMTC_HD uint32_t llmi_mmtc_scale_bits(const uint8_t *blk) { return llmi_mmtc_u16(blk); }
 
 #endif

@@ -147,7 +147,7 @@ static llm_status mm_input(cuda_step *s, const float *x, uint32_t n, uint32_t co
 
 /* mm with LLM_CUDA_BATCH_INVARIANT=1: the same computation for a row
  * whatever the row count. Weights the tensor-core kernel does not take
- * (Q4_K, Q6_K, F32, widths not a multiple of 64; or f32 activations) go
+ * (Q6_K, F32, widths not a multiple of 64; or f32 activations) go
  * through the GEMV kernel at most LLMI_CU_GEMV_MAX_ROWS rows a launch,
  * whose rows do not depend on each other either. */
 static llm_status mm_invariant(cuda_step *s, const llmi_cu_matrix *w, const float *b, float *y,

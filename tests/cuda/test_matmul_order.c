@@ -115,7 +115,15 @@ static void test_types_and_sizes(void **state) {
         assert_false(llmi_mmtc_takes(t, 576, rb, 2));
         assert_false(llmi_mmtc_takes(t, 576, rb - 2, 256));
     }
-    const llmi_ttype refused[] = {LLMI_T_F32, LLMI_T_Q4_K, LLMI_T_Q6_K, LLMI_T_Q8_1};
+    /* Q4_K: a stage is the super-block's header and 32 bytes of quants,
+     * 16-byte copies; widths of whole super-blocks. */
+    assert_int_equal(llmi_mmtc_kind_of(LLMI_T_Q4_K), LLMI_MMTC_DEQ);
+    assert_int_equal(llmi_mmtc_chunk_bytes(LLMI_T_Q4_K), 48);
+    assert_int_equal(llmi_mmtc_copy_bytes(LLMI_T_Q4_K), 16);
+    assert_true(llmi_mmtc_takes(LLMI_T_Q4_K, 512, llmi_ttype_row_bytes(LLMI_T_Q4_K, 512), 256));
+    assert_false(llmi_mmtc_takes(LLMI_T_Q4_K, 576, 1 << 20, 256));
+    assert_false(llmi_mmtc_takes(LLMI_T_Q4_K, 512, 296, 256)); /* row pitch not 16-aligned */
+    const llmi_ttype refused[] = {LLMI_T_F32, LLMI_T_Q6_K, LLMI_T_Q8_1};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         assert_int_equal(llmi_mmtc_kind_of(refused[i]), LLMI_MMTC_NONE);
         assert_false(llmi_mmtc_takes(refused[i], 4096, 1 << 20, 256));
@@ -129,6 +137,7 @@ static void test_types_and_sizes(void **state) {
         assert_true(sh.stages >= 2);
         for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++)
             assert_true(llmi_mmtc_smem_bytes(sh, taken[i]) <= 163 * 1024);
+        assert_true(llmi_mmtc_smem_bytes(sh, LLMI_T_Q4_K) <= 163 * 1024);
     }
     assert_int_equal(llmi_mmtc_tile_for(1), LLMI_MMTC_TILE_DECODE);
     assert_int_equal(llmi_mmtc_tile_for(16), LLMI_MMTC_TILE_DECODE);
@@ -156,17 +165,52 @@ static void test_scaled_ints_match_reference(void **state) {
         for (int b = 0; b < N / 32; b++) {
             const uint8_t *blk = q + (size_t)b * bb;
             const float d = llmi_f16_to_f32((uint16_t)llmi_mmtc_scale_bits(blk));
-            for (uint32_t j = 0; j < 32; j += 2) {
-                int v[2];
-                llmi_mmtc_int_pair(t, blk, j, v);
-                for (int e = 0; e < 2; e++) {
-                    assert_true(v[e] >= -128 && v[e] <= 127);
-                    assert_true(llmi_bf16_to_f32(llmi_f32_to_bf16((float)v[e])) == (float)v[e]);
-                    const float got = d * (float)v[e], want = ref[32 * b + j + e];
-                    assert_memory_equal(&got, &want, sizeof got);
-                }
+            for (uint32_t j = 0; j < 32; j++) {
+                const int v = llmi_mmtc_int_at(t, blk, j);
+                assert_true(v >= -128 && v <= 127);
+                assert_true(llmi_bf16_to_f32(llmi_f32_to_bf16((float)v)) == (float)v);
+                const float got = d * (float)v, want = ref[32 * b + j];
+                assert_memory_equal(&got, &want, sizeof got);
             }
         }
+    }
+}
+
+/* Element 32 h + e of stage kc of a Q4_K row from the staged bytes, as the
+ * kernel computes it: the sub-block's factors d0 = d * sc and n0 = dmin *
+ * m from the staged header, then d0 * q - n0. */
+static float q4k_stage_value(const uint8_t *row, uint32_t kc, uint32_t h, uint32_t e) {
+    int sc, m;
+    llmi_q4k_scale_min(row + 4, (int)llmi_mmtc_q4k_sub(kc, h), &sc, &m);
+    const float d0 = llmi_f16_to_f32((uint16_t)llmi_mmtc_u16(row)) * (float)sc;
+    const float n0 = llmi_f16_to_f32((uint16_t)llmi_mmtc_u16(row + 2)) * (float)m;
+    return d0 * (float)llmi_mmtc_q4k_quant(row, h, e) - n0;
+}
+
+/* Q4_K stages copied as the kernel copies them give the core's
+ * dequantized values, bit for bit, for every element of a row. */
+static void test_q4k_stages_match_reference(void **state) {
+    (void)state;
+    enum { K = 1024 };
+    uint64_t s = 0x4c4b;
+    float src[K], ref[K];
+    uint8_t q[K], stage[48];
+    for (int i = 0; i < K; i++)
+        src[i] = rng_float(&s) * ldexpf(1.0f, (int)(i / 32 % 9) - 4) + (i / 64 % 2 ? 0.5f : 0.0f);
+    llmi_quantize_row(LLMI_T_Q4_K, src, q, K);
+    llmi_dequantize_row(LLMI_T_Q4_K, q, ref, K);
+    const uint32_t pieces = llmi_mmtc_chunk_bytes(LLMI_T_Q4_K) / llmi_mmtc_copy_bytes(LLMI_T_Q4_K);
+    for (uint32_t kc = 0; kc < K / LLMI_MMTC_KC; kc++) {
+        for (uint32_t c = 0; c < pieces; c++)
+            memcpy(stage + llmi_mmtc_a_dst(LLMI_T_Q4_K, 0, c),
+                   q + llmi_mmtc_a_src(LLMI_T_Q4_K, 0, 0, kc, c), 16);
+        for (uint32_t h = 0; h < 2; h++)
+            for (uint32_t e = 0; e < 32; e++) {
+                const float got = q4k_stage_value(stage + llmi_mmtc_a_block(LLMI_T_Q4_K, 0, h), kc,
+                                                  h, e),
+                            want = ref[LLMI_MMTC_KC * kc + 32 * h + e];
+                assert_memory_equal(&got, &want, sizeof got);
+            }
     }
 }
 
@@ -226,8 +270,8 @@ static float u16_at(const uint8_t *p) {
 
 /* A fragment values of a lane for k-step s of half h of local rows r0..:
  * the kernel's a_frags. lo: F16's second operand. */
-static void model_a(const problem *p, const uint8_t *sa, uint32_t r0, uint32_t h, uint32_t s,
-                    uint32_t lane, float a[8], float lo[8], float d[2]) {
+static void model_a(const problem *p, const uint8_t *sa, uint32_t r0, uint32_t h, uint32_t kc,
+                    uint32_t s, uint32_t lane, float a[8], float lo[8], float d[2]) {
     const llmi_mmtc_kind kind = llmi_mmtc_kind_of(p->type);
     for (uint32_t i = 0; i < 8; i++) {
         const uint32_t r = r0 + llmi_mmtc_a_row(lane, i / 2), col = llmi_mmtc_a_col(lane, i / 2);
@@ -241,9 +285,9 @@ static void model_a(const problem *p, const uint8_t *sa, uint32_t r0, uint32_t h
             const uint8_t *blk = sa + llmi_mmtc_a_block(p->type, r, h);
             const uint32_t j = 16 * s + col;
             if (kind == LLMI_MMTC_SCALED) {
-                int q[2];
-                llmi_mmtc_int_pair(p->type, blk, j, q);
-                a[i] = (float)q[i % 2];
+                a[i] = (float)llmi_mmtc_int_at(p->type, blk, j + i % 2);
+            } else if (p->type == LLMI_T_Q4_K) {
+                a[i] = bf16_round(q4k_stage_value(blk, kc, h, j + i % 2));
             } else {
                 float v[32];
                 llmi_dequantize_row(p->type, blk, v, 32);
@@ -296,7 +340,7 @@ static void model_kernel(const problem *p, llmi_mmtc_tile sh, float *y) {
                             static float fa[2][32][8], flo[2][32][8], fd[32][2], fb[32][4];
                             for (uint32_t s = 0; s < 2; s++)
                                 for (uint32_t lane = 0; lane < 32; lane++)
-                                    model_a(p, sa, wm0 + 16 * mi, h, s, lane, fa[s][lane],
+                                    model_a(p, sa, wm0 + 16 * mi, h, kc, s, lane, fa[s][lane],
                                             flo[s][lane], fd[lane]);
                             for (uint32_t ni = 0; ni < ni_n; ni++) {
                                 float *tile =
@@ -373,12 +417,8 @@ static float rule(const problem *p, uint32_t j, uint32_t o, double *exact) {
             const uint8_t *blk =
                 p->w + (size_t)o * p->row_bytes + (size_t)(ks / 2) * llmi_mmtc_block_bytes(p->type);
             const float d = llmi_f16_to_f32((uint16_t)llmi_mmtc_scale_bits(blk));
-            for (int i = 0; i < 16; i += 2) {
-                int q[2];
-                llmi_mmtc_int_pair(p->type, blk, 16 * (ks % 2) + i, q);
-                a[i] = (float)q[0];
-                a[i + 1] = (float)q[1];
-            }
+            for (uint32_t i = 0; i < 16; i++)
+                a[i] = (float)llmi_mmtc_int_at(p->type, blk, 16 * (ks % 2) + i);
             part = mma_elem(ks % 2 ? part : 0.0f, a, b);
             if (ks % 2)
                 acc = fmaf(d, part, acc);
@@ -393,7 +433,7 @@ static float rule(const problem *p, uint32_t j, uint32_t o, double *exact) {
 }
 
 static void check_type(llmi_ttype t, uint64_t seed) {
-    enum { M = 72, K = 192, NMAX = 300 };
+    enum { M = 72, K = 512, NMAX = 300 };
     uint64_t s = seed;
     const uint64_t rb = llmi_ttype_row_bytes(t, K) + 16; /* a row pitch wider than the row */
     uint8_t *w = calloc(M, rb);
@@ -452,7 +492,7 @@ static void check_type(llmi_ttype t, uint64_t seed) {
 static void test_model_invariant(void **state) {
     (void)state;
     const llmi_ttype types[] = {LLMI_T_BF16, LLMI_T_F16,  LLMI_T_Q8_0, LLMI_T_Q4_0,
-                                LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1};
+                                LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1, LLMI_T_Q4_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         check_type(types[i], 0x1234 + i);
 }
@@ -462,6 +502,7 @@ int main(void) {
         cmocka_unit_test(test_fragment_layouts),
         cmocka_unit_test(test_types_and_sizes),
         cmocka_unit_test(test_scaled_ints_match_reference),
+        cmocka_unit_test(test_q4k_stages_match_reference),
         cmocka_unit_test(test_model_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,7 +35,7 @@ extern "C" {
 #include "kernel_test.h"
 
 static const llmi_ttype taken[] = {LLMI_T_BF16, LLMI_T_F16,  LLMI_T_Q8_0, LLMI_T_Q4_0,
-                                   LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1};
+                                   LLMI_T_Q4_1, LLMI_T_Q5_0, LLMI_T_Q5_1, LLMI_T_Q4_K};
 
 /* A [rows][cols] weight of type t from random values on the host (its
  * bytes) and on the device. */
@@ -75,7 +75,8 @@ static void free_weight(weight *w) {
 }
 
 static void check_type(llmi_ttype t) {
-    const uint32_t M = 200, K = 576, NMAX = 2048; /* M: ragged tiles of every shape */
+    /* M: ragged tiles of every shape; K: 12 stages, 3 Q4_K super-blocks. */
+    const uint32_t M = 200, K = 768, NMAX = 2048;
     weight w = make_weight(t, M, K);
     const llmi_cu_matrix mw = view(&w);
     assert_true(llmi_cu_mm_tc_takes(&mw));
@@ -180,9 +181,13 @@ static void test_matmul_tc_refusals(void **state) {
     llmi_cu_matrix m = {(const void *)(uintptr_t)256, LLMI_T_BF16, 8, 96, 192};
     assert_false(llmi_cu_mm_tc_takes(&m)); /* 96 is not a multiple of 64 */
     assert_int_equal(llmi_cu_mm_tc(0, &m, x, 96, 1, NULL, y, 8), cudaErrorInvalidValue);
-    m.type = LLMI_T_Q4_K;
+    m.type = LLMI_T_Q6_K;
     m.cols = 256;
-    m.row_bytes = llmi_ttype_row_bytes(LLMI_T_Q4_K, 256);
+    m.row_bytes = llmi_ttype_row_bytes(LLMI_T_Q6_K, 256);
+    assert_false(llmi_cu_mm_tc_takes(&m));
+    m.type = LLMI_T_Q4_K;
+    m.cols = 192; /* not whole super-blocks */
+    m.row_bytes = 1024;
     assert_false(llmi_cu_mm_tc_takes(&m));
     m.type = LLMI_T_BF16;
     m.cols = 128;
@@ -220,8 +225,8 @@ static void test_matmul_tc_speed(void **state) {
     void *dx = dev_alloc((size_t)NMAX * K * 2);
     CU(cudaMemset(dx, 0x3c, (size_t)NMAX * K * 2)); /* bf16 ~0.0115 */
     float *dy = (float *)dev_alloc((size_t)NMAX * M * sizeof(float));
-    const llmi_ttype types[] = {LLMI_T_BF16, LLMI_T_Q8_0, LLMI_T_Q4_0};
-    for (size_t i = 0; i < 3; i++) {
+    const llmi_ttype types[] = {LLMI_T_BF16, LLMI_T_Q8_0, LLMI_T_Q4_0, LLMI_T_Q4_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         weight w = make_weight(types[i], M, K);
         const llmi_cu_matrix mw = view(&w);
         const double bytes = (double)w.row_bytes * M;
