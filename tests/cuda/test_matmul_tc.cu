@@ -256,6 +256,8 @@ static int setup(void **state) {
 }
 
 int main(void) {
+    if (getenv("LLM_TEST_FILTER")) /* e.g. only the invariance under compute-sanitizer */
+        cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_tc_invariant),
         cmocka_unit_test(test_matmul_tc_refusals),
