@@ -75,13 +75,14 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl \
 		$(NVCC_LDSAN)
 
-$(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB) $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) $(TEST_HOOKS) -Itests $< -o $@ $(CUDA_HOST_OBJ) $(TESTLIB) -lcmocka \
 		$(DEPS_LIBS) $(LDSAN)
 
 # Registers, shared memory, stack and spills of every kernel for sm_90
-# (cuda/ptxas-report.sh); fails when a GEMV or attention kernel spills.
+# (cuda/ptxas-report.sh); fails when a GEMV, attention or batch-invariant
+# matmul kernel spills.
 # make test runs it.
 CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
 $(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh

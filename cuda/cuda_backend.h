@@ -123,6 +123,11 @@ typedef struct llmi_cuda_step {
     llmi_cuda_graph graphs[LLMI_CUDA_GRAPHS];
     uint32_t n_graphs, next_graph;
     bool graphs_off; /* LLM_CUDA_GRAPHS=0 */
+    /* LLM_CUDA_BATCH_INVARIANT=1: every matmul on llmi_cu_mm_tc (or, for a
+     * weight it does not take, the GEMV kernel 8 rows at a time) and every
+     * attention row on the split kernel, so that a row's results never
+     * depend on the batch (docs/cuda.md). */
+    bool batch_invariant;
 } llmi_cuda_step;
 
 /* The descriptor's arrays as device pointers, and the attention's split

@@ -65,6 +65,22 @@ cudaError_t llmi_cu_dequantize(cudaStream_t stream, const llmi_cu_matrix *w, uin
 cudaError_t llmi_cu_f32_to_bf16(cudaStream_t stream, const float *x, uint32_t x_stride,
                                 uint32_t n_rows, uint32_t dim, void *out);
 
+/* The batch-invariant matmul (kernels_matmul_tc.cu, used for every row
+ * count when the environment has LLM_CUDA_BATCH_INVARIANT=1):
+ * y[r][o] = sum_i W[o][i] * x[r][i] (+ bias[o]) for r < n_rows (any
+ * count) on tensor cores, x bf16 ([n_rows] rows at x_stride elements,
+ * 16-byte aligned, x_stride a multiple of 8), f32 accumulation over i in
+ * one fixed order per element (cuda/matmul_tc_math.h), so row r's bits do
+ * not depend on n_rows or on the other rows. Takes BF16, F16, Q8_0, Q4_0
+ * (exactly: the weight's value is not rounded), Q4_1, Q5_0, Q5_1 and Q4_K
+ * (each weight rounded to bf16) with cols a multiple of 64 (256 for Q4_K)
+ * and aligned rows (llmi_cu_mm_tc_takes); cudaErrorInvalidValue for
+ * anything else. */
+bool llmi_cu_mm_tc_takes(const llmi_cu_matrix *w);
+cudaError_t llmi_cu_mm_tc(cudaStream_t stream, const llmi_cu_matrix *w, const void *x,
+                          uint32_t x_stride, uint32_t n_rows, const float *bias, float *y,
+                          uint32_t y_stride);
+
 /* ---- element-wise and row-wise ---- */
 
 /* x[r] = scale * dequantized row tokens[r] of the embedding matrix (x dense,

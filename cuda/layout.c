@@ -316,7 +316,7 @@ bool llmi_cuda_join_vectors(const llmi_cu_matrix *const *parts, size_t n, llmi_c
 }
 
 bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_floats,
-                            llmi_cuda_scratch *out) {
+                            bool batch_invariant, llmi_cuda_scratch *out) {
     const llmi_hparams *hp = &m->hp;
     llmi_cuda_scratch s = {0};
     const uint32_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
@@ -341,12 +341,15 @@ bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_f
         llmi_mul_ok(attn_floats, 4, &attn_bytes) && llmi_cuda_arena_add(&size, attn_bytes, &s.attn);
     if (!ok)
         return false;
-    s.gemm = !llmi_cuda_use_gemv(max_rows);
+    s.gemm = batch_invariant || !llmi_cuda_use_gemv(max_rows);
     if (s.gemm) {
         uint32_t widest = hp->n_embd > q_dim ? hp->n_embd : q_dim;
         widest = hp->n_ff > widest ? hp->n_ff : widest;
-        if (!add_rows(&size, max_rows, widest, 2, &s.act) || !deq_bytes(m, &s.deq_bytes) ||
-            !llmi_cuda_arena_add(&size, s.deq_bytes, &s.deq))
+        if (!add_rows(&size, max_rows, widest, 2, &s.act))
+            return false;
+        /* The batch-invariant matmul reads every weight where it lies. */
+        if (!batch_invariant &&
+            (!deq_bytes(m, &s.deq_bytes) || !llmi_cuda_arena_add(&size, s.deq_bytes, &s.deq)))
             return false;
     }
     s.size = size;

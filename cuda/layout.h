@@ -119,10 +119,13 @@ bool llmi_cuda_stack_rows(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_
 bool llmi_cuda_join_vectors(const llmi_cu_matrix *const *parts, size_t n, llmi_cu_matrix *out);
 
 /* The scratch of steps of up to max_rows rows (>= 1) whose attention needs
- * attn_floats floats (llmi_cu_attention_scratch_floats). False when a size
+ * attn_floats floats (llmi_cu_attention_scratch_floats). With
+ * batch_invariant (LLM_CUDA_BATCH_INVARIANT=1: every matmul on the
+ * batch-invariant kernel, kernels.h) the bf16 activations are there for
+ * any max_rows and no dequantization chunk is. False when a size
  * overflows. */
 bool llmi_cuda_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_floats,
-                            llmi_cuda_scratch *out);
+                            bool batch_invariant, llmi_cuda_scratch *out);
 
 /* The largest position of the step's rows (the attention grid's size). */
 uint32_t llmi_cuda_max_pos(const uint32_t *pos, uint32_t n_rows);

@@ -91,8 +91,10 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
     const llmi_hparams *hp = &m->hp;
     size_t attn_floats =
         llmi_cu_attention_scratch_floats(max_rows, hp->n_head, hp->head_dim, max_ctx);
+    const char *invariant = getenv("LLM_CUDA_BATCH_INVARIANT");
+    const bool batch_invariant = invariant && strcmp(invariant, "1") == 0;
     llmi_cuda_scratch plan;
-    if (!llmi_cuda_scratch_plan(m, max_rows, attn_floats, &plan))
+    if (!llmi_cuda_scratch_plan(m, max_rows, attn_floats, batch_invariant, &plan))
         return llmi_cuda_error(LLM_ERR_LIMIT, "step scratch for %u rows of %u positions overflows",
                                max_rows, max_ctx);
     LLMI_TRY(llmi_cuda_use_device(inst->device));
@@ -109,6 +111,7 @@ llm_status llmi_cuda_step_create(void *backend, const llm_model *m, void *weight
     s->plan = plan;
     const char *graphs = getenv("LLM_CUDA_GRAPHS");
     s->graphs_off = graphs && strcmp(graphs, "0") == 0;
+    s->batch_invariant = batch_invariant;
     llm_status st = llmi_cuda_alloc((void **)&s->scratch, plan.size, "the step scratch");
     if (st == LLM_OK)
         st = llmi_cuda_staging_init(&s->logits_stage,
@@ -136,16 +139,40 @@ static llm_status mm_input(cuda_step *s, const float *x, uint32_t n, uint32_t co
     s->in_x = x;
     s->in_rows = n;
     s->in_cols = cols;
-    if (llmi_cuda_use_gemv(n) || s->f32_act)
+    if ((!s->batch_invariant && llmi_cuda_use_gemv(n)) || s->f32_act)
         return LLM_OK;
     return llmi_cuda_call(llmi_cu_f32_to_bf16(s->inst->stream, x, cols, n, cols, s->act),
                           "converting activations to bf16");
+}
+
+/* mm with LLM_CUDA_BATCH_INVARIANT=1: the same computation for a row
+ * whatever the row count. Weights the tensor-core kernel does not take
+ * (Q6_K, F32, widths not a multiple of 64; or f32 activations) go
+ * through the GEMV kernel at most LLMI_CU_GEMV_MAX_ROWS rows a launch,
+ * whose rows do not depend on each other either. */
+static llm_status mm_invariant(cuda_step *s, const llmi_cu_matrix *w, const float *b, float *y,
+                               uint32_t y_stride) {
+    if (!s->f32_act && llmi_cu_mm_tc_takes(w))
+        return llmi_cuda_call(
+            llmi_cu_mm_tc(s->inst->stream, w, s->act, s->in_cols, s->in_rows, b, y, y_stride),
+            "multiplying a matrix");
+    for (uint32_t r0 = 0; r0 < s->in_rows; r0 += LLMI_CU_GEMV_MAX_ROWS) {
+        const uint32_t nr =
+            s->in_rows - r0 < LLMI_CU_GEMV_MAX_ROWS ? s->in_rows - r0 : LLMI_CU_GEMV_MAX_ROWS;
+        LLMI_TRY(
+            llmi_cuda_call(llmi_cu_gemv(s->inst->stream, w, s->in_x + (size_t)r0 * s->in_cols,
+                                        s->in_cols, nr, b, y + (size_t)r0 * y_stride, y_stride),
+                           "multiplying a matrix"));
+    }
+    return LLM_OK;
 }
 
 /* y = W (the current input) + bias, y rows at y_stride floats. */
 static llm_status mm(cuda_step *s, const llmi_cu_matrix *w, const llmi_cu_matrix *bias, float *y,
                      uint32_t y_stride) {
     const float *b = bias && bias->data ? (const float *)bias->data : NULL;
+    if (s->batch_invariant)
+        return mm_invariant(s, w, b, y, y_stride);
     if (llmi_cuda_use_gemv(s->in_rows))
         return llmi_cuda_call(
             llmi_cu_gemv(s->inst->stream, w, s->in_x, s->in_cols, s->in_rows, b, y, y_stride),
@@ -185,8 +212,11 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     LLMI_TRY(llmi_cuda_staging_wait(stage));
     uint32_t *host = stage->host, *tiles = host + st->n_words, *decode = tiles + 2 * st->n_rows;
     memcpy(host, st->words, st->n_words * sizeof(uint32_t));
-    llmi_cuda_prefill_plan(st->pos, st->seq, st->n_rows, s->m->hp.head_dim, tiles, &d->n_tiles,
-                           decode, &d->n_decode_rows);
+    if (s->batch_invariant) /* every row on the split kernel (below) */
+        d->n_tiles = d->n_decode_rows = 0;
+    else
+        llmi_cuda_prefill_plan(st->pos, st->seq, st->n_rows, s->m->hp.head_dim, tiles, &d->n_tiles,
+                               decode, &d->n_decode_rows);
     const size_t bytes = (st->n_words + room) * sizeof(uint32_t);
     LLMI_TRY(llmi_cuda_call(
         cudaMemcpyAsync(s->words, stage->host, bytes, cudaMemcpyHostToDevice, s->inst->stream),

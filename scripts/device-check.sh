@@ -384,6 +384,34 @@ else
         "1b q4_k|tiny|1|q4_k" "1b q8_0|tiny|1|q8_0" "8b q8_0|tiny|2|q8_0")
 fi
 
+# identity_row LABEL JSONL MODE: the row of llm-devbench's identity phase.
+# MODE "invariant" (run with LLM_CUDA_BATCH_INVARIANT=1) also wants the
+# first logits bitwise equal; otherwise the same tokens suffice.
+identity_row() {
+    local label=$1 jl=$2 mode=$3 t same bitwise ok
+    t=$(phase "$jl" identity)
+    [ -n "$t" ] || return 0
+    same=$(sed -n -E 's/.*"same": (true|false).*/\1/p' <<<"$t")
+    bitwise=$(sed -n -E 's/.*"first_logits_bitwise": (true|false).*/\1/p' <<<"$t")
+    ok=$([ "$same" = true ] && echo ok || echo FAILED)
+    [ "$mode" = invariant ] && [ "$bitwise" != true ] && ok=FAILED
+    row "$label batch identity${mode:+ ($mode)} (alone vs $(jnum "$t" n_seq))" "tokens \
+$([ "$same" = true ] && echo same || echo "differ from $(jnum "$t" first_diff)"); logits bitwise \
+$bitwise" - - "$([ "$mode" = invariant ] && echo "same, bitwise" || echo same)" "$ok"
+}
+
+# identity_invariant NAME MODEL-FILE LABEL: the identity phase alone with
+# LLM_CUDA_BATCH_INVARIANT=1 (docs/cuda.md), where the CUDA backend keeps
+# the CPU's promise that a row's logits do not depend on the batch.
+identity_invariant() {
+    local tag=${1// /-} file=$2 label=$3
+    [ "$BACKEND" = cuda ] || return 0
+    part "identity-invariant-$tag" 45 env LLM_CUDA_BATCH_INVARIANT=1 "$BUILD/llm-devbench" \
+        -m "$file" --device cuda --tg 0 --pp 0 --batch 0 --identity 64
+    grep "^{" "$OUT/logs/identity-invariant-$tag.log" >"$OUT/bench/$tag.invariant.jsonl" 2>/dev/null
+    identity_row "$label" "$OUT/bench/$tag.invariant.jsonl" invariant
+}
+
 # bench_rows NAME MODEL-FILE INFO-LINE LIMIT [LABEL]: llm-devbench, then the
 # table rows. The goals belong to the synthetic shapes ("1b ...", "8b ...").
 bench_rows() {
@@ -471,15 +499,7 @@ $(jnum "$l" session_s), decode $(jnum "$l" first_decode_s))" - - \
             "${BW:-n/a}${BW:+ GB/s}" "$(pct "${fr:-}")" "${goal:+>= 70.0%}" \
             "$(verdict "${fr:-}" "$goal")"
     fi
-    t=$(phase "$jl" identity)
-    if [ -n "$t" ]; then
-        local same
-        same=$(sed -n -E 's/.*"same": (true|false).*/\1/p' <<<"$t")
-        row "$label batch identity (alone vs $(jnum "$t" n_seq))" "tokens $([ "$same" = true ] && echo same ||
-            echo "differ from $(jnum "$t" first_diff)"); logits bitwise \
-$(sed -n -E 's/.*"first_logits_bitwise": (true|false).*/\1/p' <<<"$t")" - - same \
-            "$([ "$same" = true ] && echo ok || echo FAILED)"
-    fi
+    identity_row "$label" "$jl" ""
     local n
     for n in 8 64 256; do
         t=$(phase "$jl" batched "$n")
@@ -537,6 +557,7 @@ ${free:-?} free under $TMPD"
         label=$name
         [ "$shape" = tiny ] && label="$name (tiny, ${layers} layer$([ "$layers" = 1 ] || echo s))"
         bench_rows "$name" "$file" "$info" "$limit" "$label"
+        identity_invariant "$name" "$file" "$label"
         rm -f "$file"
     done
 fi
@@ -547,6 +568,7 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     # Two CPU cores take minutes over the full set on a 135M model.
     [ "$BACKEND" = cpu ] && DEVBENCH_ARGS="--tg 32 --pp 256 --batch 8,64 --batch-steps 8 --identity 16"
     bench_rows "SmolLM2" "$SMOL" "$info" 45
+    identity_invariant "SmolLM2" "$SMOL" "SmolLM2"
     DEVBENCH_ARGS=
     prompt="The capital of France is"
     part smollm2-run-cpu 30 "$BUILD/llm-run" -m "$SMOL" --device cpu --temp 0 -n 32 -p "$prompt"
@@ -576,6 +598,16 @@ if [ "${#ENGINE[@]}" -gt 0 ]; then
     note=${note:+ignore LLM_TEST_BACKEND (ran on the CPU):$note}
     PART_DETAIL=$note part engine-tests 120 bash tests/run-tests.sh "$assigns" "${ENGINE[@]}"
     PART_NOTE=$note tests_verdict engine-tests "${ENGINE[@]}"
+    # Again with every matmul on the batch-invariant kernel and every
+    # attention row on the split kernel (docs/cuda.md): the batch-invariance,
+    # prefix-cache and speculation tests the default path fails. Logs:
+    # <binary>.LLM_CUDA_BATCH_INVARIANT-1.log.
+    if [ "$BACKEND" = cuda ]; then
+        PART_DETAIL=$note part engine-tests-invariant 120 bash tests/run-tests.sh "$assigns" \
+            --env=LLM_CUDA_BATCH_INVARIANT=1 "${ENGINE[@]}"
+        PART_NOTE=$note tests_verdict engine-tests-invariant \
+            "${ENGINE[@]/%/.LLM_CUDA_BATCH_INVARIANT-1}"
+    fi
 fi
 
 # ---- compute-sanitizer ----

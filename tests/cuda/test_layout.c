@@ -353,10 +353,11 @@ static void test_chunk_rows(void **state) {
 
 /* ---- step scratch ---- */
 
-static void check_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_floats) {
+static void check_scratch_plan(const llm_model *m, uint32_t max_rows, size_t attn_floats,
+                               bool invariant) {
     const llmi_hparams *hp = &m->hp;
     llmi_cuda_scratch p;
-    assert_true(llmi_cuda_scratch_plan(m, max_rows, attn_floats, &p));
+    assert_true(llmi_cuda_scratch_plan(m, max_rows, attn_floats, invariant, &p));
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim,
                  kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     /* logit rows: at least one, at most max_rows, within the cap. */
@@ -365,7 +366,11 @@ static void check_scratch_plan(const llm_model *m, uint32_t max_rows, size_t att
                 (size_t)p.logit_rows * hp->n_vocab * 4 <= LLMI_CUDA_LOGITS_CAP);
     assert_true(p.logit_rows == max_rows ||
                 (size_t)(p.logit_rows + 1) * hp->n_vocab * 4 > LLMI_CUDA_LOGITS_CAP);
-    assert_int_equal(p.gemm, max_rows > LLMI_CU_GEMV_MAX_ROWS);
+    /* The batch-invariant matmul takes bf16 activations at every row
+     * count and reads weights where they lie: no dequantization chunk. */
+    assert_int_equal(p.gemm, invariant || max_rows > LLMI_CU_GEMV_MAX_ROWS);
+    if (invariant)
+        assert_int_equal(p.deq_bytes, 0);
     size_t widest = hp->n_embd > q_dim ? hp->n_embd : q_dim;
     widest = hp->n_ff > widest ? hp->n_ff : widest;
     const size_t r4 = (size_t)max_rows * 4;
@@ -401,7 +406,7 @@ static void check_scratch_plan(const llm_model *m, uint32_t max_rows, size_t att
     for (size_t i = 0; i + 1 < n_used; i++)
         assert_true(want[i].off + want[i].bytes <= want[i + 1].off);
     assert_true(p.size >= sum && p.size < sum + n * LLMI_CUDA_ALIGN);
-    if (!p.gemm)
+    if (!p.gemm || invariant)
         return;
     /* Every matrix gets chunks of at least LLMI_CUDA_CHUNK_ROWS rows (or
      * is whole) in f32 and bf16; the scratch is no larger than the cap or
@@ -433,14 +438,15 @@ static void test_scratch_plan_random(void **state) {
     for (int round = 0; round < 300; round++) {
         fake_model *f = fake_new(&s);
         uint32_t max_rows = rng_next(&s) % 2 ? rng_range(&s, 1, 16) : rng_range(&s, 1, 2048);
-        check_scratch_plan(&f->m, max_rows, rng_next(&s) % 1000000);
+        check_scratch_plan(&f->m, max_rows, rng_next(&s) % 1000000, rng_next(&s) % 2);
         fake_free(f);
     }
     /* Overflow: refused. */
     uint64_t s2 = 1;
     fake_model *f = fake_new(&s2);
     llmi_cuda_scratch p;
-    assert_false(llmi_cuda_scratch_plan(&f->m, 1, SIZE_MAX / 2, &p));
+    assert_false(llmi_cuda_scratch_plan(&f->m, 1, SIZE_MAX / 2, false, &p));
+    assert_false(llmi_cuda_scratch_plan(&f->m, 1, SIZE_MAX / 2, true, &p));
     fake_free(f);
 }
 
@@ -730,12 +736,13 @@ static void real_model(const char *env, bool has_q4_k) {
     assert_int_equal(check_weights_plan(m), m->weight_bytes);
     const uint32_t rows[] = {1, 8, 9, 64, 512};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        check_scratch_plan(m, rows[i], 12345);
+        for (int inv = 0; inv < 2; inv++)
+            check_scratch_plan(m, rows[i], 12345, inv);
     /* Decode-only contexts need no tensor-core scratch; prefill ones get
      * the dequantization chunk of the largest matrix or the cap. */
     llmi_cuda_scratch small, big;
-    assert_true(llmi_cuda_scratch_plan(m, 8, 0, &small));
-    assert_true(llmi_cuda_scratch_plan(m, 512, 0, &big));
+    assert_true(llmi_cuda_scratch_plan(m, 8, 0, false, &small));
+    assert_true(llmi_cuda_scratch_plan(m, 512, 0, false, &big));
     assert_false(small.gemm);
     assert_true(big.gemm && big.deq_bytes > 0 && big.deq_bytes <= LLMI_CUDA_DEQUANT_CAP);
     printf("%s: %.1f MiB of weights; scratch %.1f MiB at 8 rows, %.1f MiB at 512 rows\n",
