@@ -245,6 +245,15 @@ test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN
 	@bash tests/tools/test_make_targets.sh
 	+@$(MAKE) --no-print-directory test-grammar BUILD=$(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+	$(if $(filter 1,$(SAN) $(TSAN)),,+@$(MAKE) --no-print-directory docs-test BUILD=$(BUILD))
+
+# Every command and program that README.md and docs/ show, run in a scratch
+# folder against this build (tests/tools/test_docs.py, docs/reliability.md
+# "Docs that run"); blocks too slow for CI or needing a GPU are marked skip
+# in the Markdown, with the reason, and listed. About a minute on 2 cores.
+.PHONY: docs-test
+docs-test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(BUILD)/llm-quantize $(MODEL) $(MODEL_GEMMA3)
+	@CUDA=$(CUDA) python3 tests/tools/test_docs.py --build $(BUILD)
 
 # Structured output against independent references (tests/grammar/):
 # generations under 53 JSON schemas validate with jsonschema (tiny random
@@ -269,6 +278,7 @@ check:
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory bindings-test
 	$(MAKE) --no-print-directory serve-test
+	$(MAKE) --no-print-directory docs-test
 
 # Includes and calls between lib/ modules only run down the order in
 # docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
