@@ -281,9 +281,11 @@ check:
 	$(MAKE) --no-print-directory docs-test
 
 # Includes and calls between lib/ modules only run down the order in
-# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
+# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt),
+# and no new circle between the files of one module (tests/deps/file_cycles.txt).
 deps-check: $(LIB_OBJ)
 	@python3 tests/deps/check.py --objects $(BUILD)/obj
+	@python3 tests/deps/file_cycles.py --objects $(BUILD)/obj
 
 # Submit/cancel from several threads while one steps, under ThreadSanitizer.
 tsan:
