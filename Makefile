@@ -245,16 +245,28 @@ test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN
 	@bash tests/tools/test_make_targets.sh
 	+@$(MAKE) --no-print-directory test-grammar BUILD=$(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
+	$(if $(filter 1,$(SAN) $(TSAN)),,+@$(MAKE) --no-print-directory docs-test BUILD=$(BUILD))
+
+# Every command and program that README.md and docs/ show, run in a scratch
+# folder against this build (tests/tools/test_docs.py, docs/reliability.md
+# "Docs that run"); blocks too slow for CI or needing a GPU are marked skip
+# in the Markdown, with the reason, and listed. About a minute on 2 cores.
+.PHONY: docs-test
+docs-test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(BUILD)/llm-quantize $(MODEL) $(MODEL_GEMMA3)
+	@CUDA=$(CUDA) python3 tests/tools/test_docs.py --build $(BUILD)
 
 # Structured output against independent references (tests/grammar/):
 # generations under 53 JSON schemas validate with jsonschema (tiny random
 # model, and SmolLM2 when its file is there), EBNF grammars and regular
-# expressions agree with lark and Python's re.
+# expressions agree with lark and Python's re. Under sanitizers SmolLM2 runs
+# on every 10th schema only (a smoke: the whole pass takes minutes under
+# ASan); `make check` runs the whole pass on the unsanitized build.
+SCHEMAS_SMOKE := $(if $(filter 1,$(SAN) $(TSAN)),--real-every 10)
 .PHONY: test-grammar
 test-grammar: $(BUILD)/llm-grammar $(TEST_VENV)/.stamp
 	$(TEST_VENV)/bin/python tests/grammar/check_ebnf.py $(BUILD)
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
-		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD)
+		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD) $(SCHEMAS_SMOKE)
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line
@@ -269,11 +281,15 @@ check:
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory bindings-test
 	$(MAKE) --no-print-directory serve-test
+	$(MAKE) --no-print-directory test-grammar
+	$(MAKE) --no-print-directory docs-test
 
 # Includes and calls between lib/ modules only run down the order in
-# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt).
+# docs/design.md, "Module order" (known exceptions: tests/deps/allowed.txt),
+# and no new circle between the files of one module (tests/deps/file_cycles.txt).
 deps-check: $(LIB_OBJ)
 	@python3 tests/deps/check.py --objects $(BUILD)/obj
+	@python3 tests/deps/file_cycles.py --objects $(BUILD)/obj
 
 # Submit/cancel from several threads while one steps, under ThreadSanitizer.
 tsan:

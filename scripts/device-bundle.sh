@@ -37,7 +37,7 @@ for t in "${targets[@]}" $src/libllminfer.so*; do
 done
 # The libraries a CUDA image may lack (libc, libstdc++ and CUDA's own are
 # the machine's).
-for lib in libpcre2-8.so.0 libcjson.so.1 libcmocka.so.0 libz.so.1; do
+for lib in libpcre2-8.so.0 libcjson.so.1 libcmocka.so.0 libz.so.1 libmicrohttpd.so.12; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
     [ -n "$path" ] && cp -L "$path" "$dst/lib/$lib"
 done

@@ -81,7 +81,7 @@ tools=("$BUILD/llm-synth" "$BUILD/llm-devbench" "$BUILD/llm-run" "$BUILD/llm-ben
 [ "$BACKEND" = cpu ] && tools+=("$BUILD/llm-bench-cpu")
 # scripts/device-bundle.sh builds the same list ahead of time.
 if [ -n "${DEVICE_CHECK_PRINT_TARGETS:-}" ]; then
-    printf '%s\n' "${tools[@]}" "${TEST_BINS[@]/#/$BUILD/}" \
+    printf '%s\n' "${tools[@]}" "$BUILD/llm-serve" "${TEST_BINS[@]/#/$BUILD/}" \
         ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"} "$BUILD/libllminfer-cuda.so" \
         "$BUILD/cuda-bench-bandwidth"
     exit 0
@@ -262,6 +262,9 @@ if [ -z "${build_failed:-}${DEVICE_CHECK_PREBUILT:-}" ] && [ "$BACKEND" = cuda ]
     part build-cuda 240 "${mk[@]}" -k "$BUILD/libllminfer-cuda.so" "$BUILD/cuda-bench-bandwidth"
 fi
 if [ -z "${build_failed:-}${DEVICE_CHECK_PREBUILT:-}" ]; then
+    # Apart: llm-serve needs libmicrohttpd's -dev package, which a GPU
+    # machine may lack; without it only the serving benchmark is skipped.
+    part build-serve 120 "${mk[@]}" CUDA=0 "$BUILD/llm-serve"
     part build-tests 240 "${mk[@]}" -k "${TEST_BINS[@]/#/$BUILD/}" \
         ${CUDA_TESTS[@]+"${CUDA_TESTS[@]/#/$BUILD/}"}
 fi
@@ -570,7 +573,7 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     bench_rows "SmolLM2" "$SMOL" "$info" 45
     identity_invariant "SmolLM2" "$SMOL" "SmolLM2"
     DEVBENCH_ARGS=
-    prompt="The capital of France is"
+    prompt="The capital of Germany is"
     part smollm2-run-cpu 30 "$BUILD/llm-run" -m "$SMOL" --device cpu --temp 0 -n 32 -p "$prompt"
     part smollm2-run 30 "$BUILD/llm-run" -m "$SMOL" --device "$BACKEND" --temp 0 -n 32 \
         -p "$prompt"
@@ -583,6 +586,29 @@ if [ -f "$SMOL" ] && [ -x "$BUILD/llm-devbench" ]; then
     row "SmolLM2 llm-run greedy 32 tokens" "${speed:-no timing}" - - "CPU's text" "$same"
 else
     record smollm2 skipped 0 "$SMOL was not carried"
+fi
+
+# ---- the OpenAI-compatible server under load ----
+# scripts/bench-serve.sh: llm-serve on SmolLM2 on the backend, closed loops
+# of 1, 16 and 64 clients; TTFT, TPOT and output tokens/s per level in
+# bench/serve-concurrency.json (summary.json "serve") and one row each.
+if [ -f "$SMOL" ] && [ -x "$BUILD/llm-serve" ]; then
+    levels=1,16,64 reqs=48
+    # Two CPU cores: the plumbing only.
+    [ "$BACKEND" = cpu ] && levels=1,4 reqs=4
+    part serve-bench 120 env BUILD="$BUILD" LLM_TEST_MODEL="$SMOL" BENCH_REQUESTS=$reqs \
+        BENCH_SERVE_OUT="$OUT/bench/serve" bash scripts/bench-serve.sh --device "$BACKEND" \
+        --concurrency "$levels"
+    cp "$OUT/bench/serve/serve-concurrency.json" "$OUT/bench/" 2>/dev/null
+    for n in ${levels//,/ }; do
+        s=$(tr -d '\n ' <"$OUT/bench/serve/serve-c$n.json" 2>/dev/null | sed 's/,"/, "/g; s/":/": /g')
+        ms() { local v; v=$(jnum "$s" "$1"); echo "${v:-n/a}"; }
+        row "llm-serve SmolLM2, $n concurrent client(s)" \
+            "$(ms output_tokens_per_s) tok/s; TTFT p50 $(ms ttft_ms_p50) p99 $(ms ttft_ms_p99) ms; TPOT p50 $(ms tpot_ms_p50) p99 $(ms tpot_ms_p99) ms; $(ms errors) errors" \
+            - - - -
+    done
+elif [ -f "$SMOL" ]; then
+    record serve-bench skipped 0 "llm-serve not built (libmicrohttpd-dev; logs/build-serve.log)"
 fi
 
 # ---- engine tests on the backend ----
@@ -669,6 +695,7 @@ json_rows() { # file fields...
     printf '{\n  "backend": "%s",\n  "machine": "%s",\n  "budget_s": %s,\n  "elapsed_s": %s,\n' \
         "$BACKEND" "$(clean "$machine")" "$BUDGET" "$(elapsed)"
     printf '  "floors": %s,\n' "$(cat "$OUT/bench/floors.json" 2>/dev/null | grep '^{' || echo null)"
+    printf '  "serve": %s,\n' "$(tr -d '\n' <"$OUT/bench/serve-concurrency.json" 2>/dev/null || echo null)"
     printf '  "parts": [\n%s\n  ],\n' "$(json_rows "$OUT/parts.tsv" name,status,seconds,detail)"
     printf '  "rows": [\n%s\n  ]\n}\n' \
         "$([ -s "$OUT/rows.tsv" ] && json_rows "$OUT/rows.tsv" figure,measured,floor,fraction,goal,verdict)"

@@ -522,7 +522,8 @@ void llmi_gguf_impl_free(gguf_impl *gi) {
         munmap((void *)g->base, g->size);
     if (gi->owned_aligned)
         llmi_free_aligned(g->owned);
-    llmi_gguf_parts_release(gi->parts);
+    if (gi->parts)
+        gi->release_parts(gi->parts);
     llmi_free(gi);
 }
 

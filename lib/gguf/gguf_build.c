@@ -133,6 +133,7 @@ llm_status llmi_gguf_parts_finish(llmi_gguf_parts *p, llmi_gguf_writer *meta, ll
         return llmi_oom("GGUF handle");
     }
     gi->parts = p;
+    gi->release_parts = llmi_gguf_parts_release;
     size_t size = 0;
     llm_status st = llmi_gguf_writer_to_memory(meta, &p->meta, &size);
     if (st != LLM_OK)

@@ -11,7 +11,11 @@ typedef struct gguf_impl {
     const llmi_gguf_kv **kv_sorted; /* by key: binary search and duplicate check */
     const llmi_gguf_tensor **t_sorted;
     bool owned_aligned;
-    llmi_gguf_parts *parts; /* an assembled gguf's memory (gguf_build.c); NULL for a file */
+    /* An assembled gguf's memory and the function that frees it, both set by
+     * gguf_build.c: a pointer, so the reader (gguf.c) does not depend on the
+     * builder that depends on it. NULL for a file. */
+    llmi_gguf_parts *parts;
+    void (*release_parts)(llmi_gguf_parts *parts);
 } gguf_impl;
 
 /* Parses pub.base / pub.size into pub and the indexes. */

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* --- arena: everything of one render, freed at once -------------------- */
 typedef struct jx_chunk jx_chunk;
@@ -221,6 +222,9 @@ bool jv_equal(jv a, jv b);
 const char *jv_type_name(jv v);
 /* str() into a buffer; repr() when `repr` */
 llm_status jb_put(jctx *c, jbuf *b, const char *s, size_t n);
+static inline llm_status jb_puts(jctx *c, jbuf *b, const char *s) {
+    return jb_put(c, b, s, strlen(s));
+}
 llm_status jv_write(jctx *c, jbuf *b, jv v, bool repr);
 llm_status jv_to_str(jctx *c, jv v, jv *out); /* str(v) as a string value */
 /* json.dumps's formatting: indent < 0 for None; the separators between
@@ -230,7 +234,7 @@ typedef struct jx_json_fmt {
     bool sort_keys;
     const jstr *item_sep, *key_sep; /* NULL: json.dumps's defaults */
 } jx_json_fmt;
-llm_status jv_tojson(jctx *c, jbuf *b, jv v, const jx_json_fmt *fmt, int level);
+llm_status jv_tojson(jctx *c, jbuf *b, jv v, const jx_json_fmt *fmt, int level); /* tojson.c */
 llm_status jv_from_json(jctx *c, const struct cJSON *j, int depth, jv *out);
 size_t jx_utf8_count(const char *s, size_t n);
 size_t jx_utf8_offset(const char *s, size_t n, size_t chars); /* byte offset of a character */

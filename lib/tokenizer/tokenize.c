@@ -1,46 +1,10 @@
-/* The tokenize entry point shared by both models: input checks, the
+/* The tokenize entry point shared by every model: input checks, the
  * special-token partition (llama.cpp's tokenizer_st_partition), BOS/EOS,
- * SentencePiece space escaping; plus small helpers the module shares. */
+ * SentencePiece space escaping. */
 #define LLMI_TOKENIZER_INTERNAL
 #include "tokenizer/tokenizer.h"
 
 #include <string.h>
-
-llm_status llmi_tokvec_push(llmi_tokvec *tv, llm_token id) {
-    if (tv->n == tv->cap) {
-        size_t nc = tv->cap ? tv->cap * 2 : 64, bytes;
-        if (!llmi_mul_ok(nc, sizeof(llm_token), &bytes))
-            return llmi_oom("token buffer");
-        llm_token *v = llmi_realloc(tv->v, bytes);
-        if (!v)
-            return llmi_oom("token buffer");
-        tv->v = v;
-        tv->cap = nc;
-    }
-    tv->v[tv->n++] = id;
-    return LLM_OK;
-}
-
-/* ---- UTF-8 ---- */
-
-size_t llmi_tok_utf8_encode(uint32_t c, char *o) { return llmi_utf8_encode(c, o); }
-
-size_t llmi_tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t len = (size_t)llmi_utf8_seq_len(u[0]);
-    if (len == 0 || len > n) {
-        *cp = u[0];
-        return 1;
-    } /* not reached on valid text */
-    uint32_t c = len == 1   ? u[0]
-                 : len == 2 ? (u[0] & 0x1fu)
-                 : len == 3 ? (u[0] & 0x0fu)
-                            : (u[0] & 0x07u);
-    for (size_t i = 1; i < len; i++)
-        c = (c << 6) | (u[i] & 0x3fu);
-    *cp = c;
-    return len;
-}
 
 /* ---- tokenize ---- */
 

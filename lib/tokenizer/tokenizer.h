@@ -183,7 +183,8 @@ static inline uint32_t llmi_tok_len(const llmi_tokenizer *t, llm_token id) {
 static inline const char *llmi_tok_str(const llmi_tokenizer *t, llm_token id) {
     return t->text + t->text_off[id];
 }
-/* Token with exactly this text, or -1. */
+/* Token with exactly this text, or -1 (base.c, like llmi_tokvec_push and
+ * llmi_tok_hash: the files every other file of the module may use). */
 llm_token llmi_tok_find(const llmi_tokenizer *t, const char *s, size_t n);
 
 /* Growable token vector used while tokenizing. */
@@ -231,7 +232,7 @@ llm_status llmi_wpm_init(llmi_tokenizer *t, const llmi_gguf *g);
 llm_status llmi_wpm_tokenize(const llmi_tokenizer *t, const char *text, size_t len,
                              llmi_tokvec *out, size_t *dropped);
 
-/* UTF-8 helpers shared by the module. */
+/* UTF-8 helpers shared by the module (base.c). */
 size_t llmi_tok_utf8_encode(uint32_t cp, char *out); /* 1-4 bytes */
 /* Decodes one valid sequence (input already validated); returns its length. */
 size_t llmi_tok_utf8_decode(const char *s, size_t n, uint32_t *cp);

@@ -1,5 +1,6 @@
-/* Vocabulary: loading tokenizer.ggml.* from GGUF, token lookup by text,
- * special-token ids and attributes, decoded token pieces, accessors.
+/* Vocabulary: loading tokenizer.ggml.* from GGUF, the text -> id map (its
+ * lookup, llmi_tok_find, is in base.c), special-token ids and attributes,
+ * decoded token pieces, accessors.
  *
  * Behaviour follows llama.cpp's llama-vocab.cpp (defaults, end-of-generation
  * detection, token attributes) so ids and pieces match it exactly. */
@@ -12,38 +13,11 @@
 
 /* ---- hashing and the text -> id map ---- */
 
-uint64_t llmi_tok_hash(const void *p, size_t n) {
-    const unsigned char *s = p;
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93ull;
-    h ^= h >> 32;
-    return h;
-}
-
 static uint32_t pow2_at_least(uint64_t n) {
     uint32_t c = 16;
     while (c < n && c < (1u << 31))
         c <<= 1;
     return c;
-}
-
-llm_token llmi_tok_find(const llmi_tokenizer *t, const char *s, size_t n) {
-    const llmi_tok_strmap *m = &t->map;
-    uint32_t i = (uint32_t)llmi_tok_hash(s, n) & m->mask;
-    for (;;) {
-        uint32_t v = m->slots[i];
-        if (v == 0)
-            return -1;
-        llm_token id = (llm_token)(v - 1);
-        if (llmi_tok_len(t, id) == n && memcmp(llmi_tok_str(t, id), s, n) == 0)
-            return id;
-        i = (i + 1) & m->mask;
-    }
 }
 
 static llm_status map_build(llmi_tokenizer *t) {

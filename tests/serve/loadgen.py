@@ -1,7 +1,9 @@
-"""Open-loop load generator for OpenAI-compatible servers: Poisson arrivals,
-mixed prompt and output lengths, streaming /v1/completions requests.
-Prints (and writes with --out) a JSON summary: throughput, TTFT and TPOT
-percentiles. Standard library only."""
+"""Load generator for OpenAI-compatible servers: mixed prompt and output
+lengths, streaming /v1/completions requests. Open loop by default (Poisson
+arrivals at --rate); with --concurrency N, closed loop: N clients, each
+sending its next request when its last one ends. Prints (and writes with
+--out) a JSON summary: throughput, TTFT and TPOT percentiles. Standard
+library only."""
 import argparse
 import http.client
 import json
@@ -90,14 +92,42 @@ def run(url, model, n, rate, seed):
         time.sleep(rng.expovariate(rate))
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return {**summarize(results, time.perf_counter() - t0), "arrival_rate_per_s": rate}
+
+
+def run_closed(url, model, n, concurrency, seed):
+    """concurrency clients share the n requests, each one at a time."""
+    jobs = make_workload(n, seed)
+    results = [dict() for _ in jobs]
+    lock, taken = threading.Lock(), [0]
+
+    def client():
+        while True:
+            with lock:
+                i = taken[0]
+                taken[0] += 1
+            if i >= n:
+                return
+            one_request(url, model, jobs[i][0], jobs[i][1], results[i])
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {**summarize(results, time.perf_counter() - t0), "concurrency": concurrency}
+
+
+def summarize(results, wall):
+    n = len(results)
     ok = [r for r in results if "error" not in r and r.get("first")]
     ttft = [r["first"] - r["start"] for r in ok]
     tpot = [(r["last"] - r["first"]) / (r["tokens"] - 1) for r in ok if r["tokens"] > 1]
     tokens = sum(r["tokens"] for r in ok)
     ms = lambda v: round(v * 1000, 1) if v is not None else None
     return {
-        "requests": n, "completed": len(ok), "errors": n - len(ok), "arrival_rate_per_s": rate,
+        "requests": n, "completed": len(ok), "errors": n - len(ok),
         "wall_s": round(wall, 2), "output_tokens": tokens,
         "output_tokens_per_s": round(tokens / wall, 1), "requests_per_s": round(len(ok) / wall, 2),
         "ttft_ms_p50": ms(percentile(ttft, 50)), "ttft_ms_p99": ms(percentile(ttft, 99)),
@@ -111,11 +141,19 @@ def main():
     ap.add_argument("--model", default="default")
     ap.add_argument("--requests", type=int, default=48)
     ap.add_argument("--rate", type=float, default=4.0, help="mean arrivals per second")
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="closed loop: this many clients, one request each at a time")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--label", default="llm-serve")
     ap.add_argument("--out")
     args = ap.parse_args()
-    summary = {"server": args.label, **run(args.url, args.model, args.requests, args.rate, args.seed)}
+    if args.concurrency < 0 or args.requests < 1:
+        ap.error("--concurrency must be >= 0 and --requests >= 1")
+    if args.concurrency:
+        result = run_closed(args.url, args.model, args.requests, args.concurrency, args.seed)
+    else:
+        result = run(args.url, args.model, args.requests, args.rate, args.seed)
+    summary = {"server": args.label, **result}
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
