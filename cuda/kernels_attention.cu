@@ -13,7 +13,8 @@
  * the prefill kernel below, which reads each key once per tile of queries
  * and head instead of once per row (or, with LLM_CUDA_ATTN_TC=1, to the
  * tensor-core kernel of kernels_attention_tc.cu); the rest take the split
- * kernel. */
+ * kernel. With LLM_CUDA_ATTN=flashinfer, FlashInfer takes every row of the
+ * layers it can (attention_flashinfer.cu, when built with it). */
 #include "attention_flashinfer.h"
 #include "device_math.h"
 #include "internal.h"

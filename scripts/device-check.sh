@@ -341,6 +341,13 @@ if [ "${#CUDA_TESTS[@]}" -gt 0 ]; then
     if [ "${#bins[@]}" -gt 0 ]; then
         part cuda-kernel-tests 90 bash tests/run-tests.sh "$assigns" "${bins[@]}"
         tests_verdict cuda-kernel-tests "${bins[@]}"
+        # test_prefill's timings of a 2048-token prompt's attention (split,
+        # f32 prefill, tensor-core prefill and, built with FlashInfer,
+        # FlashInfer), one row per head size.
+        while IFS= read -r line; do
+            row "attention kernels: ${line#\# }" - - - - -
+        done < <(grep -E '^# (attention of a 2048-token prompt|the same prompt, FlashInfer)' \
+            "$BUILD/tests/cuda/test_prefill.log" 2>/dev/null | cut -c1-200)
     fi
 fi
 
@@ -503,6 +510,35 @@ $(sed -n -E 's/.*"first_logits_bitwise": (true|false).*/\1/p' <<<"$t")" - - same
     return "$brc"
 }
 
+# A plug-in built with FlashInfer (make device-bundle FLASHINFER=1; its
+# binary carries the marker string of cuda/attention_flashinfer.cu): the
+# 1B and 8B bf16 prefill rows again with the tensor-core kernel
+# (LLM_CUDA_ATTN_TC=1) and with FlashInfer (LLM_CUDA_ATTN=flashinfer), so
+# one run compares them with the f32 prefill kernel of the rows above.
+FLASHINFER_BUILT=
+if [ "$BACKEND" = cuda ] &&
+    grep -q -a 'llmi-flashinfer-attention' "$BUILD/libllminfer-cuda.so" 2>/dev/null; then
+    FLASHINFER_BUILT=1
+fi
+attention_rows() { # name model-file info-line label
+    local name=$1 file=$2 info=$3 label=$4 L H v
+    L=$(jnum "$info" layer_macs_per_token) H=$(jnum "$info" lm_head_macs)
+    for v in "tensor-core|LLM_CUDA_ATTN_TC=1" "FlashInfer|LLM_CUDA_ATTN=flashinfer"; do
+        local what=${v%%|*} assign=${v#*|} tag="${name// /-}-attn-${v%%|*}" t tok tf fr=
+        part "bench-$tag" 40 env "$assign" "$BUILD/llm-devbench" -m "$file" --device "$BACKEND" \
+            --tg 0 --pp 2048 --batch 0 --identity 0
+        grep "^{" "$OUT/logs/bench-$tag.log" >"$OUT/bench/$tag.jsonl" 2>/dev/null
+        t=$(phase "$OUT/bench/$tag.jsonl" pp)
+        [ -n "$t" ] && [ -n "$L" ] || continue
+        tok=$(jnum "$t" tok_s)
+        tf=$(awk -v l="$L" -v h="$H" -v n="$(jnum "$t" tokens)" -v s="$(jnum "$t" s)" \
+            'BEGIN { printf "%.3g", (2 * l * n + 2 * h) / s / 1e12 }')
+        [ -n "$GEMM" ] && fr=$(awk -v x="$tf" -v g="$GEMM" 'BEGIN { printf "%.4f", x / g }')
+        row "$label prefill $(jnum "$t" tokens), $what attention" "$tok tok/s ($tf TFLOP/s)" \
+            "${GEMM:-n/a}${GEMM:+ TFLOP/s}" "$(pct "${fr:-}")" - -
+    done
+}
+
 if [ -x "$BUILD/llm-synth" ] && [ -x "$BUILD/llm-devbench" ]; then
     for m in "${MODELS[@]}"; do
         IFS='|' read -r name shape layers type <<<"$m"
@@ -537,6 +573,9 @@ ${free:-?} free under $TMPD"
         label=$name
         [ "$shape" = tiny ] && label="$name (tiny, ${layers} layer$([ "$layers" = 1 ] || echo s))"
         bench_rows "$name" "$file" "$info" "$limit" "$label"
+        if [ -n "$FLASHINFER_BUILT" ] && { [ "$name" = "1b bf16" ] || [ "$name" = "8b bf16" ]; }; then
+            attention_rows "$name" "$file" "$info" "$label"
+        fi
         rm -f "$file"
     done
 fi
