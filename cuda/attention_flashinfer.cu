@@ -9,11 +9,13 @@
  * copies of the requests' lengths; our launchers never read device memory
  * from the host (a step is enqueued without waiting, and may be captured),
  * and the positions live on the device. So the schedule is built on the
- * device instead, without KV splits: one CTA per (request, query tile, KV
- * head), each reading all of its request's keys; the page table comes from
- * our block tables (flashinfer_map.h). Two launches a layer: the prefill
- * tiles with 128-row query tiles, single rows (decode) with 16-row ones,
- * as FlashInfer's own heuristic picks for such lengths. */
+ * device instead; the page table comes from our block tables
+ * (flashinfer_map.h). Two launches a layer: the prefill tiles with 128-row
+ * query tiles and no KV splits (one CTA per tile, query tile and KV head
+ * reads all of the tile's keys), and single rows (decode) with 16-row
+ * query tiles and KV splits of LLMI_CU_ATTN_SPLIT keys, merged by
+ * FlashInfer's merge kernel, so that a long context is spread over the
+ * SMs as the split kernel spreads it. */
 #include "attention_flashinfer.h"
 #include "flashinfer_map.h"
 #include "internal.h"
@@ -59,17 +61,33 @@ template <typename E> struct fi_work {
     int32_t *q_indptr, *kv_indptr, *last_page_len, *indices;
     int32_t *request_indices, *qo_tile_indices, *kv_tile_indices, *kv_chunk_size;
     bool *valid;
+    /* KV splits only: the partial rows' offsets, values and log-sum-exps. */
+    int32_t *o_indptr;
+    E *tmp_v;
+    float *tmp_s;
+};
+
+/* A launch's shape: query tile, KV chunk (0: no splits), FlashInfer's
+ * window_left. */
+struct fi_shape {
+    uint32_t cta_tile_q, kv_chunk;
+    int32_t window_left;
 };
 
 /* One thread: the requests' q/kv indptr and last page lengths (a serial
  * scan over at most a few hundred requests a launch). */
 __global__ void plan_kernel(llmi_fi_requests reqs, const uint32_t *pos, uint32_t block_size,
-                            int32_t *q_indptr, int32_t *kv_indptr, int32_t *last_page_len,
-                            int32_t *kv_chunk_size, uint32_t max_kv) {
+                            fi_shape shape, int32_t *q_indptr, int32_t *kv_indptr,
+                            int32_t *last_page_len, int32_t *kv_chunk_size, uint32_t max_kv,
+                            int32_t *o_indptr) {
     if (threadIdx.x != 0 || blockIdx.x != 0)
         return;
     llmi_fi_plan_indptr(&reqs, pos, block_size, q_indptr, kv_indptr, last_page_len);
-    *kv_chunk_size = (int32_t)max_kv; /* read by the kernel, used only with KV splits */
+    /* Read by the kernel always, used only with KV splits. */
+    *kv_chunk_size = (int32_t)(shape.kv_chunk ? shape.kv_chunk : max_kv);
+    if (shape.kv_chunk)
+        llmi_fi_plan_splits(&reqs, pos, shape.window_left, shape.cta_tile_q, shape.kv_chunk,
+                            o_indptr);
 }
 
 /* One CTA a request: its page indices, its rows of Q in the cache's type,
@@ -78,11 +96,12 @@ template <llmi_ttype T>
 __global__ void __launch_bounds__(THREADS)
     gather_kernel(llmi_fi_requests reqs, const float *q, uint32_t q_stride, uint32_t q_width,
                   const uint32_t *seq, const uint32_t *block_start, const uint32_t *blocks,
-                  const uint32_t *pos, uint32_t block_size, uint32_t group, uint32_t cta_tile_q,
-                  uint32_t tiles_per_request, fi_work<typename fi_type<T>::type> w) {
+                  const uint32_t *pos, uint32_t block_size, uint32_t group, fi_shape shape,
+                  uint32_t q_tiles_per_request, uint32_t kv_tiles_per_request,
+                  fi_work<typename fi_type<T>::type> w) {
     const uint32_t b = blockIdx.x;
     const llmi_fi_run run = llmi_fi_request(&reqs, b);
-    const uint32_t n_pages = llmi_fi_pages(llmi_fi_kv_len(pos, run), block_size);
+    const uint32_t kv_len = llmi_fi_kv_len(pos, run), n_pages = llmi_fi_pages(kv_len, block_size);
     const int32_t page0 = w.kv_indptr[b], row0 = w.q_indptr[b];
     for (uint32_t i = threadIdx.x; i < n_pages; i += blockDim.x)
         w.indices[page0 + i] = llmi_fi_page(seq, block_start, blocks, run, i);
@@ -92,12 +111,18 @@ __global__ void __launch_bounds__(THREADS)
         for (uint32_t i = threadIdx.x; i < q_width; i += blockDim.x)
             dst[i] = fi_type<T>::from(src[i]);
     }
-    for (uint32_t t = threadIdx.x; t < tiles_per_request; t += blockDim.x) {
-        const uint32_t cta = b * tiles_per_request + t;
+    const uint32_t per_request = q_tiles_per_request * kv_tiles_per_request;
+    const uint32_t q_tiles = llmi_fi_qo_tiles(run.n_rows, group, shape.cta_tile_q);
+    const uint32_t kv_tiles = shape.kv_chunk ? llmi_fi_kv_chunks(kv_len, shape.window_left,
+                                                                 shape.cta_tile_q, shape.kv_chunk)
+                                             : 1;
+    for (uint32_t t = threadIdx.x; t < per_request; t += blockDim.x) {
+        const uint32_t cta = b * per_request + t, qt = t / kv_tiles_per_request,
+                       kt = t % kv_tiles_per_request;
         w.request_indices[cta] = (int32_t)b;
-        w.qo_tile_indices[cta] = (int32_t)t;
-        w.kv_tile_indices[cta] = 0;
-        w.valid[cta] = t < llmi_fi_qo_tiles(run.n_rows, group, cta_tile_q);
+        w.qo_tile_indices[cta] = (int32_t)qt;
+        w.kv_tile_indices[cta] = (int32_t)kt;
+        w.valid[cta] = qt < q_tiles && kt < kv_tiles;
     }
 }
 
@@ -121,30 +146,40 @@ size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
  * custom mask, soft-cap or ALiBi. */
 using variant = flashinfer::DefaultAttention<false, true, false, false>;
 
+/* tmp_v, tmp_s: the partial rows of KV splits, or NULL (no splits). */
 template <typename E, uint32_t CTA, uint32_t HD>
 cudaError_t run_flashinfer(cudaStream_t stream,
-                           flashinfer::BatchPrefillPagedParams<E, E, E, int32_t> &p) {
+                           flashinfer::BatchPrefillPagedParams<E, E, E, int32_t> &p, E *tmp_v,
+                           float *tmp_s) {
     using params = flashinfer::BatchPrefillPagedParams<E, E, E, int32_t>;
     return flashinfer::BatchPrefillWithPagedKVCacheDispatched<
         CTA, HD, HD, flashinfer::PosEncodingMode::kNone, false, flashinfer::MaskMode::kCausal,
-        variant, params>(p, nullptr, nullptr, false, stream);
+        variant, params>(p, tmp_v, tmp_s, false, stream);
 }
 
-/* One launch of FlashInfer over `reqs` (holding at most n_q_rows rows),
- * with its plan, gather and scatter. */
+/* One launch of FlashInfer over `reqs` (holding at most n_q_rows rows,
+ * at most max_rows_a_request each; KV splits only for single rows), with
+ * its plan, gather and scatter. */
 template <llmi_ttype T>
 cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
                    const llmi_fi_requests &reqs, uint32_t n_q_rows, uint32_t max_rows_a_request,
-                   uint32_t cta_tile_q) {
+                   uint32_t cta_tile_q, uint32_t kv_chunk) {
     using E = typename fi_type<T>::type;
     if (reqs.n == 0)
         return cudaSuccess;
     const uint32_t group = a->n_head / a->n_head_kv, width = a->n_head * a->head_dim;
     const uint32_t max_kv = a->max_pos + 1;
     const uint64_t max_pages = llmi_fi_pages(max_kv, a->block_size);
-    const uint32_t per_request = llmi_fi_qo_tiles(max_rows_a_request, group, cta_tile_q);
-    const uint64_t ctas = (uint64_t)reqs.n * per_request;
-    if (ctas > 0x7fffffffu || (uint64_t)reqs.n * max_pages > 0x7fffffffu)
+    if (kv_chunk && max_rows_a_request != 1)
+        return cudaErrorInvalidValue; /* merge_indptr below is per request */
+    const fi_shape shape = {cta_tile_q, kv_chunk, llmi_fi_window_left(a->window)};
+    const uint32_t q_tiles = llmi_fi_qo_tiles(max_rows_a_request, group, cta_tile_q);
+    /* llmi_fi_kv_chunks grows with kv_len: max_kv's is every request's bound. */
+    const uint32_t kv_tiles =
+        kv_chunk ? llmi_fi_kv_chunks(max_kv, shape.window_left, cta_tile_q, kv_chunk) : 1;
+    const uint64_t ctas = (uint64_t)reqs.n * q_tiles * kv_tiles;
+    const uint64_t partials = kv_chunk ? (uint64_t)n_q_rows * kv_tiles : 0;
+    if (ctas > 0x7fffffffu || (uint64_t)reqs.n * max_pages > 0x7fffffffu || partials > 0x7fffffffu)
         return cudaErrorInvalidValue;
     const size_t q_bytes = align_up((size_t)n_q_rows * width * sizeof(E));
     const size_t idx = sizeof(int32_t);
@@ -158,7 +193,10 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
                             align_up(idx * ctas),
                             align_up(idx * ctas),
                             align_up(idx),
-                            align_up(ctas)};
+                            align_up(ctas),
+                            align_up(idx * (reqs.n + 1)),
+                            align_up((size_t)partials * width * sizeof(E)),
+                            align_up((size_t)partials * a->n_head * sizeof(float))};
     size_t total = 0;
     for (size_t s : sizes)
         total += s;
@@ -185,12 +223,17 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
     w.kv_tile_indices = (int32_t *)carve();
     w.kv_chunk_size = (int32_t *)carve();
     w.valid = (bool *)carve();
+    w.o_indptr = (int32_t *)carve();
+    w.tmp_v = (E *)carve();
+    w.tmp_s = (float *)carve();
+    if (!kv_chunk)
+        w.tmp_v = nullptr, w.tmp_s = nullptr;
 
-    plan_kernel<<<1, 32, 0, stream>>>(reqs, a->pos, a->block_size, w.q_indptr, w.kv_indptr,
-                                      w.last_page_len, w.kv_chunk_size, max_kv);
+    plan_kernel<<<1, 32, 0, stream>>>(reqs, a->pos, a->block_size, shape, w.q_indptr, w.kv_indptr,
+                                      w.last_page_len, w.kv_chunk_size, max_kv, w.o_indptr);
     gather_kernel<T><<<reqs.n, THREADS, 0, stream>>>(
         reqs, a->q, a->q_stride, width, a->seq, a->block_start, a->blocks, a->pos, a->block_size,
-        group, cta_tile_q, per_request, w);
+        group, shape, q_tiles, kv_tiles, w);
     err = cudaGetLastError();
     if (err == cudaSuccess) {
         /* NHD: page, slot, head, element; our slot is kv_dim wide. */
@@ -209,12 +252,15 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
         p.group_size = flashinfer::uint_fastdiv(group);
         p.q_stride_n = (int32_t)width;
         p.q_stride_h = (int32_t)a->head_dim;
-        p.window_left = llmi_fi_window_left(a->window);
+        p.window_left = shape.window_left;
         p.sm_scale = a->scale;
         p.request_indices = w.request_indices;
         p.qo_tile_indices = w.qo_tile_indices;
         p.kv_tile_indices = w.kv_tile_indices;
-        p.o_indptr = w.q_indptr;
+        /* With splits: partial row offsets, and (one row a request) the
+         * merge's rows are the requests. */
+        p.o_indptr = kv_chunk ? w.o_indptr : w.q_indptr;
+        p.merge_indptr = kv_chunk ? w.o_indptr : nullptr;
         p.kv_chunk_size_ptr = w.kv_chunk_size;
         p.block_valid_mask = w.valid;
         p.max_total_num_rows = n_q_rows;
@@ -222,12 +268,16 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
         p.padded_batch_size = (uint32_t)ctas;
         p.partition_kv = false;
         try {
+            E *tv = w.tmp_v;
+            float *ts = w.tmp_s;
             if (a->head_dim == 64)
-                err = cta_tile_q == TILE_ROWS_CTA ? run_flashinfer<E, TILE_ROWS_CTA, 64>(stream, p)
-                                                  : run_flashinfer<E, DECODE_CTA, 64>(stream, p);
+                err = cta_tile_q == TILE_ROWS_CTA
+                          ? run_flashinfer<E, TILE_ROWS_CTA, 64>(stream, p, tv, ts)
+                          : run_flashinfer<E, DECODE_CTA, 64>(stream, p, tv, ts);
             else
-                err = cta_tile_q == TILE_ROWS_CTA ? run_flashinfer<E, TILE_ROWS_CTA, 128>(stream, p)
-                                                  : run_flashinfer<E, DECODE_CTA, 128>(stream, p);
+                err = cta_tile_q == TILE_ROWS_CTA
+                          ? run_flashinfer<E, TILE_ROWS_CTA, 128>(stream, p, tv, ts)
+                          : run_flashinfer<E, DECODE_CTA, 128>(stream, p, tv, ts);
         } catch (const std::exception &e) {
             llmi_cuda_log(LLM_LOG_ERROR, "FlashInfer attention: %s", e.what());
             err = cudaErrorLaunchFailure;
@@ -248,14 +298,14 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a) {
     if (tiled) {
         const llmi_fi_requests tiles = {a->tiles, nullptr, a->n_tiles};
         const cudaError_t err =
-            launch<T>(stream, a, tiles, a->n_rows, LLMI_CU_PREFILL_TILE, TILE_ROWS_CTA);
+            launch<T>(stream, a, tiles, a->n_rows, LLMI_CU_PREFILL_TILE, TILE_ROWS_CTA, 0);
         if (err != cudaSuccess)
             return err;
         const llmi_fi_requests singles = {nullptr, a->decode_rows, a->n_decode_rows};
-        return launch<T>(stream, a, singles, a->n_decode_rows, 1, DECODE_CTA);
+        return launch<T>(stream, a, singles, a->n_decode_rows, 1, DECODE_CTA, LLMI_CU_ATTN_SPLIT);
     }
     const llmi_fi_requests every_row = {nullptr, nullptr, a->n_rows};
-    return launch<T>(stream, a, every_row, a->n_rows, 1, DECODE_CTA);
+    return launch<T>(stream, a, every_row, a->n_rows, 1, DECODE_CTA, LLMI_CU_ATTN_SPLIT);
 }
 
 } // namespace

@@ -59,6 +59,12 @@ else
 CUDA_CU_SRC := $(filter-out cuda/attention_flashinfer.cu,$(CUDA_CU_SRC))
 FLASHINFER_NVCC_FLAGS :=
 endif
+# Holds the FLASHINFER value of the last build, rewritten when it changes,
+# so that switching it relinks the plug-in and the CUDA tests even when the
+# other file's object is older than they are.
+CUDA_FLASHINFER_MODE := $(BUILD)/obj-cuda/flashinfer-mode
+$(shell mkdir -p $(BUILD)/obj-cuda && { [ "$$(cat $(CUDA_FLASHINFER_MODE) 2>/dev/null)" = \
+	"$(FLASHINFER)" ] || echo "$(FLASHINFER)" >$(CUDA_FLASHINFER_MODE); })
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/obj-cuda/%.cu.o)
 CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
@@ -81,13 +87,13 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 
 # Linked by the host compiler: --no-undefined proves the plug-in needs
 # nothing of the core but the services it is handed (backend/plugin.h).
-$(CUDA_PLUGIN): $(CUDA_OBJ)
+$(CUDA_PLUGIN): $(CUDA_OBJ) $(CUDA_FLASHINFER_MODE)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
 # Host tests link the plug-in's objects (they call its kernels' launchers
 # and its host functions directly) and the test archive (the CPU reference).
 $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.h) \
-		$(wildcard tests/cuda/*.h)
+		$(wildcard tests/cuda/*.h) $(CUDA_FLASHINFER_MODE)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka \
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl \

@@ -98,6 +98,36 @@ LLMI_FI_HD uint32_t llmi_fi_plan_indptr(const llmi_fi_requests *reqs, const uint
     return pages;
 }
 
+/* With KV splits (single rows: a request of one query), FlashInfer's
+ * kernel cuts a request's keys into chunks of `chunk` keys from its first
+ * visible one, and its output rows into ceil(min(kv_len, window_left' +
+ * cta_tile_q) / chunk) partial rows (window_left' = kv_len without a
+ * window), merged afterwards; its own planner launches that many CTAs along
+ * the KV axis, and so do we. */
+LLMI_FI_HD uint32_t llmi_fi_kv_chunks(uint32_t kv_len, int32_t window_left, uint32_t cta_tile_q,
+                                      uint32_t chunk) {
+    const uint32_t wl = window_left >= 0 ? (uint32_t)window_left : kv_len;
+    const uint32_t span = kv_len < wl + cta_tile_q ? kv_len : wl + cta_tile_q;
+    const uint32_t n = (span + chunk - 1) / chunk;
+    return n ? n : 1;
+}
+
+/* o_indptr ([n + 1], from 0) of the requests' partial rows with KV splits:
+ * request b's rows x its chunks. Returns the total. */
+LLMI_FI_HD uint32_t llmi_fi_plan_splits(const llmi_fi_requests *reqs, const uint32_t *pos,
+                                        int32_t window_left, uint32_t cta_tile_q, uint32_t chunk,
+                                        int32_t *o_indptr) {
+    uint32_t partials = 0;
+    o_indptr[0] = 0;
+    for (uint32_t b = 0; b < reqs->n; b++) {
+        const llmi_fi_run run = llmi_fi_request(reqs, b);
+        partials += run.n_rows *
+                    llmi_fi_kv_chunks(llmi_fi_kv_len(pos, run), window_left, cta_tile_q, chunk);
+        o_indptr[b + 1] = (int32_t)partials;
+    }
+    return partials;
+}
+
 /* Page i of request b: block i of its sequence's table. */
 LLMI_FI_HD int32_t llmi_fi_page(const uint32_t *seq, const uint32_t *block_start,
                                 const uint32_t *blocks, llmi_fi_run run, uint32_t i) {

@@ -185,6 +185,33 @@ static void check_requests(const step *st, const llmi_fi_requests *reqs) {
                              b, k, h, (unsigned long long)fi, (unsigned long long)ours);
             }
         }
+        /* KV splits of single rows: FlashInfer's chunks of the CTAs we
+         * launch cover the keys from its first visible one to the last,
+         * each once, and every key our window keeps. */
+        if (qo_len == 1) {
+            const uint32_t chunks[] = {7, 256};
+            for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+                for (size_t c = 0; c < 2; c++) {
+                    const int32_t wl = llmi_fi_window_left(windows[w]);
+                    const uint32_t wl_eff = wl >= 0 ? (uint32_t)wl : kv_len;
+                    const uint32_t start = kv_len > 1 + wl_eff ? kv_len - (1 + wl_eff) : 0;
+                    const uint32_t n = llmi_fi_kv_chunks(kv_len, wl, 16, chunks[c]);
+                    uint32_t next = start;
+                    for (uint32_t t = 0; t < n; t++) {
+                        uint32_t lo = t * chunks[c] + start, hi = lo + chunks[c];
+                        lo = lo < kv_len ? lo : kv_len;
+                        hi = hi < kv_len ? hi : kv_len;
+                        assert_int_equal(lo, next);
+                        next = hi;
+                    }
+                    assert_int_equal(next, kv_len);
+                    const uint32_t p = st->pos[run.first_row];
+                    if (windows[w] && p + 1 > windows[w])
+                        assert_int_equal(start, p + 1 - windows[w]);
+                    else
+                        assert_int_equal(start, 0);
+                }
+        }
         /* Windows: the keys a query sees are ours, p - k < window. */
         for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
             const int32_t wl = llmi_fi_window_left(windows[w]);
@@ -201,6 +228,17 @@ static void check_requests(const step *st, const llmi_fi_requests *reqs) {
         }
     }
     free(indices);
+    /* The partial rows of KV splits: each request's rows x its chunks. */
+    int32_t o_indptr[MAX_ROWS + 1];
+    const int32_t wl = llmi_fi_window_left(5);
+    const uint32_t partials = llmi_fi_plan_splits(reqs, st->pos, wl, 16, 256, o_indptr);
+    assert_int_equal(o_indptr[reqs->n], partials);
+    for (uint32_t b = 0; b < reqs->n; b++) {
+        const llmi_fi_run run = llmi_fi_request(reqs, b);
+        const uint32_t kv_len = llmi_fi_kv_len(st->pos, run);
+        assert_int_equal(o_indptr[b + 1] - o_indptr[b],
+                         run.n_rows * llmi_fi_kv_chunks(kv_len, wl, 16, 256));
+    }
 }
 
 static void test_random_steps(void **state) {
@@ -249,6 +287,12 @@ static void test_small_step_by_hand(void **state) {
     assert_int_equal(llmi_fi_window_left(0), -1);
     assert_int_equal(llmi_fi_window_left(1), 0);
     assert_int_equal(llmi_fi_window_left(4096), 4095);
+    /* KV chunks: 600 keys in chunks of 256 -> 3; a window of 100 -> 1
+     * (100 + 16 keys at most); no keys still one chunk. */
+    assert_int_equal(llmi_fi_kv_chunks(600, -1, 16, 256), 3);
+    assert_int_equal(llmi_fi_kv_chunks(600, 99, 16, 256), 1);
+    assert_int_equal(llmi_fi_kv_chunks(600, 299, 16, 256), 2);
+    assert_int_equal(llmi_fi_kv_chunks(0, -1, 16, 256), 1);
 }
 
 /* Query tiles of a request: rows x group packed rows in tiles of
