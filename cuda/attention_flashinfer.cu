@@ -30,6 +30,9 @@
 #include <cuda_fp16.h>
 
 #include <exception>
+#include <mutex>
+
+#include <string.h>
 
 namespace {
 
@@ -142,6 +145,35 @@ __global__ void __launch_bounds__(THREADS)
 
 size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The workspace is a stream-ordered allocation per launch from a memory
+ * pool of this file's own per device (never the default pool: its release
+ * threshold is the embedding program's business). The pool keeps what it
+ * was given (release threshold: everything), so it holds the largest
+ * workspace a step has needed, as a workspace allocated once would, and
+ * lives as long as the process. nullptr: no pool (cudaMallocAsync then). */
+cudaMemPool_t workspace_pool() {
+    static std::mutex lock;
+    static cudaMemPool_t pools[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return nullptr;
+    std::lock_guard<std::mutex> hold(lock);
+    if (!pools[dev]) {
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t pool;
+        if (cudaMemPoolCreate(&pool, &props) != cudaSuccess)
+            return nullptr;
+        uint64_t keep = UINT64_MAX;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        pools[dev] = pool;
+    }
+    return pools[dev];
+}
+
 /* Causal, with the window a runtime parameter (window_left -1: none), no
  * custom mask, soft-cap or ALiBi. */
 using variant = flashinfer::DefaultAttention<false, true, false, false>;
@@ -201,7 +233,9 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
     for (size_t s : sizes)
         total += s;
     char *base = nullptr;
-    cudaError_t err = cudaMallocAsync((void **)&base, total, stream);
+    cudaMemPool_t pool = workspace_pool();
+    cudaError_t err = pool ? cudaMallocFromPoolAsync((void **)&base, total, pool, stream)
+                           : cudaMallocAsync((void **)&base, total, stream);
     if (err != cudaSuccess)
         return err;
     char *at = base;

@@ -56,7 +56,8 @@ llmi_fi_refusal llmi_cu_flashinfer_takes(cudaStream_t stream, const llmi_cu_atte
  * (flashinfer_map.h): Q converted to the cache's 16-bit type, f32
  * softmax, the output rounded to the cache's type and written as f32 rows.
  * Enqueued on `stream` with a stream-ordered workspace of its own
- * (cudaMallocAsync / cudaFreeAsync); the scratch of `a` is not used.
+ * (cudaMallocFromPoolAsync / cudaFreeAsync, from a pool per device that
+ * keeps its memory for the process); the scratch of `a` is not used.
  * cudaErrorInvalidValue for a layer llmi_cu_flashinfer_takes refuses,
  * cudaErrorNotSupported without FlashInfer. */
 cudaError_t llmi_cu_attention_flashinfer(cudaStream_t stream, const llmi_cu_attention_args *a);
