@@ -521,21 +521,35 @@ if [ "$BACKEND" = cuda ] &&
     FLASHINFER_BUILT=1
 fi
 attention_rows() { # name model-file info-line label
-    local name=$1 file=$2 info=$3 label=$4 L H v
+    local name=$1 file=$2 info=$3 label=$4 L H B v
     L=$(jnum "$info" layer_macs_per_token) H=$(jnum "$info" lm_head_macs)
-    for v in "tensor-core|LLM_CUDA_ATTN_TC=1" "FlashInfer|LLM_CUDA_ATTN=flashinfer"; do
-        local what=${v%%|*} assign=${v#*|} tag="${name// /-}-attn-${v%%|*}" t tok tf fr=
+    B=$(jnum "$info" bytes_per_token)
+    # what|assignment|batch-1 decodes: FlashInfer takes decode rows too.
+    for v in "tensor-core|LLM_CUDA_ATTN_TC=1|0" "FlashInfer|LLM_CUDA_ATTN=flashinfer|64"; do
+        local what=${v%%|*} rest=${v#*|} tag t tok tf gbs fr=
+        local assign=${rest%|*} tg=${rest#*|}
+        tag="${name// /-}-attn-$what"
         part "bench-$tag" 40 env "$assign" "$BUILD/llm-devbench" -m "$file" --device "$BACKEND" \
-            --tg 0 --pp 2048 --batch 0 --identity 0
+            --tg "$tg" --pp 2048 --batch 0 --identity 0
         grep "^{" "$OUT/logs/bench-$tag.log" >"$OUT/bench/$tag.jsonl" 2>/dev/null
         t=$(phase "$OUT/bench/$tag.jsonl" pp)
-        [ -n "$t" ] && [ -n "$L" ] || continue
-        tok=$(jnum "$t" tok_s)
-        tf=$(awk -v l="$L" -v h="$H" -v n="$(jnum "$t" tokens)" -v s="$(jnum "$t" s)" \
-            'BEGIN { printf "%.3g", (2 * l * n + 2 * h) / s / 1e12 }')
-        [ -n "$GEMM" ] && fr=$(awk -v x="$tf" -v g="$GEMM" 'BEGIN { printf "%.4f", x / g }')
-        row "$label prefill $(jnum "$t" tokens), $what attention" "$tok tok/s ($tf TFLOP/s)" \
-            "${GEMM:-n/a}${GEMM:+ TFLOP/s}" "$(pct "${fr:-}")" - -
+        if [ -n "$t" ] && [ -n "$L" ]; then
+            tok=$(jnum "$t" tok_s)
+            tf=$(awk -v l="$L" -v h="$H" -v n="$(jnum "$t" tokens)" -v s="$(jnum "$t" s)" \
+                'BEGIN { printf "%.3g", (2 * l * n + 2 * h) / s / 1e12 }')
+            [ -n "$GEMM" ] && fr=$(awk -v x="$tf" -v g="$GEMM" 'BEGIN { printf "%.4f", x / g }')
+            row "$label prefill $(jnum "$t" tokens), $what attention" "$tok tok/s ($tf TFLOP/s)" \
+                "${GEMM:-n/a}${GEMM:+ TFLOP/s}" "$(pct "${fr:-}")" - -
+        fi
+        t=$(phase "$OUT/bench/$tag.jsonl" tg)
+        if [ -n "$t" ] && [ -n "$B" ]; then
+            fr=
+            tok=$(jnum "$t" tok_s)
+            gbs=$(awk -v b="$B" -v t="$tok" 'BEGIN { printf "%.1f", b * t / 1e9 }')
+            [ -n "$BW" ] && fr=$(awk -v x="$gbs" -v bw="$BW" 'BEGIN { printf "%.4f", x / bw }')
+            row "$label decode batch 1, $what attention" "$tok tok/s ($gbs GB/s)" \
+                "${BW:-n/a}${BW:+ GB/s}" "$(pct "${fr:-}")" - -
+        fi
     done
 }
 
