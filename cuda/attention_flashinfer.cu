@@ -260,8 +260,10 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
     w.o_indptr = (int32_t *)carve();
     w.tmp_v = (E *)carve();
     w.tmp_s = (float *)carve();
-    if (!kv_chunk)
-        w.tmp_v = nullptr, w.tmp_s = nullptr;
+    if (!kv_chunk) { /* no splits: FlashInfer writes the output directly */
+        w.tmp_v = nullptr;
+        w.tmp_s = nullptr;
+    }
 
     plan_kernel<<<1, 32, 0, stream>>>(reqs, a->pos, a->block_size, shape, w.q_indptr, w.kv_indptr,
                                       w.last_page_len, w.kv_chunk_size, max_kv, w.o_indptr);
