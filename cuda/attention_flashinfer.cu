@@ -9,13 +9,13 @@
  * copies of the requests' lengths; our launchers never read device memory
  * from the host (a step is enqueued without waiting, and may be captured),
  * and the positions live on the device. So the schedule is built on the
- * device instead; the page table comes from our block tables
- * (flashinfer_map.h). Two launches a layer: the prefill tiles with 128-row
- * query tiles and no KV splits (one CTA per tile, query tile and KV head
- * reads all of the tile's keys), and single rows (decode) with 16-row
- * query tiles and KV splits of LLMI_CU_ATTN_SPLIT keys, merged by
- * FlashInfer's merge kernel, so that a long context is spread over the
- * SMs as the split kernel spreads it. */
+ * device instead (a block-wide scan for the index arrays); the page table
+ * comes from our block tables (flashinfer_map.h). Two launches a layer:
+ * the prefill tiles with 128-row query tiles and no KV splits (one CTA per
+ * tile, query tile and KV head reads all of the tile's keys), and single
+ * rows (decode) with 16-row query tiles and KV splits of
+ * LLMI_CU_ATTN_SPLIT keys, merged by FlashInfer's merge kernel, so that a
+ * long context is spread over the SMs as the split kernel spreads it. */
 #include "attention_flashinfer.h"
 #include "flashinfer_map.h"
 #include "internal.h"
@@ -26,6 +26,7 @@
 #include <flashinfer/attention/variants.cuh>
 #include <flashinfer/page.cuh>
 
+#include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -44,6 +45,7 @@ constexpr uint32_t TILE_ROWS_CTA = 128; /* query tile of the prefill tiles' laun
 constexpr uint32_t DECODE_CTA = 16;     /* query tile of the single rows' launch */
 constexpr uint32_t MAX_GROUP = 8;
 constexpr uint32_t THREADS = 256;
+constexpr int PLAN_THREADS = 256;
 
 template <llmi_ttype T> struct fi_type;
 template <> struct fi_type<LLMI_T_F16> {
@@ -77,20 +79,53 @@ struct fi_shape {
     int32_t window_left;
 };
 
-/* One thread: the requests' q/kv indptr and last page lengths (a serial
- * scan over at most a few hundred requests a launch). */
-__global__ void plan_kernel(llmi_fi_requests reqs, const uint32_t *pos, uint32_t block_size,
-                            fi_shape shape, int32_t *q_indptr, int32_t *kv_indptr,
-                            int32_t *last_page_len, int32_t *kv_chunk_size, uint32_t max_kv,
-                            int32_t *o_indptr) {
-    if (threadIdx.x != 0 || blockIdx.x != 0)
-        return;
-    llmi_fi_plan_indptr(&reqs, pos, block_size, q_indptr, kv_indptr, last_page_len);
-    /* Read by the kernel always, used only with KV splits. */
-    *kv_chunk_size = (int32_t)(shape.kv_chunk ? shape.kv_chunk : max_kv);
-    if (shape.kv_chunk)
-        llmi_fi_plan_splits(&reqs, pos, shape.window_left, shape.cta_tile_q, shape.kv_chunk,
-                            o_indptr);
+/* One CTA: the requests' q/kv indptr, last page lengths and (KV splits)
+ * partial-row offsets, llmi_fi_plan's prefix sums as block-wide scans over
+ * PLAN_THREADS requests at a time. */
+__global__ void __launch_bounds__(PLAN_THREADS)
+    plan_kernel(llmi_fi_requests reqs, const uint32_t *pos, uint32_t block_size, fi_shape shape,
+                int32_t *q_indptr, int32_t *kv_indptr, int32_t *last_page_len,
+                int32_t *kv_chunk_size, uint32_t max_kv, int32_t *o_indptr) {
+    using scan = cub::BlockScan<int32_t, PLAN_THREADS>;
+    __shared__ typename scan::TempStorage scratch;
+    __shared__ int32_t carry[3];
+    if (threadIdx.x == 0) {
+        carry[0] = carry[1] = carry[2] = 0;
+        q_indptr[0] = kv_indptr[0] = 0;
+        if (shape.kv_chunk)
+            o_indptr[0] = 0;
+        /* Read by the kernel always, used only with KV splits. */
+        *kv_chunk_size = (int32_t)(shape.kv_chunk ? shape.kv_chunk : max_kv);
+    }
+    __syncthreads();
+    for (uint32_t base = 0; base < reqs.n; base += PLAN_THREADS) {
+        const uint32_t b = base + threadIdx.x;
+        llmi_fi_counts c = {0, 0, 0, 0};
+        if (b < reqs.n) {
+            c = llmi_fi_request_counts(&reqs, b, pos, block_size, shape.window_left,
+                                       shape.cta_tile_q, shape.kv_chunk);
+            last_page_len[b] = (int32_t)c.last_page_len;
+        }
+        int32_t rows, pages, partials, total_rows, total_pages, total_partials;
+        scan(scratch).InclusiveSum((int32_t)c.rows, rows, total_rows);
+        __syncthreads();
+        scan(scratch).InclusiveSum((int32_t)c.pages, pages, total_pages);
+        __syncthreads();
+        scan(scratch).InclusiveSum((int32_t)c.partials, partials, total_partials);
+        if (b < reqs.n) {
+            q_indptr[b + 1] = carry[0] + rows;
+            kv_indptr[b + 1] = carry[1] + pages;
+            if (shape.kv_chunk)
+                o_indptr[b + 1] = carry[2] + partials;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            carry[0] += total_rows;
+            carry[1] += total_pages;
+            carry[2] += total_partials;
+        }
+        __syncthreads();
+    }
 }
 
 /* One CTA a request: its page indices, its rows of Q in the cache's type,
@@ -265,8 +300,9 @@ cudaError_t launch(cudaStream_t stream, const llmi_cu_attention_args *a,
         w.tmp_s = nullptr;
     }
 
-    plan_kernel<<<1, 32, 0, stream>>>(reqs, a->pos, a->block_size, shape, w.q_indptr, w.kv_indptr,
-                                      w.last_page_len, w.kv_chunk_size, max_kv, w.o_indptr);
+    plan_kernel<<<1, PLAN_THREADS, 0, stream>>>(reqs, a->pos, a->block_size, shape, w.q_indptr,
+                                                w.kv_indptr, w.last_page_len, w.kv_chunk_size,
+                                                max_kv, w.o_indptr);
     gather_kernel<T><<<reqs.n, THREADS, 0, stream>>>(
         reqs, a->q, a->q_stride, width, a->seq, a->block_start, a->blocks, a->pos, a->block_size,
         group, shape, q_tiles, kv_tiles, w);

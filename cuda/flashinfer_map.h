@@ -77,27 +77,6 @@ LLMI_FI_HD uint32_t llmi_fi_qo_tiles(uint32_t n_rows, uint32_t group, uint32_t c
     return (n_rows * group + cta_tile_q - 1) / cta_tile_q;
 }
 
-/* q_indptr, kv_indptr ([n + 1] each, starting at 0) and last_page_len
- * ([n]) of the requests, in one pass. Returns the number of pages (the
- * length indices needs). */
-LLMI_FI_HD uint32_t llmi_fi_plan_indptr(const llmi_fi_requests *reqs, const uint32_t *pos,
-                                        uint32_t block_size, int32_t *q_indptr, int32_t *kv_indptr,
-                                        int32_t *last_page_len) {
-    uint32_t rows = 0, pages = 0;
-    q_indptr[0] = 0;
-    kv_indptr[0] = 0;
-    for (uint32_t b = 0; b < reqs->n; b++) {
-        const llmi_fi_run run = llmi_fi_request(reqs, b);
-        const uint32_t kv_len = llmi_fi_kv_len(pos, run);
-        rows += run.n_rows;
-        pages += llmi_fi_pages(kv_len, block_size);
-        q_indptr[b + 1] = (int32_t)rows;
-        kv_indptr[b + 1] = (int32_t)pages;
-        last_page_len[b] = (int32_t)llmi_fi_last_page_len(kv_len, block_size);
-    }
-    return pages;
-}
-
 /* With KV splits (single rows: a request of one query), FlashInfer's
  * kernel cuts a request's keys into chunks of `chunk` keys from its first
  * visible one, and its output rows into ceil(min(kv_len, window_left' +
@@ -112,20 +91,54 @@ LLMI_FI_HD uint32_t llmi_fi_kv_chunks(uint32_t kv_len, int32_t window_left, uint
     return n ? n : 1;
 }
 
-/* o_indptr ([n + 1], from 0) of the requests' partial rows with KV splits:
- * request b's rows x its chunks. Returns the total. */
-LLMI_FI_HD uint32_t llmi_fi_plan_splits(const llmi_fi_requests *reqs, const uint32_t *pos,
-                                        int32_t window_left, uint32_t cta_tile_q, uint32_t chunk,
-                                        int32_t *o_indptr) {
-    uint32_t partials = 0;
-    o_indptr[0] = 0;
+/* What request b adds to FlashInfer's index arrays: its query rows, its
+ * pages and last page's length, and (chunk > 0: KV splits) its partial
+ * rows, rows x chunks. The arrays are the prefix sums of these
+ * (llmi_fi_plan below; a block-wide scan on the device). */
+typedef struct llmi_fi_counts {
+    uint32_t rows, pages, last_page_len, partials;
+} llmi_fi_counts;
+
+LLMI_FI_HD llmi_fi_counts llmi_fi_request_counts(const llmi_fi_requests *reqs, uint32_t b,
+                                                 const uint32_t *pos, uint32_t block_size,
+                                                 int32_t window_left, uint32_t cta_tile_q,
+                                                 uint32_t chunk) {
+    const llmi_fi_run run = llmi_fi_request(reqs, b);
+    const uint32_t kv_len = llmi_fi_kv_len(pos, run);
+    llmi_fi_counts c;
+    c.rows = run.n_rows;
+    c.pages = llmi_fi_pages(kv_len, block_size);
+    c.last_page_len = llmi_fi_last_page_len(kv_len, block_size);
+    c.partials = chunk ? run.n_rows * llmi_fi_kv_chunks(kv_len, window_left, cta_tile_q, chunk) : 0;
+    return c;
+}
+
+/* q_indptr, kv_indptr ([n + 1] each, from 0), last_page_len ([n]) and,
+ * with chunk > 0, o_indptr ([n + 1], from 0: the partial rows of KV
+ * splits) of the requests, serially. Returns the number of pages (the
+ * length indices needs). */
+LLMI_FI_HD uint32_t llmi_fi_plan(const llmi_fi_requests *reqs, const uint32_t *pos,
+                                 uint32_t block_size, int32_t window_left, uint32_t cta_tile_q,
+                                 uint32_t chunk, int32_t *q_indptr, int32_t *kv_indptr,
+                                 int32_t *last_page_len, int32_t *o_indptr) {
+    uint32_t rows = 0, pages = 0, partials = 0;
+    q_indptr[0] = 0;
+    kv_indptr[0] = 0;
+    if (chunk)
+        o_indptr[0] = 0;
     for (uint32_t b = 0; b < reqs->n; b++) {
-        const llmi_fi_run run = llmi_fi_request(reqs, b);
-        partials += run.n_rows *
-                    llmi_fi_kv_chunks(llmi_fi_kv_len(pos, run), window_left, cta_tile_q, chunk);
-        o_indptr[b + 1] = (int32_t)partials;
+        const llmi_fi_counts c =
+            llmi_fi_request_counts(reqs, b, pos, block_size, window_left, cta_tile_q, chunk);
+        rows += c.rows;
+        pages += c.pages;
+        partials += c.partials;
+        q_indptr[b + 1] = (int32_t)rows;
+        kv_indptr[b + 1] = (int32_t)pages;
+        last_page_len[b] = (int32_t)c.last_page_len;
+        if (chunk)
+            o_indptr[b + 1] = (int32_t)partials;
     }
-    return partials;
+    return pages;
 }
 
 /* Page i of request b: block i of its sequence's table. */

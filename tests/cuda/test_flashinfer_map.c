@@ -140,7 +140,7 @@ static bool fi_sees(int32_t window_left, uint32_t qo_len, uint32_t kv_len, uint3
 static void check_requests(const step *st, const llmi_fi_requests *reqs) {
     int32_t q_indptr[MAX_ROWS + 1], kv_indptr[MAX_ROWS + 1], last[MAX_ROWS];
     const uint32_t pages =
-        llmi_fi_plan_indptr(reqs, st->pos, st->block_size, q_indptr, kv_indptr, last);
+        llmi_fi_plan(reqs, st->pos, st->block_size, -1, 16, 0, q_indptr, kv_indptr, last, NULL);
     assert_int_equal(kv_indptr[reqs->n], pages);
     int32_t *indices = malloc(4 * (pages + 1));
     assert_non_null(indices);
@@ -229,10 +229,14 @@ static void check_requests(const step *st, const llmi_fi_requests *reqs) {
     }
     free(indices);
     /* The partial rows of KV splits: each request's rows x its chunks. */
-    int32_t o_indptr[MAX_ROWS + 1];
+    int32_t o_indptr[MAX_ROWS + 1], q2[MAX_ROWS + 1], kv2[MAX_ROWS + 1], last2[MAX_ROWS];
     const int32_t wl = llmi_fi_window_left(5);
-    const uint32_t partials = llmi_fi_plan_splits(reqs, st->pos, wl, 16, 256, o_indptr);
-    assert_int_equal(o_indptr[reqs->n], partials);
+    assert_int_equal(
+        llmi_fi_plan(reqs, st->pos, st->block_size, wl, 16, 256, q2, kv2, last2, o_indptr), pages);
+    assert_memory_equal(q2, q_indptr, 4 * (reqs->n + 1));
+    assert_memory_equal(kv2, kv_indptr, 4 * (reqs->n + 1));
+    assert_memory_equal(last2, last, 4 * reqs->n);
+    assert_int_equal(o_indptr[0], 0);
     for (uint32_t b = 0; b < reqs->n; b++) {
         const llmi_fi_run run = llmi_fi_request(reqs, b);
         const uint32_t kv_len = llmi_fi_kv_len(st->pos, run);
@@ -273,7 +277,7 @@ static void test_small_step_by_hand(void **state) {
     const uint32_t tiles[4] = {0, 5, 5, 1};
     const llmi_fi_requests reqs = {tiles, NULL, 2};
     int32_t q_indptr[3], kv_indptr[3], last[2], indices[4];
-    assert_int_equal(llmi_fi_plan_indptr(&reqs, pos, 4, q_indptr, kv_indptr, last), 4);
+    assert_int_equal(llmi_fi_plan(&reqs, pos, 4, -1, 16, 0, q_indptr, kv_indptr, last, NULL), 4);
     const int32_t want_q[3] = {0, 5, 6}, want_kv[3] = {0, 2, 4}, want_last[2] = {1, 3};
     assert_memory_equal(q_indptr, want_q, sizeof want_q);
     assert_memory_equal(kv_indptr, want_kv, sizeof want_kv);
