@@ -14,6 +14,12 @@
 # default goal.
 .DEFAULT_GOAL := all
 
+# FLASHINFER=1 builds the plug-in with FlashInfer's attention (off by
+# default; docs/cuda.md, "FlashInfer attention").
+FLASHINFER ?= 0
+FLASHINFER_DIR ?= build/flashinfer
+FLASHINFER_STAMP := $(FLASHINFER_DIR)/.fetched
+
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(strip $(NVCC)),)
 CUDA ?= 0
@@ -41,6 +47,24 @@ NVCC_LDSAN := $(foreach s,$(subst $(comma), ,$(patsubst -fsanitize=%,%,$(LDSAN))
 
 CUDA_C_SRC := $(sort $(wildcard cuda/*.c))
 CUDA_CU_SRC := $(sort $(wildcard cuda/*.cu))
+# FLASHINFER=1: cuda/attention_flashinfer.cu, built on FlashInfer's headers
+# (fetched into FLASHINFER_DIR, above); otherwise its stand-in
+# cuda/attention_flashinfer_off.c, which takes nothing.
+ifeq ($(FLASHINFER),1)
+CUDA_C_SRC := $(filter-out cuda/attention_flashinfer_off.c,$(CUDA_C_SRC))
+FLASHINFER_NVCC_FLAGS := -isystem $(FLASHINFER_DIR)/include
+$(BUILD)/obj-cuda/cuda/attention_flashinfer.cu.o: $(FLASHINFER_STAMP)
+$(BUILD)/obj-cuda/cuda/attention_flashinfer.cu.o: NVCC_FLAGS += $(FLASHINFER_NVCC_FLAGS)
+else
+CUDA_CU_SRC := $(filter-out cuda/attention_flashinfer.cu,$(CUDA_CU_SRC))
+FLASHINFER_NVCC_FLAGS :=
+endif
+# Holds the FLASHINFER value of the last build, rewritten when it changes,
+# so that switching it relinks the plug-in and the CUDA tests even when the
+# other file's object is older than they are.
+CUDA_FLASHINFER_MODE := $(BUILD)/obj-cuda/flashinfer-mode
+$(shell mkdir -p $(BUILD)/obj-cuda && { [ "$$(cat $(CUDA_FLASHINFER_MODE) 2>/dev/null)" = \
+	"$(FLASHINFER)" ] || echo "$(FLASHINFER)" >$(CUDA_FLASHINFER_MODE); })
 CUDA_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-cuda/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/obj-cuda/%.cu.o)
 CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
@@ -63,13 +87,13 @@ $(BUILD)/obj-cuda/%.cu.o: %.cu
 
 # Linked by the host compiler: --no-undefined proves the plug-in needs
 # nothing of the core but the services it is handed (backend/plugin.h).
-$(CUDA_PLUGIN): $(CUDA_OBJ)
+$(CUDA_PLUGIN): $(CUDA_OBJ) $(CUDA_FLASHINFER_MODE)
 	$(CXX) -shared -o $@ $(CUDA_OBJ) -Wl,--no-undefined -Wl,--exclude-libs,ALL $(CUDA_LIBS)
 
 # Host tests link the plug-in's objects (they call its kernels' launchers
 # and its host functions directly) and the test archive (the CPU reference).
 $(BUILD)/tests/cuda/%: tests/cuda/%.cu $(CUDA_OBJ) $(TESTLIB) $(wildcard cuda/*.h) \
-		$(wildcard tests/cuda/*.h)
+		$(wildcard tests/cuda/*.h) $(CUDA_FLASHINFER_MODE)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -Itests/unit $< -o $@ $(CUDA_OBJ) $(TESTLIB) -lcmocka \
 		$(filter-out -pthread,$(DEPS_LIBS)) -Xcompiler -pthread -L$(CUDA_LIBDIR) -lcublasLt -ldl \
@@ -85,10 +109,11 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB) $(wildcard cud
 # matmul kernel spills.
 # make test runs it.
 CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
-$(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh
+$(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh \
+		$(if $(filter 1,$(FLASHINFER)),$(FLASHINFER_STAMP))
 	@mkdir -p $(dir $@)
 	@bash cuda/ptxas-report.sh $(NVCC) sm_90 $(CUDA_CU_SRC) -- -std=c++17 -O3 \
-		-Iinclude -Ilib -Icuda -DLLM_EXPERIMENTAL >$@.tmp || { cat $@.tmp; rm -f $@.tmp; exit 1; }
+		-Iinclude -Ilib -Icuda -DLLM_EXPERIMENTAL $(FLASHINFER_NVCC_FLAGS) >$@.tmp || { cat $@.tmp; rm -f $@.tmp; exit 1; }
 	@mv $@.tmp $@
 .PHONY: cuda-ptxas
 cuda-ptxas: $(CUDA_PTXAS_REPORT)
@@ -110,3 +135,12 @@ endif
 
 .PHONY: cuda cuda-ptxas
 cuda: $(CUDA_PLUGIN)
+
+# FlashInfer's headers (flashinfer-python, pinned with its sha256 in the
+# script; Apache-2.0), fetched, never committed: `make flashinfer`, and by
+# `make cuda FLASHINFER=1` before the file that includes them. One copy for
+# every BUILD folder.
+$(FLASHINFER_STAMP): scripts/fetch-flashinfer.sh
+	@bash scripts/fetch-flashinfer.sh $(FLASHINFER_DIR)
+.PHONY: flashinfer
+flashinfer: $(FLASHINFER_STAMP)

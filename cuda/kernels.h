@@ -191,7 +191,9 @@ size_t llmi_cu_attention_scratch_floats(uint32_t n_rows, uint32_t n_head, uint32
  * multiples of 32, with an online softmax; a row's result there depends
  * only on its own position and keys too, but differs in rounding from the
  * split kernel's. Plain f32 FMA, unless the tensor-core kernel below takes
- * the tiles. */
+ * the tiles. With LLM_CUDA_ATTN=flashinfer (read once) and a plug-in built
+ * with FLASHINFER=1, FlashInfer takes every row of the layers it takes
+ * (attention_flashinfer.h) instead. */
 cudaError_t llmi_cu_attention(cudaStream_t stream, const llmi_cu_attention_args *a);
 
 /* The tensor-core prefill kernel (kernels_attention_tc.cu: FlashAttention-2

@@ -13,11 +13,17 @@
  * the prefill kernel below, which reads each key once per tile of queries
  * and head instead of once per row (or, with LLM_CUDA_ATTN_TC=1, to the
  * tensor-core kernel of kernels_attention_tc.cu); the rest take the split
- * kernel. */
+ * kernel. With LLM_CUDA_ATTN=flashinfer, FlashInfer takes every row of the
+ * layers it can (attention_flashinfer.cu, when built with it). */
+#include "attention_flashinfer.h"
 #include "device_math.h"
+#include "internal.h"
 #include "kernels.h"
 
+#include <atomic>
+
 #include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -475,6 +481,26 @@ bool tc_from_env() {
     return on;
 }
 
+/* LLM_CUDA_ATTN=flashinfer: every row of the layers FlashInfer takes goes
+ * to it (attention_flashinfer.h; docs/cuda.md, "FlashInfer attention").
+ * Read once, like tc_from_env. */
+bool flashinfer_from_env() {
+    static const bool on = [] {
+        const char *s = getenv("LLM_CUDA_ATTN");
+        return s && strcmp(s, "flashinfer") == 0;
+    }();
+    return on;
+}
+
+/* FlashInfer was asked for and refused a layer: said once per reason. */
+void flashinfer_refused(llmi_fi_refusal why) {
+    static std::atomic<bool> said[LLMI_FI_N_REFUSALS];
+    if ((unsigned)why < LLMI_FI_N_REFUSALS && !said[why].exchange(true))
+        llmi_cuda_log(LLM_LOG_DEBUG,
+                      "LLM_CUDA_ATTN=flashinfer: %s; such layers take the plug-in's own kernels",
+                      llmi_fi_refusal_name(why));
+}
+
 /* llmi_cu_attention; force_tc: the tensor-core kernel for the tiles or
  * cudaErrorInvalidValue. */
 cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool force_tc) {
@@ -494,6 +520,12 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool
         return cudaErrorInvalidValue;
     if (a->n_rows == 0)
         return cudaSuccess;
+    if (!force_tc && flashinfer_from_env()) {
+        const llmi_fi_refusal why = llmi_cu_flashinfer_takes(stream, a);
+        if (why == LLMI_FI_TAKES)
+            return llmi_cu_attention_flashinfer(stream, a);
+        flashinfer_refused(why);
+    }
     /* Keys a row sees: at most max_pos + 1, and at most the window. */
     uint64_t span = (uint64_t)a->max_pos + 1;
     if (a->window && a->window < span)

@@ -344,6 +344,13 @@ if [ "${#CUDA_TESTS[@]}" -gt 0 ]; then
     if [ "${#bins[@]}" -gt 0 ]; then
         part cuda-kernel-tests 90 bash tests/run-tests.sh "$assigns" "${bins[@]}"
         tests_verdict cuda-kernel-tests "${bins[@]}"
+        # test_prefill's timings of a 2048-token prompt's attention (split,
+        # f32 prefill, tensor-core prefill and, built with FlashInfer,
+        # FlashInfer), one row per head size.
+        while IFS= read -r line; do
+            row "attention kernels: ${line#\# }" - - - - -
+        done < <(grep -E '^# (attention of a 2048-token prompt|the same prompt, FlashInfer)' \
+            "$BUILD/tests/cuda/test_prefill.log" 2>/dev/null | cut -c1-200)
     fi
 fi
 
@@ -526,6 +533,49 @@ $(jnum "$l" session_s), decode $(jnum "$l" first_decode_s))" - - \
     return "$brc"
 }
 
+# A plug-in built with FlashInfer (make device-bundle FLASHINFER=1; its
+# binary carries the marker string of cuda/attention_flashinfer.cu): the
+# 1B and 8B bf16 prefill rows again with the tensor-core kernel
+# (LLM_CUDA_ATTN_TC=1) and with FlashInfer (LLM_CUDA_ATTN=flashinfer), so
+# one run compares them with the f32 prefill kernel of the rows above.
+FLASHINFER_BUILT=
+if [ "$BACKEND" = cuda ] &&
+    grep -q -a 'llmi-flashinfer-attention' "$BUILD/libllminfer-cuda.so" 2>/dev/null; then
+    FLASHINFER_BUILT=1
+fi
+attention_rows() { # name model-file info-line label
+    local name=$1 file=$2 info=$3 label=$4 L H B v
+    L=$(jnum "$info" layer_macs_per_token) H=$(jnum "$info" lm_head_macs)
+    B=$(jnum "$info" bytes_per_token)
+    # what|assignment|batch-1 decodes: FlashInfer takes decode rows too.
+    for v in "tensor-core|LLM_CUDA_ATTN_TC=1|0" "FlashInfer|LLM_CUDA_ATTN=flashinfer|64"; do
+        local what=${v%%|*} rest=${v#*|} tag t tok tf gbs fr=
+        local assign=${rest%|*} tg=${rest#*|}
+        tag="${name// /-}-attn-$what"
+        part "bench-$tag" 40 env "$assign" "$BUILD/llm-devbench" -m "$file" --device "$BACKEND" \
+            --tg "$tg" --pp 2048 --batch 0 --identity 0
+        grep "^{" "$OUT/logs/bench-$tag.log" >"$OUT/bench/$tag.jsonl" 2>/dev/null
+        t=$(phase "$OUT/bench/$tag.jsonl" pp)
+        if [ -n "$t" ] && [ -n "$L" ]; then
+            tok=$(jnum "$t" tok_s)
+            tf=$(awk -v l="$L" -v h="$H" -v n="$(jnum "$t" tokens)" -v s="$(jnum "$t" s)" \
+                'BEGIN { printf "%.3g", (2 * l * n + 2 * h) / s / 1e12 }')
+            [ -n "$GEMM" ] && fr=$(awk -v x="$tf" -v g="$GEMM" 'BEGIN { printf "%.4f", x / g }')
+            row "$label prefill $(jnum "$t" tokens), $what attention" "$tok tok/s ($tf TFLOP/s)" \
+                "${GEMM:-n/a}${GEMM:+ TFLOP/s}" "$(pct "${fr:-}")" - -
+        fi
+        t=$(phase "$OUT/bench/$tag.jsonl" tg)
+        if [ -n "$t" ] && [ -n "$B" ]; then
+            fr=
+            tok=$(jnum "$t" tok_s)
+            gbs=$(awk -v b="$B" -v t="$tok" 'BEGIN { printf "%.1f", b * t / 1e9 }')
+            [ -n "$BW" ] && fr=$(awk -v x="$gbs" -v bw="$BW" 'BEGIN { printf "%.4f", x / bw }')
+            row "$label decode batch 1, $what attention" "$tok tok/s ($gbs GB/s)" \
+                "${BW:-n/a}${BW:+ GB/s}" "$(pct "${fr:-}")" - -
+        fi
+    done
+}
+
 if [ -x "$BUILD/llm-synth" ] && [ -x "$BUILD/llm-devbench" ]; then
     for m in "${MODELS[@]}"; do
         IFS='|' read -r name shape layers type <<<"$m"
@@ -561,6 +611,9 @@ ${free:-?} free under $TMPD"
         [ "$shape" = tiny ] && label="$name (tiny, ${layers} layer$([ "$layers" = 1 ] || echo s))"
         bench_rows "$name" "$file" "$info" "$limit" "$label"
         identity_invariant "$name" "$file" "$label"
+        if [ -n "$FLASHINFER_BUILT" ] && { [ "$name" = "1b bf16" ] || [ "$name" = "8b bf16" ]; }; then
+            attention_rows "$name" "$file" "$info" "$label"
+        fi
         rm -f "$file"
     done
 fi

@@ -128,9 +128,13 @@ typedef struct attn_host {
 /* How a kernel rounds its operands: Q and the softmax weights P to a
  * 16-bit type with unit roundoff u (relative) and a (absolute, half the
  * type's smallest subnormal), scores summed in f32 by tensor cores with a
- * relative error of at most acc per addition. All zero: no rounding. */
+ * relative error of at most acc per addition; o: the output rounded to
+ * that type too (o = u), and so are partial results over splits of the
+ * keys before their f32 merge (at most o mag more: the merge's weights sum
+ * to 1 and each partial is at most its keys' weighted |v|), or not (0).
+ * All zero: no rounding. */
 typedef struct attn_rounding {
-    double u, a, acc;
+    double u, a, acc, o;
 } attn_rounding;
 
 /* Head h of row r of an attention's output (`out`, head_dim floats) against
@@ -179,6 +183,8 @@ static inline void check_attention_head_rounded(const llmi_cu_attention_args *a,
         double tol = 2e-5 * (mag + 1e-6);
         if (rd)
             tol += (exp(2.0 * e_max) - 1.0) * (1.0 + rd->u) * mag + rd->u * mag + rd->a * abs_v;
+        if (rd && rd->o > 0.0) /* |fl(x) - x| <= o |x| + a, |x| <= |want| + tol */
+            tol += rd->o * mag + rd->o * (fabs(want) + tol) + 2.0 * rd->a;
         near(out[d], want, tol, 1.0, what, index + d);
     }
 #undef KV_ROW

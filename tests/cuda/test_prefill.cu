@@ -11,7 +11,11 @@
  * kernel (llmi_cu_attention_tc) runs the same step for F16 and BF16
  * caches and heads of 64 and 128, within a bound reasoned from its
  * rounding of Q and P. Timings of 2,048-token prompts (prefill, tensor-core
- * prefill against split) are printed, not asserted.
+ * prefill against split) are printed, not asserted. With the plug-in
+ * built by `make cuda FLASHINFER=1`, FlashInfer's paged prefill
+ * (llmi_cu_attention_flashinfer) runs the same steps for every row within
+ * the tensor-core bound plus its rounding of the output, and its line is
+ * printed beside the others.
  * Without a CUDA device every test skips. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +34,7 @@ extern "C" {
 #include "core/ttype.h"
 }
 
+#include "attention_flashinfer.h"
 #include "device_math.h"
 #include "kernels.h"
 
@@ -80,8 +85,21 @@ typedef struct pf_bufs {
     float *out; /* host copy of the output */
 } pf_bufs;
 
-/* tc: the tensor-core kernel takes the tiles (llmi_cu_attention_tc). */
-static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_decode, bool tc) {
+/* Who runs a step: llmi_cu_attention (f32 prefill and split kernels),
+ * llmi_cu_attention_tc (the tensor-core kernel takes the tiles) or
+ * llmi_cu_attention_flashinfer (FlashInfer takes every row). */
+typedef enum attn_path { PATH_F32, PATH_TC, PATH_FLASHINFER } attn_path;
+
+static cudaError_t launch_path(const llmi_cu_attention_args *a, attn_path path) {
+    if (path == PATH_TC)
+        return llmi_cu_attention_tc(0, a);
+    if (path == PATH_FLASHINFER)
+        return llmi_cu_attention_flashinfer(0, a);
+    return llmi_cu_attention(0, a);
+}
+
+static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_decode,
+                attn_path path) {
     uint32_t *dt = n_tiles ? (uint32_t *)dev_copy(tiles, 8 * n_tiles) : NULL;
     uint32_t *dd = (uint32_t *)dev_copy(decode_rows, sizeof decode_rows);
     CU(cudaMemset(b->a.out, 0xff, 4 * (size_t)N_ROWS * b->os));
@@ -89,7 +107,8 @@ static void run(pf_bufs *b, const uint32_t *tiles, uint32_t n_tiles, bool with_d
     b->a.n_tiles = n_tiles;
     b->a.decode_rows = with_decode ? dd : NULL;
     b->a.n_decode_rows = with_decode ? (uint32_t)(sizeof decode_rows / 4) : 0;
-    CU(tc ? llmi_cu_attention_tc(0, &b->a) : llmi_cu_attention(0, &b->a));
+    CU(launch_path(&b->a, path));
+    CU(cudaDeviceSynchronize());
     to_host(b->out, b->a.out, 4 * (size_t)N_ROWS * b->os);
     cudaFree(dt);
     cudaFree(dd);
@@ -104,10 +123,34 @@ static attn_rounding tc_rounding(llmi_ttype ct) {
     rd.u = ct == LLMI_T_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
     rd.a = ct == LLMI_T_BF16 ? ldexp(1.0, -134) : ldexp(1.0, -25);
     rd.acc = ldexp(1.0, -22);
+    rd.o = 0.0;
     return rd;
 }
 
-static void run_case(const pf_case *c, llmi_ttype ct, bool tc) {
+/* Every row of b's output against the double reference; rows in
+ * is_decode with the split kernel's tolerance unless FlashInfer ran them.
+ * poisoned: the row in neither list must hold its poison. */
+static void check_rows(const pf_bufs *b, const pf_case *c, const attn_host *in,
+                       const bool *is_decode, attn_path path, const attn_rounding *rd, double *w,
+                       bool poisoned) {
+    const char *what = path == PATH_TC           ? "tensor-core prefill"
+                       : path == PATH_FLASHINFER ? "FlashInfer attention"
+                                                 : "prefill attention";
+    for (uint32_t r = 0; r < N_ROWS; r++) {
+        if (r == UNTOUCHED && poisoned) {
+            for (uint32_t i = 0; i < b->qd; i++)
+                assert_int_equal(bits_of(b->out[r * b->os + i]), 0xffffffffu);
+            continue;
+        }
+        const bool rounded = path == PATH_FLASHINFER || (path == PATH_TC && !is_decode[r]);
+        for (uint32_t h = 0; h < c->n_head; h++)
+            check_attention_head_rounded(
+                &b->a, in, r, h, b->out + (size_t)r * b->os + (size_t)h * c->head_dim, what,
+                (size_t)r * b->qd + (size_t)h * c->head_dim, w, rounded ? rd : NULL);
+    }
+}
+
+static void run_case(const pf_case *c, llmi_ttype ct, attn_path path) {
     const uint32_t bs = c->block_size, hd = c->head_dim, kv_dim = c->n_head_kv * hd;
     uint32_t per_seq[N_SEQS], n_blocks = 3, block_start[N_SEQS + 1];
     for (uint32_t s = 0; s < N_SEQS; s++)
@@ -155,41 +198,42 @@ static void run_case(const pf_case *c, llmi_ttype ct, bool tc) {
     a->scratch =
         (float *)dev_alloc(4 * llmi_cu_attention_scratch_floats(N_ROWS, c->n_head, hd, 600));
 
-    run(&b, tiles_a, sizeof tiles_a / 8, true, tc);
+    run(&b, tiles_a, sizeof tiles_a / 8, true, path);
     memcpy(ref_tiles, b.out, 4 * (size_t)N_ROWS * b.os);
     double *w = (double *)malloc(sizeof(double) * 600);
     const attn_host in = {q, kc, vc, pos, seq, block_start, blocks};
-    const attn_rounding rd = tc_rounding(ct);
+    attn_rounding rd = tc_rounding(ct);
+    if (path == PATH_FLASHINFER)
+        rd.o = rd.u;
     bool is_decode[N_ROWS] = {false};
     for (size_t k = 0; k < sizeof decode_rows / 4; k++)
         is_decode[decode_rows[k]] = true;
-    for (uint32_t r = 0; r < N_ROWS; r++) {
-        if (r == UNTOUCHED) {
+    check_rows(&b, c, &in, is_decode, path, &rd, w, true);
+    if (path == PATH_FLASHINFER) {
+        /* Its own tiling and order of sums: the other tiling and no tiles
+         * at all (every row a request, the untouched one too) are checked
+         * against the reference, not for the same bits. */
+        run(&b, tiles_b, sizeof tiles_b / 8, true, path);
+        check_rows(&b, c, &in, is_decode, path, &rd, w, true);
+        run(&b, NULL, 0, false, path);
+        check_rows(&b, c, &in, is_decode, path, &rd, w, false);
+    } else {
+        /* Another tiling: the same bits for every row. */
+        run(&b, tiles_b, sizeof tiles_b / 8, true, path);
+        for (uint32_t r = 0; r < N_ROWS; r++)
             for (uint32_t i = 0; i < b.qd; i++)
-                assert_int_equal(bits_of(b.out[r * b.os + i]), 0xffffffffu);
-            continue;
+                if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
+                    fail_msg("row %u, element %u: %.9g with one tiling, %.9g with another", r, i,
+                             b.out[r * b.os + i], ref_tiles[r * b.os + i]);
+        /* No tiles: the split kernel's rows give the bits they give with tiles. */
+        run(&b, NULL, 0, false, PATH_F32);
+        for (size_t k = 0; k < sizeof decode_rows / 4; k++) {
+            const uint32_t r = decode_rows[k];
+            for (uint32_t i = 0; i < b.qd; i++)
+                if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
+                    fail_msg("decode row %u, element %u: %.9g alone, %.9g beside tiles", r, i,
+                             b.out[r * b.os + i], ref_tiles[r * b.os + i]);
         }
-        for (uint32_t h = 0; h < c->n_head; h++)
-            check_attention_head_rounded(a, &in, r, h, b.out + (size_t)r * b.os + (size_t)h * hd,
-                                         tc ? "tensor-core prefill" : "prefill attention",
-                                         (size_t)r * b.qd + (size_t)h * hd, w,
-                                         tc && !is_decode[r] ? &rd : NULL);
-    }
-    /* Another tiling: the same bits for every row. */
-    run(&b, tiles_b, sizeof tiles_b / 8, true, tc);
-    for (uint32_t r = 0; r < N_ROWS; r++)
-        for (uint32_t i = 0; i < b.qd; i++)
-            if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
-                fail_msg("row %u, element %u: %.9g with one tiling, %.9g with another", r, i,
-                         b.out[r * b.os + i], ref_tiles[r * b.os + i]);
-    /* No tiles: the split kernel's rows give the bits they give with tiles. */
-    run(&b, NULL, 0, false, false);
-    for (size_t k = 0; k < sizeof decode_rows / 4; k++) {
-        const uint32_t r = decode_rows[k];
-        for (uint32_t i = 0; i < b.qd; i++)
-            if (bits_of(b.out[r * b.os + i]) != bits_of(ref_tiles[r * b.os + i]))
-                fail_msg("decode row %u, element %u: %.9g alone, %.9g beside tiles", r, i,
-                         b.out[r * b.os + i], ref_tiles[r * b.os + i]);
     }
     free(w);
     cudaFree((void *)a->q);
@@ -219,7 +263,7 @@ static void test_prefill_attention(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (size_t t = 0; t < 3; t++) {
             printf("# case %zu, cache type %d\n", c, (int)cache_types[t]);
-            run_case(&cases[c], cache_types[t], false);
+            run_case(&cases[c], cache_types[t], PATH_F32);
         }
 }
 
@@ -241,8 +285,73 @@ static void test_prefill_tc_attention(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (size_t t = 0; t < 2; t++) {
             printf("# tensor-core case %zu, cache type %d\n", c, (int)types[t]);
-            run_case(&cases[c], types[t], true);
+            run_case(&cases[c], types[t], PATH_TC);
         }
+}
+
+/* FlashInfer (built with FLASHINFER=1) on the same step, every row of it:
+ * the shapes it is instantiated for (heads of 64 and 128, GQA 1 to 8,
+ * both 16-bit caches), windows, block sizes 16 and 32 and a ragged 5,
+ * prompts from position 0 and a chunk after 530 cached keys, tiles and
+ * single rows. Within the tensor-core bound plus the output's rounding to
+ * the cache's type. Skips without FlashInfer or a device. */
+static void test_prefill_flashinfer_attention(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    if (!llmi_cu_flashinfer_built()) {
+        printf("# built without FLASHINFER=1: the FlashInfer test skips\n");
+        skip();
+    }
+    rng_seed(0x6e0104, "FlashInfer attention");
+    const pf_case cases[] = {{4, 4, 64, 0, 16},    {8, 2, 128, 0, 32}, {16, 2, 64, 300, 16},
+                             {8, 1, 128, 40, 32},  {12, 4, 64, 0, 5},  {5, 1, 128, 5, 16},
+                             {2, 2, 128, 100, 16}, {32, 8, 64, 0, 16}};
+    const llmi_ttype types[] = {LLMI_T_F16, LLMI_T_BF16};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t t = 0; t < 2; t++) {
+            printf("# FlashInfer case %zu, cache type %d\n", c, (int)types[t]);
+            run_case(&cases[c], types[t], PATH_FLASHINFER);
+        }
+}
+
+/* What FlashInfer does not take is refused with its reason, on any
+ * machine (the plug-in built with it or not). */
+static void test_flashinfer_refusals(void **state) {
+    (void)state;
+    llmi_cu_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.cache_type = LLMI_T_BF16;
+    a.n_rows = 1;
+    a.n_head = 8;
+    a.n_head_kv = 1;
+    a.head_dim = 128;
+    a.kv_dim = 128;
+    a.block_size = 16;
+    a.k_cache = a.v_cache = (const void *)(uintptr_t)0x1000;
+    if (!llmi_cu_flashinfer_built()) {
+        assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_NOT_BUILT);
+        assert_int_equal(llmi_cu_attention_flashinfer(0, &a), cudaErrorNotSupported);
+        return;
+    }
+    if (have_device)
+        assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_TAKES);
+    a.cache_type = LLMI_T_F32;
+    assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_CACHE_TYPE);
+    assert_int_equal(llmi_cu_attention_flashinfer(0, &a), cudaErrorInvalidValue);
+    a.cache_type = LLMI_T_F16;
+    a.head_dim = 96;
+    a.kv_dim = 96;
+    assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_HEAD_DIM);
+    a.head_dim = 64;
+    a.kv_dim = 64;
+    a.n_head = 9;
+    assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_GROUP);
+    a.n_head = 8;
+    a.kv_dim = 68;
+    assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_LAYOUT);
+    a.kv_dim = 64;
+    a.v_cache = (const void *)(uintptr_t)0x1008;
+    assert_int_equal(llmi_cu_flashinfer_takes(0, &a), LLMI_FI_LAYOUT);
 }
 
 /* What the tensor-core kernel does not take is refused before anything
@@ -363,18 +472,20 @@ static void prefill_speed(uint32_t hd) {
     uint32_t *dtiles = (uint32_t *)dev_copy(tiles, 8 * n_tiles);
     float *out_split = (float *)malloc(4 * (size_t)n * qd),
           *out_tiles = (float *)malloc(4 * (size_t)n * qd),
-          *out_tc = (float *)malloc(4 * (size_t)n * qd);
+          *out_tc = (float *)malloc(4 * (size_t)n * qd),
+          *out_fi = (float *)malloc(4 * (size_t)n * qd);
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
-    float best[3] = {INFINITY, INFINITY, INFINITY};
-    float *outs[3] = {out_split, out_tiles, out_tc};
-    for (int path = 0; path < 3; path++) {
+    float best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+    float *outs[4] = {out_split, out_tiles, out_tc, out_fi};
+    const bool fi = llmi_cu_flashinfer_built();
+    for (int path = 0; path < (fi ? 4 : 3); path++) {
         a.tiles = path ? dtiles : NULL;
         a.n_tiles = path ? n_tiles : 0;
         for (int rep = 0; rep < 4; rep++) {
             CU(cudaEventRecord(e0, 0));
-            CU(path == 2 ? llmi_cu_attention_tc(0, &a) : llmi_cu_attention(0, &a));
+            CU(launch_path(&a, path == 3 ? PATH_FLASHINFER : path == 2 ? PATH_TC : PATH_F32));
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             float ms = 0.0f;
@@ -388,11 +499,16 @@ static void prefill_speed(uint32_t hd) {
     printf("# attention of a 2048-token prompt, 32 x %u heads over 8 KV heads, bf16 cache: "
            "split %.3f ms, prefill %.3f ms, tensor-core prefill %.3f ms (%.1f TFLOP/s)\n",
            hd, best[0], best[1], best[2], flops / (best[2] * 1e-3) / 1e12);
+    if (fi)
+        printf("# the same prompt, FlashInfer %.3f ms (%.1f TFLOP/s)\n", best[3],
+               flops / (best[3] * 1e-3) / 1e12);
     const double u = ldexp(1.0, -8), e = a.scale * hd * 0.5 * (u + hd * ldexp(1.0, -22));
     const double tc_tol = (exp(2.0 * e) - 1.0) * (1.0 + u) + u + 2e-5;
     for (size_t i = 0; i < (size_t)n * qd; i++) {
         near(out_tiles[i], out_split[i], 1e-5, 1.0, "prefill against split", i);
         near(out_tc[i], out_split[i], tc_tol, 1.0, "tensor-core prefill against split", i);
+        if (fi) /* plus the output rounded to bf16: u times |out| <= 1 */
+            near(out_fi[i], out_split[i], tc_tol + u, 1.0, "FlashInfer against split", i);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -416,6 +532,7 @@ static void prefill_speed(uint32_t hd) {
     free(out_split);
     free(out_tiles);
     free(out_tc);
+    free(out_fi);
 }
 
 /* The 8B's attention shape (heads of 128) and the 1B's (heads of 64). */
@@ -438,8 +555,12 @@ static int setup(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_prefill_attention),    cmocka_unit_test(test_prefill_refusals),
-        cmocka_unit_test(test_prefill_tc_attention), cmocka_unit_test(test_prefill_tc_refusals),
+        cmocka_unit_test(test_prefill_attention),
+        cmocka_unit_test(test_prefill_refusals),
+        cmocka_unit_test(test_prefill_tc_attention),
+        cmocka_unit_test(test_prefill_tc_refusals),
+        cmocka_unit_test(test_prefill_flashinfer_attention),
+        cmocka_unit_test(test_flashinfer_refusals),
         cmocka_unit_test(test_prefill_speed),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
