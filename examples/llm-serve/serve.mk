@@ -21,12 +21,12 @@ $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer $(SERVE_LIBS) \
 		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
-# The official openai client (pinned in tests/serve/run.sh) in
+# The official openai client (pinned in tests/requirements.txt) in
 # $(BUILD)/serve-venv, for the README's example and the tests.
 serve-venv:
 	BUILD=$(BUILD) tests/serve/run.sh --venv-only
 
-serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
+serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(BUILD)/tests/serve/test_tool_parse $(MODEL)
 	BUILD=$(BUILD) tests/serve/run.sh
 
 # The same tests with the server under ASan+UBSan (the library as built).
@@ -37,7 +37,7 @@ $(SERVE_SAN_BIN): $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 		-fno-sanitize-recover=undefined $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer \
 		$(SERVE_LIBS) -lm -Wl,-rpath,'$$ORIGIN/..' -fsanitize=address,undefined
 
-serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
+serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(BUILD)/tests/serve/test_tool_parse $(MODEL)
 	BUILD=$(BUILD) LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
 
 # The fuzzer links only the request translation (and its allocator), cJSON and the library (for

@@ -66,7 +66,36 @@ static bool is_declared(const cJSON *tools, const char *name) {
     return false;
 }
 
-typedef enum { PARSED, NOT_A_CALL, NO_MEMORY } parse_result;
+/* Whether JSON text that did not parse ends inside an object, array or
+ * string whose brackets match so far: the start of a value, cut short. */
+static bool json_cut_short(const char *s) {
+    char open[64];
+    size_t depth = 0;
+    bool in_string = false;
+    for (; *s; s++) {
+        if (in_string) {
+            if (*s == '\\' && s[1])
+                s++;
+            else if (*s == '"')
+                in_string = false;
+        } else if (*s == '"') {
+            in_string = true;
+        } else if (*s == '{' || *s == '[') {
+            if (depth == sizeof open)
+                return false;
+            open[depth++] = *s;
+        } else if (*s == '}' || *s == ']') {
+            if (!depth || open[--depth] != (*s == '}' ? '{' : '['))
+                return false;
+            if (!depth)
+                return false; /* a whole value: it did not parse for another reason */
+        }
+    }
+    return in_string || depth;
+}
+
+/* TRUNCATED: the text ends inside a call (a reply cut by max_tokens). */
+typedef enum { PARSED, NOT_A_CALL, TRUNCATED, NO_MEMORY } parse_result;
 
 /* One call's JSON at `*at`; advances past it. */
 static parse_result parse_call(const char **at, const tool_format *fmt, const cJSON *tools,
@@ -74,7 +103,7 @@ static parse_result parse_call(const char **at, const tool_format *fmt, const cJ
     const char *end = NULL;
     cJSON *obj = cJSON_ParseWithLengthOpts(*at, strlen(*at), &end, false);
     if (!obj)
-        return NOT_A_CALL;
+        return json_cut_short(*at) ? TRUNCATED : NOT_A_CALL;
     *at = end;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
     /* Models mix up the families' keys: either is taken. */
@@ -115,6 +144,12 @@ static bool starts_with(const char *s, const char *prefix, size_t n) {
     return !strncmp(s, prefix, n);
 }
 
+/* Whether `at` is all that is left and a proper prefix of `delim`. */
+static bool cut_short(const char *at, const char *delim, size_t len) {
+    size_t n = strlen(at);
+    return n < len && !strncmp(at, delim, n);
+}
+
 /* The calls from `first` (where the first call's opening is) to the end. */
 static parse_result parse_calls(const char *first, const tool_format *fmt, const cJSON *tools,
                                 tool_reply *out) {
@@ -123,15 +158,17 @@ static parse_result parse_calls(const char *first, const tool_format *fmt, const
     const char *close = trimmed(fmt->close, &close_len);
     const char *sep = trimmed(fmt->separator, &sep_len);
     const char *at = first;
+    /* A reply cut short (by max_tokens) keeps the calls it completed. */
     for (;;) {
         at = skip_space(at + open_len);
         parse_result r = parse_call(&at, fmt, tools, out);
+        if (r == TRUNCATED && out->n_calls)
+            return PARSED;
         if (r != PARSED)
-            return r;
+            return r == TRUNCATED ? NOT_A_CALL : r;
         at = skip_space(at);
         if (close_len) {
-            /* A reply cut short right after its last call may lack the close. */
-            if (!*at)
+            if (cut_short(at, close, close_len))
                 return PARSED;
             if (!starts_with(at, close, close_len))
                 return NOT_A_CALL;
@@ -139,8 +176,12 @@ static parse_result parse_calls(const char *first, const tool_format *fmt, const
         }
         if (!*at)
             return PARSED;
+        if (sep_len && cut_short(at, sep, sep_len))
+            return PARSED;
         if (sep_len && starts_with(at, sep, sep_len))
             at = skip_space(at + sep_len);
+        if (open_len && cut_short(at, open, open_len))
+            return PARSED;
         if (open_len ? !starts_with(at, open, open_len) : *at != '{')
             return NOT_A_CALL;
     }

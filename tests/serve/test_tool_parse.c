@@ -115,6 +115,28 @@ static void test_hermes_replies(void **state) {
          {"get_time"},
          {"{}"}},
         {"", "", 0, {0}, {0}},
+        /* cut short by max_tokens: the complete calls count, a lone partial one does not */
+        {"<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n"
+         "{\"name\":\"get_wea",
+         NULL,
+         1,
+         {"get_time"},
+         {"{}"}},
+        {"<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>\n<tool_c",
+         NULL,
+         1,
+         {"get_time"},
+         {"{}"}},
+        {"<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool",
+         NULL,
+         1,
+         {"get_time"},
+         {"{}"}},
+        {"<tool_call>\n{\"name\":\"get_time\",\"argum",
+         "<tool_call>\n{\"name\":\"get_time\",\"argum",
+         0,
+         {0},
+         {0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check("hermes", &cases[i]);
@@ -151,6 +173,7 @@ static void test_llama3_replies(void **state) {
          {0},
          {0}},
         {"{\"answer\": 42}", "{\"answer\": 42}", 0, {0}, {0}},
+        {"{\"name\":\"get_time\",\"parameters\":{}}; {\"name\"", NULL, 1, {"get_time"}, {"{}"}},
         {"<tool_call>{\"name\":\"get_time\",\"parameters\":{}}</tool_call>",
          "<tool_call>{\"name\":\"get_time\",\"parameters\":{}}</tool_call>",
          0,
