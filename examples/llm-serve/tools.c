@@ -244,6 +244,33 @@ static size_t put_literal(char *out, const char *s) {
     return n;
 }
 
+/* Which tool's parameters the compiler refuses: its error, with the JSON
+ * pointer inside that schema, names `tools[i]`. */
+static void report_bad_parameters(const serve_request *req, serve_error *err) {
+    cJSON *tools = cJSON_Parse(req->tools_json);
+    const cJSON *tool;
+    size_t i = 0;
+    serve_error_set(err, 400, "invalid_request_error", "tools", "a tool's parameters: %s",
+                    llm_last_error());
+    cJSON_ArrayForEach(tool, tools) {
+        const cJSON *params = field(field(tool, "function"), "parameters");
+        char *text = params ? cJSON_PrintUnformatted(params) : NULL;
+        size_t need = 0;
+        llm_status st = text ? llm_grammar_schema_to_ebnf(text, strlen(text), NULL, NULL, 0, &need)
+                             : LLM_ERR_BUFFER_TOO_SMALL;
+        free(text);
+        if (st != LLM_ERR_BUFFER_TOO_SMALL && st != LLM_OK && st != LLM_ERR_OUT_OF_MEMORY) {
+            char param[32];
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            serve_error_set(err, 400, "invalid_request_error", param,
+                            "'%s.function.parameters': %s", param, llm_last_error());
+            break;
+        }
+        i++;
+    }
+    cJSON_Delete(tools);
+}
+
 char *tool_grammar_text(const serve_request *req, const tool_format *fmt, serve_error *err) {
     char *schema = calls_schema(req, fmt);
     if (!schema) {
@@ -264,8 +291,7 @@ char *tool_grammar_text(const serve_request *req, const tool_format *fmt, serve_
         if (st == LLM_ERR_OUT_OF_MEMORY || (!text && st == LLM_ERR_BUFFER_TOO_SMALL))
             serve_error_out_of_memory(err, "while building the tool-call grammar");
         else
-            serve_error_set(err, 400, "invalid_request_error", "tools", "a tool's parameters: %s",
-                            llm_last_error());
+            report_bad_parameters(req, err);
         return NULL;
     }
     size_t n = need - 1;

@@ -227,7 +227,8 @@ def test_bad_requests():
     # a parameters schema the grammar compiler refuses: keyword and pointer
     bad({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}],
-        "tool_choice": "required"}, "tools", "multipleOf", "/properties/n/multipleOf")
+        "tool_choice": "required"}, "tools[0]", "'tools[0].function.parameters'", "multipleOf",
+        "at /properties/n/multipleOf")
     bad({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages",
         "only assistant messages")
     bad({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]},
