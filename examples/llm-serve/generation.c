@@ -42,7 +42,8 @@ typedef struct sample_out {
     size_t sent_chars;    /* characters of the answer sent (or collected) */
     held_token *held;
     size_t n_held, cap_held;
-    bool made_calls; /* the reply held tool calls */
+    bool made_calls;     /* the reply held tool calls */
+    size_t content_sent; /* with tools, streaming: bytes of `text` sent as content */
 } sample_out;
 
 struct generation {
@@ -478,7 +479,8 @@ static char *response_body(generation *g)
             bool calls = false;
             if (serve_request_uses_tools(&g->req))
                 ok = ok &&
-                     tool_reply_put(m, s->text, g->tool_format, g->req.tools_json, false, &calls);
+                     tool_reply_put(m, s->text, g->tool_format, g->req.tools_json, false, 0,
+                                         &calls);
             else
                 put_string(m, "content", s->text ? s->text : "", &ok);
             s->made_calls = calls;
@@ -579,19 +581,36 @@ static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out, bo
     return root;
 }
 
-/* A reply that may hold tool calls is sent whole when it ends, its calls
- * each in one delta: a call cannot be told from text until it is complete.
- * False when out of memory. */
+/* A reply that may hold tool calls: its text is streamed only as far as it
+ * cannot be part of a call; the rest, and each call whole in one delta,
+ * when it ends (a call is known only once complete). False when out of
+ * memory. */
 static bool queue_tool_event(generation *g, sample_out *s, const job_event *ev) {
     if (ev->text_len && !append(&s->text, &s->len, &s->cap, ev->text, ev->text_len))
         return false;
-    if (ev->finish_reason == LLM_FINISH_NONE)
-        return true;
     bool ok = true, calls = false;
-    cJSON *c;
-    cJSON *chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+    cJSON *c, *chunk;
+    if (ev->finish_reason == LLM_FINISH_NONE) {
+        /* "auto": text that cannot be part of a call goes out as it comes. */
+        size_t n = g->req.tool_choice == SERVE_TOOL_CHOICE_AUTO && s->text
+                       ? tool_reply_sendable(s->text, s->len, g->tool_format)
+                       : 0;
+        if (n <= s->content_sent)
+            return true;
+        char held = s->text[n];
+        s->text[n] = '\0';
+        chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+        put_string(put_object(c, "delta", &ok), "content", s->text + s->content_sent, &ok);
+        s->text[n] = held;
+        put_null(c, "logprobs", &ok);
+        put_null(c, "finish_reason", &ok);
+        s->content_sent = n;
+        return queue_chunk(g, chunk, ok);
+    }
+    chunk = stream_chunk(g, ev->sample_index, &c, &ok);
     cJSON *delta = put_object(c, "delta", &ok);
-    ok = ok && tool_reply_put(delta, s->text, g->tool_format, g->req.tools_json, true, &calls);
+    ok = ok && tool_reply_put(delta, s->text, g->tool_format, g->req.tools_json, true,
+                              s->content_sent, &calls);
     put_null(c, "logprobs", &ok);
     put_null(c, "finish_reason", &ok);
     if (ok && !cJSON_GetArraySize(delta)) {

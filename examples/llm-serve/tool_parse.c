@@ -242,12 +242,14 @@ bool tool_reply_parse(const char *text, const tool_format *fmt, const char *tool
 }
 
 bool tool_reply_put(cJSON *message, const char *text, const tool_format *fmt,
-                    const char *tools_json, bool delta, bool *has_calls) {
+                    const char *tools_json, bool delta, size_t content_sent, bool *has_calls) {
     tool_reply reply;
     bool ok = tool_reply_parse(text ? text : "", fmt, tools_json, &reply);
     *has_calls = ok && reply.n_calls;
-    if (ok && reply.content && (!delta || reply.content[0]))
-        ok = cJSON_AddStringToObject(message, "content", reply.content) != NULL;
+    size_t content_len = reply.content ? strlen(reply.content) : 0;
+    const char *unsent = delta && content_sent < content_len ? reply.content + content_sent : "";
+    if (ok && reply.content && (!delta || unsent[0]))
+        ok = cJSON_AddStringToObject(message, "content", delta ? unsent : reply.content) != NULL;
     else if (ok && !delta)
         ok = cJSON_AddNullToObject(message, "content") != NULL;
     cJSON *calls = ok && reply.n_calls ? cJSON_AddArrayToObject(message, "tool_calls") : NULL;
@@ -272,4 +274,32 @@ bool tool_reply_put(cJSON *message, const char *text, const tool_format *fmt,
     }
     tool_reply_free(&reply);
     return ok;
+}
+
+size_t tool_reply_sendable(const char *text, size_t len, const tool_format *fmt) {
+    size_t open_len;
+    const char *open = trimmed(fmt->open, &open_len);
+    size_t n = len;
+    if (!open_len) {
+        /* Calls are the whole reply: nothing is sure to be content while
+         * the reply may still turn out to be one. */
+        static const char python_tag[] = "<|python_tag|>";
+        const char *at = skip_space(text);
+        size_t rest = len - (size_t)(at - text);
+        bool may_be_call =
+            !rest || *at == '{' ||
+            !strncmp(at, python_tag, rest < sizeof python_tag - 1 ? rest : sizeof python_tag - 1);
+        return may_be_call ? 0 : len;
+    }
+    /* Up to the opening tag, or to a tail that may become one. */
+    for (size_t i = 0; i < len; i++) {
+        size_t left = len - i;
+        if (!strncmp(text + i, open, left < open_len ? left : open_len)) {
+            n = i;
+            break;
+        }
+    }
+    while (n && strchr(" \n\t\r", text[n - 1]))
+        n--;
+    return n;
 }

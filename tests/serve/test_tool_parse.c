@@ -252,7 +252,7 @@ static void test_reply_json(void **state) {
     bool calls = false;
     assert_true(
         tool_reply_put(m, "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>",
-                       tool_format_find("hermes"), TOOLS, false, &calls));
+                       tool_format_find("hermes"), TOOLS, false, 0, &calls));
     assert_true(calls);
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(m, "content")));
     cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tool_calls"), 0);
@@ -265,16 +265,59 @@ static void test_reply_json(void **state) {
     /* a stream's delta: the call's index; no content key when there is none */
     m = cJSON_CreateObject();
     assert_true(tool_reply_put(m, "{\"name\":\"get_time\",\"parameters\":{}}",
-                               tool_format_find("llama3"), TOOLS, true, &calls));
+                               tool_format_find("llama3"), TOOLS, true, 0, &calls));
     assert_null(cJSON_GetObjectItem(m, "content"));
     call = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tool_calls"), 0);
     assert_int_equal(cJSON_GetObjectItem(call, "index")->valueint, 0);
     cJSON_Delete(m);
     m = cJSON_CreateObject();
-    assert_true(tool_reply_put(m, "Just text.", tool_format_find("hermes"), TOOLS, false, &calls));
+    assert_true(
+        tool_reply_put(m, "Just text.", tool_format_find("hermes"), TOOLS, false, 0, &calls));
     assert_false(calls);
     assert_string_equal(cJSON_GetObjectItem(m, "content")->valuestring, "Just text.");
     assert_null(cJSON_GetObjectItem(m, "tool_calls"));
+    cJSON_Delete(m);
+}
+
+/* What may be streamed before the reply ends: never a byte of a call, nor
+ * the whitespace the parsed content drops; the last delta brings the rest. */
+static void test_streamed_prefix(void **state) {
+    (void)state;
+    const tool_format *hermes = tool_format_find("hermes"), *llama3 = tool_format_find("llama3");
+    static const struct {
+        const char *text;
+        size_t hermes, llama3;
+    } cases[] = {
+        {"", 0, 0},
+        {"Sure, ", 5, 6},
+        {"Sure.\n<", 5, 7},
+        {"Sure.\n<tool", 5, 11},
+        {"Sure.\n<tool_call>\n{\"name\"", 5, 25},
+        {"Sure. <b>bold</b>", 17, 17},
+        {"  {\"name\"", 9, 0},
+        {"<|python", 8, 0},
+        {"<|python_tag|>{", 15, 0},
+        {"x <tool_c", 1, 9},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t len = strlen(cases[i].text);
+        assert_int_equal(tool_reply_sendable(cases[i].text, len, hermes), cases[i].hermes);
+        assert_int_equal(tool_reply_sendable(cases[i].text, len, llama3), cases[i].llama3);
+    }
+    /* the last delta: the content after what was streamed, then the call */
+    cJSON *m = cJSON_CreateObject();
+    bool calls = false;
+    assert_true(tool_reply_put(m,
+                               "Let me look.\n<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}"
+                               "\n</tool_call>",
+                               hermes, TOOLS, true, 6, &calls));
+    assert_true(calls);
+    assert_string_equal(cJSON_GetObjectItem(m, "content")->valuestring, " look.");
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    assert_true(tool_reply_put(m, "Let me look.", hermes, TOOLS, true, 12, &calls));
+    assert_false(calls);
+    assert_null(cJSON_GetObjectItem(m, "content"));
     cJSON_Delete(m);
 }
 
@@ -283,6 +326,7 @@ int main(void) {
         cmocka_unit_test(test_hermes_replies),    cmocka_unit_test(test_llama3_replies),
         cmocka_unit_test(test_no_tools_no_calls), cmocka_unit_test(test_format_detection),
         cmocka_unit_test(test_grammar_text),      cmocka_unit_test(test_reply_json),
+        cmocka_unit_test(test_streamed_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

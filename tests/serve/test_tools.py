@@ -111,6 +111,23 @@ def test_stream_helper_reassembles():
     check_calls(final.choices[0].message.tool_calls, {"get_weather"})
 
 
+def test_auto_stream_equals_non_stream():
+    """tool_choice auto: the stream (text as it comes, calls at the end)
+    says what the whole answer says, whatever the model chose."""
+    # (With the Hermes template the first makes SmolLM2 quote the call format:
+    # text held back at "<tool_call>", then sent as content at the end.)
+    for question in ("Call get_weather for Paris.", "What is the weather like in Paris today?",
+                     "Say hello to me."):
+        msgs = [ASK[0], {"role": "user", "content": question}]
+        whole = chat(messages=msgs, tools=TOOLS, temperature=0, max_tokens=60).choices[0]
+        calls, content, finish = stream_calls(messages=msgs, tools=TOOLS, temperature=0,
+                                              max_tokens=60)
+        assert content == (whole.message.content or ""), (content, whole.message.content)
+        assert [(c["name"], c["arguments"]) for c in calls] == \
+            [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+        assert finish == whole.finish_reason, (finish, whole.finish_reason)
+
+
 def round_trip(stream):
     first = chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
                  temperature=0).choices[0].message
@@ -240,5 +257,6 @@ def test_bad_requests():
 if __name__ == "__main__":
     Suite("tools" + (" (template)" if TEMPLATE else " (fallback)")).run([
         test_required, test_named, test_required_stream, test_stream_helper_reassembles,
+        test_auto_stream_equals_non_stream,
         test_round_trip, test_round_trip_stream, test_tools_reach_the_template, test_bad_requests,
     ])
