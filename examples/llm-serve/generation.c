@@ -129,27 +129,6 @@ static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **
 
 static void release_grammar(void *ref) { grammar_ref_release(ref); }
 
-/* The grammar the request's output must follow: its response_format (or
- * another server's field), or the tool calls tool_choice forces. */
-static bool start_grammar(generation *g, serve_error *err) {
-    const serve_request *req = &g->req;
-    grammar_cache *cache = g->srv->grammars;
-    if (req->constraint != SERVE_CONSTRAINT_NONE) {
-        g->grammar = grammar_cache_get(cache, req->constraint, req->constraint_text, NULL,
-                                       req->constraint_param, err);
-        return g->grammar != NULL;
-    }
-    if (!serve_request_uses_tools(req) || req->tool_choice == SERVE_TOOL_CHOICE_AUTO)
-        return true;
-    char *text = tool_grammar_text(req, g->tool_format, err);
-    if (!text)
-        return false;
-    g->grammar =
-        grammar_cache_get(cache, SERVE_CONSTRAINT_GBNF, text, TOOL_GRAMMAR_ROOT, "tools", err);
-    free(text);
-    return g->grammar != NULL;
-}
-
 generation *generation_start(server *srv, const char *body, size_t len, bool chat,
                              serve_error *err)
 {
@@ -225,7 +204,7 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     llm_sampling_params sampling;
     llm_request_params params;
     serve_request_params(req, max_new, stops, &sampling, &params);
-    if (!start_grammar(g, err))
+    if (!serve_request_grammar(srv->grammars, req, g->tool_format, &g->grammar, err))
         goto fail;
     sampling.grammar = g->grammar ? grammar_ref_grammar(g->grammar) : NULL;
     g->job = job_create(req->n);

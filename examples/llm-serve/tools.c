@@ -331,3 +331,21 @@ char *tool_preamble(const serve_request *req, const tool_format *fmt) {
     snprintf(text, n, "%s%s%s%s%s", head, req->tools_json, how, example, tail);
     return text;
 }
+
+bool serve_request_grammar(grammar_cache *cache, const serve_request *req, const tool_format *fmt,
+                           grammar_ref **out, serve_error *err) {
+    *out = NULL;
+    if (req->constraint != SERVE_CONSTRAINT_NONE) {
+        *out = grammar_cache_get(cache, req->constraint, req->constraint_text, NULL,
+                                 req->constraint_param, err);
+        return *out != NULL;
+    }
+    if (!serve_request_uses_tools(req) || req->tool_choice == SERVE_TOOL_CHOICE_AUTO)
+        return true;
+    char *text = tool_grammar_text(req, fmt, err);
+    if (!text)
+        return false;
+    *out = grammar_cache_get(cache, SERVE_CONSTRAINT_GBNF, text, TOOL_GRAMMAR_ROOT, "tools", err);
+    free(text);
+    return *out != NULL;
+}

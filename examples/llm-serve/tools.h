@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "request.h"
+#include "structured.h"
 
 /* How a model family writes tool calls in its reply. */
 typedef struct tool_format {
@@ -35,6 +36,12 @@ bool serve_parse_tools(const cJSON *root, serve_request *req, serve_error *err);
  * compiler refuses) or a 503 in `err`. Caller frees. */
 #define TOOL_GRAMMAR_ROOT "tool-call-list"
 char *tool_grammar_text(const serve_request *req, const tool_format *fmt, serve_error *err);
+
+/* The grammar the request's output must follow, into `*out` (NULL when
+ * none): its response_format (or another server's field), or the tool
+ * calls tool_choice forces, in `fmt`. False with `err` filled. */
+bool serve_request_grammar(grammar_cache *cache, const serve_request *req, const tool_format *fmt,
+                           grammar_ref **out, serve_error *err);
 
 /* The system text that lists the tools and the reply format, for a template
  * with no tools section. NULL when out of memory. Caller frees. */
