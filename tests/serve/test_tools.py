@@ -128,15 +128,27 @@ def test_auto_stream_equals_non_stream():
         assert finish == whole.finish_reason, (finish, whole.finish_reason)
 
 
-def round_trip(stream):
-    first = chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
-                 temperature=0).choices[0].message
-    call = first.tool_calls[0]
+def round_trip(stream, tool_choice):
+    """A call (streamed or not), its result sent back, a final answer."""
+    kw = dict(tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=False, temperature=0)
+    if stream:
+        calls, _, finish = stream_calls(**kw)
+        assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+        call = {"id": calls[0]["id"], "name": calls[0]["name"], "arguments": calls[0]["arguments"]}
+    else:
+        c = chat(**kw).choices[0]
+        assert c.finish_reason == "tool_calls", c
+        check_calls(c.message.tool_calls, {"get_weather", "get_time"})
+        t = c.message.tool_calls[0]
+        call = {"id": t.id, "name": t.function.name, "arguments": t.function.arguments}
+    jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+    if isinstance(tool_choice, dict):
+        assert call["name"] == tool_choice["function"]["name"], call
     messages = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
-        {"role": "tool", "tool_call_id": call.id, "content": json.dumps(
+            {"id": call["id"], "type": "function",
+             "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+        {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(
             {"temperature": 21, "sky": "sunny"})}]
     # "none": tools offered no more, the model answers in words.
     if stream:
@@ -158,12 +170,17 @@ def round_trip(stream):
     return messages
 
 
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
 def test_round_trip():
-    round_trip(False)
+    round_trip(False, "required")
+    round_trip(False, NAMED)
 
 
 def test_round_trip_stream():
-    round_trip(True)
+    round_trip(True, "required")
+    round_trip(True, NAMED)
 
 
 def prompt_tokens(**kw):
@@ -204,7 +221,7 @@ def test_tools_reach_the_template():
     assert prompt_tokens(tools=TOOLS, tool_choice="none") == plain
     if not TEMPLATE:
         return
-    messages = round_trip(False)
+    messages = round_trip(False, NAMED)
     for msgs, tools in ((ASK, TOOLS), (messages, TOOLS), (messages, None)):
         want = len(tokenize(render_reference(msgs, tools)))
         got = prompt_tokens(messages=msgs, **({"tools": tools} if tools else {}))
