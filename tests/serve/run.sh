@@ -72,14 +72,17 @@ kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=
 
-# Tool calling with a template that renders the tools (--chat-template),
-# checked against Python's jinja2; the reply parser on its own first.
+# Tool calling with templates that render the tools (--chat-template), in
+# the Hermes and the Llama 3 styles, checked against Python's jinja2; the
+# reply parser on its own first.
 "$BUILD/tests/serve/test_tool_parse"
-start_server "$LOG_DIR/tools" --ctx 2048 --chat-template tests/serve/hermes_tools.jinja
-TOOLS_TEMPLATE=tests/serve/hermes_tools.jinja "$PY" tests/serve/test_tools.py
-kill -TERM "$SERVER_PID"
-wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
-SERVER_PID=
+for template in hermes_tools llama3_tools; do
+    start_server "$LOG_DIR/$template" --ctx 2048 --chat-template "tests/serve/$template.jinja"
+    TOOLS_TEMPLATE="tests/serve/$template.jinja" "$PY" tests/serve/test_tools.py
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+    SERVER_PID=
+done
 
 # 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
 start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12

@@ -2,9 +2,9 @@
 
 Run against a server with SmolLM2's own template (no tools section: the
 fallback preamble), and again with TOOLS_TEMPLATE set to the
---chat-template file the server was given (a Hermes-style tools section):
-then the prompt the server builds is checked against the same template
-rendered by Python's jinja2 as transformers does."""
+--chat-template file the server was given (a tools section in the Hermes or
+the Llama 3 style): then the prompt the server builds is checked against
+the same template rendered by Python's jinja2 as transformers does."""
 import json
 import os
 
