@@ -457,9 +457,8 @@ static char *response_body(generation *g)
             put_string(m, "role", "assistant", &ok);
             bool calls = false;
             if (serve_request_uses_tools(&g->req))
-                ok = ok &&
-                     tool_reply_put(m, s->text, g->tool_format, g->req.tools_json, false, 0,
-                                         &calls);
+                ok = ok && tool_reply_put(m, s->text, g->tool_format, g->req.tools_json, false, 0,
+                                          &calls);
             else
                 put_string(m, "content", s->text ? s->text : "", &ok);
             s->made_calls = calls;
