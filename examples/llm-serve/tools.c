@@ -278,13 +278,18 @@ char *tool_grammar_text(const serve_request *req, const tool_format *fmt, serve_
         return NULL;
     }
     size_t need = 0;
-    llm_status st = llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, NULL, 0, &need);
+    /* Optional whitespace between JSON tokens, as in llama.cpp's tool
+     * grammars: models learned calls written with spaces ({"name": ...}). */
+    llm_grammar_params params;
+    llm_grammar_params_init(&params);
+    params.whitespace = LLM_GRAMMAR_WS_FLEXIBLE;
+    llm_status st = llm_grammar_schema_to_ebnf(schema, strlen(schema), &params, NULL, 0, &need);
     /* The wrapper: each call is `open root close`, calls apart by `separator`;
      * a literal takes at most twice its length, escaped. */
     size_t extra = 4 * (strlen(fmt->open) + strlen(fmt->close) + strlen(fmt->separator)) + 256;
     char *text = st == LLM_ERR_BUFFER_TOO_SMALL ? serve_malloc(need + extra) : NULL;
     if (text)
-        st = llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, text, need, &need);
+        st = llm_grammar_schema_to_ebnf(schema, strlen(schema), &params, text, need, &need);
     free(schema);
     if (st != LLM_OK) {
         free(text);
