@@ -194,6 +194,23 @@ def test_grammars_are_cached():
         assert json.loads(r.choices[0].message.content) == {"x": schema["properties"]["x"]["enum"][0]}
 
 
+def test_grammar_cache_under_load():
+    """More distinct schemas than the cache holds (64), from 8 threads at
+    once, each twice: every answer follows its own schema, through
+    compiles racing for the same text and evictions of grammars in use."""
+    import concurrent.futures
+
+    def one(i):
+        schema = {"type": "object", "properties": {"v": {"const": f"value-{i}"}},
+                  "required": ["v"], "additionalProperties": False}
+        r = chat(response_format=response_format(f"s{i}", schema), max_tokens=20)
+        return json.loads(r.choices[0].message.content) == {"v": f"value-{i}"}
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, [i % 80 for i in range(160)]))
+    assert all(results), results.count(False)
+
+
 def bad(body, param, *message_parts, path="/v1/chat/completions"):
     body = dict(body)
     body.setdefault("messages" if "chat" in path else "prompt",
@@ -237,5 +254,6 @@ if __name__ == "__main__":
         test_json_schema_each_schema, test_json_schema_stream, test_completions_response_format,
         test_pydantic_parse, test_pydantic_parse_stream, test_json_object,
         test_response_format_text_is_free, test_extension_fields, test_grammars_are_cached,
+        test_grammar_cache_under_load,
         test_bad_requests,
     ])
