@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 
@@ -133,6 +134,7 @@ struct grammar_cache {
     grammar_ref **entries;
     size_t n, capacity;
     uint64_t clock;
+    grammar_cache_stats stats;
 };
 
 grammar_cache *grammar_cache_create(const llm_model *model, size_t capacity) {
@@ -242,6 +244,7 @@ grammar_ref *grammar_cache_get(grammar_cache *c, serve_constraint kind, const ch
     if (r) {
         r->refs++;
         r->used = ++c->clock;
+        c->stats.hits++;
         pthread_mutex_unlock(&c->lock);
         free(key);
         return r;
@@ -251,7 +254,14 @@ grammar_ref *grammar_cache_get(grammar_cache *c, serve_constraint kind, const ch
      * whose grammar is already here. Two requests may compile the same
      * text at once; the first one listed wins. */
     llm_grammar *g = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     llm_status st = compile(c->model, kind, text, root, &g);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_mutex_lock(&c->lock);
+    c->stats.compiles++;
+    c->stats.compile_seconds += (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    pthread_mutex_unlock(&c->lock);
     if (st != LLM_OK) {
         free(key);
         if (st == LLM_ERR_OUT_OF_MEMORY)
@@ -285,4 +295,11 @@ grammar_ref *grammar_cache_get(grammar_cache *c, serve_constraint kind, const ch
         return raced;
     }
     return r;
+}
+
+void grammar_cache_get_stats(grammar_cache *c, grammar_cache_stats *out) {
+    pthread_mutex_lock(&c->lock);
+    *out = c->stats;
+    out->entries = c->n;
+    pthread_mutex_unlock(&c->lock);
 }

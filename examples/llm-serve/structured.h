@@ -7,6 +7,8 @@
 
 #include <cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "llm.h"
 #include "request.h"
@@ -33,6 +35,15 @@ void grammar_cache_free(grammar_cache *c);
 grammar_ref *grammar_cache_get(grammar_cache *c, serve_constraint kind, const char *text,
                                const char *root, const char *param, serve_error *err);
 const llm_grammar *grammar_ref_grammar(const grammar_ref *ref);
+
+/* What the cache did, for /metrics. */
+typedef struct grammar_cache_stats {
+    uint64_t compiles;      /* grammars compiled (failures included) */
+    uint64_t hits;          /* requests served a cached grammar */
+    double compile_seconds; /* time spent compiling */
+    size_t entries;         /* grammars kept now */
+} grammar_cache_stats;
+void grammar_cache_get_stats(grammar_cache *c, grammar_cache_stats *out);
 /* NULL is a no-op. */
 void grammar_ref_release(grammar_ref *ref);
 

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pydantic
 
-from common import API_KEY, BASE_URL, Suite, post_json
+from common import API_KEY, BASE_URL, Suite, metrics, post_json
 
 client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=API_KEY or "none", max_retries=0)
 MODEL_ID = client.models.list().data[0].id
@@ -184,14 +184,24 @@ def test_extension_fields():
 
 
 def test_grammars_are_cached():
-    """The same schema again is served from the cache: same output, and the
-    cache cannot break a schema that differs only in one enum value."""
+    """A schema is compiled on its first request and served from the cache
+    after (/metrics counts both); two schemas that differ in one enum value
+    are two grammars."""
     a = {"type": "object", "properties": {"x": {"enum": ["left"]}}, "required": ["x"]}
     b = {"type": "object", "properties": {"x": {"enum": ["right"]}}, "required": ["x"]}
+    counts = []
     for schema in (a, b, a, b):
+        before = metrics()
         r = chat(response_format=response_format("x", schema), max_tokens=20)
+        after = metrics()
+        counts.append((after["llm_serve_grammar_compiles_total"] -
+                       before["llm_serve_grammar_compiles_total"],
+                       after["llm_serve_grammar_cache_hits_total"] -
+                       before["llm_serve_grammar_cache_hits_total"]))
         check(r.choices[0].message.content, schema, "cache")
         assert json.loads(r.choices[0].message.content) == {"x": schema["properties"]["x"]["enum"][0]}
+    assert counts == [(1, 0), (1, 0), (0, 1), (0, 1)], counts
+    assert 1 <= metrics()["llm_serve_grammar_cache_entries"] <= 64
 
 
 def test_grammar_cache_under_load():
