@@ -84,6 +84,18 @@ for template in hermes_tools llama3_tools; do
     SERVER_PID=
 done
 
+# A --chat-template that does not parse or cannot be read stops the start
+# (exit 2) with the reason.
+printf '{%% for m in messages %%}{{ m.content }' >"$LOG_DIR/broken.jinja"
+for case in "broken.jinja:syntax error" "absent.jinja:No such file"; do
+    template=$LOG_DIR/${case%%:*}
+    rc=0
+    "$SERVER_BIN" -m "$MODEL" --port 0 -q --chat-template "$template" >/dev/null \
+        2>"$LOG_DIR/template.err" || rc=$?
+    [ "$rc" = 2 ] && grep -q "${case#*:}" "$LOG_DIR/template.err" ||
+        { echo "serve-test: --chat-template $template: exit $rc: $(cat "$LOG_DIR/template.err")"; exit 1; }
+done
+
 # 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
 start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12
 "$PY" tests/serve/test_preemption.py
