@@ -457,8 +457,7 @@ static char *response_body(generation *g)
             put_string(m, "role", "assistant", &ok);
             bool calls = false;
             if (serve_request_uses_tools(&g->req))
-                ok = ok && tool_reply_put(m, s->text, g->tool_format, g->req.tools_json, false, 0,
-                                          &calls);
+                ok = ok && tool_reply_put(m, s->text, g->tool_format, &g->req, false, 0, &calls);
             else
                 put_string(m, "content", s->text ? s->text : "", &ok);
             s->made_calls = calls;
@@ -587,8 +586,8 @@ static bool queue_tool_event(generation *g, sample_out *s, const job_event *ev) 
     }
     chunk = stream_chunk(g, ev->sample_index, &c, &ok);
     cJSON *delta = put_object(c, "delta", &ok);
-    ok = ok && tool_reply_put(delta, s->text, g->tool_format, g->req.tools_json, true,
-                              s->content_sent, &calls);
+    ok = ok &&
+         tool_reply_put(delta, s->text, g->tool_format, &g->req, true, s->content_sent, &calls);
     put_null(c, "logprobs", &ok);
     put_null(c, "finish_reason", &ok);
     if (ok && !cJSON_GetArraySize(delta)) {

@@ -242,9 +242,14 @@ bool tool_reply_parse(const char *text, const tool_format *fmt, const char *tool
 }
 
 bool tool_reply_put(cJSON *message, const char *text, const tool_format *fmt,
-                    const char *tools_json, bool delta, size_t content_sent, bool *has_calls) {
+                    const serve_request *req, bool delta, size_t content_sent, bool *has_calls) {
     tool_reply reply;
-    bool ok = tool_reply_parse(text ? text : "", fmt, tools_json, &reply);
+    bool ok = tool_reply_parse(text ? text : "", fmt, req->tools_json, &reply);
+    /* Without parallel calls a client expects one at most: the first. */
+    for (; ok && !req->parallel_tool_calls && reply.n_calls > 1; reply.n_calls--) {
+        free(reply.calls[reply.n_calls - 1].name);
+        free(reply.calls[reply.n_calls - 1].arguments);
+    }
     *has_calls = ok && reply.n_calls;
     size_t content_len = reply.content ? strlen(reply.content) : 0;
     const char *unsent = delta && content_sent < content_len ? reply.content + content_sent : "";

@@ -35,13 +35,14 @@ void tool_reply_free(tool_reply *r);
 /* Writes a new call id, "call_" and 24 random letters and digits. */
 void tool_call_new_id(char id[32]);
 
-/* Puts a reply into `message` (a chat message, or a stream's last delta
- * when `delta`): "content" (null when there are only calls; in a delta,
- * only what follows the `content_sent` bytes streamed already, and absent
- * when that is nothing) and "tool_calls" when the reply holds calls in
- * `fmt`. Sets `*has_calls`. False when out of memory. */
+/* Puts a reply to `req` into `message` (a chat message, or a stream's last
+ * delta when `delta`): "content" (null when there are only calls; in a
+ * delta, only what follows the `content_sent` bytes streamed already, and
+ * absent when that is nothing) and "tool_calls" when the reply holds calls
+ * in `fmt` to req's tools (the first only without parallel_tool_calls).
+ * Sets `*has_calls`. False when out of memory. */
 bool tool_reply_put(cJSON *message, const char *text, const tool_format *fmt,
-                    const char *tools_json, bool delta, size_t content_sent, bool *has_calls);
+                    const serve_request *req, bool delta, size_t content_sent, bool *has_calls);
 
 /* How many bytes of a reply still being generated (`text`, `len` bytes)
  * are content whatever follows, and can be streamed: up to where a call in

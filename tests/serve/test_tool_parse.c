@@ -22,6 +22,10 @@ static const char TOOLS[] =
     "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
 
+/* A request offering TOOLS, parallel calls allowed. */
+static serve_request TOOLS_REQUEST = {
+    .chat = true, .tools_json = (char *)TOOLS, .n_tools = 2, .parallel_tool_calls = true};
+
 typedef struct expect {
     const char *reply;
     const char *content; /* NULL: none */
@@ -252,7 +256,7 @@ static void test_reply_json(void **state) {
     bool calls = false;
     assert_true(
         tool_reply_put(m, "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>",
-                       tool_format_find("hermes"), TOOLS, false, 0, &calls));
+                       tool_format_find("hermes"), &TOOLS_REQUEST, false, 0, &calls));
     assert_true(calls);
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(m, "content")));
     cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tool_calls"), 0);
@@ -265,14 +269,14 @@ static void test_reply_json(void **state) {
     /* a stream's delta: the call's index; no content key when there is none */
     m = cJSON_CreateObject();
     assert_true(tool_reply_put(m, "{\"name\":\"get_time\",\"parameters\":{}}",
-                               tool_format_find("llama3"), TOOLS, true, 0, &calls));
+                               tool_format_find("llama3"), &TOOLS_REQUEST, true, 0, &calls));
     assert_null(cJSON_GetObjectItem(m, "content"));
     call = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tool_calls"), 0);
     assert_int_equal(cJSON_GetObjectItem(call, "index")->valueint, 0);
     cJSON_Delete(m);
     m = cJSON_CreateObject();
-    assert_true(
-        tool_reply_put(m, "Just text.", tool_format_find("hermes"), TOOLS, false, 0, &calls));
+    assert_true(tool_reply_put(m, "Just text.", tool_format_find("hermes"), &TOOLS_REQUEST, false,
+                               0, &calls));
     assert_false(calls);
     assert_string_equal(cJSON_GetObjectItem(m, "content")->valuestring, "Just text.");
     assert_null(cJSON_GetObjectItem(m, "tool_calls"));
@@ -310,12 +314,30 @@ static void test_streamed_prefix(void **state) {
     assert_true(tool_reply_put(m,
                                "Let me look.\n<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}"
                                "\n</tool_call>",
-                               hermes, TOOLS, true, 6, &calls));
+                               hermes, &TOOLS_REQUEST, true, 6, &calls));
     assert_true(calls);
     assert_string_equal(cJSON_GetObjectItem(m, "content")->valuestring, " look.");
     cJSON_Delete(m);
+    /* two calls, parallel calls not allowed: the first one */
+    serve_request single = TOOLS_REQUEST;
+    single.parallel_tool_calls = false;
     m = cJSON_CreateObject();
-    assert_true(tool_reply_put(m, "Let me look.", hermes, TOOLS, true, 12, &calls));
+    assert_true(
+        tool_reply_put(m,
+                       "{\"name\":\"get_time\",\"parameters\":{}};{\"name\":\"get_weather\","
+                       "\"parameters\":{\"city\":\"Oslo\"}}",
+                       llama3, &single, false, 0, &calls));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "tool_calls")), 1);
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    assert_true(tool_reply_put(m,
+                               "{\"name\":\"get_time\",\"parameters\":{}};{\"name\":\"get_time\","
+                               "\"parameters\":{}}",
+                               llama3, &TOOLS_REQUEST, false, 0, &calls));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "tool_calls")), 2);
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    assert_true(tool_reply_put(m, "Let me look.", hermes, &TOOLS_REQUEST, true, 12, &calls));
     assert_false(calls);
     assert_null(cJSON_GetObjectItem(m, "content"));
     cJSON_Delete(m);
