@@ -162,9 +162,10 @@ static bool copy_tool_calls(const cJSON *calls, size_t index, cJSON *to, serve_e
         cJSON *cfn = cJSON_GetObjectItemCaseSensitive(c, "function");
         cJSON *cargs = cJSON_GetObjectItemCaseSensitive(cfn, "arguments");
         cJSON *parsed = cJSON_IsString(cargs) ? cJSON_Parse(cargs->valuestring) : NULL;
-        if (cJSON_IsObject(parsed))
-            cJSON_ReplaceItemInObjectCaseSensitive(cfn, "arguments", parsed);
-        else
+        /* Text that is not an object's JSON stays text (so does all of it
+         * if the replacement cannot be allocated). */
+        if (!cJSON_IsObject(parsed) ||
+            !cJSON_ReplaceItemInObjectCaseSensitive(cfn, "arguments", parsed))
             cJSON_Delete(parsed);
     }
     return true;
