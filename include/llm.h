@@ -682,6 +682,21 @@ LLM_API llm_status llm_grammar_compile_ebnf(const llm_model *model, const char *
 LLM_API llm_status llm_grammar_compile_regex(const llm_model *model, const char *regex,
                                              size_t len, const llm_grammar_params *params,
                                              llm_grammar **out);
+/**
+ * Writes the GBNF text that llm_grammar_compile_json_schema() compiles for
+ * `schema` (`len` bytes of JSON, borrowed for the call; `params` may be
+ * NULL: its whitespace applies): rules named `root` (the start) and others
+ * named by the compiler, none containing the characters "call". A host
+ * appends its own rules around the schema's (say, a wrapper that starts
+ * with fixed text and refers to `root`) and compiles the whole with
+ * llm_grammar_compile_ebnf() and ::llm_grammar_params.root set to its rule.
+ * Needs no model. Errors as llm_grammar_compile_json_schema(); a too small
+ * buffer gives ::LLM_ERR_BUFFER_TOO_SMALL with `*n_bytes` = the capacity
+ * needed, NUL included (NULL/0 asks for the size). Thread-safe. Since 1.4.
+ */
+LLM_API llm_status llm_grammar_schema_to_ebnf(const char *schema, size_t len,
+                                              const llm_grammar_params *params, char *buf,
+                                              size_t capacity, size_t *n_bytes);
 /** Frees a grammar; it must outlive every state, sampler and request that
  *  uses it. NULL is a no-op. */
 LLM_API void llm_grammar_free(llm_grammar *grammar);

@@ -61,6 +61,8 @@ void job_release(job *j)
     int left = --j->refs;
     pthread_mutex_unlock(&j->lock);
     if (left) return;
+    if (j->on_free)
+        j->on_free(j->on_free_arg);
     for (job_event *ev = j->head, *next; ev; ev = next) {
         next = ev->next;
         free(ev);

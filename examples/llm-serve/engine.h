@@ -36,6 +36,10 @@ typedef struct job {
     bool out_of_memory;
     llm_request_id id;
     struct job *next_active;
+    /* Called once the last reference is dropped, when the library is done
+     * with the request: frees what its params borrowed (a grammar). */
+    void (*on_free)(void *arg);
+    void *on_free_arg;
 } job;
 
 typedef struct engine engine;

@@ -11,8 +11,10 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "chat_render.h"
 #include "json_out.h"
 #include "logprobs_json.h"
+#include "tool_parse.h"
 
 #define WAIT_SLICE_MS 100
 /* Longest time a request waits for its next event before it is given up:
@@ -40,6 +42,8 @@ typedef struct sample_out {
     size_t sent_chars;    /* characters of the answer sent (or collected) */
     held_token *held;
     size_t n_held, cap_held;
+    bool made_calls;     /* the reply held tool calls */
+    size_t content_sent; /* with tools, streaming: bytes of `text` sent as content */
 } sample_out;
 
 struct generation {
@@ -50,6 +54,8 @@ struct generation {
     size_t n_prompt;
     char id[48];
     long long created;
+    const tool_format *tool_format; /* with tools: how the reply writes calls */
+    grammar_ref *grammar;           /* until the job owns it */
     double t_submit, t_first, t_last;
     double next_client_check;
     uint32_t n_generated;
@@ -96,39 +102,6 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return true;
 }
 
-static char *render_chat(server *srv, const serve_request *req, serve_error *err)
-{
-    llm_chat_message *msgs = serve_calloc(req->n_messages, sizeof *msgs);
-    if (!msgs) {
-        serve_error_out_of_memory(err, "while rendering the chat template");
-        return NULL;
-    }
-    for (size_t i = 0; i < req->n_messages; i++)
-        msgs[i] = (llm_chat_message){req->messages[i].role, req->messages[i].content};
-    size_t need = 0;
-    llm_status st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, NULL, 0, &need);
-    char *text = NULL;
-    if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-        text = serve_malloc(need);
-        if (!text) {
-            free(msgs);
-            serve_error_out_of_memory(err, "while rendering the chat template");
-            return NULL;
-        }
-        st = llm_chat_template_apply(srv->model, msgs, req->n_messages, true, text, need, &need);
-    }
-    free(msgs);
-    if (st != LLM_OK) {
-        free(text);
-        bool server_fault = st == LLM_ERR_OUT_OF_MEMORY || st == LLM_ERR_INTERNAL;
-        serve_error_set(err, server_fault ? 500 : 400,
-                        server_fault ? "server_error" : "invalid_request_error", "messages",
-                        "cannot apply the chat template: %s", llm_last_error());
-        return NULL;
-    }
-    return text;
-}
-
 static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **out, size_t *n,
                      serve_error *err)
 {
@@ -153,6 +126,8 @@ static bool tokenize(server *srv, const char *text, uint32_t flags, llm_token **
     }
     return true;
 }
+
+static void release_grammar(void *ref) { grammar_ref_release(ref); }
 
 generation *generation_start(server *srv, const char *body, size_t len, bool chat,
                              serve_error *err)
@@ -185,7 +160,7 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
         memcpy(g->prompt, req->prompt_tokens, req->n_prompt_tokens * sizeof *g->prompt);
         g->n_prompt = req->n_prompt_tokens;
     } else {
-        char *text = chat ? render_chat(srv, req, err) : serve_strdup(req->prompt);
+        char *text = chat ? chat_render(srv, req, &g->tool_format, err) : serve_strdup(req->prompt);
         if (!text) {
             if (!chat) serve_error_out_of_memory(err, "while copying the prompt");
             goto fail;
@@ -229,7 +204,16 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     llm_sampling_params sampling;
     llm_request_params params;
     serve_request_params(req, max_new, stops, &sampling, &params);
+    if (!serve_request_grammar(srv->grammars, req, g->tool_format, &g->grammar, err))
+        goto fail;
+    sampling.grammar = g->grammar ? grammar_ref_grammar(g->grammar) : NULL;
     g->job = job_create(req->n);
+    if (g->job && g->grammar) {
+        /* The library borrows the grammar until the request is gone. */
+        g->job->on_free = release_grammar;
+        g->job->on_free_arg = g->grammar;
+        g->grammar = NULL;
+    }
     g->samples = serve_calloc(req->n, sizeof *g->samples);
     if (!g->job || !g->samples) {
         serve_error_out_of_memory(err, "while starting the request");
@@ -471,7 +455,12 @@ static char *response_body(generation *g)
         if (chat) {
             cJSON *m = put_object(c, "message", &ok);
             put_string(m, "role", "assistant", &ok);
-            put_string(m, "content", s->text ? s->text : "", &ok);
+            bool calls = false;
+            if (serve_request_uses_tools(&g->req))
+                ok = ok && tool_reply_put(m, s->text, g->tool_format, &g->req, false, 0, &calls);
+            else
+                put_string(m, "content", s->text ? s->text : "", &ok);
+            s->made_calls = calls;
             if (g->req.logprobs) {
                 cJSON *lp = put_object(c, "logprobs", &ok);
                 put_item(lp, "content", s->logprobs, &ok);
@@ -490,7 +479,7 @@ static char *response_body(generation *g)
                 put_null(c, "logprobs", &ok);
             }
         }
-        put_string(c, "finish_reason", finish_name(s->finish), &ok);
+        put_string(c, "finish_reason", s->made_calls ? "tool_calls" : finish_name(s->finish), &ok);
     }
     put_usage(root, g, &ok);
     char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
@@ -569,12 +558,59 @@ static cJSON *stream_chunk(generation *g, uint32_t index, cJSON **choice_out, bo
     return root;
 }
 
+/* A reply that may hold tool calls: its text is streamed only as far as it
+ * cannot be part of a call; the rest, and each call whole in one delta,
+ * when it ends (a call is known only once complete). False when out of
+ * memory. */
+static bool queue_tool_event(generation *g, sample_out *s, const job_event *ev) {
+    if (ev->text_len && !append(&s->text, &s->len, &s->cap, ev->text, ev->text_len))
+        return false;
+    bool ok = true, calls = false;
+    cJSON *c, *chunk;
+    if (ev->finish_reason == LLM_FINISH_NONE) {
+        /* "auto": text that cannot be part of a call goes out as it comes. */
+        size_t n = g->req.tool_choice == SERVE_TOOL_CHOICE_AUTO && s->text
+                       ? tool_reply_sendable(s->text, s->len, g->tool_format)
+                       : 0;
+        if (n <= s->content_sent)
+            return true;
+        char held = s->text[n];
+        s->text[n] = '\0';
+        chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+        put_string(put_object(c, "delta", &ok), "content", s->text + s->content_sent, &ok);
+        s->text[n] = held;
+        put_null(c, "logprobs", &ok);
+        put_null(c, "finish_reason", &ok);
+        s->content_sent = n;
+        return queue_chunk(g, chunk, ok);
+    }
+    chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+    cJSON *delta = put_object(c, "delta", &ok);
+    ok = ok &&
+         tool_reply_put(delta, s->text, g->tool_format, &g->req, true, s->content_sent, &calls);
+    put_null(c, "logprobs", &ok);
+    put_null(c, "finish_reason", &ok);
+    if (ok && !cJSON_GetArraySize(delta)) {
+        cJSON_Delete(chunk); /* nothing was said */
+    } else if (!queue_chunk(g, chunk, ok)) {
+        return false;
+    }
+    ok = true;
+    chunk = stream_chunk(g, ev->sample_index, &c, &ok);
+    put_object(c, "delta", &ok);
+    put_null(c, "logprobs", &ok);
+    put_string(c, "finish_reason", calls ? "tool_calls" : finish_name(ev->finish_reason), &ok);
+    return queue_chunk(g, chunk, ok);
+}
+
 /* Turns one event into chunks; false when out of memory. */
 static bool queue_event(generation *g, const job_event *ev)
 {
     sample_out *s = ev->sample_index < g->req.n ? &g->samples[ev->sample_index] : NULL;
     account(g, ev);
     if (!s) return true;
+    if (serve_request_uses_tools(&g->req))
+        return queue_tool_event(g, s, ev);
     size_t n_tokens = 0;
     if (g->req.logprobs && !tokens_with_text(s, ev, &n_tokens)) return false;
     if (ev->text_len || n_tokens) {
@@ -733,6 +769,7 @@ void generation_end(generation *g, bool completed)
                                    tpot);
     }
     job_release(g->job);
+    grammar_ref_release(g->grammar);
     if (g->samples) {
         for (uint32_t i = 0; i < g->req.n; i++) {
             free(g->samples[i].text);

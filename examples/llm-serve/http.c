@@ -389,11 +389,14 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, exchange *ex, const
         if (atomic_load(&ex->srv->draining))
             return fail(conn, ex, 503, "server_error", NULL, "the server is shutting down");
         return send_text(conn, ex, 200, "application/json", serve_strdup("{\"status\":\"ok\"}"));
-    default:
+    default: {
+        grammar_cache_stats grammars;
+        grammar_cache_get_stats(ex->srv->grammars, &grammars);
         /* metrics_render returns NULL when out of memory; send_text answers 503. */
         return send_text(conn, ex, 200, "text/plain; version=0.0.4",
                          metrics_render(ex->srv->metrics, ex->srv->session, ex->srv->device_name,
-                                        ex->srv->tensor_parallel));
+                                        ex->srv->tensor_parallel, &grammars));
+    }
     }
 }
 

@@ -29,6 +29,7 @@ typedef struct options {
     long long max_body_bytes;
     const char *served_model_name;
     const char *draft_model_path;
+    const char *chat_template_path;
     serve_device device;
     int verbose, quiet;
     bool matryoshka;
@@ -70,6 +71,8 @@ static void usage(FILE *f)
             "                            experimental; default 1)\n"
             "  --devices LIST            device ids to run on, N of them for --tp N, like 0,1\n"
             "                            (default: device 0, or 0 .. N-1)\n"
+            "  --chat-template FILE      Jinja chat template to use instead of the model's\n"
+            "                            (e.g. one with a tools section for tool calling)\n"
             "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
             "                            for \"speculative\": \"draft\"\n"
             "  --max-connections N       open connections at most; more get a fast 503\n"
@@ -162,6 +165,8 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--served-model-name")) o->served_model_name = v;
         else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
+        else if (!strcmp(a, "--chat-template"))
+            o->chat_template_path = v;
         else if (!strcmp(a, "--device"))
             o->device.backend = v;
         else if (!strcmp(a, "--tp")) {
@@ -238,6 +243,60 @@ static char *default_model_name(const char *path)
     size_t n = strlen(name);
     if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
     return name;
+}
+
+/* The whole of a text file, NUL-terminated; NULL with a message on stderr. */
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "llm-serve: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0, n;
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = cap * 2 + 4096 + 1;
+            char *bigger = realloc(text, cap);
+            if (!bigger) {
+                fprintf(stderr, "llm-serve: out of memory reading %s\n", path);
+                free(text);
+                fclose(f);
+                return NULL;
+            }
+            text = bigger;
+        }
+        n = fread(text + len, 1, 4096, f);
+        len += n;
+    } while (n == 4096);
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        fprintf(stderr, "llm-serve: cannot read %s\n", path);
+        free(text);
+        return NULL;
+    }
+    text[len] = '\0';
+    return text;
+}
+
+/* --chat-template: the file's text, checked by rendering one message. */
+static char *load_chat_template(const llm_model *model, const char *path) {
+    char *text = read_text_file(path);
+    if (!text)
+        return NULL;
+    llm_chat_params cp;
+    llm_chat_params_init(&cp);
+    cp.messages_json = "[{\"role\":\"user\",\"content\":\"Hello\"}]";
+    cp.template_text = text;
+    size_t need = 0;
+    llm_status st = llm_chat_apply(model, &cp, NULL, 0, &need);
+    if (st != LLM_OK && st != LLM_ERR_BUFFER_TOO_SMALL) {
+        fprintf(stderr, "llm-serve: --chat-template %s: %s\n", path, llm_last_error());
+        free(text);
+        return NULL;
+    }
+    return text;
 }
 
 /* Each connection holds a descriptor (two while its generation runs), and
@@ -376,9 +435,15 @@ int main(int argc, char **argv)
     srv.max_connections_per_ip = (int)o.max_connections_per_ip;
     srv.idle_timeout = (int)o.idle_timeout;
     srv.http_threads = (int)o.http_threads;
+    char *chat_template = NULL;
+    if (o.chat_template_path && !(chat_template = load_chat_template(model, o.chat_template_path)))
+        return 2;
+    srv.chat_template = chat_template;
+    /* Compiled response_format and tool grammars kept for reuse. */
+    srv.grammars = grammar_cache_create(model, 64);
     srv.metrics = metrics_create();
     srv.engine = engine_start(srv.session);
-    if (!srv.metrics || !srv.engine) {
+    if (!srv.metrics || !srv.engine || !srv.grammars) {
         fprintf(stderr, "llm-serve: out of memory at startup\n");
         return 2;
     }
@@ -409,6 +474,8 @@ int main(int argc, char **argv)
     }
     http_stop(http);
     engine_stop(srv.engine);
+    grammar_cache_free(srv.grammars); /* after the last request let go of its grammar */
+    free(chat_template);
     metrics_free(srv.metrics);
     llm_session_free(srv.session);
     llm_model_free(draft);

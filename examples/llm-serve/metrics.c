@@ -165,8 +165,8 @@ void metrics_watch_connections(metrics *m, const atomic_int *open_connections)
 
 void metrics_count_refused_connection(metrics *m) { atomic_fetch_add(&m->refused_connections, 1); }
 
-char *metrics_render(metrics *m, llm_session *session, const char *device,
-                     uint32_t tensor_parallel) {
+char *metrics_render(metrics *m, llm_session *session, const char *device, uint32_t tensor_parallel,
+                     const grammar_cache_stats *grammars) {
     llm_session_stats s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
@@ -226,6 +226,16 @@ char *metrics_render(metrics *m, llm_session *session, const char *device,
                s.spec_draft_tokens);
     put_single(&t, "llm_serve_spec_accepted_tokens_total", "counter", "Speculative drafts accepted.",
                s.spec_accepted_tokens);
+    if (grammars) {
+        put_single(&t, "llm_serve_grammar_compiles_total", "counter",
+                   "Grammars compiled for structured output and tool calls.", grammars->compiles);
+        put_single(&t, "llm_serve_grammar_cache_hits_total", "counter",
+                   "Requests served an already compiled grammar.", grammars->hits);
+        put_single(&t, "llm_serve_grammar_compile_seconds_total", "counter",
+                   "Time spent compiling grammars.", grammars->compile_seconds);
+        put_single(&t, "llm_serve_grammar_cache_entries", "gauge", "Compiled grammars kept.",
+                   (double)grammars->entries);
+    }
     if (t.out_of_memory) {
         free(t.buf);
         return NULL;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "llm.h"
+#include "structured.h"
 
 typedef struct metrics metrics;
 
@@ -26,8 +27,9 @@ void metrics_watch_connections(metrics *m, const atomic_int *open_connections);
 /* One connection refused at the global cap. */
 void metrics_count_refused_connection(metrics *m);
 
-/* Prometheus exposition text; caller frees. NULL when out of memory. */
-char *metrics_render(metrics *m, llm_session *session, const char *device,
-                     uint32_t tensor_parallel);
+/* Prometheus exposition text; caller frees. NULL when out of memory.
+ * `grammars` may be NULL (no structured-output metrics). */
+char *metrics_render(metrics *m, llm_session *session, const char *device, uint32_t tensor_parallel,
+                     const grammar_cache_stats *grammars);
 
 #endif

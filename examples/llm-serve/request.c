@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "structured.h"
+#include "tools.h"
 
 void serve_error_set(serve_error *err, int http_status, const char *type, const char *param,
                      const char *fmt, ...)
@@ -44,6 +46,10 @@ void serve_request_free(serve_request *req)
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     free(req->logit_bias);
     free(req->model);
+    free(req->messages_json);
+    free(req->constraint_text);
+    free(req->tools_json);
+    free(req->tool_choice_name);
     memset(req, 0, sizeof *req);
 }
 
@@ -127,6 +133,74 @@ static bool parse_content(const cJSON *content, size_t index, char **out, serve_
     return true;
 }
 
+/* An assistant message's tool_calls, checked and copied for the template.
+ * Arguments given as JSON text become the object itself, as templates that
+ * write them with `tojson` expect. */
+static bool copy_tool_calls(const cJSON *calls, size_t index, cJSON *to, serve_error *err) {
+    char name[64];
+    snprintf(name, sizeof name, "messages[%zu].tool_calls", index);
+    if (!cJSON_IsArray(calls))
+        return INVALID(name, "'%s' must be an array", name);
+    cJSON *copy = cJSON_AddArrayToObject(to, "tool_calls");
+    if (!copy)
+        return OUT_OF_MEMORY();
+    const cJSON *call;
+    cJSON_ArrayForEach(call, calls) {
+        const cJSON *fn = field(call, "function");
+        const cJSON *fname = field(fn, "name"), *args = field(fn, "arguments");
+        if (!cJSON_IsObject(call) || !cJSON_IsObject(fn) || !cJSON_IsString(fname) ||
+            (args && !cJSON_IsString(args) && !cJSON_IsObject(args)))
+            return INVALID(name,
+                           "'%s' must hold {\"type\": \"function\", \"function\": "
+                           "{\"name\": ..., \"arguments\": ...}} objects",
+                           name);
+        cJSON *c = cJSON_Duplicate(call, true);
+        if (!c || !cJSON_AddItemToArray(copy, c)) {
+            cJSON_Delete(c);
+            return OUT_OF_MEMORY();
+        }
+        cJSON *cfn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *cargs = cJSON_GetObjectItemCaseSensitive(cfn, "arguments");
+        cJSON *parsed = cJSON_IsString(cargs) ? cJSON_Parse(cargs->valuestring) : NULL;
+        /* Text that is not an object's JSON stays text (so does all of it
+         * if the replacement cannot be allocated). */
+        if (!cJSON_IsObject(parsed) ||
+            !cJSON_ReplaceItemInObjectCaseSensitive(cfn, "arguments", parsed))
+            cJSON_Delete(parsed);
+    }
+    return true;
+}
+
+/* One message as the template sees it, added to `out`. */
+static bool template_message(const cJSON *m, const char *role, const char *content, size_t index,
+                             cJSON *out, serve_error *err) {
+    cJSON *tm = cJSON_CreateObject();
+    if (!tm || !cJSON_AddItemToArray(out, tm)) {
+        cJSON_Delete(tm);
+        return OUT_OF_MEMORY();
+    }
+    if (!cJSON_AddStringToObject(tm, "role", role) ||
+        !cJSON_AddStringToObject(tm, "content", content))
+        return OUT_OF_MEMORY();
+    static const char *const passed[] = {"tool_call_id", "name"};
+    for (size_t k = 0; k < sizeof passed / sizeof *passed; k++) {
+        const cJSON *f = field(m, passed[k]);
+        if (!f)
+            continue;
+        if (!cJSON_IsString(f))
+            return INVALID("messages", "'messages[%zu].%s' must be a string", index, passed[k]);
+        if (!cJSON_AddStringToObject(tm, passed[k], f->valuestring))
+            return OUT_OF_MEMORY();
+    }
+    const cJSON *calls = field(m, "tool_calls");
+    if (calls && strcmp(role, "assistant"))
+        return INVALID("messages",
+                       "'messages[%zu].tool_calls': only assistant messages make "
+                       "tool calls",
+                       index);
+    return !calls || copy_tool_calls(calls, index, tm, err);
+}
+
 static bool parse_messages(const cJSON *root, serve_request *req, serve_error *err)
 {
     const cJSON *messages = field(root, "messages");
@@ -135,31 +209,54 @@ static bool parse_messages(const cJSON *root, serve_request *req, serve_error *e
     int count = cJSON_GetArraySize(messages);
     if (count == 0) return INVALID("messages", "'messages' must not be empty");
     req->messages = serve_calloc((size_t)count, sizeof *req->messages);
-    if (!req->messages) return OUT_OF_MEMORY();
+    cJSON *for_template = cJSON_CreateArray();
+    if (!req->messages || !for_template) {
+        cJSON_Delete(for_template);
+        return OUT_OF_MEMORY();
+    }
     const cJSON *m;
+    bool ok = true;
     cJSON_ArrayForEach(m, messages) {
         size_t i = req->n_messages;
         char name[64];
         snprintf(name, sizeof name, "messages[%zu].role", i);
-        if (!cJSON_IsObject(m)) return INVALID("messages", "'messages[%zu]' must be an object", i);
+        ok = false;
+        if (!cJSON_IsObject(m)) {
+            (void)INVALID("messages", "'messages[%zu]' must be an object", i);
+            break;
+        }
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role)) return INVALID(name, "'%s' must be a string", name);
+        if (!cJSON_IsString(role)) {
+            (void)INVALID(name, "'%s' must be a string", name);
+            break;
+        }
         const char *r = role->valuestring;
         if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return INVALID(name, "'%s' must be 'system', 'user' or 'assistant'", name);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
+            strcmp(r, "tool")) {
+            (void)INVALID(name, "'%s' must be 'system', 'user', 'assistant' or 'tool'", name);
+            break;
+        }
         char *content;
-        if (!parse_content(field(m, "content"), i, &content, err)) return false;
+        if (!parse_content(field(m, "content"), i, &content, err))
+            break;
         char *role_copy = serve_strdup(r);
         if (!role_copy) {
             free(content);
-            return OUT_OF_MEMORY();
+            (void)OUT_OF_MEMORY();
+            break;
         }
         req->messages[i].role = role_copy;
         req->messages[i].content = content;
         req->n_messages++;
+        if (!template_message(m, r, content, i, for_template, err))
+            break;
+        ok = true;
     }
-    return true;
+    if (ok && !(req->messages_json = cJSON_PrintUnformatted(for_template)))
+        ok = OUT_OF_MEMORY();
+    cJSON_Delete(for_template);
+    return ok;
 }
 
 /* A prompt given as token ids, as OpenAI's API allows. */
@@ -364,6 +461,19 @@ static bool parse_root(const cJSON *root, bool chat, const serve_limits *limits,
         if (!get_bool(root, "echo", &req->echo, err)) return false;
     }
     if (!get_bool(root, "ignore_eos", &req->ignore_eos, err)) return false;
+    if (!serve_parse_constraint(root, req, err))
+        return false;
+    if (chat && !serve_parse_tools(root, req, err))
+        return false;
+    if (req->constraint != SERVE_CONSTRAINT_NONE && serve_request_uses_tools(req) &&
+        req->tool_choice != SERVE_TOOL_CHOICE_AUTO)
+        return INVALID("tool_choice",
+                       "'tool_choice' '%s' constrains the output to tool calls; it cannot be "
+                       "combined with '%s'",
+                       req->tool_choice == SERVE_TOOL_CHOICE_REQUIRED ? "required" : "function",
+                       req->constraint_param);
+    if (serve_request_uses_tools(req) && req->logprobs)
+        return INVALID("logprobs", "'logprobs' is not supported with 'tools'");
     return parse_stop(root, req, err) && parse_sampling(root, req, err) &&
            parse_logit_bias(root, limits, req, err) && parse_spec(root, req, err);
 }

@@ -32,8 +32,27 @@ typedef struct serve_message {
     char *content;
 } serve_message;
 
+/* What the output must match (structured.c). */
+typedef enum serve_constraint {
+    SERVE_CONSTRAINT_NONE,
+    SERVE_CONSTRAINT_JSON_SCHEMA, /* text: a JSON Schema ({"type":"object"} for json_object) */
+    SERVE_CONSTRAINT_GBNF,        /* text: a GBNF grammar */
+    SERVE_CONSTRAINT_REGEX,       /* text: a regular expression */
+} serve_constraint;
+
+/* tool_choice (tools.c). */
+typedef enum serve_tool_choice {
+    SERVE_TOOL_CHOICE_AUTO,
+    SERVE_TOOL_CHOICE_NONE,
+    SERVE_TOOL_CHOICE_REQUIRED,
+    SERVE_TOOL_CHOICE_NAMED,
+} serve_tool_choice;
+
 typedef struct serve_request {
     bool chat;
+    /* The messages as the chat template gets them (a JSON array): roles
+     * normalised, content as one string, tool calls and tool results kept. */
+    char *messages_json;
     serve_message *messages; /* chat */
     size_t n_messages;
     char *prompt;            /* completions, as text */
@@ -57,7 +76,21 @@ typedef struct serve_request {
     uint32_t spec_mode; /* llm_spec_mode */
     uint32_t spec_k;
     char *model;
+    serve_constraint constraint;
+    char *constraint_text;
+    char constraint_param[32]; /* the field that set it, for errors */
+    /* Tools: the request's `tools` array as JSON (NULL: none given). */
+    char *tools_json;
+    size_t n_tools;
+    serve_tool_choice tool_choice;
+    char *tool_choice_name; /* SERVE_TOOL_CHOICE_NAMED */
+    bool parallel_tool_calls;
 } serve_request;
+
+/* Whether tools are offered to the model and its reply is read for calls. */
+static inline bool serve_request_uses_tools(const serve_request *req) {
+    return req->chat && req->tools_json && req->tool_choice != SERVE_TOOL_CHOICE_NONE;
+}
 
 void serve_error_set(serve_error *err, int http_status, const char *type, const char *param,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -6,6 +6,7 @@
 #   make serve-test-san      the same with the server under ASan+UBSan
 #   make fuzz-serve [FUZZ_SERVE_SECONDS=30]   the request-parsing fuzzer (clang)
 #   make fuzz-serve-regress  the fuzzers (requests, --devices) once over their seeds
+#   make build/tests/serve/test_tool_parse   tool-call parsing (no model; run.sh runs it)
 #   make bench-serve         load test; JSON under build/bench/
 SERVE_SRC := $(sort $(wildcard examples/llm-serve/*.c))
 SERVE_HDR := $(wildcard examples/llm-serve/*.h) examples/common/progress_bar.h
@@ -20,12 +21,12 @@ $(BUILD)/llm-serve: $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer $(SERVE_LIBS) \
 		-lm -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
-# The official openai client (pinned in tests/serve/run.sh) in
+# The official openai client (pinned in tests/requirements.txt) in
 # $(BUILD)/serve-venv, for the README's example and the tests.
 serve-venv:
 	BUILD=$(BUILD) tests/serve/run.sh --venv-only
 
-serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(MODEL)
+serve-test: $(BUILD)/llm-serve $(BUILD)/llm-run $(BUILD)/tests/serve/test_tool_parse $(MODEL)
 	BUILD=$(BUILD) tests/serve/run.sh
 
 # The same tests with the server under ASan+UBSan (the library as built).
@@ -36,7 +37,7 @@ $(SERVE_SAN_BIN): $(SERVE_SRC) $(SERVE_HDR) $(BUILD)/libllminfer.so
 		-fno-sanitize-recover=undefined $(SERVE_CFLAGS) $(SERVE_SRC) -o $@ -L$(BUILD) -lllminfer \
 		$(SERVE_LIBS) -lm -Wl,-rpath,'$$ORIGIN/..' -fsanitize=address,undefined
 
-serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
+serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(BUILD)/tests/serve/test_tool_parse $(MODEL)
 	BUILD=$(BUILD) LLM_SERVE_BIN=$(SERVE_SAN_BIN) ASAN_OPTIONS=detect_leaks=1 tests/serve/run.sh
 
 # The fuzzer links only the request translation (and its allocator), cJSON and the library (for
@@ -44,19 +45,30 @@ serve-test-san: $(SERVE_SAN_BIN) $(BUILD)/llm-run $(MODEL)
 # by the fuzz section of the Makefile because it needs cJSON and request.c.
 FUZZ_SERVE_SECONDS ?= 30
 FUZZ_SERVE_DIR := $(BUILD)/fuzz-serve
-$(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c examples/llm-serve/request.c \
-		examples/llm-serve/request.h examples/llm-serve/alloc.c $(BUILD)/libllminfer.so
+# The request's fields (request.c), its structured-output and tool fields
+# (structured.c, tools.c) and the tool-call reply parser (tool_parse.c).
+FUZZ_SERVE_REQUEST_SRC := examples/llm-serve/request.c examples/llm-serve/structured.c \
+	examples/llm-serve/tools.c examples/llm-serve/tool_parse.c examples/llm-serve/alloc.c
+$(FUZZ_SERVE_DIR)/fuzz_serve_request: tests/serve/fuzz_serve_request.c $(FUZZ_SERVE_REQUEST_SRC) \
+		$(SERVE_HDR) $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) -fsanitize=fuzzer $< \
-		examples/llm-serve/request.c examples/llm-serve/alloc.c -o $@ $(shell pkg-config --libs libcjson) \
-		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
+		$(FUZZ_SERVE_REQUEST_SRC) -o $@ $(shell pkg-config --libs libcjson) \
+		-L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm -pthread
+
+# Tool-call parsing, format detection and grammar text: no model needed.
+$(BUILD)/tests/serve/test_tool_parse: tests/serve/test_tool_parse.c $(FUZZ_SERVE_REQUEST_SRC) \
+		$(SERVE_HDR) $(BUILD)/libllminfer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) $< $(FUZZ_SERVE_REQUEST_SRC) -o $@ \
+		-L$(BUILD) -lllminfer $(shell pkg-config --libs libcjson cmocka) -lm -pthread \
+		-Wl,-rpath,'$$ORIGIN/../..' $(LDSAN)
 
 $(FUZZ_SERVE_DIR)/fuzz_serve_embed: tests/serve/fuzz_serve_embed.c examples/llm-serve/embed_request.c \
-		examples/llm-serve/embed_request.h examples/llm-serve/request.c examples/llm-serve/alloc.c \
-		$(BUILD)/libllminfer.so
+		examples/llm-serve/embed_request.h $(FUZZ_SERVE_REQUEST_SRC) $(BUILD)/libllminfer.so
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Iexamples/llm-serve $(SERVE_CFLAGS) -fsanitize=fuzzer $< \
-		examples/llm-serve/embed_request.c examples/llm-serve/request.c examples/llm-serve/alloc.c \
+		examples/llm-serve/embed_request.c $(FUZZ_SERVE_REQUEST_SRC) -pthread \
 		-o $@ $(shell pkg-config --libs libcjson) -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN/..' -lm
 
 # --devices lists (device.c): the library only for the backend queries.

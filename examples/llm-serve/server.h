@@ -10,6 +10,7 @@
 #include "llm.h"
 #include "metrics.h"
 #include "request.h"
+#include "structured.h"
 
 typedef struct server {
     llm_model *model;
@@ -42,6 +43,9 @@ typedef struct server {
     /* --matryoshka: the model's embeddings keep their meaning when cut
      * short, so /v1/embeddings takes 'dimensions' below n_embd. */
     bool matryoshka;
+    /* --chat-template: Jinja text used instead of the model's; NULL: the model's. */
+    const char *chat_template;
+    grammar_cache *grammars; /* response_format and tool-call grammars */
     atomic_int generating; /* generation requests admitted now */
     atomic_bool draining;  /* shutting down: refuse new work */
 } server;

@@ -73,6 +73,38 @@ LLM_API llm_status llm_grammar_compile_regex(const llm_model *m, const char *reg
     return compile("llm_grammar_compile_regex", KIND_REGEX, m, regex, len, params, out);
 }
 
+LLM_API llm_status llm_grammar_schema_to_ebnf(const char *schema, size_t len,
+                                              const llm_grammar_params *params, char *buf,
+                                              size_t capacity, size_t *n_bytes) {
+    static const char fn[] = "llm_grammar_schema_to_ebnf";
+    CHECK_ARG(n_bytes, "%s: n_bytes is NULL", fn);
+    *n_bytes = 0;
+    CHECK_ARG(schema || len == 0, "%s: schema is NULL with len %zu", fn, len);
+    CHECK_ARG(buf || capacity == 0, "%s: buf is NULL with capacity %zu", fn, capacity);
+    llm_grammar_params p;
+    llm_grammar_params_init_sized(&p, sizeof p);
+    LLMI_TRY(llmi_params_copy("llm_grammar_params", params, &p, sizeof p));
+    CHECK_ARG(p.whitespace <= LLM_GRAMMAR_WS_FLEXIBLE,
+              "%s: llm_grammar_params.whitespace %u is not an llm_grammar_whitespace", fn,
+              p.whitespace);
+    char *text = NULL;
+    llm_status st = llmi_schema_to_ebnf(schema, len, p.whitespace, &text);
+    if (st != LLM_OK) {
+        llmi_error_prefix("%s", fn);
+        return st;
+    }
+    size_t need = strlen(text) + 1;
+    *n_bytes = need;
+    if (capacity < need) {
+        llmi_free(text);
+        return llmi_error(LLM_ERR_BUFFER_TOO_SMALL, "%s: need %zu bytes (with NUL), have %zu", fn,
+                          need, capacity);
+    }
+    memcpy(buf, text, need);
+    llmi_free(text);
+    return LLM_OK;
+}
+
 LLM_API void llm_grammar_free(llm_grammar *g) { llmi_grammar_free(g); }
 
 LLM_API llm_status llm_grammar_state_create(const llm_grammar *g, llm_grammar_state **out) {

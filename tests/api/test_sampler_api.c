@@ -531,6 +531,74 @@ static void test_grammar_errors(void **state) {
     llm_grammar_state_free(NULL);
 }
 
+/* Feeds `text` (tokenized plainly) to a fresh state of `g`; returns the
+ * status of the first refused token, or LLM_OK with `*can_end`. */
+static llm_status feed(const llm_grammar *g, const char *text, bool *can_end) {
+    llm_token toks[128];
+    size_t n = 0;
+    assert_int_equal(llm_tokenize(g_model, text, strlen(text), 0, toks, 128, &n), LLM_OK);
+    llm_grammar_state *gs = NULL;
+    assert_int_equal(llm_grammar_state_create(g, &gs), LLM_OK);
+    llm_status st = LLM_OK;
+    for (size_t i = 0; i < n && st == LLM_OK; i++)
+        st = llm_grammar_state_accept_token(gs, toks[i]);
+    *can_end = false;
+    if (st == LLM_OK)
+        assert_int_equal(llm_grammar_state_can_end(gs, can_end), LLM_OK);
+    llm_grammar_state_free(gs);
+    return st;
+}
+
+/* A schema's GBNF wrapped in a rule of the host's (as llm-serve forces a
+ * tool call) accepts exactly the wrapped JSON the schema allows. */
+static void test_grammar_schema_to_ebnf(void **state) {
+    (void)state;
+    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"city\":{\"enum\":["
+                                 "\"Paris\",\"Rome\"]}},\"required\":[\"city\"],"
+                                 "\"additionalProperties\":false}";
+    size_t need = 0;
+    assert_int_equal(llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, NULL, 0, &need),
+                     LLM_ERR_BUFFER_TOO_SMALL);
+    assert_true(need > 10);
+    static const char wrapper[] = "call-wrap ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n";
+    char *text = malloc(need + sizeof wrapper);
+    size_t got = 0;
+    assert_int_equal(llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, text, need - 1, &got),
+                     LLM_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, text, need, &got),
+                     LLM_OK);
+    assert_int_equal(got, need);
+    assert_int_equal(strlen(text) + 1, need);
+    assert_non_null(strstr(text, "root ::= "));
+    assert_null(strstr(text, "call"));
+    strcat(text, wrapper);
+    llm_grammar_params gp;
+    llm_grammar_params_init(&gp);
+    gp.root = "call-wrap";
+    llm_grammar *g = NULL;
+    if (llm_grammar_compile_ebnf(g_model, text, strlen(text), &gp, &g) != LLM_OK)
+        fail_msg("%s\n%s", llm_last_error(), text);
+    bool can_end = false;
+    assert_int_equal(feed(g, "<tool_call>\n{\"city\":\"Rome\"}\n</tool_call>", &can_end), LLM_OK);
+    assert_true(can_end);
+    assert_int_equal(feed(g, "<tool_call>\n{\"city\":\"Rome\"}", &can_end), LLM_OK);
+    assert_false(can_end);
+    assert_int_equal(feed(g, "<tool_call>\n{\"city\":\"Oslo\"}", &can_end),
+                     LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(feed(g, "{\"city\":\"Rome\"}", &can_end), LLM_ERR_INVALID_ARGUMENT);
+    llm_grammar_free(g);
+    free(text);
+    static const char bad[] = "{\"type\":\"integer\",\"multipleOf\":3}";
+    assert_int_equal(llm_grammar_schema_to_ebnf(bad, strlen(bad), NULL, NULL, 0, &need),
+                     LLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(llm_last_error(), "/multipleOf"));
+    assert_non_null(strstr(llm_last_error(), "llm_grammar_schema_to_ebnf"));
+    assert_int_equal(llm_grammar_schema_to_ebnf("{", 1, NULL, NULL, 0, &need),
+                     LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_grammar_schema_to_ebnf(schema, strlen(schema), NULL, NULL, 0, NULL),
+                     LLM_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs),
@@ -540,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_request_top_logprobs),
         cmocka_unit_test(test_grammar_sampler),
         cmocka_unit_test(test_grammar_errors),
+        cmocka_unit_test(test_grammar_schema_to_ebnf),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

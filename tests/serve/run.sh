@@ -10,12 +10,14 @@ BUILD=${BUILD:-build}
 MODEL=${LLM_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 VENV=${SERVE_VENV:-$BUILD/serve-venv}
 SERVER_BIN=${LLM_SERVE_BIN:-$BUILD/llm-serve}
-OPENAI_VERSION=1.109.1
+# The client and the tests' checkers, as pinned in tests/requirements.txt.
+OPENAI_VERSION=$(sed -n 's/^openai==//p' tests/requirements.txt)
 export BUILD LLM_TEST_MODEL=$MODEL LLM_SERVE_BIN=$SERVER_BIN
 
-if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, jsonschema, jinja2, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
     python3 -m venv --system-site-packages "$VENV"
-    "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION"
+    "$VENV/bin/pip" install -q "openai==$OPENAI_VERSION" \
+        "$(grep '^jsonschema==' tests/requirements.txt)" "$(grep '^jinja2==' tests/requirements.txt)"
 fi
 PY="$VENV/bin/python"
 # `make serve-venv` (the README's client): the venv alone.
@@ -55,6 +57,9 @@ echo "serve-test: server at $LLM_SERVE_URL"
 "$PY" tests/serve/test_openai.py
 "$PY" tests/serve/test_http.py
 "$PY" tests/serve/test_embeddings.py
+"$PY" tests/serve/test_structured.py
+# SmolLM2's template has no tools section: the fallback preamble.
+"$PY" tests/serve/test_tools.py
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=
@@ -66,6 +71,30 @@ EMBED_MATRYOSHKA=1 "$PY" tests/serve/test_embeddings.py
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
 SERVER_PID=
+
+# Tool calling with templates that render the tools (--chat-template), in
+# the Hermes and the Llama 3 styles, checked against Python's jinja2; the
+# reply parser on its own first.
+"$BUILD/tests/serve/test_tool_parse"
+for template in hermes_tools llama3_tools; do
+    start_server "$LOG_DIR/$template" --ctx 2048 --chat-template "tests/serve/$template.jinja"
+    TOOLS_TEMPLATE="tests/serve/$template.jinja" "$PY" tests/serve/test_tools.py
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" || { echo "serve-test: exit status $? after SIGTERM"; exit 1; }
+    SERVER_PID=
+done
+
+# A --chat-template that does not parse or cannot be read stops the start
+# (exit 2) with the reason.
+printf '{%% for m in messages %%}{{ m.content }' >"$LOG_DIR/broken.jinja"
+for case in "broken.jinja:syntax error" "absent.jinja:No such file"; do
+    template=$LOG_DIR/${case%%:*}
+    rc=0
+    "$SERVER_BIN" -m "$MODEL" --port 0 -q --chat-template "$template" >/dev/null \
+        2>"$LOG_DIR/template.err" || rc=$?
+    [ "$rc" = 2 ] && grep -q "${case#*:}" "$LOG_DIR/template.err" ||
+        { echo "serve-test: --chat-template $template: exit $rc: $(cat "$LOG_DIR/template.err")"; exit 1; }
+done
 
 # 12 MiB of KV cache (17 blocks of SmolLM2) for 64 streams forces preemptions.
 start_server "$LOG_DIR/preempt" --ctx 1024 --kv-cache-mib 12

@@ -49,6 +49,9 @@ def check_answer(body, data):
     usage = reply["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
     for c in reply["choices"]:
+        if c["finish_reason"] == "tool_calls":
+            assert body.get("tools") and c["message"]["tool_calls"], c
+            continue
         assert c["finish_reason"] in ("stop", "length"), c
         if "messages" in body:
             assert isinstance(c["message"]["content"], str), c
@@ -101,6 +104,16 @@ def request_mix():
                 if stream:
                     body["stream_options"] = {"include_usage": True}
                 bodies.append((path, body))
+    # Structured output and tool calls: grammars, the tools' preamble, parsed replies.
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}},
+              "required": ["colour"]}
+    tools = [{"type": "function", "function": {"name": "paint", "parameters": schema}}]
+    for extra in ({"response_format": {"type": "json_schema", "json_schema": {
+                      "name": "c", "schema": schema}}},
+                  {"tools": tools, "tool_choice": "required", "max_tokens": 40},
+                  {"tools": tools, "max_tokens": 16}):
+        for stream in (False, True):
+            bodies.append(("/v1/chat/completions", dict(chat, **extra, stream=stream)))
     for body in ({"input": ["Name three colours.", "The capital of France is"]},
                  {"input": "hello", "encoding_format": "base64"}, {"input": [[17, 18, 19]]}):
         bodies.append(("/v1/embeddings", body))
