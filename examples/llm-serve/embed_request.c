@@ -123,7 +123,9 @@ bool embed_request_parse(const char *body, size_t len, const embed_limits *lim,
               (strcmp(format->valuestring, "float") && strcmp(format->valuestring, "base64"))))
         ok = INVALID("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
     else if (dims && !cJSON_IsNull(dims) &&
-             (!cJSON_IsNumber(dims) || dims->valuedouble < 1 ||
+             (!cJSON_IsNumber(dims) ||
+              /* in range before the cast: a larger double to uint32_t is undefined */
+              !(dims->valuedouble >= 1 && dims->valuedouble <= (double)UINT32_MAX) ||
               dims->valuedouble != (double)(uint32_t)dims->valuedouble))
         ok = INVALID("dimensions", "'dimensions' must be a positive integer");
     else if (dims && cJSON_IsNumber(dims) && (uint32_t)dims->valuedouble != n_embd &&

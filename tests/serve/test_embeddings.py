@@ -135,6 +135,8 @@ def test_bad_requests():
         ({"model": MODEL_ID, "input": "a", "encoding_format": "int8"}, "encoding_format", None),
         ({"model": MODEL_ID, "input": "a", "dimensions": 0}, "dimensions", None),
         ({"model": MODEL_ID, "input": "a", "dimensions": "8"}, "dimensions", None),
+        ({"model": MODEL_ID, "input": "a", "dimensions": 1e30}, "dimensions", None),
+        ({"model": MODEL_ID, "input": "a", "dimensions": 4294967296}, "dimensions", None),
         ({"model": 5, "input": "a"}, "model", None),
         ({"model": MODEL_ID, "input": ["a"] * 2049}, "input", "at most 2048"),
     ]
