@@ -34,8 +34,8 @@ typedef struct kv_name {
 } kv_name;
 
 static const kv_name kv_names[] = {
-    {"f32", LLM_KV_F32, 4.0},         {"f16", LLM_KV_F16, 2.0},
-    {"bf16", LLM_KV_BF16, 2.0},       {"q8_0", LLM_KV_Q8_0, 34.0 / 32.0},
+    {"f32", LLM_KV_F32, 4.0},           {"f16", LLM_KV_F16, 2.0},
+    {"bf16", LLM_KV_BF16, 2.0},         {"q8_0", LLM_KV_Q8_0, 34.0 / 32.0},
     {"q4_0", LLM_KV_Q4_0, 18.0 / 32.0},
 };
 
