@@ -13,7 +13,9 @@
  * log-probabilities they give alone; tensor parallelism on 2 CPU ranks
  * gives bitwise the one-rank result; a sequence state saved and loaded in
  * the same type continues with bitwise the same logits, and converts to and
- * from other types. Bad input: head_dim 16 and a value outside llm_kv_type.
+ * from other types; embeddings of inputs together equal those alone and
+ * stay close to the F32 cache's. Bad input: head_dim 16 and a value outside
+ * llm_kv_type.
  *
  * With LLM_TEST_MODEL (SmolLM2-135M): greedy generation with a Q8_0 cache
  * follows the F16 cache's for the first GREEDY_MATCH tokens.
@@ -440,6 +442,62 @@ static void test_state_round_trip(void **state) {
     llm_model_free(m);
 }
 
+/* ---- embeddings (temporary sequences in the KV pool) ---- */
+
+static void embed(llm_session *s, const llm_token *const *in, const size_t *n, size_t n_in,
+                  float *out, size_t cap) {
+    llm_embed_params ep;
+    llm_embed_params_init(&ep);
+    ep.pooling = LLM_POOLING_MEAN;
+    size_t got = 0;
+    if (llm_session_embed(s, in, n, n_in, &ep, out, cap, &got) != LLM_OK)
+        fail_msg("embed: %s", llm_last_error());
+    assert_int_equal(got, cap);
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    llm_model *m = qmodel(0);
+    const size_t d = m->hp.n_embd;
+    llm_token a[19], b[7];
+    uint64_t rng = 99;
+    for (size_t i = 0; i < 19; i++)
+        a[i] = (llm_token)(rng_next(&rng) % (m->hp.n_vocab - 3));
+    for (size_t i = 0; i < 7; i++)
+        b[i] = (llm_token)(rng_next(&rng) % (m->hp.n_vocab - 3));
+    const llm_token *both[2] = {a, b};
+    const size_t n_both[2] = {19, 7};
+    float *ref = malloc(2 * d * sizeof *ref), *two = malloc(2 * d * sizeof *two);
+    assert_non_null(ref);
+    assert_non_null(two);
+    llm_session *f = open_session(m, LLM_KV_F32, true, &llmi_backend_cpu);
+    embed(f, both, n_both, 2, ref, 2 * d);
+    llm_session_free(f);
+    for (size_t t = 0; t < 2; t++) {
+        llm_session *s = open_session(m, kv_types[t], true, &llmi_backend_cpu);
+        embed(s, both, n_both, 2, two, 2 * d);
+        float one[2][256];
+        assert_true(d <= 256);
+        embed(s, &both[0], &n_both[0], 1, one[0], d);
+        embed(s, &both[1], &n_both[1], 1, one[1], d);
+        assert_memory_equal(two, one[0], d * sizeof(float)); /* together == alone */
+        assert_memory_equal(two + d, one[1], d * sizeof(float));
+        for (size_t e = 0; e < 2; e++) {
+            double dot = 0.0;
+            for (size_t i = 0; i < d; i++)
+                dot += (double)two[e * d + i] * ref[e * d + i]; /* both unit length */
+            print_message("type %d input %zu: cosine to the F32 cache's %.6f\n", (int)kv_types[t],
+                          e, dot);
+            /* Measured: Q8_0 0.99995 and more, Q4_0 0.9896 and more. */
+            assert_true(dot > (kv_types[t] == LLM_KV_Q8_0 ? 0.9995 : 0.97));
+        }
+        llm_session_free(s);
+    }
+    free(ref);
+    free(two);
+    llm_model_free(m);
+}
+
 /* ---- bad input ---- */
 
 static void test_bad_input(void **state) {
@@ -543,6 +601,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_batch_equals_alone),
+        cmocka_unit_test(test_embed),
         cmocka_unit_test(test_smollm2_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
