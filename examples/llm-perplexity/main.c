@@ -13,10 +13,10 @@
  * log-likelihood), the log-softmax taken in double.
  *
  * Prints one JSON object: {"kv_type", "tokens" (scored), "perplexity",
- * "kv_bytes_per_token", "ctx", "nll"}. kv_bytes_per_token is K and V of
- * every layer, 2 * n_layers * n_kv_heads * head_dim elements with head_dim
- * = n_embd / n_heads (the models this is used on), at the type's size:
- * 4 (f32), 2 (f16, bf16), 34/32 (q8_0), 18/32 (q4_0) bytes per element.
+ * "kv_bytes_per_token", "ctx", "nll"}. kv_bytes_per_token is what one
+ * token takes in the session's KV pool (K and V of every layer), found
+ * through the public API from the sizes of small pools (0 if it could not
+ * be found).
  *
  * Uses llm.h only. Exit status 0 on success, 1 on a usage or library error
  * (the message on stderr). */
@@ -30,13 +30,11 @@
 typedef struct kv_name {
     const char *name;
     llm_kv_type type;
-    double bytes_per_elem;
 } kv_name;
 
 static const kv_name kv_names[] = {
-    {"f32", LLM_KV_F32, 4.0},           {"f16", LLM_KV_F16, 2.0},
-    {"bf16", LLM_KV_BF16, 2.0},         {"q8_0", LLM_KV_Q8_0, 34.0 / 32.0},
-    {"q4_0", LLM_KV_Q4_0, 18.0 / 32.0},
+    {"f32", LLM_KV_F32},   {"f16", LLM_KV_F16},   {"bf16", LLM_KV_BF16},
+    {"q8_0", LLM_KV_Q8_0}, {"q4_0", LLM_KV_Q4_0},
 };
 
 static int usage(const char *msg) {
@@ -85,6 +83,46 @@ static char *read_file(const char *path, size_t *len) {
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+/* Blocks of one token slot a pool of `bytes` holds (0 when none, or when
+ * the session cannot be made). */
+static uint32_t slots_for(const llm_model *m, llm_kv_type type, uint64_t bytes) {
+    llm_session_params sp;
+    llm_session_params_init(&sp);
+    sp.n_threads = 1;
+    sp.n_ctx = 16;
+    sp.max_batch_tokens = 16;
+    sp.kv_block_size = 1;
+    sp.kv_cache_bytes = bytes;
+    sp.kv_type = type;
+    llm_session *s = NULL;
+    if (llm_session_create(m, &sp, &s) != LLM_OK)
+        return 0;
+    llm_session_stats st = {sizeof st};
+    uint32_t n = llm_session_get_stats(s, &st) == LLM_OK ? st.blocks_total : 0;
+    llm_session_free(s);
+    return n;
+}
+
+/* KV bytes per token as the library sizes its pool: a pool of one-token
+ * blocks holds floor(bytes / B) of them, so one pool of PROBE bytes puts B
+ * in a narrow range and a few one-block pools find it exactly. 0 if the
+ * pool cannot be made (then the caller prints null). */
+static uint64_t kv_bytes_per_token(const llm_model *m, llm_kv_type type) {
+    enum { PROBE = 1 << 28 };
+    const uint32_t n = slots_for(m, type, PROBE);
+    if (n == 0)
+        return 0;
+    uint64_t lo = (uint64_t)PROBE / (n + 1ull) + 1, hi = (uint64_t)PROBE / n;
+    while (lo < hi) { /* the least pool size that holds one token */
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (slots_for(m, type, mid) >= 1)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 /* -log softmax(logits)[target], in double. */
@@ -224,11 +262,11 @@ int main(int argc, char **argv) {
         if (start + len == n_tok)
             break;
     }
-    const double per_token = 2.0 * info.n_layers * info.n_kv_heads *
-                             (double)(info.n_embd / info.n_heads) * kv->bytes_per_elem;
+    const uint64_t per_token = kv_bytes_per_token(m, kv->type);
     printf("{\"kv_type\": \"%s\", \"tokens\": %zu, \"perplexity\": %.6f, "
-           "\"kv_bytes_per_token\": %.0f, \"ctx\": %ld, \"nll\": %.6f}\n",
-           kv->name, scored, exp(nll / (double)scored), per_token, ctx, nll / (double)scored);
+           "\"kv_bytes_per_token\": %llu, \"ctx\": %ld, \"nll\": %.6f}\n",
+           kv->name, scored, exp(nll / (double)scored), (unsigned long long)per_token, ctx,
+           nll / (double)scored);
     rc = 0;
 done:
     llm_batch_free(b);
