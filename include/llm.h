@@ -1254,7 +1254,10 @@ LLM_API llm_status llm_session_embed(llm_session *session, const llm_token *cons
  * the same kv_type on the same CPU, the next logits are bitwise the ones
  * the original sequence gives. The session loading it may have another
  * kv_block_size, n_ctx or kv_type (rows are converted; from F32 to F16 or
- * BF16 that rounds, so logits then differ slightly).
+ * BF16 that rounds, so logits then differ slightly; Q8_0 and Q4_0 rows,
+ * since 1.4, are saved as they are cached, dequantized exactly into a
+ * float session and quantized into a Q8_0/Q4_0 one as computed rows are;
+ * libraries before 1.4 refuse such a state as an unknown KV type).
  *
  * A state names its model by a 64-bit fingerprint of the hyper-parameters,
  * tensor shapes and the ends of every tensor's data: another model (also a

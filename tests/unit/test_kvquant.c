@@ -11,7 +11,9 @@
  * scheduler batch (with the prefix cache, shared prompt heads, several
  * samples and n-gram speculation) give bitwise the tokens and
  * log-probabilities they give alone; tensor parallelism on 2 CPU ranks
- * gives bitwise the one-rank result; a sequence state saved and loaded in
+ * gives bitwise the one-rank result; speculation with a draft model (whose
+ * cache has the same type) gives the plain greedy tokens; a sequence state
+ * saved and loaded in
  * the same type continues with bitwise the same logits, and converts to and
  * from other types; embeddings of inputs together equal those alone and
  * stay close to the F32 cache's. Bad input: head_dim 16 and a value outside
@@ -167,8 +169,9 @@ static void test_attention_head(void **state) {
 
 /* ---- sessions on tiny models ---- */
 
-/* head_dim 32 (4 heads, 2 KV heads); window > 0 makes every layer windowed. */
-static llm_model *qmodel(uint32_t window) {
+/* head_dim 32 (4 heads, 2 KV heads); window > 0 makes every layer windowed.
+ * Weights drawn from `seed`, stored as `type`. */
+static llm_model *qmodel_typed(uint32_t window, uint64_t seed, llmi_ttype type) {
     llmi_testmodel_params p;
     llmi_testmodel_params_init(&p);
     p.n_embd = 128;
@@ -176,11 +179,13 @@ static llm_model *qmodel(uint32_t window) {
     p.n_head_kv = 2;
     p.n_ff = 256;
     p.n_ctx = 256;
-    p.seed = 5 + window;
-    p.type = LLMI_T_Q8_0;
+    p.seed = seed;
+    p.type = type;
     p.sliding_window = window;
     return model_from_params(&p, "kvquant");
 }
+
+static llm_model *qmodel(uint32_t window) { return qmodel_typed(window, 5 + window, LLMI_T_Q8_0); }
 
 static llm_session *open_session(const llm_model *m, llm_kv_type type, bool prefix_cache,
                                  const llmi_backend_ops *ops) {
@@ -354,6 +359,60 @@ static void test_batch_equals_alone(void **state) {
         }
         llm_model_free(m);
     }
+}
+
+/* Speculative decoding with a draft model: both engines keep Q8_0/Q4_0
+ * caches, rejected drafts roll both back, and greedy output is the plain
+ * greedy output, bit for bit. */
+static void test_draft_model(void **state) {
+    (void)state;
+    /* The draft: the same weights in Q4_0, so it agrees with the target on
+     * some drafts and not on others. */
+    llm_model *m = qmodel(0), *draft = qmodel_typed(0, 5, LLMI_T_Q4_0);
+    llm_token prompt[PROMPT];
+    uint64_t rng = 5150;
+    for (uint32_t i = 0; i < PROMPT; i++)
+        prompt[i] = (llm_token)(rng_next(&rng) % (m->hp.n_vocab - 3));
+    for (size_t t = 0; t < 2; t++) {
+        outcome got[2];
+        memset(got, 0, sizeof got);
+        for (int spec = 0; spec < 2; spec++) {
+            llm_session_params p;
+            llm_session_params_init(&p);
+            p.n_threads = 2;
+            p.n_ctx = 256;
+            p.kv_type = kv_types[t];
+            p.draft_model = spec ? draft : NULL;
+            llm_session *s = NULL;
+            if (llm_session_create(m, &p, &s) != LLM_OK)
+                fail_msg("session: %s", llm_last_error());
+            llm_request_params q;
+            llm_request_params_init(&q);
+            q.max_new_tokens = NEW;
+            q.ignore_eos = true;
+            q.logprobs = true;
+            q.spec_mode = spec ? LLM_SPEC_DRAFT : LLM_SPEC_NONE;
+            q.spec_k = 4;
+            assert_int_equal(llm_session_submit(s, prompt, PROMPT, &q, &got[spec].id), LLM_OK);
+            run_until_done(s, &got[spec], 1);
+            if (spec) {
+                llm_session_stats st = {sizeof st};
+                assert_int_equal(llm_session_get_stats(s, &st), LLM_OK);
+                print_message("type %d: %llu drafts, %llu accepted\n", (int)kv_types[t],
+                              (unsigned long long)st.spec_draft_tokens,
+                              (unsigned long long)st.spec_accepted_tokens);
+                assert_true(st.spec_accepted_tokens > 0);
+                assert_true(st.spec_draft_tokens > st.spec_accepted_tokens); /* rollbacks */
+            }
+            llm_session_free(s);
+        }
+        assert_int_equal(got[0].n, NEW);
+        assert_int_equal(got[1].n, NEW);
+        assert_memory_equal(got[0].toks, got[1].toks, NEW * sizeof(llm_token));
+        assert_memory_equal(got[0].logprobs, got[1].logprobs, NEW * sizeof(float));
+    }
+    llm_model_free(draft);
+    llm_model_free(m);
 }
 
 /* ---- state ---- */
@@ -602,6 +661,7 @@ int main(void) {
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_batch_equals_alone),
         cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_draft_model),
         cmocka_unit_test(test_smollm2_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
