@@ -9,7 +9,7 @@
  * Engine: on a tiny random model with head_dim 32 (Q8_0 and Q4_0 caches,
  * with and without a sliding window), requests run together in one
  * scheduler batch (with the prefix cache, shared prompt heads, several
- * samples and n-gram speculation) give bitwise the tokens and
+ * samples, n-gram speculation and preemption) give bitwise the tokens and
  * log-probabilities they give alone; tensor parallelism on 2 CPU ranks
  * gives bitwise the one-rank result; speculation with a draft model (whose
  * cache has the same type) gives the plain greedy tokens; a sequence state
@@ -187,8 +187,8 @@ static llm_model *qmodel_typed(uint32_t window, uint64_t seed, llmi_ttype type) 
 
 static llm_model *qmodel(uint32_t window) { return qmodel_typed(window, 5 + window, LLMI_T_Q8_0); }
 
-static llm_session *open_session(const llm_model *m, llm_kv_type type, bool prefix_cache,
-                                 const llmi_backend_ops *ops) {
+static llm_session *open_session_blocks(const llm_model *m, llm_kv_type type, bool prefix_cache,
+                                        const llmi_backend_ops *ops, uint32_t n_blocks) {
     llm_session_params p;
     llm_session_params_init(&p);
     p.n_threads = 2;
@@ -197,13 +197,18 @@ static llm_session *open_session(const llm_model *m, llm_kv_type type, bool pref
     p.kv_block_size = 4;
     p.prefix_cache = prefix_cache;
     p.kv_type = type;
-    p.kv_cache_bytes =
-        160 * llmi_kv_block_bytes_type(m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, 4, type);
+    p.kv_cache_bytes = n_blocks * llmi_kv_block_bytes_type(
+                                      m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, 4, type);
     llmi_session_device dev = {ops, 0};
     llm_session *s = NULL;
     if (llmi_session_create_on(m, &p, &dev, &s) != LLM_OK)
         fail_msg("session: %s", llmi_error_message());
     return s;
+}
+
+static llm_session *open_session(const llm_model *m, llm_kv_type type, bool prefix_cache,
+                                 const llmi_backend_ops *ops) {
+    return open_session_blocks(m, type, prefix_cache, ops, 160);
 }
 
 enum { N_REQ = 5, PROMPT = 14, NEW = 24 };
@@ -231,6 +236,7 @@ static void submit(llm_session *s, const llm_token prompts[N_REQ][PROMPT], uint3
 /* Tokens and logprobs of every request (sample 1 of request 4 last). */
 typedef struct run_result {
     outcome out[N_REQ + 1];
+    uint64_t preemptions;
 } run_result;
 
 static void run_until_done(llm_session *s, outcome *outs, size_t n) {
@@ -268,7 +274,9 @@ static void run_requests(const llm_model *m, llm_kv_type type, bool together,
                          const llmi_backend_ops *ops, const llm_token prompts[N_REQ][PROMPT],
                          run_result *res) {
     memset(res, 0, sizeof *res);
-    llm_session *s = open_session(m, type, together, ops);
+    /* Together: 24 blocks of 4 for 6 sequences of up to 38 tokens, so the
+     * scheduler preempts (and recomputes) some. */
+    llm_session *s = open_session_blocks(m, type, together, ops, together ? 24 : 160);
     llm_request_id ids[N_REQ];
     if (together) {
         for (uint32_t r = 0; r < N_REQ; r++)
@@ -315,6 +323,9 @@ static void run_requests(const llm_model *m, llm_kv_type type, bool together,
             }
         }
     }
+    llm_session_stats st = {sizeof st};
+    assert_int_equal(llm_session_get_stats(s, &st), LLM_OK);
+    res->preemptions = st.preemptions;
     llm_session_free(s);
 }
 
@@ -350,6 +361,8 @@ static void test_batch_equals_alone(void **state) {
             run_result alone, batch;
             run_requests(m, kv_types[t], false, &llmi_backend_cpu, prompts, &alone);
             run_requests(m, kv_types[t], true, &llmi_backend_cpu, prompts, &batch);
+            print_message("  together: %llu preemptions\n", (unsigned long long)batch.preemptions);
+            assert_true(batch.preemptions > 0);
             assert_same(&alone, &batch, "batch vs alone");
             if (window == 0) {
                 run_result tp;
@@ -664,5 +677,7 @@ int main(void) {
         cmocka_unit_test(test_draft_model),
         cmocka_unit_test(test_smollm2_greedy),
     };
+    if (getenv("LLM_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
