@@ -37,12 +37,12 @@ static const kv_name kv_names[] = {
     {"q8_0", LLM_KV_Q8_0}, {"q4_0", LLM_KV_Q4_0},
 };
 
+static const char USAGE[] =
+    "usage: llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0]\n"
+    "                      [--ctx N] [--threads N]\n";
+
 static int usage(const char *msg) {
-    fprintf(stderr,
-            "llm-perplexity: %s\n"
-            "usage: llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0]\n"
-            "                      [--ctx N] [--threads N]\n",
-            msg);
+    fprintf(stderr, "llm-perplexity: %s\n%s", msg, USAGE);
     return 1;
 }
 
@@ -172,6 +172,10 @@ int main(int argc, char **argv) {
     long ctx = 256, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("llm-perplexity: teacher-forced perplexity of a text file, as JSON\n%s", USAGE);
+            return 0;
+        }
         if (!v)
             return usage("every option takes a value");
         i++;
