@@ -4,8 +4,9 @@
 # the library's reason; llm-serve shows where it runs in /v1/models and
 # /metrics), llm-synth's files (sizes and parameter counts
 # against the shape's own arithmetic, determinism, the loader accepts them),
-# and llm-perplexity on such a file (KV bytes per token of every KV type,
-# a near-uniform model's perplexity near its vocabulary size).
+# llm-serve --kv-type, and llm-perplexity on such a file (KV bytes per
+# token of every KV type, a near-uniform model's perplexity near its
+# vocabulary size).
 #
 #   tests/tools/test_cli.sh [BUILD dir]
 #
@@ -227,6 +228,31 @@ else
         bad "llm-serve --device $device --tp 2: /v1/models and /metrics" \
             "$models"$'\n'"$(grep -e kv_ -e device <<<"$metrics")"
     fi
+fi
+kill -TERM "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
+
+# --kv-type: a q8_0 cache of 4 MiB holds floor(4 MiB / (16 slots x 544 bytes))
+# blocks of 16 tokens (2 layers x 2 KV heads x 64 values: 4 blocks of 34
+# bytes for K and V of a layer).
+expect "llm-serve refuses an unknown --kv-type" 1 "kv-type" "${serve[@]}" --kv-type q3
+"${serve[@]}" --kv-type q8_0 --kv-cache-mib 4 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+serve_pid=$!
+url=
+for _ in $(seq 100); do
+    url=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$tmp/serve.out" 2>/dev/null || true)
+    [ -n "$url" ] && break
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+done
+want_tokens=$(((4 << 20) / (16 * 544) * 16))
+tokens=
+[ -n "$url" ] && tokens=$(curl -sf "$url/v1/models" | sed -n -E 's/.*"kv_cache_tokens":([0-9]+).*/\1/p')
+if [ "$tokens" = "$want_tokens" ]; then
+    ok "llm-serve --kv-type q8_0 --kv-cache-mib 4: $tokens KV tokens"
+else
+    bad "llm-serve --kv-type q8_0: ${tokens:-no} KV tokens, expected $want_tokens" \
+        "$(cat "$tmp/serve.err")"
 fi
 kill -TERM "$serve_pid" 2>/dev/null
 wait "$serve_pid" 2>/dev/null
