@@ -59,7 +59,7 @@ include cuda/cuda.mk
 # The CUDA plug-in is not part of `all`: nvcc takes most of a first build and
 # the plug-in only runs on a GPU. `make cuda`, `make install`, `make test`
 # (hence `make check` and CI) and device-check build it when nvcc is found.
-all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench
+all: $(SHLIB) $(BUILD)/libllminfer.so $(STLIB) $(BUILD)/llm-run $(BUILD)/llm-bench $(BUILD)/llm-perplexity
 
 # The library's own objects export the LLM_API functions (include/llm.h);
 # programs and tests compile without LLM_BUILDING_LIBRARY.
@@ -92,6 +92,11 @@ $(TESTLIB): $(TEST_OBJ)
 $(BUILD)/llm-run: examples/llm-run/main.c examples/common/progress_bar.h $(BUILD)/libllminfer.so
 	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' \
 		$(LDSAN)
+
+# Teacher-forced perplexity on a text file (docs/bench.md, KV cache types).
+$(BUILD)/llm-perplexity: examples/llm-perplexity/main.c $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -lm \
+		-Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
 BENCH_SRC := $(sort $(wildcard examples/llm-bench/*.c))
 $(BUILD)/llm-bench: $(BENCH_SRC) examples/llm-bench/bench.h $(BUILD)/libllminfer.so

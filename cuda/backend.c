@@ -153,8 +153,13 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
     const uint32_t elem = layout->type == LLM_KV_F32                                  ? 4
                           : layout->type == LLM_KV_F16 || layout->type == LLM_KV_BF16 ? 2
                                                                                       : 0;
+    /* The kernels read F32, F16 and BF16 elements only: any other type
+     * (the quantized Q8_0 and Q4_0 caches, a newer core's types) is
+     * refused here, at session creation, rather than misread. */
     if (elem == 0)
-        return llmi_cuda_error(LLM_ERR_INVALID_ARGUMENT, "KV store of unknown element type %d",
+        return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
+                               "the CUDA backend implements KV caches of F32, F16 and BF16, "
+                               "not kv_type %d (Q8_0 and Q4_0 run on the CPU backend)",
                                (int)layout->type);
     /* One spare block past the pool's, which no sequence owns: the padding
      * rows of graph-replayed steps write their K/V there (graph.c). */

@@ -488,10 +488,18 @@ LLM_API llm_status llm_model_chat_template(const llm_model *model, const char *n
 /** A runtime for one model on one device set: KV memory, threads, requests. */
 typedef struct llm_session llm_session;
 
+/** Element type of the cached keys and values (llm_session_params.kv_type).
+ *  Values are pinned; later releases only append. */
 typedef enum llm_kv_type {
     LLM_KV_F32 = 0,
     LLM_KV_F16 = 1,
     LLM_KV_BF16 = 2,
+    /** Since 1.4: per head and token, blocks of 32 values as GGUF's Q8_0
+     *  (an f16 scale and 32 int8): 34 bytes per 32 values. */
+    LLM_KV_Q8_0 = 3,
+    /** Since 1.4: per head and token, blocks of 32 values as GGUF's Q4_0
+     *  (an f16 scale and 32 4-bit values): 18 bytes per 32 values. */
+    LLM_KV_Q4_0 = 4,
 } llm_kv_type;
 
 typedef struct llm_session_params {
@@ -517,8 +525,18 @@ typedef struct llm_session_params {
      *  (relative error 2^-11 for F16, 2^-8 for BF16; F16 overflows past
      *  65504, BF16 has F32's range), so logits differ slightly from F32 KV
      *  and greedy output may diverge after a while; within one type outputs
-     *  stay independent of batching and threads. Other values give
-     *  ::LLM_ERR_UNSUPPORTED. */
+     *  stay independent of batching and threads.
+     *  Since 1.4, ::LLM_KV_Q8_0 and ::LLM_KV_Q4_0 store each head's row in
+     *  blocks of 32 with one f16 scale (3.8x and 7.1x fewer bytes than
+     *  F32): a row is quantized once, when its token is computed, and
+     *  attention reads the blocks directly. Q8_0 costs little quality
+     *  (docs/bench.md gives measured perplexities), Q4_0 noticeably more.
+     *  They need a head_dim that is a multiple of 32; other models give
+     *  ::LLM_ERR_UNSUPPORTED with a message. The CPU backend (also with
+     *  tensor parallelism) implements them; a backend that does not (the
+     *  CUDA plug-in today) refuses them at session creation with
+     *  ::LLM_ERR_UNSUPPORTED. A value outside the enum gives
+     *  ::LLM_ERR_INVALID_ARGUMENT. */
     llm_kv_type kv_type;
     uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
     bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */
@@ -1251,7 +1269,10 @@ LLM_API llm_status llm_session_embed(llm_session *session, const llm_token *cons
  * the same kv_type on the same CPU, the next logits are bitwise the ones
  * the original sequence gives. The session loading it may have another
  * kv_block_size, n_ctx or kv_type (rows are converted; from F32 to F16 or
- * BF16 that rounds, so logits then differ slightly).
+ * BF16 that rounds, so logits then differ slightly; Q8_0 and Q4_0 rows,
+ * since 1.4, are saved as they are cached, dequantized exactly into a
+ * float session and quantized into a Q8_0/Q4_0 one as computed rows are;
+ * libraries before 1.4 refuse such a state as an unknown KV type).
  *
  * A state names its model by a 64-bit fingerprint of the hyper-parameters,
  * tensor shapes and the ends of every tensor's data: another model (also a

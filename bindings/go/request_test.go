@@ -266,7 +266,7 @@ func TestSessionCreateErrorMessage(t *testing.T) {
 	m := testModel(t)
 	_, err := NewSession(m, &SessionOptions{KVType: 9})
 	var e *Error
-	if !errors.As(err, &e) || e.Status != ErrUnsupported || !strings.Contains(e.Message, "kv_type") {
+	if !errors.As(err, &e) || e.Status != ErrInvalidArgument || !strings.Contains(e.Message, "kv_type") {
 		t.Fatalf("an unknown kv_type gave %v", err)
 	}
 }
@@ -400,5 +400,34 @@ func TestGenerateBesideStreams(t *testing.T) {
 	}
 	if got := <-streamDone; !sameTokens(got, want[1]) || stream.Err() != nil {
 		t.Errorf("stream beside Generate: %v (%v), alone %v", got, stream.Err(), want[1])
+	}
+}
+
+// The quantized KV caches (libllminfer 1.4): a Q8_0 cache follows the F16
+// cache's greedy tokens at first (SmolLM2: 19 of 64, tests/unit/test_kvquant.c),
+// and a Q4_0 cache generates too.
+func TestQuantizedKVTypes(t *testing.T) {
+	m := testModel(t)
+	prompt := tokenize(t, m, "The history of the printing press begins in the fifteenth century, when")
+	greedy := func(kv KVType) []Token {
+		s, err := NewSession(m, &SessionOptions{KVType: kv, ContextLength: 256, Threads: 2})
+		if err != nil {
+			t.Fatalf("kv type %d: %v", kv, err)
+		}
+		defer s.Close()
+		g, err := s.Generate(context.Background(), prompt, &GenerateOptions{MaxNewTokens: 12})
+		if err != nil {
+			t.Fatalf("kv type %d: Generate: %v", kv, err)
+		}
+		return g.Tokens
+	}
+	f16, q8, q4 := greedy(KVF16), greedy(KVQ8_0), greedy(KVQ4_0)
+	if len(f16) < 8 || len(q8) < 8 || len(q4) == 0 {
+		t.Fatalf("too few tokens: f16 %d, q8_0 %d, q4_0 %d", len(f16), len(q8), len(q4))
+	}
+	for i := 0; i < 8; i++ {
+		if f16[i] != q8[i] {
+			t.Fatalf("token %d: q8_0 %d, f16 %d", i, q8[i], f16[i])
+		}
 	}
 }

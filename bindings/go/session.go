@@ -23,6 +23,10 @@ const (
 	KVF32  KVType = C.LLM_KV_F32
 	KVF16  KVType = C.LLM_KV_F16
 	KVBF16 KVType = C.LLM_KV_BF16
+	// Since libllminfer 1.4: GGUF Q8_0 / Q4_0 blocks of 32 per head row
+	// (needs a head_dim that is a multiple of 32; CPU backend only).
+	KVQ8_0 KVType = C.LLM_KV_Q8_0
+	KVQ4_0 KVType = C.LLM_KV_Q4_0
 )
 
 // SessionOptions are the options of NewSession; the zero value gives the

@@ -33,7 +33,7 @@ typedef struct options {
     const char *model;
     long threads;
     bool mmap;
-    bool kv_f16;
+    int kv; /* index into kv_types */
     long pp, tg, tg_prompt;
     long batch[8];
     int n_batch;
@@ -44,13 +44,24 @@ typedef struct options {
     unsigned long long seed;
 } options;
 
+/* KV cache types: name, type, bytes per 32 elements. */
+static const struct {
+    const char *name;
+    llm_kv_type type;
+    unsigned bytes_per_32;
+} kv_types[] = {{"f32", LLM_KV_F32, 128},
+                {"f16", LLM_KV_F16, 64},
+                {"bf16", LLM_KV_BF16, 64},
+                {"q8_0", LLM_KV_Q8_0, 34},
+                {"q4_0", LLM_KV_Q4_0, 18}};
+
 static void usage(FILE *f) {
     fprintf(f, "usage: llm-bench-cpu -m MODEL [options]\n"
                "       llm-bench-cpu --bandwidth [-t N] [--size-mb MB]\n"
                "  -m PATH            model file\n"
                "  -t N               threads (default 1)\n"
                "  --no-mmap          read the model into memory (default: map it)\n"
-               "  --kv f32|f16       KV cache type (default f32)\n"
+               "  --kv TYPE          KV cache type: f32, f16, bf16, q8_0, q4_0 (default f32)\n"
                "  --pp N             prompt tokens in one decode, 0 = skip (default 512)\n"
                "  --tg N             single-token decodes, 0 = skip (default 128)\n"
                "  --tg-prompt N      prompt before them (default 16)\n"
@@ -108,8 +119,12 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "-m")) {
             o->model = v;
         } else if (!strcmp(a, "--kv")) {
-            ok = !strcmp(v, "f32") || !strcmp(v, "f16");
-            o->kv_f16 = !strcmp(v, "f16");
+            ok = false;
+            for (int k = 0; k < (int)(sizeof kv_types / sizeof kv_types[0]); k++)
+                if (!strcmp(v, kv_types[k].name)) {
+                    o->kv = k;
+                    ok = true;
+                }
         } else if (!strcmp(a, "-t")) {
             ok = parse_long(v, 1, 512, &o->threads);
         } else if (!strcmp(a, "--pp")) {
@@ -564,7 +579,7 @@ static int run_engine(const options *o) {
     sp.n_threads = (uint32_t)o->threads;
     sp.n_ctx = (uint32_t)ctx;
     sp.prefix_cache = false; /* every run computes all its tokens */
-    sp.kv_type = o->kv_f16 ? LLM_KV_F16 : LLM_KV_F32;
+    sp.kv_type = kv_types[o->kv].type;
     engine e = {0};
     e.n_vocab = info.n_vocab;
     e.rng = o->seed;
@@ -603,11 +618,11 @@ static int run_engine(const options *o) {
     printf(", \"threads\": %ld, \"mmap\": %s, \"kv_type\": \"%s\", \"load_s\": %.4f, "
            "\"warmup_s\": %.4f, \"n_params\": %llu, \"weight_bytes\": %llu, "
            "\"weight_bytes_per_token\": %llu, \"kv_bytes_per_pos\": %llu, \"n_vocab\": %u",
-           o->threads, o->mmap ? "true" : "false", o->kv_f16 ? "f16" : "f32", load_s, warm_s,
+           o->threads, o->mmap ? "true" : "false", kv_types[o->kv].name, load_s, warm_s,
            (unsigned long long)info.n_params, (unsigned long long)total_bytes,
            (unsigned long long)per_token_bytes,
            (unsigned long long)info.n_layers * 2ull * info.n_kv_heads * head_dim *
-               (o->kv_f16 ? 2 : 4),
+               kv_types[o->kv].bytes_per_32 / 32,
            info.n_vocab);
     /* cpu_s: CPU seconds of all threads in the timed region. */
     if (o->pp > 0)

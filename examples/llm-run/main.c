@@ -22,12 +22,12 @@ typedef struct options {
     llm_sampling_params sampling;
     bool chat, no_mmap, verbose, quiet;
     long threads;
-    long tp; /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
+    long tp;            /* tensor-parallel ranks (llm_device_params.tensor_parallel) */
     const char *device; /* llm_device_params.backend: "cpu", "cuda", "auto" */
     uint32_t spec_mode; /* llm_spec_mode */
     long spec_k;
     const char *draft_model;
-    long kv_type; /* llm_kv_type; hidden option --kv-type f32|f16|bf16 */
+    long kv_type; /* llm_kv_type; hidden option --kv-type f32|f16|bf16|q8_0|q4_0 */
 } options;
 
 static void usage(FILE *f) {
@@ -93,7 +93,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) return 0;
+    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi)
+        return 0;
     *out = v;
     return 1;
 }
@@ -102,7 +103,8 @@ static int parse_float(const char *s, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (errno || *s == '\0' || *end != '\0') return 0;
+    if (errno || *s == '\0' || *end != '\0')
+        return 0;
     *out = v;
     return 1;
 }
@@ -120,10 +122,17 @@ static int parse_args(int argc, char **argv, options *o) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
         int ok = 1, takes_value = 1;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
-        if (!strcmp(a, "--chat")) { o->chat = true; takes_value = 0; }
-        else if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; takes_value = 0; }
-        else if (!strcmp(a, "-v")) { o->verbose = true; takes_value = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return -1;
+        if (!strcmp(a, "--chat")) {
+            o->chat = true;
+            takes_value = 0;
+        } else if (!strcmp(a, "--no-mmap")) {
+            o->no_mmap = true;
+            takes_value = 0;
+        } else if (!strcmp(a, "-v")) {
+            o->verbose = true;
+            takes_value = 0;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o->quiet = true;
             takes_value = 0;
@@ -132,26 +141,44 @@ static int parse_args(int argc, char **argv, options *o) {
             return 1;
         } else if (!strcmp(a, "-m"))
             o->model = v;
-        else if (!strcmp(a, "-p")) o->prompt = v;
-        else if (!strcmp(a, "--draft-model")) o->draft_model = v;
-        else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--spec-k")) ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
+        else if (!strcmp(a, "-p"))
+            o->prompt = v;
+        else if (!strcmp(a, "--draft-model"))
+            o->draft_model = v;
+        else if (!strcmp(a, "--device"))
+            o->device = v;
+        else if (!strcmp(a, "--spec-k"))
+            ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
         else if (!strcmp(a, "--spec")) {
-            if (!strcmp(v, "none")) o->spec_mode = LLM_SPEC_NONE;
-            else if (!strcmp(v, "ngram")) o->spec_mode = LLM_SPEC_NGRAM;
-            else if (!strcmp(v, "draft")) o->spec_mode = LLM_SPEC_DRAFT;
-            else ok = 0;
-        }
-        else if (!strcmp(a, "--kv-type"))
-            ok = (o->kv_type = !strcmp(v, "f32") ? LLM_KV_F32 : !strcmp(v, "f16") ? LLM_KV_F16
-                               : !strcmp(v, "bf16") ? LLM_KV_BF16 : -1) >= 0;
-        else if (!strcmp(a, "-n")) ok = parse_long(v, 0, 1 << 24, &o->n_new);
-        else if (!strcmp(a, "-t")) ok = parse_long(v, 1, 512, &o->threads);
-        else if (!strcmp(a, "--tp")) ok = parse_long(v, 1, 64, &o->tp);
-        else if (!strcmp(a, "--temp")) ok = parse_float(v, &o->sampling.temperature);
-        else if (!strcmp(a, "--top-p")) ok = parse_float(v, &o->sampling.top_p);
-        else if (!strcmp(a, "--min-p")) ok = parse_float(v, &o->sampling.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) ok = parse_float(v, &o->sampling.repeat_penalty);
+            if (!strcmp(v, "none"))
+                o->spec_mode = LLM_SPEC_NONE;
+            else if (!strcmp(v, "ngram"))
+                o->spec_mode = LLM_SPEC_NGRAM;
+            else if (!strcmp(v, "draft"))
+                o->spec_mode = LLM_SPEC_DRAFT;
+            else
+                ok = 0;
+        } else if (!strcmp(a, "--kv-type"))
+            ok = (o->kv_type = !strcmp(v, "f32")    ? LLM_KV_F32
+                               : !strcmp(v, "f16")  ? LLM_KV_F16
+                               : !strcmp(v, "bf16") ? LLM_KV_BF16
+                               : !strcmp(v, "q8_0") ? LLM_KV_Q8_0
+                               : !strcmp(v, "q4_0") ? LLM_KV_Q4_0
+                                                    : -1) >= 0;
+        else if (!strcmp(a, "-n"))
+            ok = parse_long(v, 0, 1 << 24, &o->n_new);
+        else if (!strcmp(a, "-t"))
+            ok = parse_long(v, 1, 512, &o->threads);
+        else if (!strcmp(a, "--tp"))
+            ok = parse_long(v, 1, 64, &o->tp);
+        else if (!strcmp(a, "--temp"))
+            ok = parse_float(v, &o->sampling.temperature);
+        else if (!strcmp(a, "--top-p"))
+            ok = parse_float(v, &o->sampling.top_p);
+        else if (!strcmp(a, "--min-p"))
+            ok = parse_float(v, &o->sampling.min_p);
+        else if (!strcmp(a, "--repeat-penalty"))
+            ok = parse_float(v, &o->sampling.repeat_penalty);
         else if (!strcmp(a, "--presence-penalty"))
             ok = parse_float(v, &o->sampling.presence_penalty);
         else if (!strcmp(a, "--frequency-penalty"))
@@ -159,8 +186,7 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--repeat-last-n")) {
             ok = parse_long(v, -1, INT32_MAX, &l);
             o->sampling.repeat_last_n = (int32_t)l;
-        }
-        else if (!strcmp(a, "--top-k")) {
+        } else if (!strcmp(a, "--top-k")) {
             ok = parse_long(v, 0, 1 << 24, &l);
             o->sampling.top_k = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
@@ -182,7 +208,8 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "llm-run: --spec draft needs --draft-model PATH\n");
         return 1;
     }
-    if (o->draft_model && o->spec_mode == LLM_SPEC_NONE) o->spec_mode = LLM_SPEC_DRAFT;
+    if (o->draft_model && o->spec_mode == LLM_SPEC_NONE)
+        o->spec_mode = LLM_SPEC_DRAFT;
     return 0;
 }
 
@@ -214,9 +241,11 @@ static llm_status make_prompt(const llm_model *m, const options *o, llm_token **
         llm_chat_message msg = {"user", o->prompt};
         size_t len = 0;
         st = llm_chat_template_apply(m, &msg, 1, true, NULL, 0, &len);
-        if (st != LLM_ERR_BUFFER_TOO_SMALL && st != LLM_OK) return st;
+        if (st != LLM_ERR_BUFFER_TOO_SMALL && st != LLM_OK)
+            return st;
         templated = malloc(len + 1);
-        if (!templated) return LLM_ERR_OUT_OF_MEMORY;
+        if (!templated)
+            return LLM_ERR_OUT_OF_MEMORY;
         st = llm_chat_template_apply(m, &msg, 1, true, templated, len + 1, &len);
         if (st != LLM_OK) {
             free(templated);
@@ -252,7 +281,8 @@ int main(int argc, char **argv) {
         usage(rc < 0 ? stdout : stderr);
         return rc < 0 ? 0 : 1;
     }
-    if (o.verbose) llm_log_set(log_to_stderr, LLM_LOG_INFO, NULL);
+    if (o.verbose)
+        llm_log_set(log_to_stderr, LLM_LOG_INFO, NULL);
 
     llm_model_params mp;
     llm_model_params_init(&mp);
@@ -268,7 +298,8 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     llm_model *model = NULL, *draft = NULL;
     llm_status st = llm_model_load(o.model, &mp, &model);
-    if (st != LLM_OK) return fail("loading the model", st);
+    if (st != LLM_OK)
+        return fail("loading the model", st);
     if (o.draft_model && (st = llm_model_load(o.draft_model, &mp, &draft)) != LLM_OK) {
         llm_model_free(model);
         return fail("loading the draft model", st);
@@ -304,7 +335,8 @@ int main(int argc, char **argv) {
         gp.spec_mode = o.spec_mode;
         gp.spec_k = (uint32_t)o.spec_k;
         llm_generate_result res = {sizeof res};
-        if (!o.chat) fputs(o.prompt, stdout);
+        if (!o.chat)
+            fputs(o.prompt, stdout);
         st = llm_generate(session, prompt, n_prompt, &gp, &res);
         fputc('\n', stdout);
         fflush(stdout);
@@ -329,8 +361,7 @@ int main(int argc, char **argv) {
                         res.n_accepted_tokens,
                         res.n_draft_tokens ? 100.0 * res.n_accepted_tokens / res.n_draft_tokens
                                            : 0.0,
-                        res.n_spec_steps ? (double)res.n_accepted_tokens / res.n_spec_steps
-                                         : 0.0);
+                        res.n_spec_steps ? (double)res.n_accepted_tokens / res.n_spec_steps : 0.0);
         }
     }
     free(prompt);

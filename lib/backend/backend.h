@@ -65,7 +65,7 @@ typedef struct llmi_backend_config {
  * slot = block * block_size + position % block_size. */
 typedef struct llmi_kv_layout {
     uint32_t n_layer, kv_dim, block_size, n_blocks;
-    llm_kv_type type; /* element type: LLM_KV_F32, F16 or BF16 */
+    llm_kv_type type; /* element type: LLM_KV_F32, F16, BF16, Q8_0 or Q4_0 */
     /* Appended: elements per KV head (kv_dim is a whole number of heads),
      * for a backend that splits heads (tp); 0 when the caller does not say. */
     uint32_t head_dim;
@@ -88,13 +88,13 @@ typedef struct llmi_kv_layout {
  *           each. */
 typedef struct llmi_step {
     uint32_t n_rows, n_seqs, n_logits, block_size;
-    const int32_t *token;       /* [n_rows] */
-    const uint32_t *pos;        /* [n_rows] */
-    const uint32_t *seq;        /* [n_rows] */
+    const int32_t *token;        /* [n_rows] */
+    const uint32_t *pos;         /* [n_rows] */
+    const uint32_t *seq;         /* [n_rows] */
     const uint32_t *block_start; /* [n_seqs + 1] */
-    const uint32_t *blocks;     /* [block_start[n_seqs]] */
-    const uint32_t *logit_rows; /* [n_logits] */
-    const uint32_t *words;      /* the buffer all of the above point into */
+    const uint32_t *blocks;      /* [block_start[n_seqs]] */
+    const uint32_t *logit_rows;  /* [n_logits] */
+    const uint32_t *words;       /* the buffer all of the above point into */
     size_t n_words;
     /* The host's interrupt flag (llm_session_interrupt), or NULL. A backend
      * that sees it set while the step runs (the CPU: between layers) may
@@ -135,15 +135,15 @@ typedef struct llmi_backend_ops {
     llm_status (*kv_copy)(void *kv, uint32_t dst, uint32_t src, uint32_t n_slots);
     /* n consecutive slots from `slot` (inside one block) of one layer's K
      * (v false) or V, as raw elements of the store's type: read into `dst`
-     * or written from `src`, n * kv_dim elements, in issue order (above):
+     * or written from `src`, n rows of llmi_kv_row_bytes(type, kv_dim)
+     * bytes (Q8_0 and Q4_0 rows are GGUF blocks), in issue order (above):
      * a read returns once its rows are in `dst`. */
-    llm_status (*kv_read)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
-                          void *dst);
+    llm_status (*kv_read)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n, void *dst);
     llm_status (*kv_write)(void *kv, uint32_t layer, bool v, uint32_t slot, uint32_t n,
                            const void *src);
 
-    llm_status (*step_create)(void *backend, const llm_model *m, void *weights,
-                              uint32_t max_rows, uint32_t max_ctx, void **out);
+    llm_status (*step_create)(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
+                              uint32_t max_ctx, void **out);
     void (*step_free)(void *step);
     /* Runs a step (checked by the core: rows <= max_rows, tokens in the
      * vocabulary, positions < max_ctx, block tables covering them): writes
@@ -235,8 +235,7 @@ llm_status llmi_backend_state_get(size_t index, llmi_backend_state *out);
  * other than "cpu", else "cpu"; each one skipped is logged (INFO) with the
  * reason. A name not registered, or a backend that is unavailable, gives
  * LLM_ERR_UNSUPPORTED saying why, or which backends there are. */
-llm_status llmi_backend_select(const char *name, const llmi_backend_ops **out,
-                               uint32_t *n_devices);
+llm_status llmi_backend_select(const char *name, const llmi_backend_ops **out, uint32_t *n_devices);
 
 /* The CPU backend (backend/cpu/). */
 extern const llmi_backend_ops llmi_backend_cpu;
@@ -248,8 +247,7 @@ extern const llmi_backend_ops llmi_backend_cpu;
  * drops (the last one frees them). Thread-safe. */
 llm_status llmi_backend_weights_acquire(const llmi_backend_ops *ops, const llm_model *m,
                                         int32_t device, void **out);
-void llmi_backend_weights_release(const llmi_backend_ops *ops, const llm_model *m,
-                                  int32_t device);
+void llmi_backend_weights_release(const llmi_backend_ops *ops, const llm_model *m, int32_t device);
 
 #ifdef LLMI_TEST_HOOKS
 /* Test hooks, in the style of llmi_alloc_fail_after. Every step_create and

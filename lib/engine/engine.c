@@ -6,17 +6,30 @@ static llm_status kv_copy_hook(void *ctx, uint32_t dst, uint32_t src, uint32_t n
     return e->ops->kv_copy(e->kv_store, dst, src, n_slots);
 }
 
+llm_status llmi_engine_kv_type_check(llm_kv_type type, const llmi_hparams *hp, const char *who) {
+    llmi_ttype t;
+    if (!llmi_kv_ttype(type, &t))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache of unknown element type %d",
+                          (int)type);
+    if (llmi_kv_type_blocked(type) && (hp->head_dim == 0 || hp->head_dim % LLMI_QK != 0))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "a %s KV cache needs a head_dim that is a multiple of %d; %s has %u",
+                          llmi_ttype_get(t)->name, LLMI_QK, who, hp->head_dim);
+    if (llmi_kv_row_bytes(type, (uint64_t)hp->n_head_kv * hp->head_dim) == 0)
+        return llmi_error(LLM_ERR_LIMIT, "KV rows of %u heads of %u overflow", hp->n_head_kv,
+                          hp->head_dim);
+    return LLM_OK;
+}
+
 llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) {
     *out = NULL;
     LLMI_TRY(llmi_backend_fault_check(NULL));
     if (cfg->max_rows == 0 || cfg->max_ctx == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "engine needs rows and context > 0");
-    const uint32_t elem = llmi_kv_type_size(cfg->kv_type);
-    if (elem == 0)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache of unknown element type %d",
-                          (int)cfg->kv_type);
+    LLMI_TRY(llmi_engine_kv_type_check(cfg->kv_type, &cfg->model->hp, "the model"));
     llmi_engine *e = llmi_calloc(1, sizeof *e);
-    if (!e) return llmi_oom("engine");
+    if (!e)
+        return llmi_oom("engine");
     const llmi_hparams *hp = &cfg->model->hp;
     e->model = cfg->model;
     e->ops = cfg->ops ? cfg->ops : &llmi_backend_cpu;
@@ -24,14 +37,16 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
     e->max_rows = cfg->max_rows;
     e->interrupt = cfg->interrupt;
     e->max_ctx = cfg->max_ctx;
-    e->layout = (llmi_kv_layout){hp->n_layer, hp->n_head_kv * hp->head_dim, cfg->kv_block_size,
-                                 cfg->kv_blocks, cfg->kv_type, hp->head_dim};
-    e->kv_row_bytes = (size_t)e->layout.kv_dim * elem;
+    e->layout = (llmi_kv_layout){hp->n_layer,        hp->n_head_kv * hp->head_dim,
+                                 cfg->kv_block_size, cfg->kv_blocks,
+                                 cfg->kv_type,       hp->head_dim};
+    e->kv_row_bytes = llmi_kv_row_bytes(cfg->kv_type, e->layout.kv_dim);
     llm_status st;
     if (cfg->backend) {
         e->backend = cfg->backend;
     } else {
-        if ((st = e->ops->open(&cfg->backend_cfg, &e->backend)) != LLM_OK) goto fail;
+        if ((st = e->ops->open(&cfg->backend_cfg, &e->backend)) != LLM_OK)
+            goto fail;
         e->owns_backend = true;
     }
     const uint64_t weight_bytes = e->model->weight_bytes;
@@ -52,13 +67,16 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
     /* Warm-up: 2 units, the KV store and the step's buffers. */
     if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 0, 2)) != LLM_OK)
         goto fail;
-    if ((st = llmi_kv_create(cfg->kv_block_size, cfg->kv_blocks, &e->kv)) != LLM_OK) goto fail;
-    if ((st = e->ops->kv_create(e->backend, &e->layout, &e->kv_store)) != LLM_OK) goto fail;
+    if ((st = llmi_kv_create(cfg->kv_block_size, cfg->kv_blocks, &e->kv)) != LLM_OK)
+        goto fail;
+    if ((st = e->ops->kv_create(e->backend, &e->layout, &e->kv_store)) != LLM_OK)
+        goto fail;
     llmi_kv_set_copier(e->kv, kv_copy_hook, e);
     if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 1, 2)) != LLM_OK)
         goto fail;
     st = e->ops->step_create(e->backend, e->model, e->weights, e->max_rows, e->max_ctx, &e->step);
-    if (st != LLM_OK) goto fail;
+    if (st != LLM_OK)
+        goto fail;
     if ((st = llmi_progress_report(cfg->progress, LLM_PROGRESS_WARMUP, 2, 2)) != LLM_OK)
         goto fail;
     *out = e;
@@ -69,12 +87,17 @@ fail:
 }
 
 void llmi_engine_free(llmi_engine *e) {
-    if (!e) return;
-    if (e->step) e->ops->step_free(e->step);
-    if (e->kv_store) e->ops->kv_free(e->kv_store);
+    if (!e)
+        return;
+    if (e->step)
+        e->ops->step_free(e->step);
+    if (e->kv_store)
+        e->ops->kv_free(e->kv_store);
     llmi_kv_free(e->kv);
-    if (e->weights) llmi_backend_weights_release(e->ops, e->model, e->device);
-    if (e->owns_backend) e->ops->close(e->backend);
+    if (e->weights)
+        llmi_backend_weights_release(e->ops, e->model, e->device);
+    if (e->owns_backend)
+        e->ops->close(e->backend);
     llmi_free(e->words);
     llmi_free(e->slot_seqs);
     llmi_free(e->row_slot);
@@ -83,7 +106,8 @@ void llmi_engine_free(llmi_engine *e) {
 }
 
 void llmi_engine_set_f32_activations(llmi_engine *e, bool on) {
-    if (e->ops->step_set_f32_activations) e->ops->step_set_f32_activations(e->step, on);
+    if (e->ops->step_set_f32_activations)
+        e->ops->step_set_f32_activations(e->step, on);
 }
 
 static llm_status check_rows(const llmi_engine *e, const llmi_batch_row *rows, uint32_t n) {
@@ -119,11 +143,14 @@ static llm_status check_rows(const llmi_engine *e, const llmi_batch_row *rows, u
 
 /* Makes the descriptor buffer hold `n` words. */
 static llm_status reserve_words(llmi_engine *e, size_t n) {
-    if (n <= e->cap_words) return LLM_OK;
+    if (n <= e->cap_words)
+        return LLM_OK;
     size_t cap = e->cap_words ? e->cap_words : 1024;
-    while (cap < n) cap *= 2;
+    while (cap < n)
+        cap *= 2;
     uint32_t *w = llmi_malloc(cap * sizeof *w);
-    if (!w) return llmi_oom("step descriptor");
+    if (!w)
+        return llmi_oom("step descriptor");
     llmi_free(e->words);
     e->words = w;
     e->cap_words = cap;
@@ -142,7 +169,8 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
         if (n_seqs && e->slot_seqs[n_seqs - 1] == rows[r].seq)
             s = n_seqs - 1;
         else
-            for (s = 0; s < n_seqs && e->slot_seqs[s] != rows[r].seq; s++) {}
+            for (s = 0; s < n_seqs && e->slot_seqs[s] != rows[r].seq; s++) {
+            }
         if (s == n_seqs) {
             e->slot_seqs[n_seqs++] = rows[r].seq;
             n_blocks += rows[r].seq->n_blocks;
@@ -161,7 +189,8 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
         token[r] = (uint32_t)rows[r].token;
         pos[r] = rows[r].pos;
         seq[r] = e->row_slot[r];
-        if (rows[r].want_logits) logit_rows[k++] = r;
+        if (rows[r].want_logits)
+            logit_rows[k++] = r;
     }
     size_t b = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
@@ -203,7 +232,8 @@ static llm_status engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_
                           e->ops->name);
     bool late = false;
     LLMI_TRY(llmi_backend_fault_check(&late));
-    if (n == 0) return LLM_OK;
+    if (n == 0)
+        return LLM_OK;
     LLMI_TRY(check_rows(e, rows, n));
     if (llmi_engine_interrupted(e))
         return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt)");
@@ -212,10 +242,12 @@ static llm_status engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_
     LLMI_TRY(hidden ? e->ops->step_run_hidden(e->step, e->kv_store, &st, out)
                     : e->ops->step_run(e->step, e->kv_store, &st, out));
     LLMI_TRY(e->ops->sync(e->backend));
-    if (late) return llmi_backend_fault_late();
+    if (late)
+        return llmi_backend_fault_late();
     /* Lengths move only now: a step that fails anywhere leaves them. */
     for (uint32_t r = 0; r < n; r++)
-        if (rows[r].pos + 1 > rows[r].seq->n_tokens) rows[r].seq->n_tokens = rows[r].pos + 1;
+        if (rows[r].pos + 1 > rows[r].seq->n_tokens)
+            rows[r].seq->n_tokens = rows[r].pos + 1;
     return LLM_OK;
 }
 
@@ -234,11 +266,12 @@ static llm_status kv_rows(llmi_engine *e, const llmi_kv_seq *seq, uint32_t layer
     const uint32_t bs = e->kv->block_size;
     if (layer >= e->layout.n_layer || (uint64_t)pos + n > (uint64_t)seq->n_blocks * bs ||
         (n > 0 && pos < llmi_kv_seq_first_pos(e->kv, seq)))
-        return llmi_error(LLM_ERR_INTERNAL, "KV rows %u..%u of layer %u outside the sequence",
-                          pos, pos + n, layer);
+        return llmi_error(LLM_ERR_INTERNAL, "KV rows %u..%u of layer %u outside the sequence", pos,
+                          pos + n, layer);
     while (n > 0) {
         uint32_t run = bs - pos % bs;
-        if (run > n) run = n;
+        if (run > n)
+            run = n;
         uint32_t slot = llmi_kv_slot(e->kv, seq, pos);
         LLMI_TRY(write ? e->ops->kv_write(e->kv_store, layer, v, slot, run, buf)
                        : e->ops->kv_read(e->kv_store, layer, v, slot, run, buf));

@@ -28,8 +28,8 @@ typedef struct llmi_batch_row {
 
 typedef struct llmi_engine_config {
     const llm_model *model;
-    const llmi_backend_ops *ops; /* NULL: the CPU backend */
-    void *backend;               /* an instance to share (borrowed), or NULL to open one */
+    const llmi_backend_ops *ops;     /* NULL: the CPU backend */
+    void *backend;                   /* an instance to share (borrowed), or NULL to open one */
     llmi_backend_config backend_cfg; /* for opening one */
     uint32_t kv_block_size, kv_blocks;
     llm_kv_type kv_type;
@@ -67,6 +67,12 @@ typedef struct llmi_engine {
     llmi_batch_row *rows;
     const atomic_int *interrupt; /* llmi_engine_config.interrupt */
 } llmi_engine;
+
+/* Whether a KV cache of `type` can hold the rows of a model with these
+ * hyper-parameters (`who` names it in the message): LLM_ERR_INVALID_ARGUMENT
+ * for a value outside llm_kv_type, LLM_ERR_UNSUPPORTED for a block type
+ * (Q8_0, Q4_0) and a head_dim that is not a multiple of LLMI_QK. */
+llm_status llmi_engine_kv_type_check(llm_kv_type type, const llmi_hparams *hp, const char *who);
 
 llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out);
 

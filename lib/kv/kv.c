@@ -67,7 +67,8 @@ static uint64_t block_hash(const llmi_kv *kv, uint64_t parent, uint32_t pos,
         uint64_t w = (uint64_t)(uint32_t)tokens[i] | (uint64_t)(uint32_t)tokens[i + 1] << 32;
         h = mix64(h + w * g) ^ w;
     }
-    if (i < bs) h = mix64(h + ((uint64_t)(uint32_t)tokens[i] + 1) * g);
+    if (i < bs)
+        h = mix64(h + ((uint64_t)(uint32_t)tokens[i] + 1) * g);
     h = mix64(h ^ bs);
 #ifdef LLMI_TEST_HOOKS
     h &= kv->index->hash_mask;
@@ -89,7 +90,8 @@ static inline size_t bucket_of(const llmi_kv_index *x, uint64_t h) {
 static uint32_t index_find(const llmi_kv *kv, uint64_t h) {
     const llmi_kv_index *x = kv->index;
     for (uint32_t b = x->buckets[bucket_of(x, h)]; b != NONE; b = x->chain_next[b])
-        if (x->hash[b] == h) return b;
+        if (x->hash[b] == h)
+            return b;
     return NONE;
 }
 
@@ -171,7 +173,8 @@ static uint32_t block_alloc(llmi_kv *kv) {
 static void block_unref(llmi_kv *kv, uint32_t b) {
     llmi_kv_index *x = kv->index;
     assert(kv->ref[b] > 0);
-    if (--kv->ref[b] > 0) return;
+    if (--kv->ref[b] > 0)
+        return;
     if (x->flags[b] & F_REGISTERED) {
         lru_push_tail(kv, b);
     } else {
@@ -187,6 +190,11 @@ size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_
     return (size_t)2 * n_layer * kv_dim * block_size * elem_size;
 }
 
+size_t llmi_kv_block_bytes_type(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                                llm_kv_type type) {
+    return (size_t)2 * n_layer * block_size * llmi_kv_row_bytes(type, kv_dim);
+}
+
 size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size) {
     return llmi_kv_block_bytes_ex(n_layer, kv_dim, block_size, sizeof(float));
 }
@@ -194,10 +202,12 @@ size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_siz
 static llm_status index_create(llmi_kv *kv) {
     uint32_t n = kv->n_blocks;
     llmi_kv_index *x = llmi_calloc(1, sizeof *x);
-    if (!x) return llmi_oom("KV prefix index");
+    if (!x)
+        return llmi_oom("KV prefix index");
     kv->index = x;
     size_t n_buckets = 1;
-    while (n_buckets < n && n_buckets < ((size_t)1 << 31)) n_buckets *= 2;
+    while (n_buckets < n && n_buckets < ((size_t)1 << 31))
+        n_buckets *= 2;
     x->bucket_mask = n_buckets - 1;
     x->hash = llmi_malloc((size_t)n * sizeof *x->hash);
     x->parent = llmi_malloc((size_t)n * sizeof *x->parent);
@@ -216,7 +226,8 @@ static llm_status index_create(llmi_kv *kv) {
         x->pos[b] = 0;
         x->lru_prev[b] = x->lru_next[b] = x->chain_next[b] = NONE;
     }
-    for (size_t i = 0; i < n_buckets; i++) x->buckets[i] = NONE;
+    for (size_t i = 0; i < n_buckets; i++)
+        x->buckets[i] = NONE;
     x->lru_head = x->lru_tail = NONE;
 #ifdef LLMI_TEST_HOOKS
     x->hash_mask = ~(uint64_t)0;
@@ -225,7 +236,8 @@ static llm_status index_create(llmi_kv *kv) {
 }
 
 static void index_free(llmi_kv_index *x) {
-    if (!x) return;
+    if (!x)
+        return;
     llmi_free(x->hash);
     llmi_free(x->parent);
     llmi_free(x->pos);
@@ -247,7 +259,8 @@ llm_status llmi_kv_create(uint32_t block_size, uint32_t n_blocks, llmi_kv **out)
         !llmi_mul_ok(slots, sizeof(llm_token), &token_bytes) || slots > UINT32_MAX)
         return llmi_error(LLM_ERR_LIMIT, "KV cache of %u blocks overflows", n_blocks);
     llmi_kv *kv = llmi_calloc(1, sizeof *kv);
-    if (!kv) return llmi_oom("KV cache");
+    if (!kv)
+        return llmi_oom("KV cache");
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
     llm_status st = LLM_OK;
@@ -257,9 +270,11 @@ llm_status llmi_kv_create(uint32_t block_size, uint32_t n_blocks, llmi_kv **out)
         st = llmi_oom("KV cache blocks");
         goto fail;
     }
-    if ((st = index_create(kv)) != LLM_OK) goto fail;
+    if ((st = index_create(kv)) != LLM_OK)
+        goto fail;
     /* Hand out low block ids first: stack top is the end of the array. */
-    for (uint32_t i = 0; i < n_blocks; i++) kv->free_stack[i] = n_blocks - 1 - i;
+    for (uint32_t i = 0; i < n_blocks; i++)
+        kv->free_stack[i] = n_blocks - 1 - i;
     kv->n_free = n_blocks;
     *out = kv;
     return LLM_OK;
@@ -274,7 +289,8 @@ void llmi_kv_set_copier(llmi_kv *kv, llmi_kv_copy_fn copy, void *ctx) {
 }
 
 void llmi_kv_free(llmi_kv *kv) {
-    if (!kv) return;
+    if (!kv)
+        return;
     llmi_free(kv->ref);
     llmi_free(kv->free_stack);
     index_free(kv->index);
@@ -296,36 +312,44 @@ static inline uint32_t blocks_for(const llmi_kv *kv, uint32_t n_tokens) {
 /* Grows seq's table to hold at least `need` entries; false when out of
  * memory (the table is unchanged). */
 static bool table_grow(llmi_kv_seq *seq, uint32_t need) {
-    if (need <= seq->cap) return true;
+    if (need <= seq->cap)
+        return true;
     uint64_t cap = seq->cap ? seq->cap : 8;
-    while (cap < need) cap *= 2;
-    if (cap > UINT32_MAX) cap = UINT32_MAX;
+    while (cap < need)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        cap = UINT32_MAX;
     uint32_t *t = llmi_realloc(seq->blocks, (size_t)cap * sizeof *t);
-    if (!t) return false;
+    if (!t)
+        return false;
     seq->blocks = t;
     seq->cap = (uint32_t)cap;
     return true;
 }
 
 uint32_t llmi_kv_seq_blocks_needed(const llmi_kv *kv, const llmi_kv_seq *seq, uint32_t n_tokens) {
-    if (n_tokens <= seq->n_tokens) return 0;
+    if (n_tokens <= seq->n_tokens)
+        return 0;
     uint32_t need = blocks_for(kv, n_tokens);
     uint32_t count = need > seq->n_blocks ? need - seq->n_blocks : 0;
     uint32_t end = need < seq->n_blocks ? need : seq->n_blocks;
     for (uint32_t i = seq->n_tokens / kv->block_size; i < end; i++)
-        if (kv->ref[seq->blocks[i]] > 1) count++;
+        if (kv->ref[seq->blocks[i]] > 1)
+            count++;
     return count;
 }
 
 llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens) {
-    if (n_tokens <= seq->n_tokens) return LLM_OK;
+    if (n_tokens <= seq->n_tokens)
+        return LLM_OK;
     uint32_t need = blocks_for(kv, n_tokens);
     uint32_t extra = llmi_kv_seq_blocks_needed(kv, seq, n_tokens);
     if (extra > llmi_kv_available(kv))
         return llmi_error(LLM_ERR_LIMIT,
                           "KV cache full: %u tokens need %u more blocks, %u of %u available",
                           n_tokens, extra, llmi_kv_available(kv), kv->n_blocks);
-    if (!table_grow(seq, need)) return llmi_oom("KV block table");
+    if (!table_grow(seq, need))
+        return llmi_oom("KV block table");
     llmi_kv_index *x = kv->index;
     uint32_t bs = kv->block_size;
     uint32_t end = need < seq->n_blocks ? need : seq->n_blocks;
@@ -336,9 +360,8 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
             uint32_t nb = block_alloc(kv);
             uint64_t start = (uint64_t)i * bs;
             uint32_t valid = seq->n_tokens > start ? seq->n_tokens - (uint32_t)start : 0;
-            llm_status st = valid && kv->copy
-                                ? kv->copy(kv->copy_ctx, nb, b, valid < bs ? valid : bs)
-                                : LLM_OK;
+            llm_status st =
+                valid && kv->copy ? kv->copy(kv->copy_ctx, nb, b, valid < bs ? valid : bs) : LLM_OK;
             if (st != LLM_OK) {
                 block_unref(kv, nb);
                 return st;
@@ -347,11 +370,13 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
             seq->blocks[i] = nb;
             kv->cow_copies++;
         } else {
-            if (x->flags[b] & F_REGISTERED) index_remove(kv, b);
+            if (x->flags[b] & F_REGISTERED)
+                index_remove(kv, b);
             x->flags[b] = 0;
         }
     }
-    while (seq->n_blocks < need) seq->blocks[seq->n_blocks++] = block_alloc(kv);
+    while (seq->n_blocks < need)
+        seq->blocks[seq->n_blocks++] = block_alloc(kv);
     return LLM_OK;
 }
 
@@ -359,14 +384,17 @@ llm_status llmi_kv_seq_reserve(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens)
 static void unref_tail(llmi_kv *kv, llmi_kv_seq *seq, uint32_t from) {
     while (seq->n_blocks > from) {
         uint32_t b = seq->blocks[--seq->n_blocks];
-        if (b != LLMI_KV_HOLE) block_unref(kv, b);
+        if (b != LLMI_KV_HOLE)
+            block_unref(kv, b);
     }
 }
 
 void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens) {
-    if (n_tokens > seq->n_tokens) n_tokens = seq->n_tokens;
+    if (n_tokens > seq->n_tokens)
+        n_tokens = seq->n_tokens;
     uint32_t first = llmi_kv_seq_first_pos(kv, seq);
-    if (n_tokens < first) n_tokens = first;
+    if (n_tokens < first)
+        n_tokens = first;
     uint32_t keep = blocks_for(kv, n_tokens);
     unref_tail(kv, seq, keep);
     seq->n_tokens = n_tokens;
@@ -374,14 +402,15 @@ void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens) {
     if (seq->n_hashed > full) {
         seq->n_hashed = full;
         /* full >= n_holes; block full - 1 is the last hole when equal. */
-        seq->last_hash = full == 0             ? 0
+        seq->last_hash = full == 0              ? 0
                          : full == seq->n_holes ? seq->hole_hash
                                                 : kv->index->hash[seq->blocks[full - 1]];
     }
 }
 
 uint32_t llmi_kv_seq_release_before(llmi_kv *kv, llmi_kv_seq *seq, uint32_t pos) {
-    if (pos > seq->n_tokens) pos = seq->n_tokens;
+    if (pos > seq->n_tokens)
+        pos = seq->n_tokens;
     /* Never the block a write continues (the one holding n_tokens). */
     uint32_t upto = pos / kv->block_size;
     uint32_t n = 0;
@@ -389,7 +418,8 @@ uint32_t llmi_kv_seq_release_before(llmi_kv *kv, llmi_kv_seq *seq, uint32_t pos)
         uint32_t i = seq->n_holes, b = seq->blocks[i];
         /* The chain hash outlives the block; an unhashed hole gets it from
          * llmi_kv_seq_commit, which hashes tokens, not block contents. */
-        if (i < seq->n_hashed) seq->hole_hash = kv->index->hash[b];
+        if (i < seq->n_hashed)
+            seq->hole_hash = kv->index->hash[b];
         seq->blocks[i] = LLMI_KV_HOLE;
         seq->n_holes = i + 1;
         block_unref(kv, b);
@@ -416,7 +446,8 @@ void llmi_kv_seq_destroy(llmi_kv *kv, llmi_kv_seq *seq) {
 llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *dst) {
     if (src == dst || dst->n_blocks != 0 || dst->n_tokens != 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV fork into a sequence that is not empty");
-    if (!table_grow(dst, src->n_blocks)) return llmi_oom("KV block table");
+    if (!table_grow(dst, src->n_blocks))
+        return llmi_oom("KV block table");
     for (uint32_t i = 0; i < src->n_blocks; i++) {
         uint32_t b = src->blocks[i];
         if (b != LLMI_KV_HOLE) {
@@ -438,7 +469,8 @@ llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *ds
 
 uint32_t llmi_kv_prefix_match(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens,
                               uint32_t max_tokens) {
-    if (seq->n_blocks != 0 || seq->n_tokens != 0 || !tokens) return 0;
+    if (seq->n_blocks != 0 || seq->n_tokens != 0 || !tokens)
+        return 0;
     llmi_kv_index *x = kv->index;
     uint32_t bs = kv->block_size, n_full = max_tokens / bs, i = 0;
     uint64_t h = 0;
@@ -449,8 +481,10 @@ uint32_t llmi_kv_prefix_match(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *to
         if (b == NONE || x->parent[b] != h || x->pos[b] != i ||
             memcmp(block_tokens(kv, b), t, (size_t)bs * sizeof *t) != 0)
             break;
-        if (!table_grow(seq, i + 1)) break; /* out of memory: a shorter match */
-        if (kv->ref[b] == 0) lru_remove(kv, b);
+        if (!table_grow(seq, i + 1))
+            break; /* out of memory: a shorter match */
+        if (kv->ref[b] == 0)
+            lru_remove(kv, b);
         kv->ref[b]++;
         seq->blocks[i] = b;
         seq->n_blocks = i + 1;
@@ -464,7 +498,8 @@ uint32_t llmi_kv_prefix_match(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *to
 }
 
 void llmi_kv_seq_commit(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *tokens) {
-    if (!tokens) return;
+    if (!tokens)
+        return;
     llmi_kv_index *x = kv->index;
     uint32_t bs = kv->block_size, full = seq->n_tokens / bs;
     for (uint32_t i = seq->n_hashed; i < full; i++) {
@@ -507,7 +542,8 @@ void llmi_kv_prefix_clear(llmi_kv *kv) {
         x->flags[b] &= (uint8_t)~F_REGISTERED;
         x->chain_next[b] = NONE;
     }
-    for (size_t i = 0; i <= x->bucket_mask; i++) x->buckets[i] = NONE;
+    for (size_t i = 0; i <= x->bucket_mask; i++)
+        x->buckets[i] = NONE;
     x->n_registered = 0;
 }
 
@@ -532,8 +568,8 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
     /* Tables. */
     for (size_t s = 0; s < n_seqs; s++) {
         const llmi_kv_seq *q = seqs[s];
-        if (q->n_blocks > q->cap) FAIL("seq %zu holds %u blocks, capacity %u", s, q->n_blocks,
-                                       q->cap);
+        if (q->n_blocks > q->cap)
+            FAIL("seq %zu holds %u blocks, capacity %u", s, q->n_blocks, q->cap);
         if ((uint64_t)q->n_tokens > (uint64_t)q->n_blocks * bs)
             FAIL("seq %zu has %u tokens in %u blocks", s, q->n_tokens, q->n_blocks);
         if (q->n_hashed > q->n_tokens / bs)
@@ -543,57 +579,75 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
             if ((b == LLMI_KV_HOLE) != (i < q->n_holes))
                 FAIL("seq %zu entry %u is %sa hole, %u leading holes", s, i,
                      b == LLMI_KV_HOLE ? "" : "not ", q->n_holes);
-            if (b == LLMI_KV_HOLE) continue;
-            if (b >= n) FAIL("seq %zu entry %u names block %u of %u", s, i, b, n);
-            if (count[b] == UINT32_MAX) FAIL("block %u referenced too often", b);
+            if (b == LLMI_KV_HOLE)
+                continue;
+            if (b >= n)
+                FAIL("seq %zu entry %u names block %u of %u", s, i, b, n);
+            if (count[b] == UINT32_MAX)
+                FAIL("block %u referenced too often", b);
             count[b]++;
         }
         /* The chain is checked from the last hole on (its hash is kept);
          * holes not yet hashed leave nothing to check. */
-        if (q->n_hashed < q->n_holes) continue;
+        if (q->n_hashed < q->n_holes)
+            continue;
         uint64_t h = q->n_holes ? q->hole_hash : 0;
         for (uint32_t i = q->n_holes; i < q->n_hashed; i++) {
             uint32_t b = q->blocks[i];
-            if (!(x->flags[b] & F_HASHED)) FAIL("seq %zu block %u (id %u) is not hashed", s, i, b);
+            if (!(x->flags[b] & F_HASHED))
+                FAIL("seq %zu block %u (id %u) is not hashed", s, i, b);
             if (x->parent[b] != h || x->pos[b] != i)
                 FAIL("seq %zu block %u (id %u) does not continue the hash chain", s, i, b);
             h = x->hash[b];
         }
-        if (q->last_hash != h) FAIL("seq %zu last_hash is not the hash of its block %u", s,
-                                    q->n_hashed);
+        if (q->last_hash != h)
+            FAIL("seq %zu last_hash is not the hash of its block %u", s, q->n_hashed);
     }
     /* Free stack. */
-    if (kv->n_free > n) FAIL("n_free %u exceeds %u blocks", kv->n_free, n);
+    if (kv->n_free > n)
+        FAIL("n_free %u exceeds %u blocks", kv->n_free, n);
     for (uint32_t i = 0; i < kv->n_free; i++) {
         uint32_t b = kv->free_stack[i];
-        if (b >= n) FAIL("free stack entry %u is block %u of %u", i, b, n);
-        if (state[b] & 1) FAIL("block %u is twice on the free stack", b);
+        if (b >= n)
+            FAIL("free stack entry %u is block %u of %u", i, b, n);
+        if (state[b] & 1)
+            FAIL("block %u is twice on the free stack", b);
         state[b] |= 1;
-        if (x->flags[b]) FAIL("free block %u has flags %u", b, x->flags[b]);
+        if (x->flags[b])
+            FAIL("free block %u has flags %u", b, x->flags[b]);
     }
     /* LRU list. */
     uint32_t len = 0, prev = NONE;
     for (uint32_t b = x->lru_head; b != NONE; b = x->lru_next[b]) {
-        if (b >= n) FAIL("LRU entry %u is block %u of %u", len, b, n);
-        if (state[b] & 2) FAIL("block %u is twice on the LRU list", b);
+        if (b >= n)
+            FAIL("LRU entry %u is block %u of %u", len, b, n);
+        if (state[b] & 2)
+            FAIL("block %u is twice on the LRU list", b);
         state[b] |= 2;
-        if (x->lru_prev[b] != prev) FAIL("LRU block %u has a wrong back link", b);
-        if (!(x->flags[b] & F_REGISTERED)) FAIL("cached block %u is not registered", b);
+        if (x->lru_prev[b] != prev)
+            FAIL("LRU block %u has a wrong back link", b);
+        if (!(x->flags[b] & F_REGISTERED))
+            FAIL("cached block %u is not registered", b);
         prev = b;
         len++;
     }
-    if (x->lru_tail != prev) FAIL("LRU tail is %u, last block %u", x->lru_tail, prev);
-    if (len != kv->n_cached) FAIL("LRU list has %u blocks, n_cached %u", len, kv->n_cached);
+    if (x->lru_tail != prev)
+        FAIL("LRU tail is %u, last block %u", x->lru_tail, prev);
+    if (len != kv->n_cached)
+        FAIL("LRU list has %u blocks, n_cached %u", len, kv->n_cached);
     /* Hash index. */
     uint32_t n_reg = 0;
     for (size_t k = 0; k <= x->bucket_mask; k++) {
         for (uint32_t b = x->buckets[k]; b != NONE; b = x->chain_next[b]) {
-            if (b >= n) FAIL("hash bucket %zu names block %u of %u", k, b, n);
-            if (state[b] & 4) FAIL("block %u is twice in the hash index", b);
+            if (b >= n)
+                FAIL("hash bucket %zu names block %u of %u", k, b, n);
+            if (state[b] & 4)
+                FAIL("block %u is twice in the hash index", b);
             state[b] |= 4;
             if (!(x->flags[b] & F_REGISTERED) || !(x->flags[b] & F_HASHED))
                 FAIL("indexed block %u is not registered", b);
-            if (bucket_of(x, x->hash[b]) != k) FAIL("block %u is in the wrong bucket", b);
+            if (bucket_of(x, x->hash[b]) != k)
+                FAIL("block %u is in the wrong bucket", b);
             if (index_find(kv, x->hash[b]) != b)
                 FAIL("block %u shares its hash with another registered block", b);
             n_reg++;
@@ -607,7 +661,8 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
         if (kv->ref[b] != count[b])
             FAIL("block %u has ref %u but %u table entries", b, kv->ref[b], count[b]);
         bool reg = x->flags[b] & F_REGISTERED;
-        if (reg != ((state[b] & 4) != 0)) FAIL("block %u registered flag disagrees with index", b);
+        if (reg != ((state[b] & 4) != 0))
+            FAIL("block %u registered flag disagrees with index", b);
         if ((x->flags[b] & F_HASHED) &&
             block_hash(kv, x->parent[b], x->pos[b], block_tokens(kv, b)) != x->hash[b])
             FAIL("block %u stored hash does not match its tokens", b);
@@ -615,7 +670,8 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
         if (states != 1)
             FAIL("block %u is in %d states (ref %u, free %d, cached %d)", b, states, kv->ref[b],
                  state[b] & 1, (state[b] & 2) != 0);
-        if (kv->ref[b] > 0) used++;
+        if (kv->ref[b] > 0)
+            used++;
     }
     if (used + kv->n_free + kv->n_cached != n)
         FAIL("%u used + %u free + %u cached != %u blocks", used, kv->n_free, kv->n_cached, n);

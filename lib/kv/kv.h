@@ -28,6 +28,7 @@
 #define LLMI_KV_H
 
 #include "core/core.h"
+#include "core/ttype.h"
 
 #include <stdbool.h>
 
@@ -70,8 +71,9 @@ typedef struct llmi_kv_seq {
 /* Block-table entry of a released block (no block, no reference). */
 #define LLMI_KV_HOLE UINT32_MAX
 
-/* Bytes per element of `type`: 4 for LLM_KV_F32, 2 for LLM_KV_F16 and
- * LLM_KV_BF16, 0 for anything else. */
+/* Bytes per element of the float `type`: 4 for LLM_KV_F32, 2 for LLM_KV_F16
+ * and LLM_KV_BF16, 0 for anything else, the block types included (their
+ * sizes are per block: llmi_kv_row_bytes). */
 static inline uint32_t llmi_kv_type_size(llm_kv_type type) {
     switch (type) {
     case LLM_KV_F32:
@@ -84,6 +86,44 @@ static inline uint32_t llmi_kv_type_size(llm_kv_type type) {
     }
 }
 
+/* The tensor type (core/ttype.h) of a KV element type; false for a value
+ * outside llm_kv_type. Q8_0 and Q4_0 rows are GGUF's blocks of LLMI_QK. */
+static inline bool llmi_kv_ttype(llm_kv_type type, llmi_ttype *out) {
+    switch (type) {
+    case LLM_KV_F32:
+        *out = LLMI_T_F32;
+        return true;
+    case LLM_KV_F16:
+        *out = LLMI_T_F16;
+        return true;
+    case LLM_KV_BF16:
+        *out = LLMI_T_BF16;
+        return true;
+    case LLM_KV_Q8_0:
+        *out = LLMI_T_Q8_0;
+        return true;
+    case LLM_KV_Q4_0:
+        *out = LLMI_T_Q4_0;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether `type` stores blocks (Q8_0, Q4_0): its rows are whole blocks of
+ * LLMI_QK values, so a head_dim must be a multiple of LLMI_QK. */
+static inline bool llmi_kv_type_blocked(llm_kv_type type) {
+    return type == LLM_KV_Q8_0 || type == LLM_KV_Q4_0;
+}
+
+/* Bytes of n consecutive elements of `type` (a slot's K or V row is
+ * n = kv_dim; one head's part of it n = head_dim). 0 for an unknown type,
+ * for an n that is not a multiple of the type's block, or on overflow. */
+static inline size_t llmi_kv_row_bytes(llm_kv_type type, uint64_t n) {
+    llmi_ttype t;
+    return llmi_kv_ttype(type, &t) ? llmi_ttype_row_bytes(t, n) : 0;
+}
+
 /* A pool of n_blocks blocks of block_size slots. */
 llm_status llmi_kv_create(uint32_t block_size, uint32_t n_blocks, llmi_kv **out);
 void llmi_kv_free(llmi_kv *kv);
@@ -94,6 +134,10 @@ void llmi_kv_set_copier(llmi_kv *kv, llmi_kv_copy_fn copy, void *ctx);
 size_t llmi_kv_block_bytes_ex(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
                               size_t elem_size);
 size_t llmi_kv_block_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size);
+/* Bytes one block takes in `type` (rows of llmi_kv_row_bytes); 0 for a
+ * type or kv_dim llmi_kv_row_bytes refuses. */
+size_t llmi_kv_block_bytes_type(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
+                                llm_kv_type type);
 /* Blocks an allocation can get now: free plus evictable cached. */
 static inline uint32_t llmi_kv_available(const llmi_kv *kv) { return kv->n_free + kv->n_cached; }
 

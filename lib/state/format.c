@@ -43,12 +43,12 @@ static const char *kind_name(uint32_t kind) {
 }
 
 /* Bytes of one token in the payload: its id, then K and V of every layer. */
-static uint64_t token_bytes(uint32_t n_layer, uint32_t kv_dim, uint32_t elem_size) {
-    return 4 + 2 * (uint64_t)n_layer * kv_dim * elem_size;
+static uint64_t token_bytes(uint32_t n_layer, uint64_t row_bytes) {
+    return 4 + 2 * (uint64_t)n_layer * row_bytes;
 }
 
 bool llmi_state_raw_length(const llmi_state_header *h, uint64_t *out) {
-    uint64_t per = token_bytes(h->n_layer, h->kv_dim, llmi_kv_type_size(h->kv_type));
+    uint64_t per = token_bytes(h->n_layer, llmi_kv_row_bytes((llm_kv_type)h->kv_type, h->kv_dim));
     uint64_t fixed = 8 * (uint64_t)h->n_records;
     if (h->n_tokens > (UINT64_MAX - fixed) / per)
         return false;
@@ -139,8 +139,12 @@ llm_status llmi_state_header_read(const uint8_t *p, size_t avail, llmi_state_hea
         h->comp_crc = llmi_state_get_u32(q + 56);
     if (h->kind != LLMI_STATE_KIND_SEQUENCE && h->kind != LLMI_STATE_KIND_SESSION)
         return llmi_error(LLM_ERR_BAD_FORMAT, "unknown state kind %u", h->kind);
-    if (h->kv_type > LLM_KV_BF16)
+    llmi_ttype kv_ttype;
+    if (h->kv_type > LLM_KV_Q4_0 || !llmi_kv_ttype((llm_kv_type)h->kv_type, &kv_ttype))
         return llmi_error(LLM_ERR_BAD_FORMAT, "unknown KV element type %u", h->kv_type);
+    if (llmi_kv_row_bytes((llm_kv_type)h->kv_type, h->kv_dim) == 0)
+        return llmi_error(LLM_ERR_BAD_FORMAT, "KV rows of %u elements are no whole %s blocks",
+                          h->kv_dim, llmi_ttype_get(kv_ttype)->name);
     return LLM_OK;
 }
 

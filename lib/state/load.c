@@ -2,6 +2,7 @@
  * inflates straight into KV blocks reserved for sequences that stay private
  * until the whole payload checked out, so a load never holds a copy of the
  * raw payload and publishes nothing when any check fails. */
+#include "core/quant.h"
 #include "state/format.h"
 
 #include <errno.h>
@@ -156,41 +157,42 @@ static void built_free(llm_session *s, built *b) {
     llmi_free(b->id);
 }
 
-/* Converts n elements between KV element types (through f32). */
-static void convert(const uint8_t *src, llm_kv_type st, uint8_t *dst, llm_kv_type dt, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float f;
-        uint16_t h;
-        if (st == LLM_KV_F32) {
-            memcpy(&f, src + 4 * i, 4);
-        } else {
-            memcpy(&h, src + 2 * i, 2);
-            f = st == LLM_KV_F16 ? llmi_f16_to_f32(h) : llmi_bf16_to_f32(h);
-        }
-        if (dt == LLM_KV_F32) {
-            memcpy(dst + 4 * i, &f, 4);
-        } else {
-            h = dt == LLM_KV_F16 ? llmi_f32_to_f16(f) : llmi_f32_to_bf16(f);
-            memcpy(dst + 2 * i, &h, 2);
-        }
+/* Converts n_rows rows of kv_dim elements between KV element types,
+ * through f32 (`f32`: kv_dim floats): a float type widens exactly, F16 and
+ * BF16 round to nearest even, Q8_0 and Q4_0 quantize with core's reference
+ * quantizer, as the CPU backend does when it computes a row, and
+ * dequantize exactly (x = d * q). Both types are known and kv_dim is a
+ * whole number of blocks of both (the header and engine checks). */
+static void convert(const uint8_t *src, llm_kv_type st, uint8_t *dst, llm_kv_type dt, size_t n_rows,
+                    uint32_t kv_dim, float *f32) {
+    llmi_ttype s_t = LLMI_T_F32, d_t = LLMI_T_F32;
+    llmi_kv_ttype(st, &s_t);
+    llmi_kv_ttype(dt, &d_t);
+    const size_t s_row = llmi_kv_row_bytes(st, kv_dim), d_row = llmi_kv_row_bytes(dt, kv_dim);
+    for (size_t r = 0; r < n_rows; r++) {
+        llmi_dequantize_row(s_t, src + r * s_row, f32, kv_dim);
+        llmi_quantize_row(d_t, f32, dst + r * d_row, kv_dim);
     }
 }
 
 /* Rows [0, n) of one layer's K or V, written into the reserved blocks of
- * the backend's KV store through `scratch` (scratch_bytes(), two halves:
- * the file's rows, then the converted rows when the types differ). */
+ * the backend's KV store through `scratch` (allocated in load_payload: the
+ * file's rows, then the converted rows when the types differ, then one row
+ * of floats to convert through). */
 static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint32_t layer, bool v,
                            uint32_t n, llm_kv_type ft, uint8_t *scratch) {
     const llm_kv_type kt = e->layout.type;
-    size_t frow = (size_t)e->layout.kv_dim * llmi_kv_type_size(ft);
+    size_t frow = llmi_kv_row_bytes(ft, e->layout.kv_dim);
     size_t row = frow > e->kv_row_bytes ? frow : e->kv_row_bytes;
     uint32_t per_round = SCRATCH / row ? (uint32_t)(SCRATCH / row) : 1;
     uint8_t *converted = scratch + (size_t)per_round * row;
+    float *f32 =
+        (float *)(((uintptr_t)(scratch + 2 * (size_t)per_round * row) + 15) & ~(uintptr_t)15);
     for (uint32_t pos = 0; pos < n;) {
         uint32_t k = n - pos < per_round ? n - pos : per_round;
         LLMI_TRY(source_read(r, scratch, k * frow));
         if (ft != kt)
-            convert(scratch, ft, converted, kt, (size_t)k * e->layout.kv_dim);
+            convert(scratch, ft, converted, kt, k, e->layout.kv_dim, f32);
         LLMI_TRY(llmi_engine_kv_write(e, q, layer, v, pos, k, ft == kt ? scratch : converted));
         pos += k;
     }
@@ -304,9 +306,11 @@ static llm_status load_payload(llm_session *s, const llmi_state_header *h, sourc
         return llmi_error(LLM_ERR_INTERNAL, "inflateInit failed (%d)", zr);
     r->z_ready = true;
     {
-        size_t frow = (size_t)h->kv_dim * llmi_kv_type_size((llm_kv_type)h->kv_type);
+        size_t frow = llmi_kv_row_bytes((llm_kv_type)h->kv_type, h->kv_dim);
         size_t row = frow > s->eng->kv_row_bytes ? frow : s->eng->kv_row_bytes;
-        scratch = llmi_malloc(2 * (row > SCRATCH ? row : SCRATCH));
+        /* The file's rows, the converted rows, one row of floats. */
+        scratch = llmi_malloc(2 * (row > SCRATCH ? row : SCRATCH) +
+                              (size_t)h->kv_dim * sizeof(float) + 16);
         if (!scratch)
             st = llmi_oom("KV rows buffer");
     }

@@ -18,11 +18,15 @@
  *         u32      n_layer
  *         u32      kv_dim = n_head_kv * head_dim
  *         u32      n_vocab
- *         u32      KV element type: llm_kv_type (0 f32, 1 f16, 2 bf16)
+ *         u32      KV element type: llm_kv_type (0 f32, 1 f16, 2 bf16;
+ *                  since 1.4 also 3 q8_0, 4 q4_0, which older libraries
+ *                  refuse as an unknown type: files of types 0-2 are
+ *                  unchanged, so the version stays 2)
  *         u32      R = record count (kind 1: exactly 1)
  *         u64      T = tokens over all records
- *         u64      raw payload length = 8 R + T (4 + 2 n_layer kv_dim e),
- *                  e = bytes per KV element (4 or 2)
+ *         u64      raw payload length = 8 R + T (4 + 2 n_layer r),
+ *                  r = bytes of a row of kv_dim elements: 4 or 2 per
+ *                  element, 34 (q8_0) or 18 (q4_0) per block of 32
  *         u64      compressed payload length = file length - H
  *         u32      CRC-32 of the raw payload
  *         u32      CRC-32 of the compressed payload (version 2 only)
@@ -32,7 +36,9 @@
  *         u32      n = tokens of the sequence
  *         i32[n]   the tokens
  *         then for each layer: K rows of positions 0..n-1, then V rows of
- *         positions 0..n-1; a row is kv_dim elements of the KV type.
+ *         positions 0..n-1; a row is kv_dim elements of the KV type
+ *         (q8_0 and q4_0: GGUF's blocks, as the session's cache holds
+ *         them, so a state saved and loaded in one type is exact).
  *
  * Why both payload CRCs: a deflate stream has bits that change no output
  * byte (the code lengths of symbols a block never uses, for one), so the

@@ -411,6 +411,8 @@ static void test_enum_values(void **state) {
     check_num("LLM_KV_F32", LLM_KV_F32, 0);
     check_num("LLM_KV_F16", LLM_KV_F16, 1);
     check_num("LLM_KV_BF16", LLM_KV_BF16, 2);
+    check_num("LLM_KV_Q8_0", LLM_KV_Q8_0, 3);
+    check_num("LLM_KV_Q4_0", LLM_KV_Q4_0, 4);
 
     check_num("LLM_FINISH_NONE", LLM_FINISH_NONE, 0);
     check_num("LLM_FINISH_EOS", LLM_FINISH_EOS, 1);

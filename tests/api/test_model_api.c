@@ -46,7 +46,8 @@ static char *write_variant(size_t n, size_t patch_at, const void *patch, size_t 
     assert_non_null(out);
     char *buf = malloc(n ? n : 1);
     assert_int_equal(fread(buf, 1, n, in), n);
-    if (patch) memcpy(buf + patch_at, patch, patch_len);
+    if (patch)
+        memcpy(buf + patch_at, patch, patch_len);
     assert_int_equal(fwrite(buf, 1, n, out), n);
     free(buf);
     fclose(in);
@@ -110,7 +111,11 @@ static void test_info(void **state) {
     assert_true(info.has_chat_template);
     assert_true(info.n_params > 130000000 && info.n_params < 140000000);
     /* An older caller that knows only the first fields gets only those. */
-    struct { uint32_t struct_size; const char *arch; uint64_t canary; } small;
+    struct {
+        uint32_t struct_size;
+        const char *arch;
+        uint64_t canary;
+    } small;
     memset(&small, 0xab, sizeof small);
     small.struct_size = (uint32_t)offsetof(llm_model_info, name);
     assert_int_equal(llm_model_get_info(m, (llm_model_info *)&small), LLM_OK);
@@ -131,7 +136,11 @@ static void test_tokenize_errors(void **state) {
     assert_int_equal(llm_tokenize(m, "hello world", 11, 0, NULL, 0, &n), LLM_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(n, need);
     assert_int_equal(llm_tokenize(m, "hello world", 11, 0, toks, 1, &n), LLM_ERR_BUFFER_TOO_SMALL);
-    assert_int_equal(llm_tokenize(m, "a\xff" "b", 3, 0, toks, 64, &n), LLM_ERR_INVALID_UTF8);
+    assert_int_equal(llm_tokenize(m,
+                                  "a\xff"
+                                  "b",
+                                  3, 0, toks, 64, &n),
+                     LLM_ERR_INVALID_UTF8);
     assert_non_null(strstr(llm_last_error(), "1"));
     assert_int_equal(llm_tokenize(m, "\xc3", 1, 0, toks, 64, &n), LLM_ERR_INVALID_UTF8);
     assert_int_equal(llm_tokenize(m, NULL, 4, 0, toks, 64, &n), LLM_ERR_INVALID_ARGUMENT);
@@ -192,7 +201,8 @@ static void test_chat_template(void **state) {
     assert_int_equal(llm_chat_template_apply(m, msgs, 2, true, buf, 10, &n),
                      LLM_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(n, strlen("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
-                               "<|im_end|>\n<|im_start|>assistant\n") + 1);
+                               "<|im_end|>\n<|im_start|>assistant\n") +
+                            1);
     char *exact = malloc(n);
     assert_non_null(exact);
     assert_int_equal(llm_chat_template_apply(m, msgs, 2, true, exact, n, &n), LLM_OK);
@@ -320,7 +330,8 @@ typedef struct collected {
 
 static bool collect(llm_token tok, const char *piece, size_t len, void *user) {
     collected *c = user;
-    if (tok != LLM_TOKEN_NONE) c->toks[c->n++] = tok;
+    if (tok != LLM_TOKEN_NONE)
+        c->toks[c->n++] = tok;
     strncat(c->text, piece, len);
     return c->stop_after == 0 || c->n < c->stop_after;
 }
@@ -334,7 +345,8 @@ static llm_status run_generate(llm_model *m, uint32_t threads, const char *promp
     p.n_ctx = 512;
     llm_session *s = NULL;
     llm_status st = llm_session_create(m, &p, &s);
-    if (st != LLM_OK) return st;
+    if (st != LLM_OK)
+        return st;
     llm_token toks[256];
     size_t n = 0;
     st = llm_tokenize(m, prompt, strlen(prompt), LLM_TOKENIZE_PARSE_SPECIAL, toks, 256, &n);
@@ -461,8 +473,11 @@ static void test_generate_stop_and_limits(void **state) {
         llm_session_free(s);
     }
     llm_session_params_init(&p);
-    p.kv_type = (llm_kv_type)3;
-    assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_UNSUPPORTED);
+    p.kv_type = (llm_kv_type)5; /* past the last llm_kv_type */
+    assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(llm_last_error(), "kv_type 5"));
+    p.kv_type = (llm_kv_type)-1;
+    assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(llm_session_create(NULL, NULL, &s), LLM_ERR_INVALID_ARGUMENT);
 }
 

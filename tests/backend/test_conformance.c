@@ -41,7 +41,9 @@
  *   odd_shapes      n_embd 72 / 48 / 160, head_dim set apart from n_embd,
  *                   MQA and no GQA, 3 layers, tied embeddings, vocabulary
  *                   320 / 308, block sizes 16, 5, 7;
- *   kv/<type>       f32, f16, bf16 KV caches;
+ *   kv/<type>       f32, f16, bf16 KV caches; q8_0, q4_0 (head_dim 32), which
+ *                   a backend without them must refuse as LLM_ERR_UNSUPPORTED
+ *                   (the case is then skipped);
  *   block_tables    4-slot blocks handed out in shuffled order (the tables
  *                   of the backend under test are checked non-consecutive
  *                   and unlike the reference's);
@@ -295,7 +297,7 @@ static void run_mixed(conf_pair *p, uint64_t seed, uint32_t n_seqs, uint32_t n_s
 static void mixed_case(const llmi_testmodel_params *mp, llm_kv_type kv_type, uint32_t block_size,
                        uint64_t seed, const char *what) {
     llm_model *m = conf_model(mp);
-    if (conf_refused(m)) {
+    if (conf_refused_kv(m, kv_type)) {
         llmi_model_free(m);
         return;
     }
@@ -378,12 +380,17 @@ typedef struct kv_case {
 } kv_case;
 
 static const kv_case k_kv[] = {{LLM_KV_F32, "f32"}, {LLM_KV_F16, "f16"}, {LLM_KV_BF16, "bf16"}};
+/* The quantized caches: mixed steps only (the row and copy tests below
+ * read elements of the float types). */
+static const kv_case k_kvq[] = {{LLM_KV_Q8_0, "q8_0"}, {LLM_KV_Q4_0, "q4_0"}};
 
 static void test_kv_type(void **state) {
     CONF_REQUIRE_BACKEND();
     const kv_case *c = *state;
     llmi_testmodel_params mp;
     conf_params(&mp, LLMI_T_F16, 300 + (uint64_t)c->type);
+    if (llmi_kv_type_blocked(c->type)) /* whole blocks of 32 per head; 2 KV heads */
+        mp.head_dim = 32;
     char what[64];
     snprintf(what, sizeof what, "KV %s", c->name);
     mixed_case(&mp, c->type, 8, 3000 + (uint64_t)c->type, what);
@@ -1035,6 +1042,8 @@ static int group_teardown(void **state) {
     { "weights/" #i, test_weights, NULL, NULL, (void *)&k_types[i] }
 #define KV_TEST(i)                                                                                 \
     { "kv/" #i, test_kv_type, NULL, NULL, (void *)&k_kv[i] }
+#define KVQ_TEST(i)                                                                                \
+    { "kv/q" #i, test_kv_type, NULL, NULL, (void *)&k_kvq[i] }
 
 int main(void) {
     struct CMUnitTest tests[] = {
@@ -1053,6 +1062,8 @@ int main(void) {
         KV_TEST(0),
         KV_TEST(1),
         KV_TEST(2),
+        KVQ_TEST(0),
+        KVQ_TEST(1),
         cmocka_unit_test(test_block_tables),
         cmocka_unit_test(test_mixed_batches),
         cmocka_unit_test(test_prefix_fork),
@@ -1066,13 +1077,14 @@ int main(void) {
     /* readable names: weights/F16, kv/bf16 */
     enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
     _Static_assert(N_TYPES == 10, "one TYPE_TEST per k_types entry");
-    static char names[N_TYPES + 3][32];
+    static char names[N_TYPES + 5][32];
     for (size_t i = 0; i < N_TYPES; i++) {
         snprintf(names[i], sizeof names[i], "weights/%s", k_types[i].name);
         tests[1 + i].name = names[i];
     }
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(names[N_TYPES + i], sizeof names[N_TYPES + i], "kv/%s", k_kv[i].name);
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(names[N_TYPES + i], sizeof names[N_TYPES + i], "kv/%s",
+                 i < 3 ? k_kv[i].name : k_kvq[i - 3].name);
         tests[2 + N_TYPES + i].name = names[N_TYPES + i];
     }
     if (getenv("LLM_TEST_FILTER"))

@@ -170,8 +170,8 @@ static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
     put32(e - 48, hp->n_head_kv * hp->head_dim);
     put32(e - 44, hp->n_vocab);
     uint32_t type = get32(e - 40), records = get32(e - 36);
-    uint32_t es = type <= LLM_KV_BF16 ? llmi_kv_type_size((llm_kv_type)type) : 4;
-    uint64_t per = 4 + 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * es;
+    size_t row = llmi_kv_row_bytes((llm_kv_type)type, (uint64_t)hp->n_head_kv * hp->head_dim);
+    uint64_t per = 4 + 2ull * hp->n_layer * (row ? row : 4ull * hp->n_head_kv * hp->head_dim);
     if (raw_len >= 8ull * records && (raw_len - 8ull * records) % per == 0)
         put64(e - 32, (raw_len - 8ull * records) / per);
     put64(e - 24, raw_len);

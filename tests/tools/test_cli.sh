@@ -2,8 +2,11 @@
 # The command-line tools end to end: --device in llm-run, llm-bench,
 # llm-devbench and llm-serve (an unavailable or unknown backend exits 2 with
 # the library's reason; llm-serve shows where it runs in /v1/models and
-# /metrics), and llm-synth's files (sizes and parameter counts
-# against the shape's own arithmetic, determinism, the loader accepts them).
+# /metrics), llm-synth's files (sizes and parameter counts
+# against the shape's own arithmetic, determinism, the loader accepts them),
+# llm-serve --kv-type, and llm-perplexity on such a file (KV bytes per
+# token of every KV type, a near-uniform model's perplexity near its
+# vocabulary size).
 #
 #   tests/tools/test_cli.sh [BUILD dir]
 #
@@ -78,6 +81,41 @@ if cmp -s "$tiny" "$tmp/again.gguf" && [ -s "$tmp/seed2.gguf" ] && ! cmp -s "$ti
 else
     bad "llm-synth is not deterministic, or ignores --seed"
 fi
+
+# ---- llm-perplexity on the tiny model (random weights: close to uniform
+# over its 4096 tokens, so the perplexity is near 4096) ----
+text=$(dirname -- "${BASH_SOURCE[0]}")/../data/perplexity/declaration.txt
+ppl() { "$build/llm-perplexity" -m "$tiny" -f "$text" --ctx 64 "$@" 2>"$tmp/ppl.err"; }
+# K and V of 2 layers x 2 KV heads x 64: 4 and 2 bytes per element, 34 and
+# 18 bytes per block of 32.
+declare -A want_bytes=([f32]=2048 [f16]=1024 [q8_0]=544 [q4_0]=288)
+declare -A got_ppl=()
+for kv in f32 f16 q8_0 q4_0; do
+    out=$(ppl --kv-type "$kv" --threads 2)
+    got_ppl[$kv]=$(jnum "$out" perplexity)
+    if [ "$(jnum "$out" kv_bytes_per_token)" = "${want_bytes[$kv]}" ] &&
+        [ "$(jnum "$out" tokens)" -gt 5000 ] 2>/dev/null &&
+        awk -v p="${got_ppl[$kv]}" 'BEGIN { exit !(p > 4096 * 0.9 && p < 4096 * 1.1) }'; then
+        ok "llm-perplexity --kv-type $kv: ${want_bytes[$kv]} KV bytes per token, perplexity ${got_ppl[$kv]}"
+    else
+        bad "llm-perplexity --kv-type $kv" "$out"$'\n'"$(cat "$tmp/ppl.err")"
+    fi
+done
+if awk -v a="${got_ppl[q8_0]:-0}" -v b="${got_ppl[f32]:-1}" \
+    'BEGIN { d = a / b - 1; exit !(d < 1e-3 && d > -1e-3) }'; then
+    ok "llm-perplexity: q8_0 KV within 0.1% of f32 KV on the tiny model"
+else
+    bad "llm-perplexity: q8_0 ${got_ppl[q8_0]:-?} vs f32 ${got_ppl[f32]:-?}"
+fi
+if [ "$(ppl --kv-type q8_0 --threads 1)" = "$(ppl --kv-type q8_0 --threads 2)" ]; then
+    ok "llm-perplexity: the same output on 1 and 2 threads"
+else
+    bad "llm-perplexity depends on the thread count"
+fi
+expect "llm-perplexity refuses an unknown --kv-type" 1 "kv-type" "$build/llm-perplexity" \
+    -m "$tiny" -f "$text" --kv-type q3
+expect "llm-perplexity: a missing text file" 1 "cannot open" "$build/llm-perplexity" \
+    -m "$tiny" -f "$tmp/no-such-text"
 for t in bf16 q4_k; do
     expect "llm-synth --type $t, 1 layer" 0 "" "$build/llm-synth" --shape tiny --type "$t" \
         --layers 1 -o "$tmp/tiny-$t.gguf"
@@ -212,6 +250,31 @@ else
         bad "llm-serve --device $device --tp 2: /v1/models and /metrics" \
             "$models"$'\n'"$(grep -e kv_ -e device <<<"$metrics")"
     fi
+fi
+kill -TERM "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
+
+# --kv-type: a q8_0 cache of 4 MiB holds floor(4 MiB / (16 slots x 544 bytes))
+# blocks of 16 tokens (2 layers x 2 KV heads x 64 values: 4 blocks of 34
+# bytes for K and V of a layer).
+expect "llm-serve refuses an unknown --kv-type" 1 "kv-type" "${serve[@]}" --kv-type q3
+"${serve[@]}" --kv-type q8_0 --kv-cache-mib 4 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+serve_pid=$!
+url=
+for _ in $(seq 100); do
+    url=$(sed -n 's|.* at \(http://[^ ]*\)/v1 .*|\1|p' "$tmp/serve.out" 2>/dev/null || true)
+    [ -n "$url" ] && break
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+done
+want_tokens=$(((4 << 20) / (16 * 544) * 16))
+tokens=
+[ -n "$url" ] && tokens=$(curl -sf "$url/v1/models" | sed -n -E 's/.*"kv_cache_tokens":([0-9]+).*/\1/p')
+if [ "$tokens" = "$want_tokens" ]; then
+    ok "llm-serve --kv-type q8_0 --kv-cache-mib 4: $tokens KV tokens"
+else
+    bad "llm-serve --kv-type q8_0: ${tokens:-no} KV tokens, expected $want_tokens" \
+        "$(cat "$tmp/serve.err")"
 fi
 kill -TERM "$serve_pid" 2>/dev/null
 wait "$serve_pid" 2>/dev/null

@@ -27,9 +27,9 @@
 #include <cmocka.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/quant.h"
 #include "backend/cpu/threadpool.h"
 #include "core/core.h"
+#include "core/quant.h"
 #include "core/ttype.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -418,10 +418,11 @@ static void test_dot_axpy(void **state) {
  * from 2^-30 to 2^20 (f16 subnormals below 2^-14, overflow from 65520),
  * exact halfway cases for both types, +-0, +-inf and the f16 limits. */
 static float *conv_inputs(int n, uint64_t seed) {
-    static const float special[] = {0.0f,     -0.0f,     INFINITY, -INFINITY, 65504.0f,
-                                    65519.0f, 65520.0f,  -65520.0f, 0x1p-14f, 0x1p-24f,
-                                    0x1p-25f, 0x1.8p-24f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
-                                    1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 0x1p-130f, 3.0e38f};
+    static const float special[] = {
+        0.0f,           -0.0f,      INFINITY,        -INFINITY,       65504.0f,
+        65519.0f,       65520.0f,   -65520.0f,       0x1p-14f,        0x1p-24f,
+        0x1p-25f,       0x1.8p-24f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 1.0f + 0x1p-8f,
+        1.0f + 0x3p-8f, 0x1p-130f,  3.0e38f};
     const int n_special = (int)(sizeof special / sizeof special[0]);
     float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     uint64_t s = seed;
@@ -439,7 +440,7 @@ static float *conv_inputs(int n, uint64_t seed) {
 static void test_f16_bf16_rows(void **state) {
     (void)state;
     const int best = llmi_kernels_best_level();
-    assert_null(llmi_row_ops_get(LLMI_T_Q8_0));
+    assert_null(llmi_row_ops_get(LLMI_T_Q4_1));
     for (int level = 0; level <= best; level++) {
         llmi_kernels_set_level(level);
         const llmi_row_ops *o32 = llmi_row_ops_get(LLMI_T_F32);
@@ -811,17 +812,16 @@ static void test_pool_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_levels),    cmocka_unit_test(test_matmul_f32),
-        cmocka_unit_test(test_matmul_f16),       cmocka_unit_test(test_matmul_bf16),
-        cmocka_unit_test(test_matmul_q4_0),      cmocka_unit_test(test_matmul_q4_1),
-        cmocka_unit_test(test_matmul_q5_0),      cmocka_unit_test(test_matmul_q5_1),
-        cmocka_unit_test(test_matmul_q8_0),      cmocka_unit_test(test_matmul_deterministic),
+        cmocka_unit_test(test_kernel_levels),     cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f16),        cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_matmul_q4_0),       cmocka_unit_test(test_matmul_q4_1),
+        cmocka_unit_test(test_matmul_q5_0),       cmocka_unit_test(test_matmul_q5_1),
+        cmocka_unit_test(test_matmul_q8_0),       cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_matmul_gemm_tiles), cmocka_unit_test(test_matmul_bad_cols),
-        cmocka_unit_test(test_dot_axpy),
-        cmocka_unit_test(test_f16_bf16_rows),
-        cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_pool_runs),
-        cmocka_unit_test(test_pool_workers_run), cmocka_unit_test(test_pool_args),
+        cmocka_unit_test(test_dot_axpy),          cmocka_unit_test(test_f16_bf16_rows),
+        cmocka_unit_test(test_rmsnorm),           cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_silu_mul_add),      cmocka_unit_test(test_pool_runs),
+        cmocka_unit_test(test_pool_workers_run),  cmocka_unit_test(test_pool_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

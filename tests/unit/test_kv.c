@@ -44,27 +44,30 @@ static store_entry g_stores[8];
 
 static llmi_cpu_kv *store_of(const llmi_kv *kv) {
     for (size_t i = 0; i < 8; i++)
-        if (g_stores[i].kv == kv) return g_stores[i].store;
+        if (g_stores[i].kv == kv)
+            return g_stores[i].store;
     fail_msg("no store for pool %p", (const void *)kv);
     return NULL;
 }
 
-static llm_status kv_new(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size,
-                         uint32_t n_blocks, llmi_kv **out) {
+static llm_status kv_new(uint32_t n_layer, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                         llmi_kv **out) {
     *out = NULL;
     llmi_kv_layout layout = {n_layer, kv_dim, block_size, n_blocks, g_type};
     void *store = NULL;
     if (n_layer == 0 || kv_dim == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV cache with a zero dimension");
     llm_status st = llmi_kv_create(block_size, n_blocks, out);
-    if (st == LLM_OK) st = llmi_backend_cpu.kv_create(NULL, &layout, &store);
+    if (st == LLM_OK)
+        st = llmi_backend_cpu.kv_create(NULL, &layout, &store);
     if (st != LLM_OK) {
         llmi_kv_free(*out);
         *out = NULL;
         return st;
     }
     size_t i = 0;
-    while (i < 8 && g_stores[i].kv) i++;
+    while (i < 8 && g_stores[i].kv)
+        i++;
     assert_true(i < 8);
     g_stores[i] = (store_entry){*out, store};
     llmi_kv_set_copier(*out, llmi_backend_cpu.kv_copy, store);
@@ -96,7 +99,8 @@ static uint8_t *row_v(const llmi_kv *kv, uint32_t layer, const llmi_kv_seq *seq,
 static uint32_t val(const llmi_kv *kv, uint64_t key, uint32_t layer, uint32_t d, int is_v) {
     uint64_t s = key ^ ((uint64_t)layer << 40) ^ ((uint64_t)d << 50) ^ ((uint64_t)is_v << 62);
     uint64_t h = splitmix(&s);
-    if (store_of(kv)->elem_size == 2) return (uint32_t)(h & 0xffff);
+    if (store_of(kv)->elem_size == 2)
+        return (uint32_t)(h & 0xffff);
     float f = (float)(h & 0xffffff);
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -153,19 +157,22 @@ static void prefix_keys(const llm_token *t, uint32_t n, uint64_t *keys) {
 /* Reserves and "computes" positions [seq->n_tokens, n) of seq. */
 static void feed(llmi_kv *kv, llmi_kv_seq *seq, const uint64_t *keys, uint32_t n) {
     assert_int_equal(llmi_kv_seq_reserve(kv, seq, n), LLM_OK);
-    for (uint32_t p = seq->n_tokens; p < n; p++) write_pos(kv, seq, p, keys[p]);
+    for (uint32_t p = seq->n_tokens; p < n; p++)
+        write_pos(kv, seq, p, keys[p]);
     seq->n_tokens = n;
 }
 
 /* Positions before llmi_kv_seq_first_pos were released: nothing to read. */
 static void verify(const llmi_kv *kv, const llmi_kv_seq *seq, const uint64_t *keys) {
     for (uint32_t p = llmi_kv_seq_first_pos(kv, seq); p < seq->n_tokens; p++)
-        if (!pos_ok(kv, seq, p, keys[p])) fail_msg("position %u holds wrong K/V", p);
+        if (!pos_ok(kv, seq, p, keys[p]))
+            fail_msg("position %u holds wrong K/V", p);
 }
 
 static void check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size_t n) {
     llm_status st = llmi_kv_check(kv, seqs, n);
-    if (st != LLM_OK) fail_msg("%s", llmi_error_message());
+    if (st != LLM_OK)
+        fail_msg("%s", llmi_error_message());
 }
 
 typedef struct snap {
@@ -178,7 +185,8 @@ typedef struct snap {
 static void take(snap *s, const llmi_kv *kv, const llmi_kv_seq *seq) {
     assert_true(seq->n_blocks <= 64);
     s->seq = *seq;
-    if (seq->n_blocks) memcpy(s->blocks, seq->blocks, seq->n_blocks * sizeof *s->blocks);
+    if (seq->n_blocks)
+        memcpy(s->blocks, seq->blocks, seq->n_blocks * sizeof *s->blocks);
     s->n_free = kv->n_free;
     s->n_cached = kv->n_cached;
     s->evictions = kv->evictions;
@@ -191,7 +199,8 @@ static void same(const snap *s, const llmi_kv *kv, const llmi_kv_seq *seq) {
     assert_int_equal(seq->n_tokens, s->seq.n_tokens);
     assert_int_equal(seq->n_hashed, s->seq.n_hashed);
     assert_true(seq->last_hash == s->seq.last_hash);
-    if (seq->n_blocks) assert_memory_equal(seq->blocks, s->blocks, seq->n_blocks * sizeof *s->blocks);
+    if (seq->n_blocks)
+        assert_memory_equal(seq->blocks, s->blocks, seq->n_blocks * sizeof *s->blocks);
     assert_int_equal(kv->n_free, s->n_free);
     assert_int_equal(kv->n_cached, s->n_cached);
     assert_true(kv->evictions == s->evictions);
@@ -209,13 +218,28 @@ static void test_create_args(void **state) {
     assert_int_equal(kv_new(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, &kv), LLM_ERR_LIMIT);
     kv = (llmi_kv *)1;
     void *store = (void *)1;
-    llmi_kv_layout bad = {1, 4, 4, 4, (llm_kv_type)3};
+    llmi_kv_layout bad = {1, 4, 4, 4, (llm_kv_type)5};
     assert_int_equal(llmi_backend_cpu.kv_create(NULL, &bad, &store), LLM_ERR_INVALID_ARGUMENT);
     assert_null(store);
+    /* Block types need rows (and heads) of whole blocks of 32. */
+    store = (void *)1;
+    llmi_kv_layout partial = {1, 48, 4, 4, LLM_KV_Q8_0, 48};
+    assert_int_equal(llmi_backend_cpu.kv_create(NULL, &partial, &store), LLM_ERR_UNSUPPORTED);
+    assert_null(store);
+    store = (void *)1;
+    llmi_kv_layout split = {1, 64, 4, 4, LLM_KV_Q4_0, 16};
+    assert_int_equal(llmi_backend_cpu.kv_create(NULL, &split, &store), LLM_ERR_UNSUPPORTED);
+    assert_null(store);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_Q8_0, 64), 2 * 34);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_Q4_0, 64), 2 * 18);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_Q8_0, 48), 0);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_F16, 3), 6);
+    assert_int_equal(llmi_kv_row_bytes((llm_kv_type)5, 64), 0);
+    assert_int_equal(llmi_kv_block_bytes_type(2, 64, 4, LLM_KV_Q8_0), 2 * 2 * 4 * 2 * 34);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F32), 4);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F16), 2);
     assert_int_equal(llmi_kv_type_size(LLM_KV_BF16), 2);
-    assert_int_equal(llmi_kv_type_size((llm_kv_type)3), 0);
+    assert_int_equal(llmi_kv_type_size(LLM_KV_Q8_0), 0); /* sizes of blocks: row_bytes */
     assert_int_equal(llmi_kv_block_bytes(2, 3, 4), 2 * 2 * 3 * 4 * sizeof(float));
     assert_int_equal(llmi_kv_block_bytes_ex(2, 3, 4, 2), 2 * 2 * 3 * 4 * 2);
     assert_int_equal(kv_new(2, 3, 4, 5, &kv), LLM_OK);
@@ -243,7 +267,8 @@ static void test_reserve_release_truncate(void **state) {
     const llmi_kv_seq *all[] = {&a, &b};
     uint64_t keys[64];
     llm_token toks[64];
-    for (int i = 0; i < 64; i++) toks[i] = i;
+    for (int i = 0; i < 64; i++)
+        toks[i] = i;
     prefix_keys(toks, 64, keys);
 
     assert_int_equal(llmi_kv_seq_blocks_needed(kv, &a, 10), 3);
@@ -325,8 +350,10 @@ static void test_fork_cow(void **state) {
     assert_int_equal(kv_new(2, 4, 4, 16, &kv), LLM_OK);
     llm_token tp[32], tc[32];
     uint64_t kp[32], kc[32];
-    for (int i = 0; i < 32; i++) tp[i] = tc[i] = 100 + i;
-    for (int i = 10; i < 32; i++) tc[i] = 500 + i; /* child diverges at 10 */
+    for (int i = 0; i < 32; i++)
+        tp[i] = tc[i] = 100 + i;
+    for (int i = 10; i < 32; i++)
+        tc[i] = 500 + i; /* child diverges at 10 */
     prefix_keys(tp, 32, kp);
     prefix_keys(tc, 32, kc);
 
@@ -337,7 +364,8 @@ static void test_fork_cow(void **state) {
     assert_int_equal(c.n_blocks, 3);
     assert_int_equal(c.n_tokens, 10);
     assert_ptr_not_equal(c.blocks, p.blocks);
-    for (int i = 0; i < 3; i++) assert_int_equal(kv->ref[p.blocks[i]], 2);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(kv->ref[p.blocks[i]], 2);
     assert_int_equal(kv->n_free, 13);
     check(kv, all, 3);
     /* Forking into a sequence that is not empty is refused. */
@@ -528,14 +556,16 @@ static void test_prefix_lru(void **state) {
     llm_token t[4][4];
     uint64_t k[4][4];
     for (int s = 0; s < 4; s++) {
-        for (int i = 0; i < 4; i++) t[s][i] = 10 * s + i;
+        for (int i = 0; i < 4; i++)
+            t[s][i] = 10 * s + i;
         prefix_keys(t[s], 4, k[s]);
     }
     llmi_kv_seq q[4] = {{0}}, big = {0};
     const llmi_kv_seq *all[] = {&q[0], &q[1], &q[2], &q[3], &big};
     uint64_t junk[32];
     llm_token jt[32];
-    for (int i = 0; i < 32; i++) jt[i] = 1000 + i;
+    for (int i = 0; i < 32; i++)
+        jt[i] = 1000 + i;
     prefix_keys(jt, 32, junk);
 
     /* Cache X=0, Y=1, Z=2, released in that order: LRU X, Y, Z. */
@@ -543,7 +573,8 @@ static void test_prefix_lru(void **state) {
         feed(kv, &q[s], k[s], 4);
         llmi_kv_seq_commit(kv, &q[s], t[s]);
     }
-    for (int s = 0; s < 3; s++) llmi_kv_seq_release(kv, &q[s]);
+    for (int s = 0; s < 3; s++)
+        llmi_kv_seq_release(kv, &q[s]);
     assert_int_equal(kv->n_cached, 3);
     assert_int_equal(kv->n_free, 5);
     /* Touch X: match and release it again, so Y is now the oldest. */
@@ -581,7 +612,8 @@ static void test_prefix_lru(void **state) {
     assert_int_equal(llmi_kv_prefix_match(kv, &q[0], t[0], 4), 4);
     verify(kv, &q[0], k[0]);
     check(kv, all, 5);
-    for (int i = 0; i < 4; i++) llmi_kv_seq_destroy(kv, &q[i]);
+    for (int i = 0; i < 4; i++)
+        llmi_kv_seq_destroy(kv, &q[i]);
     llmi_kv_seq_destroy(kv, &big);
     assert_int_equal(kv->n_free + kv->n_cached, 8);
     check(kv, all, 5);
@@ -625,7 +657,6 @@ static void test_prefix_collision(void **state) {
     assert_int_equal(kv->n_free, 8);
     check(kv, all, 2);
     kv_del(kv);
-
 }
 
 /* ---- sliding-window release ---- */
@@ -636,7 +667,8 @@ static void test_release_before(void **state) {
     assert_int_equal(kv_new(2, 2, 4, 12, &kv), LLM_OK);
     llm_token t[24];
     uint64_t k[24];
-    for (int i = 0; i < 24; i++) t[i] = 3 * i + 2;
+    for (int i = 0; i < 24; i++)
+        t[i] = 3 * i + 2;
     prefix_keys(t, 24, k);
     llmi_kv_seq a = {0}, b = {0}, c = {0}, twin = {0};
     const llmi_kv_seq *all[] = {&a, &b, &c, &twin};
@@ -762,7 +794,8 @@ static void test_soak(void **state) {
     const uint32_t bs = 4, n_blocks = 40;
     uint64_t seed = 0x4b56c0ffee;
     const char *env = getenv("LLM_TEST_SEED");
-    if (env) seed = strtoull(env, NULL, 0);
+    if (env)
+        seed = strtoull(env, NULL, 0);
     printf("# soak seed 0x%llx, %d ops, %u blocks of %u\n", (unsigned long long)seed, SOAK_OPS,
            n_blocks, bs);
     uint64_t rng = seed;
@@ -770,7 +803,8 @@ static void test_soak(void **state) {
     assert_int_equal(kv_new(2, 2, bs, n_blocks, &kv), LLM_OK);
     static llm_token prefix[SOAK_PREFIXES][SOAK_LEN];
     for (int p = 0; p < SOAK_PREFIXES; p++)
-        for (int i = 0; i < SOAK_LEN; i++) prefix[p][i] = (llm_token)(100 * (p + 1) + rnd(&rng, 50));
+        for (int i = 0; i < SOAK_LEN; i++)
+            prefix[p][i] = (llm_token)(100 * (p + 1) + rnd(&rng, 50));
     static slot sl[SOAK_SEQS];
     memset(sl, 0, sizeof sl);
     const llmi_kv_seq *live[SOAK_SEQS];
@@ -801,7 +835,8 @@ static void test_soak(void **state) {
         } else if (kind < 40) {
             /* Extend. */
             uint32_t n = s->seq.n_tokens + 1 + rnd(&rng, 24);
-            if (n > SOAK_LEN) n = SOAK_LEN;
+            if (n > SOAK_LEN)
+                n = SOAK_LEN;
             uint32_t need = llmi_kv_seq_blocks_needed(kv, &s->seq, n);
             uint32_t nb_before = s->seq.n_blocks;
             snap before;
@@ -820,7 +855,8 @@ static void test_soak(void **state) {
                 assert_int_equal(kv->evictions - before.evictions, evict);
                 for (uint32_t p = s->seq.n_tokens; p < n; p++)
                     write_pos(kv, &s->seq, p, s->key[p]);
-                if (n > s->seq.n_tokens) s->seq.n_tokens = n;
+                if (n > s->seq.n_tokens)
+                    s->seq.n_tokens = n;
             }
             n_ops[2]++;
         } else if (kind < 45) {
@@ -843,7 +879,8 @@ static void test_soak(void **state) {
             llmi_kv_seq_truncate(kv, &s->seq, n);
             assert_int_equal(s->seq.n_tokens, n);
             if (rnd(&rng, 2)) {
-                for (uint32_t p = n; p < SOAK_LEN; p++) s->tok[p] = (llm_token)rnd(&rng, 4);
+                for (uint32_t p = n; p < SOAK_LEN; p++)
+                    s->tok[p] = (llm_token)rnd(&rng, 4);
                 prefix_keys(s->tok, SOAK_LEN, s->key);
             }
             n_ops[4]++;
@@ -861,20 +898,20 @@ static void test_soak(void **state) {
         }
         size_t n_live = 0;
         for (int k = 0; k < SOAK_SEQS; k++) {
-            if (!sl[k].live) continue;
+            if (!sl[k].live)
+                continue;
             live[n_live++] = &sl[k].seq;
             verify(kv, &sl[k].seq, sl[k].key);
         }
         llm_status st = llmi_kv_check(kv, live, n_live);
-        if (st != LLM_OK) fail_msg("op %d: %s", op, llmi_error_message());
+        if (st != LLM_OK)
+            fail_msg("op %d: %s", op, llmi_error_message());
     }
     printf("# soak: %llu forks, %llu opens with match, %llu extends (%llu LIMIT), %llu commits, "
            "%llu truncates, %llu releases, %llu clears, %llu window releases\n",
-           (unsigned long long)n_ops[0], (unsigned long long)n_ops[1],
-           (unsigned long long)n_ops[2], (unsigned long long)n_limit,
-           (unsigned long long)n_ops[3], (unsigned long long)n_ops[4],
-           (unsigned long long)n_ops[5], (unsigned long long)n_clear,
-           (unsigned long long)n_ops[6]);
+           (unsigned long long)n_ops[0], (unsigned long long)n_ops[1], (unsigned long long)n_ops[2],
+           (unsigned long long)n_limit, (unsigned long long)n_ops[3], (unsigned long long)n_ops[4],
+           (unsigned long long)n_ops[5], (unsigned long long)n_clear, (unsigned long long)n_ops[6]);
     printf("# soak: %llu prefix hit tokens, %llu evictions, %llu CoW copies\n",
            (unsigned long long)kv->prefix_hit_tokens, (unsigned long long)kv->evictions,
            (unsigned long long)kv->cow_copies);
@@ -882,7 +919,8 @@ static void test_soak(void **state) {
     assert_true(kv->evictions > 0);
     assert_true(kv->cow_copies > 0);
     assert_true(n_limit > 0);
-    for (int k = 0; k < SOAK_SEQS; k++) llmi_kv_seq_destroy(kv, &sl[k].seq);
+    for (int k = 0; k < SOAK_SEQS; k++)
+        llmi_kv_seq_destroy(kv, &sl[k].seq);
     check(kv, NULL, 0);
     assert_int_equal(kv->n_free + kv->n_cached, n_blocks);
     llmi_kv_prefix_clear(kv);
@@ -901,7 +939,8 @@ static void test_alloc_failures(void **state) {
         llmi_alloc_fail_after((uint64_t)n);
         llm_status st = kv_new(3, 2, 4, 16, &kv);
         llmi_alloc_fail_after(0);
-        if (st == LLM_OK) break;
+        if (st == LLM_OK)
+            break;
         assert_int_equal(st, LLM_ERR_OUT_OF_MEMORY);
         assert_null(kv);
         assert_true(n < 100);
@@ -909,7 +948,8 @@ static void test_alloc_failures(void **state) {
     assert_true(n > 10);
     llm_token t[64];
     uint64_t k[64];
-    for (int i = 0; i < 64; i++) t[i] = i;
+    for (int i = 0; i < 64; i++)
+        t[i] = i;
     prefix_keys(t, 64, k);
     llmi_kv_seq a = {0}, b = {0};
     const llmi_kv_seq *all[] = {&a, &b};
@@ -980,10 +1020,11 @@ static int use_bf16(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_args),   cmocka_unit_test(test_reserve_release_truncate),
-        cmocka_unit_test(test_fork_cow),      cmocka_unit_test(test_prefix_basic),
-        cmocka_unit_test(test_prefix_lru),    cmocka_unit_test(test_prefix_collision),
-        cmocka_unit_test(test_release_before), cmocka_unit_test(test_soak),          cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_create_args),    cmocka_unit_test(test_reserve_release_truncate),
+        cmocka_unit_test(test_fork_cow),       cmocka_unit_test(test_prefix_basic),
+        cmocka_unit_test(test_prefix_lru),     cmocka_unit_test(test_prefix_collision),
+        cmocka_unit_test(test_release_before), cmocka_unit_test(test_soak),
+        cmocka_unit_test(test_alloc_failures),
     };
     /* Every test on a pool of each element type. */
     int failed = cmocka_run_group_tests_name("kv f32", tests, use_f32, NULL);

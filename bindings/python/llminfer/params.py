@@ -17,6 +17,10 @@ class KvType(enum.IntEnum):
     F32 = 0
     F16 = 1
     BF16 = 2
+    #: Since libllminfer 1.4: GGUF Q8_0 / Q4_0 blocks of 32 per head row
+    #: (needs a head_dim that is a multiple of 32; CPU backend only).
+    Q8_0 = 3
+    Q4_0 = 4
 
 
 class SpecMode(enum.IntEnum):

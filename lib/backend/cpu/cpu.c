@@ -32,9 +32,12 @@ static void cpu_weights_free(void *weights) { (void)weights; }
 
 static void cpu_kv_free(void *ctx) {
     llmi_cpu_kv *kv = ctx;
-    if (!kv) return;
-    for (uint32_t l = 0; kv->k && l < kv->layout.n_layer; l++) llmi_free_aligned(kv->k[l]);
-    for (uint32_t l = 0; kv->v && l < kv->layout.n_layer; l++) llmi_free_aligned(kv->v[l]);
+    if (!kv)
+        return;
+    for (uint32_t l = 0; kv->k && l < kv->layout.n_layer; l++)
+        llmi_free_aligned(kv->k[l]);
+    for (uint32_t l = 0; kv->v && l < kv->layout.n_layer; l++)
+        llmi_free_aligned(kv->v[l]);
     llmi_free(kv->k);
     llmi_free(kv->v);
     llmi_free(kv);
@@ -43,26 +46,37 @@ static void cpu_kv_free(void *ctx) {
 static llm_status cpu_kv_create(void *backend, const llmi_kv_layout *layout, void **out) {
     (void)backend;
     *out = NULL;
-    const uint32_t elem_size = llmi_kv_type_size(layout->type);
-    if (elem_size == 0)
+    llmi_ttype ttype;
+    if (!llmi_kv_ttype(layout->type, &ttype))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "KV store of unknown element type %d",
                           (int)layout->type);
+    /* Block types need whole blocks per head (the engine checks head_dim). */
+    const size_t row_bytes = llmi_kv_row_bytes(layout->type, layout->kv_dim);
+    const size_t head_bytes = llmi_kv_row_bytes(layout->type, layout->head_dim);
+    if (row_bytes == 0 || (layout->head_dim && head_bytes == 0))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "a %s KV store needs rows (%u) and heads (%u) of whole blocks",
+                          llmi_ttype_get(ttype)->name, layout->kv_dim, layout->head_dim);
     size_t slots, per_layer;
     if (!llmi_mul_ok(layout->n_blocks, layout->block_size, &slots) ||
-        !llmi_mul_ok(slots, (size_t)layout->kv_dim * elem_size, &per_layer))
+        !llmi_mul_ok(slots, row_bytes, &per_layer))
         return llmi_error(LLM_ERR_LIMIT, "KV store of %u blocks overflows", layout->n_blocks);
     llmi_cpu_kv *kv = llmi_calloc(1, sizeof *kv);
-    if (!kv) return llmi_oom("KV store");
+    if (!kv)
+        return llmi_oom("KV store");
     kv->layout = *layout;
-    kv->elem_size = elem_size;
-    kv->row_bytes = (size_t)layout->kv_dim * elem_size;
+    kv->elem_size = llmi_kv_type_size(layout->type);
+    kv->row_bytes = row_bytes;
+    kv->head_bytes = head_bytes;
     kv->k = llmi_calloc(layout->n_layer, sizeof *kv->k);
     kv->v = llmi_calloc(layout->n_layer, sizeof *kv->v);
-    if (!kv->k || !kv->v) goto oom;
+    if (!kv->k || !kv->v)
+        goto oom;
     for (uint32_t l = 0; l < layout->n_layer; l++) {
         kv->k[l] = llmi_malloc_aligned(per_layer);
         kv->v[l] = llmi_malloc_aligned(per_layer);
-        if (!kv->k[l] || !kv->v[l]) goto oom;
+        if (!kv->k[l] || !kv->v[l])
+            goto oom;
     }
     *out = kv;
     return LLM_OK;

@@ -9,8 +9,9 @@
 
 typedef struct llmi_cpu_kv {
     llmi_kv_layout layout;
-    uint32_t elem_size; /* bytes per element: 4 (f32) or 2 (f16, bf16) */
-    size_t row_bytes;   /* kv_dim * elem_size: one slot of one layer */
+    uint32_t elem_size; /* bytes per element: 4 (f32), 2 (f16, bf16); 0 for blocks */
+    size_t row_bytes;   /* one slot of one layer (llmi_kv_row_bytes of kv_dim) */
+    size_t head_bytes;  /* one KV head's part of a row (llmi_kv_row_bytes of head_dim) */
     /* Per layer: n_blocks * block_size * row_bytes bytes, slot-major. */
     uint8_t **k, **v;
 } llmi_cpu_kv;
@@ -21,8 +22,8 @@ static inline uint8_t *llmi_cpu_kv_row(const llmi_cpu_kv *kv, uint32_t layer, bo
 }
 
 /* step.c */
-llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights,
-                                uint32_t max_rows, uint32_t max_ctx, void **out);
+llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
+                                uint32_t max_ctx, void **out);
 void llmi_cpu_step_free(void *step);
 llm_status llmi_cpu_step_run(void *step, void *kv, const llmi_step *st, float *logits);
 /* The final hidden states of the wanted rows (llmi_backend_ops.step_run_hidden);

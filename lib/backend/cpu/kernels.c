@@ -282,7 +282,9 @@ static const llmi_kernel_set c_kernels = {
     .sumsq = c_sumsq,
     .row_ops = {[LLMI_RT_F32] = {c_store_f32, c_dot_f32v, c_axpy_f32v},
                 [LLMI_RT_F16] = {c_store_f16, c_dot_f16, c_axpy_f16},
-                [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16}},
+                [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16},
+                [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_c, llmi_kvq_axpy_q8_0_c},
+                [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_c, llmi_kvq_axpy_q4_0_c}},
 };
 
 /* ---- the current level's row helpers ------------------------------------ */
@@ -376,6 +378,10 @@ static int rt_index(llmi_ttype type) {
         return LLMI_RT_F16;
     case LLMI_T_BF16:
         return LLMI_RT_BF16;
+    case LLMI_T_Q8_0:
+        return LLMI_RT_Q8_0;
+    case LLMI_T_Q4_0:
+        return LLMI_RT_Q4_0;
     default:
         return -1;
     }

@@ -173,14 +173,18 @@ void llmi_axpy_bf16(float *y, float a, const uint16_t *x, int n);
  * once (attention): rows are void pointers to elements of that type. For
  * LLMI_T_F32 store is a copy and dot/axpy are llmi_dot_f32/llmi_axpy_f32's
  * kernels (same results); for LLMI_T_F16 and LLMI_T_BF16 they are the
- * functions above. n > 0. */
+ * functions above. n > 0. For LLMI_T_Q8_0 and LLMI_T_Q4_0 (the quantized
+ * KV cache) rows are GGUF blocks and n a multiple of 32: store is core's
+ * reference quantizer (llmi_quantize_row, the same bits at every level),
+ * dot and axpy work on the dequantized values d * q, factoring d out of
+ * each block (kernels_kvq.c). */
 typedef struct llmi_row_ops {
     void (*store)(void *dst, const float *src, int n); /* dst = round(src) */
     float (*dot)(const float *a, const void *b, int n);
     void (*axpy)(float *y, float a, const void *x, int n);
 } llmi_row_ops;
 /* The operations at the current kernel level; NULL for a type other than
- * LLMI_T_F32, LLMI_T_F16 and LLMI_T_BF16. The pointer stays valid for the
+ * LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16, LLMI_T_Q8_0 and LLMI_T_Q4_0. The pointer stays valid for the
  * process; fetch it again after llmi_kernels_set_level. */
 const llmi_row_ops *llmi_row_ops_get(llmi_ttype type);
 

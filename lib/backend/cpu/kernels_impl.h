@@ -6,6 +6,7 @@
  *   kernels.c             portable float rows kernels and the row helpers
  *   kernels_q8.c          Q8_0/Q8_1 activations, portable integer kernels
  *   kernels_k.c           Q8_K activations, portable K-quant kernels
+ *   kernels_kvq.c         row operations of the quantized KV cache
  *   kernels_*x86.c        the SIMD versions of the three above
  *   kernels_dispatch.c    the weight-type traits table, the row split and
  *                         the matmul and activation entry points of kernels.h
@@ -93,7 +94,7 @@ typedef struct llmi_ktraits {
 const llmi_ktraits *llmi_ktraits_get(uint32_t type);
 
 /* The row helpers of one level (kernels.c picks the current one). */
-enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_COUNT };
+enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_Q8_0, LLMI_RT_Q4_0, LLMI_RT_COUNT };
 
 typedef struct llmi_kernel_set {
     float (*dot)(const float *a, const float *b, int n);
@@ -126,7 +127,26 @@ extern const llmi_qrows_impl llmi_qrows_q4_0_c, llmi_qrows_q4_1_c, llmi_qrows_q8
 void llmi_aquant_q8_k(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 extern const llmi_qrows_impl llmi_qrows_q4_k_c, llmi_qrows_q6_k_c;
 
+/* kernels_kvq.c: the quantized KV cache's row operations (llmi_row_ops);
+ * store is core's reference quantizer at every level. */
+void llmi_kvq_store_q8_0(void *dst, const float *src, int n);
+void llmi_kvq_store_q4_0(void *dst, const float *src, int n);
+float llmi_kvq_dot_q8_0_c(const float *a, const void *b, int n);
+float llmi_kvq_dot_q4_0_c(const float *a, const void *b, int n);
+void llmi_kvq_axpy_q8_0_c(float *y, float a, const void *x, int n);
+void llmi_kvq_axpy_q4_0_c(float *y, float a, const void *x, int n);
+
 #if defined(LLMI_KERNELS_X86)
+/* kernels_kvq_x86.c */
+float llmi_kvq_dot_q8_0_avx2(const float *a, const void *b, int n);
+float llmi_kvq_dot_q4_0_avx2(const float *a, const void *b, int n);
+void llmi_kvq_axpy_q8_0_avx2(float *y, float a, const void *x, int n);
+void llmi_kvq_axpy_q4_0_avx2(float *y, float a, const void *x, int n);
+float llmi_kvq_dot_q8_0_avx512(const float *a, const void *b, int n);
+float llmi_kvq_dot_q4_0_avx512(const float *a, const void *b, int n);
+void llmi_kvq_axpy_q8_0_avx512(float *y, float a, const void *x, int n);
+void llmi_kvq_axpy_q4_0_avx512(float *y, float a, const void *x, int n);
+
 /* kernels_x86.c */
 extern const llmi_kernel_set llmi_kernels_avx2, llmi_kernels_avx512;
 extern const llmi_rows_impl llmi_rows_f32_avx2, llmi_rows_f16_avx2, llmi_rows_bf16_avx2,

@@ -351,9 +351,9 @@ static A2 void a2_store_f16(void *dst, const float *x, int n) {
     uint16_t *y = dst;
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(y + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128(
+            (__m128i *)(void *)(y + i),
+            _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (; i < n; i++)
         y[i] = llmi_f32_to_f16(x[i]);
 }
@@ -399,7 +399,11 @@ const llmi_kernel_set llmi_kernels_avx2 = {
     .sumsq = a2_sumsq,
     .row_ops = {[LLMI_RT_F32] = {a2_store_f32, a2_dot_f32v, a2_axpy_f32v},
                 [LLMI_RT_F16] = {a2_store_f16, a2_dot_f16, a2_axpy_f16},
-                [LLMI_RT_BF16] = {a2_store_bf16, a2_dot_bf16, a2_axpy_bf16}},
+                [LLMI_RT_BF16] = {a2_store_bf16, a2_dot_bf16, a2_axpy_bf16},
+                [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_avx2,
+                                  llmi_kvq_axpy_q8_0_avx2},
+                [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_avx2,
+                                  llmi_kvq_axpy_q4_0_avx2}},
 };
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -723,9 +727,9 @@ static A5 void a5_store_f16(void *dst, const float *x, int n) {
     uint16_t *y = dst;
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(void *)(y + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256(
+            (__m256i *)(void *)(y + i),
+            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (; i < n; i++)
         y[i] = llmi_f32_to_f16(x[i]);
 }
@@ -768,7 +772,11 @@ const llmi_kernel_set llmi_kernels_avx512 = {
     .sumsq = a5_sumsq,
     .row_ops = {[LLMI_RT_F32] = {a5_store_f32, a5_dot_f32v, a5_axpy_f32v},
                 [LLMI_RT_F16] = {a5_store_f16, a5_dot_f16, a5_axpy_f16},
-                [LLMI_RT_BF16] = {a5_store_bf16, a5_dot_bf16, a5_axpy_bf16}},
+                [LLMI_RT_BF16] = {a5_store_bf16, a5_dot_bf16, a5_axpy_bf16},
+                [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_avx512,
+                                  llmi_kvq_axpy_q8_0_avx512},
+                [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_avx512,
+                                  llmi_kvq_axpy_q4_0_avx512}},
 };
 
 #else

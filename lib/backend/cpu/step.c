@@ -23,6 +23,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/moe.h"
 #include "core/quant.h"
+#include "kv/kv.h"
 
 #include <math.h>
 
@@ -34,12 +35,12 @@ struct cpu_forward {
     uint32_t max_rows, max_ctx;
     uint32_t q_dim, kv_dim;
     float *x, *xb, *q, *k, *v, *att, *gate, *up, *hout; /* [max_rows][dim] */
-    float *scores;  /* [threads][max_ctx] */
-    float *rope_cs; /* [max_rows][rope_dim]: cos, sin interleaved */
+    float *scores;                                      /* [threads][max_ctx] */
+    float *rope_cs;     /* [max_rows][rope_dim]: cos, sin interleaved */
     float *rope_cs_swa; /* the same for windowed layers with their own base, else NULL */
-    float *out_rows; /* [max_rows][n_embd]: normed rows that want logits */
-    uint32_t *seq_end; /* [max_rows]: encoders: positions each sequence holds after the step */
-    void *act_scratch; /* 8-bit activations for max_rows rows of any matmul input */
+    float *out_rows;    /* [max_rows][n_embd]: normed rows that want logits */
+    uint32_t *seq_end;  /* [max_rows]: encoders: positions each sequence holds after the step */
+    void *act_scratch;  /* 8-bit activations for max_rows rows of any matmul input */
     /* The current matmul input (act_begin) and its quantization, if any. */
     const float *act_x;
     uint32_t act_rows;
@@ -82,7 +83,7 @@ static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out)
     bool ok = max_rows <= INT32_MAX;
 #define ACT_NEED(w)                                                                                \
     do {                                                                                           \
-        size_t b_ = llmi_act_scratch_bytes((w).type, (w).cols, (int)max_rows);                   \
+        size_t b_ = llmi_act_scratch_bytes((w).type, (w).cols, (int)max_rows);                     \
         if (b_ == 0 && llmi_act_type((w).type) != LLMI_T_F32)                                      \
             ok = false;                                                                            \
         need = b_ > need ? b_ : need;                                                              \
@@ -99,19 +100,21 @@ static bool act_scratch_size(const llm_model *m, uint32_t max_rows, size_t *out)
 
 static float *alloc_rows(uint32_t rows, uint32_t dim) {
     size_t n;
-    if (!llmi_mul_ok((size_t)rows * dim, sizeof(float), &n)) return NULL;
+    if (!llmi_mul_ok((size_t)rows * dim, sizeof(float), &n))
+        return NULL;
     return llmi_malloc_aligned(n);
 }
 
 /* max_rows and max_ctx are > 0 (checked by the engine). The weights are
  * the model itself (cpu.c). */
-llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights,
-                                uint32_t max_rows, uint32_t max_ctx, void **out) {
+llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
+                                uint32_t max_ctx, void **out) {
     (void)weights;
     llmi_pool *pool = backend;
     *out = NULL;
     cpu_forward *f = llmi_calloc(1, sizeof *f);
-    if (!f) return llmi_oom("forward pass");
+    if (!f)
+        return llmi_oom("forward pass");
     const llmi_hparams *hp = &m->hp;
     f->m = m;
     f->pool = pool;
@@ -147,8 +150,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
     }
     if (act_bytes)
         f->act_scratch = llmi_malloc_aligned(act_bytes);
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
-        !f->hout || !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->hout ||
+        !f->scores || !f->rope_cs || (swa_base && !f->rope_cs_swa) || !f->out_rows ||
         (act_bytes && !f->act_scratch) || (encoder && !f->seq_end)) {
         llmi_cpu_step_free(f);
         return llmi_oom("forward pass buffers");
@@ -188,7 +191,8 @@ llm_status llmi_cpu_step_set_tp(void *ctx, const llmi_cpu_tp_hooks *hooks) {
 
 void llmi_cpu_step_free(void *ctx) {
     cpu_forward *f = ctx;
-    if (!f) return;
+    if (!f)
+        return;
     free_buffers(f);
     llmi_free(f);
 }
@@ -212,8 +216,8 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
     }
     const llmi_ttype at = llmi_act_type(w->type);
     if (!f->act_ready || f->act_type != at) {
-        llmi_act_prepare(f->pool, w->type, f->act_x, (int)f->act_rows, f->act_cols,
-                         f->act_scratch, &f->act);
+        llmi_act_prepare(f->pool, w->type, f->act_x, (int)f->act_rows, f->act_cols, f->act_scratch,
+                         &f->act);
         f->act_ready = true;
         f->act_type = at;
     }
@@ -228,8 +232,8 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
  * rope_freqs (Llama 3.1) divides pair i's angle by its factor (freq_div,
  * or NULL); linear scaling then multiplies it by freq_scale, in that order
  * as ggml does. */
-static void rope_table(const llmi_hparams *hp, float base, float freq_scale,
-                       const float *freq_div, const llmi_step *st, float *table) {
+static void rope_table(const llmi_hparams *hp, float base, float freq_scale, const float *freq_div,
+                       const llmi_step *st, float *table) {
     uint32_t half = hp->rope_dim / 2;
     float scale = powf(base, -2.0f / (float)hp->rope_dim);
     for (uint32_t r = 0; r < st->n_rows; r++) {
@@ -249,8 +253,8 @@ static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
     rope_table(hp, hp->rope_base, hp->rope_freq_scale, freq_div, st, f->rope_cs);
     if (f->rope_cs_swa)
-        rope_table(hp, hp->features.swa_rope_base, hp->features.swa_rope_freq_scale, freq_div,
-                   st, f->rope_cs_swa);
+        rope_table(hp, hp->features.swa_rope_base, hp->features.swa_rope_freq_scale, freq_div, st,
+                   f->rope_cs_swa);
 }
 
 static void rope_apply(const llmi_hparams *hp, const float *cs, float *vec, uint32_t n_heads) {
@@ -284,14 +288,9 @@ typedef struct attn_job {
 
 /* The kernels of the KV cache's element type, looked up once per layer. */
 static const llmi_row_ops *kv_ops(const llmi_cpu_kv *kv) {
-    switch (kv->layout.type) {
-    case LLM_KV_F16:
-        return llmi_row_ops_get(LLMI_T_F16);
-    case LLM_KV_BF16:
-        return llmi_row_ops_get(LLMI_T_BF16);
-    default:
-        return llmi_row_ops_get(LLMI_T_F32);
-    }
+    llmi_ttype t = LLMI_T_F32; /* kv_create accepted the type */
+    llmi_kv_ttype(kv->layout.type, &t);
+    return llmi_row_ops_get(t);
 }
 
 static void attn_task(void *ctx, int ith, int nth) {
@@ -300,6 +299,8 @@ static void attn_task(void *ctx, int ith, int nth) {
     const llmi_hparams *hp = &f->m->hp;
     uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     float scale = 1.0f / sqrtf((float)hd);
+    /* Bytes of one KV head's part of a row (whole blocks for Q8_0, Q4_0). */
+    const size_t head_bytes = llmi_kv_row_bytes(j->kv->layout.type, hd);
     float *scores = f->scores + (size_t)ith * f->max_ctx;
     float (*const dot)(const float *, const void *, int) = j->ops->dot;
     void (*const axpy)(float *, float, const void *, int) = j->ops->axpy;
@@ -311,7 +312,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         uint32_t r = (uint32_t)(t / hp->n_head), h = (uint32_t)(t % hp->n_head);
         const uint32_t s = st->seq[r];
         const float *q = f->q + (size_t)r * f->q_dim + (size_t)h * hd;
-        size_t kv_off = (size_t)(h / group) * hd * j->kv->elem_size; /* bytes */
+        size_t kv_off = (size_t)(h / group) * head_bytes;
         /* Keys at first..pos; a window drops those with pos - q >= window. */
         const uint32_t pos = st->pos[r];
         const uint32_t first = j->window && pos >= j->window ? pos - j->window + 1 : 0;
@@ -328,8 +329,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         memset(out, 0, hd * sizeof *out);
         for (uint32_t i = 0; i < n_pos; i++)
             axpy(out, scores[i],
-                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, first + i)) +
-                     kv_off,
+                 llmi_cpu_kv_row(j->kv, j->layer, true, llmi_step_slot(st, s, first + i)) + kv_off,
                  (int)hd);
     }
 }
@@ -337,7 +337,8 @@ static void attn_task(void *ctx, int ith, int nth) {
 /* ---- the layer stack ---- */
 
 static void add_bias(float *y, const llmi_weight *b, uint32_t n_rows, uint32_t dim) {
-    if (!b->data) return;
+    if (!b->data)
+        return;
     for (uint32_t r = 0; r < n_rows; r++)
         llmi_add_inplace(y + (size_t)r * dim, (const float *)b->data, (int)dim);
 }
@@ -383,8 +384,8 @@ static llm_status seq_ends(cpu_forward *f, const llmi_step *st) {
 static void norm_rows(float *out, const float *x, const llmi_weight *w, uint32_t n, uint32_t dim,
                       float eps) {
     for (uint32_t r = 0; r < n; r++)
-        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, (const float *)w->data,
-                     (int)dim, eps);
+        llmi_rmsnorm(out + (size_t)r * dim, x + (size_t)r * dim, (const float *)w->data, (int)dim,
+                     eps);
 }
 
 /* Makes x (n rows of this rank's `cols`) the matmul input; under TP, the
@@ -432,7 +433,10 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
     if (W[LLMI_ROLE_K_NORM].data)
         norm_rows(f->k, f->k, &W[LLMI_ROLE_K_NORM], n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
     /* K and V rows go into the cache in its element type (a copy for f32,
-     * rounding to nearest even for f16 and bf16). */
+     * rounding to nearest even for f16 and bf16, GGUF's reference
+     * quantization per block of 32 for Q8_0 and Q4_0: blocks never straddle
+     * heads, head_dim being a multiple of 32). A row is written once, here,
+     * so it is never quantized twice. */
     const llmi_row_ops *ops = kv_ops(kv);
     const bool windowed = llmi_layer_windowed(&hp->features, layer);
     const float *rope_cs = windowed && f->rope_cs_swa ? f->rope_cs_swa : f->rope_cs;
@@ -583,7 +587,8 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
                             (const uint8_t *)emb->data + (size_t)st->token[r] * emb->row_bytes, x,
                             hp->n_embd);
         if (hp->features.embd_scale != 1.0f)
-            for (uint32_t i = 0; i < hp->n_embd; i++) x[i] *= hp->features.embd_scale;
+            for (uint32_t i = 0; i < hp->n_embd; i++)
+                x[i] *= hp->features.embd_scale;
     }
     if (hp->features.encoder) {
         LLMI_TRY(encoder_embeddings(f, st));
@@ -639,6 +644,7 @@ llm_status llmi_cpu_step_run_hidden(void *ctx, void *kv_store, const llmi_step *
     cpu_forward *f = ctx;
     LLMI_TRY(run_layers(f, kv_store, st));
     /* NULL: a tensor-parallel rank whose rows another rank writes out. */
-    if (hidden) output_norm_rows(f, st, hidden);
+    if (hidden)
+        output_norm_rows(f, st, hidden);
     return LLM_OK;
 }

@@ -2,9 +2,9 @@
  * stores one CPU KV store per rank (its heads' slice of every row), steps
  * one CPU step per rank, run concurrently by one thread per rank, meeting
  * at the gathers of the step's hooks (backend/cpu/cpu.h). */
+#include "backend/tp/tp.h"
 #include "backend/cpu/cpu.h"
 #include "backend/tp/shard.h"
-#include "backend/tp/tp.h"
 #include "kv/kv.h"
 
 #include <pthread.h>
@@ -60,7 +60,8 @@ static void tp_weights_free(void *weights) { llmi_tp_weights_free(weights); }
 /* ---- KV: rank r holds KV heads [kv0, kv0 + n_kv) of every slot ---- */
 
 typedef struct tp_kv {
-    uint32_t n_ranks, n_head_kv, head_dim, elem_size;
+    uint32_t n_ranks, n_head_kv, head_dim;
+    size_t head_bytes; /* one head's part of a slot's row (llmi_kv_row_bytes) */
     llmi_cpu_kv *rank[LLMI_TP_MAX];
     uint32_t kv0[LLMI_TP_MAX], n_kv[LLMI_TP_MAX];
 } tp_kv;
@@ -92,7 +93,7 @@ static llm_status tp_kv_create(void *backend, const llmi_kv_layout *layout, void
         return llmi_oom("tensor-parallel KV store");
     kv->n_head_kv = n_head_kv;
     kv->head_dim = hd;
-    kv->elem_size = llmi_kv_type_size(layout->type);
+    kv->head_bytes = llmi_kv_row_bytes(layout->type, hd);
     for (uint32_t r = 0; r < n; r++) {
         llmi_tp_split_heads(n_head_kv, n, r, &kv->kv0[r], &kv->n_kv[r]);
         llmi_kv_layout rank_layout = *layout;
@@ -122,7 +123,7 @@ static llm_status tp_kv_copy(void *ctx, uint32_t dst, uint32_t src, uint32_t n_s
 static llm_status tp_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot, uint32_t n,
                              void *dst) {
     const tp_kv *kv = ctx;
-    const size_t head_bytes = (size_t)kv->head_dim * kv->elem_size;
+    const size_t head_bytes = kv->head_bytes;
     uint8_t *out = dst;
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t h = 0; h < kv->n_head_kv; h++) {
@@ -138,7 +139,7 @@ static llm_status tp_kv_read(void *ctx, uint32_t layer, bool v, uint32_t slot, u
 static llm_status tp_kv_write(void *ctx, uint32_t layer, bool v, uint32_t slot, uint32_t n,
                               const void *src) {
     const tp_kv *kv = ctx;
-    const size_t head_bytes = (size_t)kv->head_dim * kv->elem_size;
+    const size_t head_bytes = kv->head_bytes;
     const uint8_t *in = src;
     for (uint32_t r = 0; r < kv->n_ranks; r++)
         for (uint32_t i = 0; i < n; i++)
@@ -234,9 +235,9 @@ static llm_status rank_layer_begin(void *ctx, uint32_t layer) {
 static void rank_run(tp_rank *rk) {
     tp_step *s = rk->owner;
     void *kv = s->kv->rank[rk->rank];
-    rk->status = s->hidden ? llmi_cpu_step_run_hidden(rk->step, kv, &s->st,
-                                                       rk->rank == 0 ? s->hidden : NULL)
-                           : llmi_cpu_step_run(rk->step, kv, &s->st, rk->logits);
+    rk->status =
+        s->hidden ? llmi_cpu_step_run_hidden(rk->step, kv, &s->st, rk->rank == 0 ? s->hidden : NULL)
+                  : llmi_cpu_step_run(rk->step, kv, &s->st, rk->logits);
     if (rk->status != LLM_OK)
         snprintf(rk->error, sizeof rk->error, "%s", llmi_error_message());
 }
@@ -393,7 +394,8 @@ static llm_status tp_run(void *ctx, void *kv_store, const llmi_step *st, float *
     for (uint32_t r = 1; r < s->n_ranks; r++)
         if (s->rank[r].status != LLM_OK)
             return llmi_error(s->rank[r].status, "rank %u: %s", r, s->rank[r].error);
-    if (hidden) return LLM_OK;
+    if (hidden)
+        return LLM_OK;
     /* Vocab-parallel output: each wanted row gathers its ranks' slices. */
     for (uint32_t i = 0; i < st->n_logits; i++)
         for (uint32_t r = 0; r < s->n_ranks; r++) {

@@ -125,6 +125,8 @@ pub type llm_kv_type = c_uint;
 pub const LLM_KV_F32: llm_kv_type = 0;
 pub const LLM_KV_F16: llm_kv_type = 1;
 pub const LLM_KV_BF16: llm_kv_type = 2;
+pub const LLM_KV_Q8_0: llm_kv_type = 3;
+pub const LLM_KV_Q4_0: llm_kv_type = 4;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

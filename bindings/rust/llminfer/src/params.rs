@@ -21,6 +21,10 @@ pub enum KvType {
     F32,
     F16,
     BF16,
+    /// Since libllminfer 1.4: GGUF Q8_0 blocks of 32 per head row (head_dim a multiple of 32).
+    Q8_0,
+    /// Since libllminfer 1.4: GGUF Q4_0 blocks of 32 per head row (head_dim a multiple of 32).
+    Q4_0,
 }
 
 impl KvType {
@@ -29,12 +33,16 @@ impl KvType {
             KvType::F32 => sys::LLM_KV_F32,
             KvType::F16 => sys::LLM_KV_F16,
             KvType::BF16 => sys::LLM_KV_BF16,
+            KvType::Q8_0 => sys::LLM_KV_Q8_0,
+            KvType::Q4_0 => sys::LLM_KV_Q4_0,
         }
     }
     fn from_raw(raw: sys::llm_kv_type) -> KvType {
         match raw {
             sys::LLM_KV_F16 => KvType::F16,
             sys::LLM_KV_BF16 => KvType::BF16,
+            sys::LLM_KV_Q8_0 => KvType::Q8_0,
+            sys::LLM_KV_Q4_0 => KvType::Q4_0,
             _ => KvType::F32,
         }
     }
