@@ -9,6 +9,7 @@
  * must give each row what it gets alone, bit for bit. Bad adapter files
  * are written here with the GGUF writer against a generated test model. */
 #include "backend/backend.h"
+#include "backend/cpu/lora.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/adapter.h"
@@ -231,7 +232,9 @@ static void test_mixed_batch_bitwise(void **state) {
     const llm_adapter *ad[4] = {g_a, g_b, NULL, g_a};
     const float scales[4] = {1.0f, 1.0f, 1.0f, 0.5f};
     float *together[4], *alone[4];
+    llmi_cpu_lora_test_inline_work(0); /* the pool's split, against one thread's */
     run_seqs(g_base, 4, ad, scales, true, 2, together);
+    llmi_cpu_lora_test_inline_work(1u << 17);
     for (int q = 0; q < 4; q++) {
         const llm_adapter *one_ad[1] = {ad[q]};
         float *o[1];

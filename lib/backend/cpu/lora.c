@@ -7,6 +7,13 @@
 
 #include "backend/cpu/kernels.h"
 
+/* Multiply-adds below which one thread does a projection's update. */
+static uint64_t inline_work = 1u << 17;
+
+#ifdef LLMI_TEST_HOOKS
+void llmi_cpu_lora_test_inline_work(uint64_t work) { inline_work = work; }
+#endif
+
 void llmi_cpu_lora_free(llmi_cpu_lora *l) {
     llmi_free_aligned(l->t);
     l->t = NULL;
@@ -96,8 +103,25 @@ llm_status llmi_cpu_lora_apply(llmi_cpu_lora *l, llmi_pool *pool, const llmi_ste
         l->t = t;
         l->cap = need;
     }
-    lora_job job = {st, layer,  target, x,        x_cols,
-                    y,  y_cols, l->t,   max_rank, llmi_row_ops_get(LLMI_T_F32)->dot};
+    lora_job job = {.st = st,
+                    .layer = layer,
+                    .target = target,
+                    .x = x,
+                    .x_cols = x_cols,
+                    .y = y,
+                    .y_cols = y_cols,
+                    .t = l->t,
+                    .max_rank = max_rank,
+                    .dot = llmi_row_ops_get(LLMI_T_F32)->dot};
+    /* A decode step's update is a few thousand multiply-adds, less than
+     * waking the pool costs: then the caller does it alone (every element
+     * is computed the same way either way). */
+    const uint64_t work = (uint64_t)st->n_rows * max_rank * ((uint64_t)x_cols + y_cols);
+    if (work < inline_work) {
+        down_task(&job, 0, 1);
+        up_task(&job, 0, 1);
+        return LLM_OK;
+    }
     llmi_pool_run(pool, down_task, &job);
     llmi_pool_run(pool, up_task, &job);
     return LLM_OK;

@@ -25,4 +25,10 @@ llm_status llmi_cpu_lora_apply(llmi_cpu_lora *l, llmi_pool *pool, const llmi_ste
                                uint32_t layer, llmi_lora_target target, const float *x,
                                uint32_t x_cols, float *y, uint32_t y_cols);
 
+#ifdef LLMI_TEST_HOOKS
+/* Test hook: updates of fewer multiply-adds than `work` run on the calling
+ * thread alone (default 1 << 17; 0: always on the pool). */
+void llmi_cpu_lora_test_inline_work(uint64_t work);
+#endif
+
 #endif
