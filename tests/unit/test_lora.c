@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "model/testmodel.h"
 #include "session/session.h"
+#include "unit/sha256_util.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -250,6 +251,99 @@ static void test_mixed_batch_bitwise(void **state) {
         free(together[q]);
         free(alone[q]);
     }
+}
+
+/* ---- against llama.cpp (tests/models/record_lora.py) ---- */
+
+/* Our logits against llama.cpp's recorded top-20 of every position, for
+ * the base and each adapter: |ours - theirs| / the row's std below `tol`,
+ * where tol follows tests/models/README.md's table (F32 matrices: 1e-4;
+ * an adapter with F16 matrices, whose activations llama.cpp rounds to f16
+ * before multiplying them: 5e-3), and the same argmax wherever llama.cpp's
+ * top-1/top-2 gap exceeds twice that. */
+static void test_against_llama_cpp(void **state) {
+    (void)state;
+    NEED_MODELS();
+    const char *data = getenv("LLM_TEST_DATA") ? getenv("LLM_TEST_DATA") : "tests";
+    char path[768];
+    snprintf(path, sizeof path, "%s/golden/lora-llama.txt", data);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        print_message("skipping: %s is absent (tests/models/record_lora.py)\n", path);
+        skip();
+    }
+    const uint32_t V = g_base->hp.n_vocab;
+    static char line[8192];
+    float *ours[1] = {NULL};
+    double tol = 0, worst = 0;
+    int n_cases = 0, n_rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        char name[128], base_sha[80], ad_sha[80], hex[65];
+        double scale;
+        int pos;
+        if (sscanf(line, "case %127s %lf %79s %79s", name, &scale, base_sha, ad_sha) == 4) {
+            assert_true(test_sha256_file(models_path("hf-llama-f32.gguf"), hex));
+            if (strcmp(hex, base_sha) != 0)
+                fail_msg("hf-llama-f32.gguf is not the file the reference was recorded on");
+            llm_adapter *ad = NULL;
+            if (strcmp(name, "-") != 0) {
+                assert_true(test_sha256_file(models_path(name), hex));
+                if (strcmp(hex, ad_sha) != 0)
+                    fail_msg("%s is not the file the reference was recorded on", name);
+                ad = load_adapter(g_base, name);
+            }
+            tol = strcmp(name, "lora-llama-a.gguf") == 0 ? 5e-3 : 1e-4;
+            free(ours[0]);
+            const llm_adapter *one[1] = {ad};
+            const float sc[1] = {(float)scale};
+            run_seqs_from(7, g_base, 1, one, sc, false, 1, ours);
+            llm_adapter_free(ad);
+            n_cases++;
+            continue;
+        }
+        char *p = line;
+        int used = 0;
+        double std_dev;
+        if (sscanf(p, "pos %d std %lf top%n", &pos, &std_dev, &used) != 2)
+            continue;
+        assert_non_null(ours[0]);
+        assert_true(pos >= 0 && pos < N_PROMPT && std_dev > 0);
+        const float *row = ours[0] + (size_t)pos * V;
+        p += used;
+        int id, k = 0, first = -1;
+        double logit, top1 = 0, top2 = 0;
+        while (sscanf(p, " %d:%lf%n", &id, &logit, &used) == 2) {
+            p += used;
+            assert_true(id >= 0 && (uint32_t)id < V);
+            double err = fabs(row[id] - logit) / std_dev;
+            worst = fmax(worst, err / tol);
+            if (err >= tol)
+                fail_msg("pos %d token %d: ours %.6g, llama.cpp %.6g (%.3g std, limit %g)", pos, id,
+                         row[id], logit, err, tol);
+            if (k == 0) {
+                first = id;
+                top1 = logit;
+            } else if (k == 1) {
+                top2 = logit;
+            }
+            k++;
+        }
+        assert_true(k >= 2);
+        if ((top1 - top2) / std_dev > 2 * tol) {
+            uint32_t best = 0;
+            for (uint32_t t = 1; t < V; t++)
+                if (row[t] > row[best])
+                    best = t;
+            assert_int_equal(best, first);
+        }
+        n_rows++;
+    }
+    fclose(f);
+    free(ours[0]);
+    print_message("llama.cpp reference: %d cases, %d rows, worst error %.2f of its limit\n",
+                  n_cases, n_rows, worst);
+    assert_int_equal(n_cases, 3);
+    assert_int_equal(n_rows, 3 * N_PROMPT);
 }
 
 /* ---- request level: llm_session_submit ---- */
@@ -605,6 +699,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_matches_merged),
         cmocka_unit_test(test_peft_matches_gguf),
         cmocka_unit_test(test_mixed_batch_bitwise),
+        cmocka_unit_test(test_against_llama_cpp),
         cmocka_unit_test(test_requests_and_prefix_cache),
         cmocka_unit_test(test_adapter_of_other_model),
         cmocka_unit_test(test_backend_without_lora),
