@@ -61,7 +61,7 @@ static void use_adapter(const llm_adapter *a) {
     llmi_session_free(s);
 }
 
-static llm_status open_input(const uint8_t *data, size_t size, llmi_gguf **g) {
+static llm_status open_input(uint8_t *data, size_t size, llmi_gguf **g) {
     if (data[0] == FUZZ_LORA_PEFT) {
         if (size < 3)
             return LLM_ERR_INVALID_ARGUMENT;
