@@ -922,8 +922,8 @@ typedef struct llm_generate_params {
     /** Drafts per step, at most ::LLM_SPEC_MAX_K; 0 = adaptive (default 0). */
     uint32_t spec_k;
     /** A LoRA adapter (borrowed for the call) and its scale, as
-     *  llm_request_params::adapter and ::adapter_scale (defaults NULL and
-     *  1.0). Since 1.4. */
+     *  llm_request_params::adapter and llm_request_params::adapter_scale
+     *  (defaults NULL and 1.0). Since 1.4. */
     const llm_adapter *adapter;
     float adapter_scale;
 } llm_generate_params;
