@@ -38,6 +38,8 @@ static llm_status find_target(const llm_model *m, const char *what, const llmi_s
     if (name.len >= sizeof buf || name.len <= sl)
         return llmi_error(LLM_ERR_BAD_FORMAT, "%s: tensor '%.*s' is not named <weight>.lora_a/b",
                           what, (int)(name.len < 200 ? name.len : 200), name.ptr);
+    if (memchr(name.ptr, '\0', name.len))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "%s: a tensor name holds a NUL byte", what);
     memcpy(buf, name.ptr, name.len);
     buf[name.len] = '\0';
     char *suffix = buf + name.len - sl;
@@ -46,9 +48,13 @@ static llm_status find_target(const llm_model *m, const char *what, const llmi_s
                           what, buf);
     *is_b = suffix[6] == 'b';
     *suffix = '\0';
-    unsigned l = 0;
-    int used = 0;
-    if (sscanf(buf, "blk.%u.%n", &l, &used) == 1 && used > 0 && buf[4] >= '0' && buf[4] <= '9')
+    /* "blk.<layer>.": up to 9 digits, so the number cannot overflow. */
+    unsigned l = 0, digits = 0;
+    const char *p = buf + 4;
+    if (strncmp(buf, "blk.", 4) == 0)
+        for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+            l = l * 10 + (unsigned)(*p - '0');
+    if (digits > 0 && *p == '.')
         for (int t = 0; t < LLMI_LORA_TARGETS; t++) {
             char want[256];
             snprintf(want, sizeof want, llmi_layer_roles[target_roles[t]].name, l);
