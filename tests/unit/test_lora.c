@@ -275,13 +275,18 @@ static void test_against_llama_cpp(void **state) {
     const uint32_t V = g_base->hp.n_vocab;
     static char line[8192];
     float *ours[1] = {NULL};
-    double tol = 0, worst = 0;
+    double tol = 0, worst = 0, case_worst = 0;
+    char case_name[160] = "";
     int n_cases = 0, n_rows = 0;
     while (fgets(line, sizeof line, f)) {
         char name[128], base_sha[80], ad_sha[80], hex[65];
         double scale;
         int pos;
         if (sscanf(line, "case %127s %lf %79s %79s", name, &scale, base_sha, ad_sha) == 4) {
+            if (n_cases)
+                print_message("  %s: worst %.3g std\n", case_name, case_worst);
+            snprintf(case_name, sizeof case_name, "%s x %g", name, scale);
+            case_worst = 0;
             assert_true(test_sha256_file(models_path("hf-llama-f32.gguf"), hex));
             if (strcmp(hex, base_sha) != 0)
                 fail_msg("hf-llama-f32.gguf is not the file the reference was recorded on");
@@ -317,6 +322,7 @@ static void test_against_llama_cpp(void **state) {
             assert_true(id >= 0 && (uint32_t)id < V);
             double err = fabs(row[id] - logit) / std_dev;
             worst = fmax(worst, err / tol);
+            case_worst = fmax(case_worst, err);
             if (err >= tol)
                 fail_msg("pos %d token %d: ours %.6g, llama.cpp %.6g (%.3g std, limit %g)", pos, id,
                          row[id], logit, err, tol);
@@ -340,6 +346,7 @@ static void test_against_llama_cpp(void **state) {
     }
     fclose(f);
     free(ours[0]);
+    print_message("  %s: worst %.3g std\n", case_name, case_worst);
     print_message("llama.cpp reference: %d cases, %d rows, worst error %.2f of its limit\n",
                   n_cases, n_rows, worst);
     assert_int_equal(n_cases, 3);
