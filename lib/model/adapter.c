@@ -176,6 +176,18 @@ static llm_status add_tensor(llm_adapter *a, const char *what, const llmi_gguf_t
                           t->name.ptr, (unsigned long long)rank, p->rank);
     float *f;
     LLMI_TRY(widen(what, t, &f));
+    if (is_b) { /* [out][rank] -> [rank][out]: the update adds rank rows of out */
+        float *bt = llmi_malloc_aligned((size_t)outer * rank * sizeof *bt);
+        if (!bt) {
+            llmi_free_aligned(f);
+            return llmi_oom("adapter weights");
+        }
+        for (uint64_t o = 0; o < outer; o++)
+            for (uint64_t k = 0; k < rank; k++)
+                bt[k * outer + o] = f[o * rank + k];
+        llmi_free_aligned(f);
+        f = bt;
+    }
     p->rank = (uint32_t)rank;
     p->in = (uint32_t)w->cols;
     p->out = (uint32_t)w->rows;

@@ -33,7 +33,8 @@ typedef enum llmi_lora_target {
 /* The layer role (model/arch.h) of a target. */
 llmi_layer_role llmi_lora_target_role(llmi_lora_target t);
 
-/* One targeted projection: a = [rank][in], b = [out][rank], row-major F32.
+/* One targeted projection: a = [rank][in] (A as stored) and b = [rank][out]
+ * (B transposed, so the update adds `rank` whole rows), row-major F32.
  * a NULL: the adapter leaves this projection alone. */
 typedef struct llmi_lora_pair {
     float *a, *b;

@@ -1,8 +1,6 @@
-/* LoRA updates of a step's rows (backend/cpu/lora.h). Two passes over the
- * pool: t = A x for every (row, rank index), then y += s * (B t) for every
- * (row, output); the work of both splits evenly across the threads however
- * the rows are grouped by adapter, and every element is one dot product of
- * the same length in the same order whichever thread computes it. */
+/* LoRA updates of a step's rows (backend/cpu/lora.h): each thread takes
+ * whole rows, and a row's update is computed the same way whichever thread
+ * takes it and whatever rows share the step. */
 #include "backend/cpu/lora.h"
 
 #include "backend/cpu/kernels.h"
@@ -31,49 +29,48 @@ typedef struct lora_job {
     float *t; /* [n_rows][max_rank] */
     uint32_t max_rank;
     float (*dot)(const float *, const void *, int);
+    void (*axpy)(float *, float, const void *, int);
 } lora_job;
 
-/* Row r's pair and its effective scale; NULL when the row has none. */
-static const llmi_lora_pair *row_pair(const lora_job *j, uint32_t r, float *scale) {
-    const uint32_t a = j->st->row_adapter[r];
-    if (a == 0)
-        return NULL;
-    const llmi_lora_pair *p = llmi_adapter_pair(j->st->adapters[a - 1], j->layer, j->target);
+/* The rows [begin, end) of adapter a (row_adapter a + 1), grouped as
+ * S-LoRA and Punica group them: each row of A and of B is read once for
+ * all of them (it stays in cache) instead of once per row. Per row,
+ * t[k] = A[k] . x, then y += (s * t[k]) * bt[k] for k = 0 .. rank-1 in
+ * order, with the kernels' f32 dot and axpy over whole rows: a row's result
+ * depends on nothing but the row. */
+static void adapter_rows(const lora_job *j, uint32_t a, uint32_t begin, uint32_t end) {
+    const llmi_step *st = j->st;
+    const llmi_lora_pair *p = llmi_adapter_pair(st->adapters[a], j->layer, j->target);
     if (!p->a)
-        return NULL;
-    *scale = j->st->adapter_scale[a - 1] * p->alpha_scale;
-    return p;
-}
-
-static void down_task(void *ctx, int ith, int nth) {
-    const lora_job *j = ctx;
-    const uint64_t total = (uint64_t)j->st->n_rows * j->max_rank;
-    const uint64_t begin = total * (uint64_t)ith / (uint64_t)nth;
-    const uint64_t end = total * (uint64_t)(ith + 1) / (uint64_t)nth;
-    for (uint64_t i = begin; i < end; i++) {
-        const uint32_t r = (uint32_t)(i / j->max_rank), k = (uint32_t)(i % j->max_rank);
-        float s;
-        const llmi_lora_pair *p = row_pair(j, r, &s);
-        if (!p || k >= p->rank)
-            continue;
-        j->t[i] = j->dot(j->x + (size_t)r * j->x_cols, p->a + (size_t)k * p->in, (int)p->in);
+        return;
+    const float s = st->adapter_scale[a] * p->alpha_scale;
+    for (uint32_t k = 0; k < p->rank; k++) {
+        const float *ak = p->a + (size_t)k * p->in;
+        for (uint32_t r = begin; r < end; r++)
+            if (st->row_adapter[r] == a + 1)
+                j->t[(size_t)r * j->max_rank + k] =
+                    j->dot(j->x + (size_t)r * j->x_cols, ak, (int)p->in);
+    }
+    for (uint32_t k = 0; k < p->rank; k++) {
+        const float *bk = p->b + (size_t)k * j->y_cols;
+        for (uint32_t r = begin; r < end; r++) {
+            if (st->row_adapter[r] != a + 1)
+                continue;
+            const float c = s * j->t[(size_t)r * j->max_rank + k];
+            j->axpy(j->y + (size_t)r * j->y_cols, c, bk, (int)j->y_cols);
+        }
     }
 }
 
-static void up_task(void *ctx, int ith, int nth) {
+/* Whole rows per thread, adapter by adapter: one pool run per projection
+ * and nothing shared between threads. */
+static void rows_task(void *ctx, int ith, int nth) {
     const lora_job *j = ctx;
-    const uint64_t total = (uint64_t)j->st->n_rows * j->y_cols;
-    const uint64_t begin = total * (uint64_t)ith / (uint64_t)nth;
-    const uint64_t end = total * (uint64_t)(ith + 1) / (uint64_t)nth;
-    for (uint64_t i = begin; i < end; i++) {
-        const uint32_t r = (uint32_t)(i / j->y_cols), o = (uint32_t)(i % j->y_cols);
-        float s;
-        const llmi_lora_pair *p = row_pair(j, r, &s);
-        if (!p)
-            continue;
-        const float *t = j->t + (size_t)r * j->max_rank;
-        j->y[i] += s * j->dot(t, p->b + (size_t)o * p->rank, (int)p->rank);
-    }
+    const uint32_t n = j->st->n_rows;
+    const uint32_t begin = (uint32_t)((uint64_t)n * (uint64_t)ith / (uint64_t)nth);
+    const uint32_t end = (uint32_t)((uint64_t)n * (uint64_t)(ith + 1) / (uint64_t)nth);
+    for (uint32_t a = 0; a < j->st->n_adapters; a++)
+        adapter_rows(j, a, begin, end);
 }
 
 llm_status llmi_cpu_lora_apply(llmi_cpu_lora *l, llmi_pool *pool, const llmi_step *st,
@@ -112,17 +109,15 @@ llm_status llmi_cpu_lora_apply(llmi_cpu_lora *l, llmi_pool *pool, const llmi_ste
                     .y_cols = y_cols,
                     .t = l->t,
                     .max_rank = max_rank,
-                    .dot = llmi_row_ops_get(LLMI_T_F32)->dot};
-    /* A decode step's update is a few thousand multiply-adds, less than
-     * waking the pool costs: then the caller does it alone (every element
-     * is computed the same way either way). */
+                    .dot = llmi_row_ops_get(LLMI_T_F32)->dot,
+                    .axpy = llmi_row_ops_get(LLMI_T_F32)->axpy};
+    /* One row (rows are not split), or an update of a few thousand
+     * multiply-adds, less than waking the pool costs: the caller does it
+     * alone (every row is computed the same way either way). */
     const uint64_t work = (uint64_t)st->n_rows * max_rank * ((uint64_t)x_cols + y_cols);
-    if (work < inline_work) {
-        down_task(&job, 0, 1);
-        up_task(&job, 0, 1);
-        return LLM_OK;
-    }
-    llmi_pool_run(pool, down_task, &job);
-    llmi_pool_run(pool, up_task, &job);
+    if (work < inline_work || st->n_rows == 1)
+        rows_task(&job, 0, 1);
+    else
+        llmi_pool_run(pool, rows_task, &job);
     return LLM_OK;
 }
