@@ -419,7 +419,7 @@ fuzz: fuzz-build
 			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
 			tokenize) echo $(FUZZ_MAXLEN_tokenize);; state) echo $(FUZZ_MAXLEN_state);; \
 			safetensors) echo $(FUZZ_MAXLEN_safetensors);; \
-			hf_tokenizer) echo $(FUZZ_MAXLEN_hf_tokenizer);; \
+			hf_tokenizer) echo $(FUZZ_MAXLEN_hf_tokenizer);; lora) echo $(FUZZ_MAXLEN_lora);; \
 			*) echo $(FUZZ_MAXLEN_chat);; esac) \
 			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
 			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \
