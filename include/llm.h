@@ -1183,6 +1183,20 @@ LLM_API llm_status llm_seq_length(llm_session *session, llm_seq_id seq, uint32_t
 /** One step's rows: (sequence, position, token, want logits). */
 typedef struct llm_batch llm_batch;
 
+/**
+ * Runs the token-level sequence `seq` with a LoRA adapter of the session's
+ * model (borrowed: it must outlive the sequence) at `scale` (effective
+ * scale `scale * alpha / rank`), or with none (`adapter` NULL). Only while
+ * the sequence holds no tokens (its K/V depend on the adapter):
+ * ::LLM_ERR_INVALID_ARGUMENT otherwise, and for an adapter of another model
+ * or a scale that is not finite; ::LLM_ERR_NOT_FOUND for a sequence that
+ * is not open; ::LLM_ERR_UNSUPPORTED on a backend that does not apply
+ * adapters. Forks keep their source's adapter; sequences
+ * restored from saved state have none. Since 1.4.
+ */
+LLM_API llm_status llm_seq_set_adapter(llm_session *session, llm_seq_id seq,
+                                       const llm_adapter *adapter, float scale);
+
 LLM_API llm_status llm_batch_create(uint32_t capacity, llm_batch **out);
 /** NULL is a no-op. */
 LLM_API void llm_batch_free(llm_batch *batch);

@@ -424,6 +424,79 @@ static void test_requests_and_prefix_cache(void **state) {
     llm_session_free(s);
 }
 
+/* ---- token level: llm_seq_set_adapter ---- */
+
+/* The last prompt position's logits of a token-level sequence (adapter may
+ * be NULL), into out (n_vocab floats); the session and sequence stay open
+ * when *keep is not NULL. */
+static void seq_logits(const llm_model *m, const llm_adapter *ad, float *out, llm_session **keep,
+                       llm_seq_id *keep_seq) {
+    llm_session_params sp;
+    llm_session_params_init(&sp);
+    sp.n_threads = 2;
+    sp.n_ctx = 64;
+    llm_session *s = NULL;
+    assert_int_equal(llm_session_create(m, &sp, &s), LLM_OK);
+    llm_seq_id seq;
+    assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
+    assert_int_equal(llm_seq_set_adapter(s, seq, ad, 1.0f), LLM_OK);
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(N_PROMPT, &b), LLM_OK);
+    for (int i = 0; i < N_PROMPT; i++)
+        assert_int_equal(llm_batch_add(b, seq, (uint32_t)i, prompt_token(3, i), i == N_PROMPT - 1),
+                         LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    const float *l = NULL;
+    assert_int_equal(llm_session_logits(s, N_PROMPT - 1, &l), LLM_OK);
+    memcpy(out, l, m->hp.n_vocab * sizeof *out);
+    llm_batch_free(b);
+    if (keep) {
+        *keep = s;
+        *keep_seq = seq;
+    } else {
+        llm_session_free(s);
+    }
+}
+
+static void test_token_level(void **state) {
+    (void)state;
+    NEED_MODELS();
+    const uint32_t V = g_base->hp.n_vocab;
+    float *ours = malloc(V * sizeof *ours), *ref = malloc(V * sizeof *ref);
+    float *fork_l = malloc(V * sizeof *fork_l);
+    seq_logits(g_merged_a, NULL, ref, NULL, NULL);
+    llm_session *s = NULL;
+    llm_seq_id seq = -1, fork = -1;
+    seq_logits(g_base, g_a, ours, &s, &seq);
+    assert_true(rel_err(ours, ref, V) < 2e-5);
+    /* The sequence holds tokens now: its adapter is fixed. */
+    assert_int_equal(llm_seq_set_adapter(s, seq, NULL, 1.0f), LLM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(llm_seq_set_adapter(s, 999, g_a, 1.0f), LLM_ERR_NOT_FOUND);
+    /* A fork continues with the same adapter: one more token on each gives
+     * the same logits. */
+    assert_int_equal(llm_seq_fork(s, seq, &fork), LLM_OK);
+    llm_batch *b = NULL;
+    assert_int_equal(llm_batch_create(2, &b), LLM_OK);
+    assert_int_equal(llm_batch_add(b, seq, N_PROMPT, 1234, true), LLM_OK);
+    assert_int_equal(llm_batch_add(b, fork, N_PROMPT, 1234, true), LLM_OK);
+    assert_int_equal(llm_session_decode(s, b), LLM_OK);
+    const float *l0 = NULL, *l1 = NULL;
+    assert_int_equal(llm_session_logits(s, 0, &l0), LLM_OK);
+    memcpy(fork_l, l0, V * sizeof *fork_l);
+    assert_int_equal(llm_session_logits(s, 1, &l1), LLM_OK);
+    assert_memory_equal(fork_l, l1, V * sizeof *fork_l);
+    llm_batch_free(b);
+    llm_session_free(s);
+    /* An adapter of another model. */
+    assert_int_equal(llm_session_create(g_merged_a, NULL, &s), LLM_OK);
+    assert_int_equal(llm_seq_open(s, &seq), LLM_OK);
+    assert_int_equal(llm_seq_set_adapter(s, seq, g_a, 1.0f), LLM_ERR_INVALID_ARGUMENT);
+    llm_session_free(s);
+    free(ours);
+    free(ref);
+    free(fork_l);
+}
+
 /* A request names an adapter of another model: refused at submit. */
 static void test_adapter_of_other_model(void **state) {
     (void)state;
@@ -709,6 +782,7 @@ int main(void) {
         cmocka_unit_test(test_against_llama_cpp),
         cmocka_unit_test(test_requests_and_prefix_cache),
         cmocka_unit_test(test_adapter_of_other_model),
+        cmocka_unit_test(test_token_level),
         cmocka_unit_test(test_backend_without_lora),
         cmocka_unit_test(test_bad_gguf_adapters),
         cmocka_unit_test(test_bad_peft_folders),
