@@ -388,7 +388,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja grammar
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja grammar lora
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
@@ -405,6 +405,7 @@ FUZZ_MAXLEN_state := 16384
 FUZZ_MAXLEN_safetensors := 16384
 FUZZ_MAXLEN_hf_tokenizer := 16384
 FUZZ_MAXLEN_jinja := 8192
+FUZZ_MAXLEN_lora := 16384
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \
@@ -422,6 +423,7 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB_OBJ)
 
 # fuzz_state and the corpus generator share the model of fuzz_state.h.
 $(FUZZ_DIR)/fuzz_state: tests/fuzz/fuzz_state.h
+$(FUZZ_DIR)/fuzz_lora: tests/fuzz/fuzz_lora.h
 
 fuzz-build: $(FUZZ_LIB_OBJ) $(FUZZ_BIN)
 
@@ -438,7 +440,7 @@ fuzz: fuzz-build
 			gguf) echo $(FUZZ_MAXLEN_gguf);; model) echo $(FUZZ_MAXLEN_model);; \
 			tokenize) echo $(FUZZ_MAXLEN_tokenize);; state) echo $(FUZZ_MAXLEN_state);; \
 			safetensors) echo $(FUZZ_MAXLEN_safetensors);; \
-			hf_tokenizer) echo $(FUZZ_MAXLEN_hf_tokenizer);; \
+			hf_tokenizer) echo $(FUZZ_MAXLEN_hf_tokenizer);; lora) echo $(FUZZ_MAXLEN_lora);; \
 			*) echo $(FUZZ_MAXLEN_chat);; esac) \
 			-artifact_prefix=$$a/ $$c 2>&1 | tee $(FUZZ_DIR)/fuzz_$$t.log | \
 			grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|==[0-9]+==ERROR|SUMMARY|.*check failed)" || true; \

@@ -482,6 +482,59 @@ LLM_API llm_status llm_model_chat_template(const llm_model *model, const char *n
                                            const char **text);
 
 /* ------------------------------------------------------------------------ */
+/** @name LoRA adapters (since 1.4)
+ *
+ * A low-rank adapter changes a model's projections without a copy of its
+ * weights: each projection W it targets gets y = W x + s * B (A x), with
+ * the effective scale s = scale * alpha / rank (scale chosen per request,
+ * alpha and rank from the adapter). Many adapters load for one model; each
+ * request names its own (llm_request_params::adapter), and one step serves
+ * requests of different adapters and of none together (docs/lora.md). */
+/* ------------------------------------------------------------------------ */
+
+/** A loaded adapter: immutable, thread-safe to share across sessions and
+ *  requests. Borrows its model, which must outlive it. Since 1.4. */
+typedef struct llm_adapter llm_adapter;
+
+/** Adapter load options. Initialise with llm_adapter_params_init(). Since 1.4. */
+typedef struct llm_adapter_params {
+    uint32_t struct_size; /**< sizeof(llm_adapter_params), set by init */
+    /** Map a GGUF file instead of reading it (default true); the weights
+     *  are converted to F32 copies either way and the file is closed
+     *  before llm_adapter_load() returns. */
+    bool use_mmap;
+} llm_adapter_params;
+
+/** Fills the defaults, as llm_model_params_init_sized() does. Since 1.4. */
+LLM_API void llm_adapter_params_init_sized(llm_adapter_params *params, size_t struct_size);
+/** llm_adapter_params_init_sized() with the caller's sizeof. Since 1.4. */
+static inline void llm_adapter_params_init(llm_adapter_params *params) {
+    llm_adapter_params_init_sized(params, sizeof *params);
+}
+
+/**
+ * Loads a LoRA adapter for `model` from `path`: a GGUF file in llama.cpp's
+ * adapter layout (general.type "adapter", adapter.type "lora",
+ * adapter.lora.alpha, tensors "<weight>.lora_a" / ".lora_b"), or a Hugging
+ * Face PEFT folder (adapter_config.json and adapter_model.safetensors).
+ * Targets: the attention (q, k, v, output) and dense FFN (gate, up, down)
+ * projections of any layer. Weights in F32, F16 or BF16, kept as F32.
+ * `params` may be NULL for defaults. Errors: ::LLM_ERR_IO (unreadable),
+ * ::LLM_ERR_BAD_FORMAT (not an adapter, a matrix without its other half,
+ * a shape that disagrees with the base weight or its partner, rank 0, a
+ * value that is not finite), ::LLM_ERR_UNSUPPORTED (an adapter for another
+ * architecture, a tensor targeting another weight, a PEFT option beyond a
+ * plain LoRA such as DoRA or rank patterns); the message names the tensor
+ * or field. On failure `*out` is NULL. Thread-safe. Since 1.4.
+ */
+LLM_API llm_status llm_adapter_load(const llm_model *model, const char *path,
+                                    const llm_adapter_params *params, llm_adapter **out);
+
+/** Frees an adapter; NULL is a no-op. No request or session may still use
+ *  it (cancel or finish its requests first). Since 1.4. */
+LLM_API void llm_adapter_free(llm_adapter *adapter);
+
+/* ------------------------------------------------------------------------ */
 /** @name Sessions */
 /* ------------------------------------------------------------------------ */
 
@@ -901,6 +954,11 @@ typedef struct llm_generate_params {
     uint32_t spec_mode;
     /** Drafts per step, at most ::LLM_SPEC_MAX_K; 0 = adaptive (default 0). */
     uint32_t spec_k;
+    /** A LoRA adapter (borrowed for the call) and its scale, as
+     *  llm_request_params::adapter and llm_request_params::adapter_scale
+     *  (defaults NULL and 1.0). Since 1.4. */
+    const llm_adapter *adapter;
+    float adapter_scale;
 } llm_generate_params;
 
 /** As llm_model_params_init_sized(), for ::llm_generate_params. Since 1.2. */
@@ -998,6 +1056,15 @@ typedef struct llm_request_params {
      *  above; their distribution does not.) A cancel ends every sample.
      *  Samples are scheduled, preempted and finished independently. */
     uint32_t n_samples;
+    /** A LoRA adapter loaded for the session's model (borrowed: it must
+     *  outlive the request), or NULL for the base model (default). Its
+     *  rows take the adapter's update at `adapter_scale`; the prefix cache
+     *  shares K/V only between requests of the same adapter and scale.
+     *  The draft model of ::LLM_SPEC_DRAFT runs without it. Backends
+     *  other than "cpu" refuse it with ::LLM_ERR_UNSUPPORTED. Since 1.4. */
+    const llm_adapter *adapter;
+    /** Multiplies the adapter's alpha / rank (default 1.0). Since 1.4. */
+    float adapter_scale;
 } llm_request_params;
 
 /** Largest llm_request_params::n_samples. */
@@ -1148,6 +1215,20 @@ LLM_API llm_status llm_seq_length(llm_session *session, llm_seq_id seq, uint32_t
 
 /** One step's rows: (sequence, position, token, want logits). */
 typedef struct llm_batch llm_batch;
+
+/**
+ * Runs the token-level sequence `seq` with a LoRA adapter of the session's
+ * model (borrowed: it must outlive the sequence) at `scale` (effective
+ * scale `scale * alpha / rank`), or with none (`adapter` NULL). Only while
+ * the sequence holds no tokens (its K/V depend on the adapter):
+ * ::LLM_ERR_INVALID_ARGUMENT otherwise, and for an adapter of another model
+ * or a scale that is not finite; ::LLM_ERR_NOT_FOUND for a sequence that
+ * is not open; ::LLM_ERR_UNSUPPORTED on a backend that does not apply
+ * adapters. Forks keep their source's adapter; sequences
+ * restored from saved state have none. Since 1.4.
+ */
+LLM_API llm_status llm_seq_set_adapter(llm_session *session, llm_seq_id seq,
+                                       const llm_adapter *adapter, float scale);
 
 LLM_API llm_status llm_batch_create(uint32_t capacity, llm_batch **out);
 /** NULL is a no-op. */

@@ -58,6 +58,11 @@ typedef struct bench_opts {
     bool requests_set, output_len_set;
     float temperature; /* spec runs: 0 = greedy */
     bool embed;        /* --embed: embedding throughput (embed.c) */
+    /* --lora: every request of the load runs with this adapter (loaded in
+     * main) at lora_scale. */
+    const char *lora;
+    double lora_scale;
+    const llm_adapter *adapter;
 } bench_opts;
 
 /* One synthetic request; times are seconds after the run starts. */

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
                "                          without and with it, report speedup and acceptance\n"
                "                          (default none: the load benchmark above)\n"
                "  --draft-model PATH      draft model for --spec draft (same vocabulary)\n"
+               "  --lora PATH             run every request of the load with this LoRA\n"
+               "                          adapter (GGUF or PEFT folder; docs/lora.md)\n"
+               "  --lora-scale S          its scale (default 1)\n"
                "  --spec-k K              drafts per step, 1..32; 0 = adaptive (default 0)\n"
                "  --workload W            random (token ids), repetitive (chat prompts that\n"
                "                          ask to repeat or edit a given text) or free (free\n"
@@ -133,6 +136,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     o->static_batch = 16;
     o->seed = 1;
     o->warmup = true;
+    o->lora_scale = 1.0;
     o->workload = WORKLOAD_RANDOM;
     bool workload_set = false;
     for (int i = 1; i < argc; i++) {
@@ -176,6 +180,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->output_len_set = true;
         } else if (!strcmp(a, "--draft-model"))
             o->draft_model = v;
+        else if (!strcmp(a, "--lora"))
+            o->lora = v;
+        else if (!strcmp(a, "--lora-scale"))
+            ok = parse_double(v, -1e6, 1e6, &o->lora_scale);
         else if (!strcmp(a, "--spec-k"))
             ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
         else if (!strcmp(a, "--temp")) {
@@ -379,6 +387,13 @@ static void json_config(FILE *f, const bench_opts *o, const bench_result *r, con
     bench_json_str(f, o->model);
     fprintf(f, ",\n%s  \"device\": ", ind);
     bench_json_str(f, o->device ? o->device : "cpu");
+    fprintf(f, ",\n%s  \"lora\": ", ind);
+    if (o->lora)
+        bench_json_str(f, o->lora);
+    else
+        fputs("null", f);
+    fprintf(f, ",\n%s  \"lora_scale\": ", ind);
+    bench_json_num(f, o->lora_scale);
     fprintf(f,
             ",\n%s  \"threads\": %ld,\n%s  \"tp\": %ld,\n%s  \"requests\": %ld,\n"
             "%s  \"prompt_len\": [%ld, %ld],\n%s  \"output_len\": [%ld, %ld],\n"
@@ -514,13 +529,24 @@ int main(int argc, char **argv) {
     llm_status st = llm_model_load(o.model, NULL, &model);
     if (st != LLM_OK)
         return bench_fail("loading the model", st);
+    llm_adapter *adapter = NULL;
+    if (o.lora) {
+        st = llm_adapter_load(model, o.lora, NULL, &adapter);
+        if (st != LLM_OK) {
+            llm_model_free(model);
+            return bench_fail("loading the LoRA adapter", st);
+        }
+        o.adapter = adapter;
+    }
     if (o.embed) {
         rc = bench_embed(model, &o);
+        llm_adapter_free(adapter);
         llm_model_free(model);
         return rc;
     }
     if (o.spec_mode != LLM_SPEC_NONE) {
         rc = bench_spec(model, &o);
+        llm_adapter_free(adapter);
         llm_model_free(model);
         return rc;
     }
@@ -583,6 +609,7 @@ int main(int argc, char **argv) {
         rc = 2;
     }
     bench_workload_free(&w);
+    llm_adapter_free(adapter);
     llm_model_free(model);
     return rc;
 }

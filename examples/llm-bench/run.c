@@ -315,6 +315,8 @@ int bench_run(const llm_model *model, const bench_opts *o, const bench_workload 
     llm_request_params_init(&rp);
     rp.sampling = NULL; /* greedy */
     rp.ignore_eos = true;
+    rp.adapter = o->adapter;
+    rp.adapter_scale = (float)o->lora_scale;
 
     kv_acc kv = {0};
     llm_session_stats stats = {sizeof stats};

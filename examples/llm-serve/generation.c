@@ -48,6 +48,7 @@ typedef struct sample_out {
 
 struct generation {
     server *srv;
+    const char *model_name; /* the LoRA adapter's, or NULL: the server's */
     serve_request req;
     job *job;
     llm_token *prompt;
@@ -207,6 +208,20 @@ generation *generation_start(server *srv, const char *body, size_t len, bool cha
     if (!serve_request_grammar(srv->grammars, req, g->tool_format, &g->grammar, err))
         goto fail;
     sampling.grammar = g->grammar ? grammar_ref_grammar(g->grammar) : NULL;
+    bool unknown_model = false;
+    const serve_lora *lora = serve_find_lora(srv, req->model, &unknown_model);
+    if (unknown_model) {
+        serve_error_set(err, 404, "invalid_request_error", "model",
+                        "the model '%s' does not exist: this server has '%s' and its LoRA "
+                        "adapters (GET /v1/models)",
+                        req->model, srv->model_name);
+        err->code = "model_not_found";
+        goto fail;
+    }
+    if (lora) {
+        params.adapter = lora->adapter;
+        g->model_name = lora->name;
+    }
     g->job = job_create(req->n);
     if (g->job && g->grammar) {
         /* The library borrows the grammar until the request is gone. */
@@ -386,7 +401,7 @@ static cJSON *response_head(const generation *g, const char *object, bool *ok)
     put_string(root, "id", g->id, ok);
     put_string(root, "object", object, ok);
     put_number(root, "created", (double)g->created, ok);
-    put_string(root, "model", g->srv->model_name, ok);
+    put_string(root, "model", g->model_name ? g->model_name : g->srv->model_name, ok);
     put_string(root, "system_fingerprint", g->srv->fingerprint, ok);
     return root;
 }

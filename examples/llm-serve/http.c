@@ -214,6 +214,16 @@ static enum MHD_Result handle_models(struct MHD_Connection *conn, exchange *ex)
     put_number(m, "kv_cache_tokens", (double)ex->srv->kv_pool_tokens, &ok);
     put_number(m, "max_sequence_tokens", ex->srv->max_sequence_tokens, &ok);
     put_number(m, "max_tokens_limit", ex->srv->limits.max_tokens_limit, &ok);
+    /* LoRA adapters are models of their own, as vLLM lists them. */
+    for (size_t i = 0; i < ex->srv->n_loras; i++) {
+        cJSON *l = cJSON_CreateObject();
+        push_item(data, l, &ok);
+        put_string(l, "id", ex->srv->loras[i].name, &ok);
+        put_string(l, "object", "model", &ok);
+        put_number(l, "created", 0, &ok);
+        put_string(l, "owned_by", "llm-serve", &ok);
+        put_string(l, "parent", ex->srv->model_name, &ok);
+    }
     return send_json(conn, ex, 200, root, ok);
 }
 

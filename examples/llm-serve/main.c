@@ -30,6 +30,8 @@ typedef struct options {
     const char *served_model_name;
     const char *draft_model_path;
     const char *chat_template_path;
+    const char *loras[SERVE_MAX_LORAS]; /* "NAME=PATH" */
+    size_t n_loras;
     serve_device device;
     int verbose, quiet;
     bool matryoshka;
@@ -79,6 +81,9 @@ static void usage(FILE *f)
             "                            (e.g. one with a tools section for tool calling)\n"
             "  --draft-model PATH        draft model (same vocabulary) for requests that ask\n"
             "                            for \"speculative\": \"draft\"\n"
+            "  --lora NAME=PATH          serve a LoRA adapter (GGUF or PEFT folder) as the\n"
+            "                            model NAME: requests whose \"model\" is NAME run\n"
+            "                            with it (repeatable; CPU backend only)\n"
             "  --max-connections N       open connections at most; more get a fast 503\n"
             "                            (default 1024)\n"
             "  --max-connections-per-ip N  open connections from one address; more are\n"
@@ -171,6 +176,15 @@ static bool parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--draft-model")) o->draft_model_path = v;
         else if (!strcmp(a, "--chat-template"))
             o->chat_template_path = v;
+        else if (!strcmp(a, "--lora")) {
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1] || o->n_loras == SERVE_MAX_LORAS) {
+                fprintf(stderr, "llm-serve: --lora takes NAME=PATH (at most %d of them)\n",
+                        SERVE_MAX_LORAS);
+                return false;
+            }
+            o->loras[o->n_loras++] = v;
+        }
         else if (!strcmp(a, "--device"))
             o->device.backend = v;
         else if (!strcmp(a, "--tp")) {
@@ -435,6 +449,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "llm-serve: out of memory at startup\n");
         return 2;
     }
+    for (size_t i = 0; i < o.n_loras; i++) {
+        const char *eq = strchr(o.loras[i], '=');
+        char *name = strndup(o.loras[i], (size_t)(eq - o.loras[i]));
+        llm_adapter *ad = NULL;
+        st = name ? llm_adapter_load(model, eq + 1, NULL, &ad) : LLM_ERR_OUT_OF_MEMORY;
+        if (st != LLM_OK) {
+            fprintf(stderr, "llm-serve: cannot load the LoRA adapter %s: %s\n", eq + 1,
+                    llm_last_error());
+            return 2;
+        }
+        srv.loras[srv.n_loras++] = (serve_lora){name, ad};
+    }
     srv.model_name = model_name;
     snprintf(srv.fingerprint, sizeof srv.fingerprint, "llminfer-%s", llm_version_string());
     srv.api_key = o.api_key;
@@ -501,6 +527,10 @@ int main(int argc, char **argv)
     free(chat_template);
     metrics_free(srv.metrics);
     llm_session_free(srv.session);
+    for (size_t i = 0; i < srv.n_loras; i++) {
+        llm_adapter_free(srv.loras[i].adapter);
+        free((char *)srv.loras[i].name);
+    }
     llm_model_free(draft);
     llm_model_free(model);
     free(model_name);

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "engine.h"
 #include "llm.h"
@@ -12,8 +13,20 @@
 #include "request.h"
 #include "structured.h"
 
+/* A LoRA adapter served under its own model name (--lora NAME=PATH). */
+typedef struct serve_lora {
+    const char *name;
+    llm_adapter *adapter;
+} serve_lora;
+#define SERVE_MAX_LORAS 32
+
 typedef struct server {
     llm_model *model;
+    /* --lora: a request whose "model" is one of these names runs with its
+     * adapter; with any of them, a name that is neither these nor
+     * model_name is refused (404 model_not_found). */
+    serve_lora loras[SERVE_MAX_LORAS];
+    size_t n_loras;
     llm_session *session;
     llm_model_info info;
     engine *engine;
@@ -49,5 +62,20 @@ typedef struct server {
     atomic_int generating; /* generation requests admitted now */
     atomic_bool draining;  /* shutting down: refuse new work */
 } server;
+
+/* The adapter a request's "model" names: NULL for the base model (no
+ * name, or model_name); *unknown when the server has adapters and the
+ * name is none of them. */
+static inline const serve_lora *serve_find_lora(const server *srv, const char *model,
+                                                bool *unknown) {
+    *unknown = false;
+    if (!model || !srv->n_loras)
+        return NULL;
+    for (size_t i = 0; i < srv->n_loras; i++)
+        if (!strcmp(srv->loras[i].name, model))
+            return &srv->loras[i];
+    *unknown = strcmp(model, srv->model_name) != 0;
+    return NULL;
+}
 
 #endif

@@ -384,6 +384,12 @@ LLM_API llm_status llm_seq_truncate(llm_session *s, llm_seq_id seq, uint32_t n_t
     return llmi_session_note(s, llmi_seq_truncate(s, seq, n_tokens));
 }
 
+LLM_API llm_status llm_seq_set_adapter(llm_session *s, llm_seq_id seq, const llm_adapter *adapter,
+                                       float scale) {
+    SESSION_ARG(s, s, "llm_seq_set_adapter: session is NULL");
+    return llmi_session_note(s, llmi_seq_set_adapter(s, seq, adapter, scale));
+}
+
 LLM_API llm_status llm_seq_length(llm_session *s, llm_seq_id seq, uint32_t *n_tokens) {
     SESSION_ARG(s, s && n_tokens, "llm_seq_length: NULL argument");
     return llmi_session_note(s, llmi_seq_length(s, seq, n_tokens));

@@ -37,6 +37,7 @@ static const struct_size_entry sizes[] = {
     S(llm_device_params),
     S(llm_embed_params),
     S(llm_grammar_params),
+    S(llm_adapter_params),
 };
 #undef S
 
@@ -113,6 +114,8 @@ static const field_entry fields[] = {
     F(llm_generate_params, ignore_eos),
     F(llm_generate_params, spec_mode),
     F(llm_generate_params, spec_k),
+    F(llm_generate_params, adapter),
+    F(llm_generate_params, adapter_scale),
     F(llm_generate_result, struct_size),
     F(llm_generate_result, finish_reason),
     F(llm_generate_result, n_prompt_tokens),
@@ -136,6 +139,8 @@ static const field_entry fields[] = {
     F(llm_request_params, spec_mode),
     F(llm_request_params, spec_k),
     F(llm_request_params, n_samples),
+    F(llm_request_params, adapter),
+    F(llm_request_params, adapter_scale),
     F(llm_event, request),
     F(llm_event, token),
     F(llm_event, text),
@@ -180,6 +185,8 @@ static const field_entry fields[] = {
     F(llm_grammar_params, struct_size),
     F(llm_grammar_params, whitespace),
     F(llm_grammar_params, root),
+    F(llm_adapter_params, struct_size),
+    F(llm_adapter_params, use_mmap),
 };
 #undef F
 

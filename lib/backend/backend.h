@@ -46,12 +46,13 @@
 #define LLMI_BACKEND_H
 
 #include "core/core.h"
+#include "model/adapter.h"
 #include "model/model.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define LLMI_BACKEND_VERSION 4
+#define LLMI_BACKEND_VERSION 5
 #define LLMI_BACKEND_VERSION_MIN 1
 #define LLMI_BACKEND_MAX 8 /* registered backends at once */
 
@@ -101,6 +102,16 @@ typedef struct llmi_step {
      * stop and fail the step with LLM_ERR_CANCELLED; like any failed step
      * it then changes nothing the engine keeps. */
     const atomic_int *interrupt;
+    /* Appended in version 5. LoRA adapters (model/adapter.h): row r takes
+     * adapters[row_adapter[r] - 1]'s update at adapter_scale[row_adapter[r]
+     * - 1], or none when row_adapter[r] is 0; each (adapter, scale) pair is
+     * listed once. n_adapters is 0 (and the arrays NULL) in a step without
+     * them, which is the only kind a backend whose table has `lora` false
+     * is given. row_adapter lies in `words`, after logit_rows. */
+    uint32_t n_adapters;
+    const uint32_t *row_adapter;        /* [n_rows] */
+    const llm_adapter *const *adapters; /* [n_adapters] */
+    const float *adapter_scale;         /* [n_adapters] */
 } llmi_step;
 
 /* The KV slot of position `pos` of sequence slot `s`. */
@@ -189,6 +200,14 @@ typedef struct llmi_backend_ops {
      * the backend cannot return hidden states, and embedding on it gives
      * LLM_ERR_UNSUPPORTED. */
     llm_status (*step_run_hidden)(void *step, void *kv, const llmi_step *st, float *hidden);
+
+    /* ---- version 5 ---- */
+    /* Whether steps may carry LoRA adapters (llmi_step.n_adapters > 0):
+     * the backend applies each row's low-rank update after every projection
+     * its adapter targets, and leaves rows without one exactly as without
+     * adapters. false (or an older table): the engine refuses such steps
+     * with LLM_ERR_UNSUPPORTED before the backend sees them. */
+    bool lora;
 } llmi_backend_ops;
 
 /* ---- registry ---- */

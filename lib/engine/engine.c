@@ -1,6 +1,8 @@
 /* Engine lifetime, step checks and the step descriptor. */
 #include "engine/engine.h"
 
+#include <math.h>
+
 static llm_status kv_copy_hook(void *ctx, uint32_t dst, uint32_t src, uint32_t n_slots) {
     llmi_engine *e = ctx;
     return e->ops->kv_copy(e->kv_store, dst, src, n_slots);
@@ -60,7 +62,9 @@ llm_status llmi_engine_create(const llmi_engine_config *cfg, llmi_engine **out) 
     e->slot_seqs = llmi_malloc((size_t)e->max_rows * sizeof *e->slot_seqs);
     e->row_slot = llmi_malloc((size_t)e->max_rows * sizeof *e->row_slot);
     e->rows = llmi_calloc(e->max_rows, sizeof *e->rows);
-    if (!e->slot_seqs || !e->row_slot || !e->rows) {
+    e->step_adapters = llmi_calloc(e->max_rows, sizeof *e->step_adapters);
+    e->step_adapter_scale = llmi_calloc(e->max_rows, sizeof *e->step_adapter_scale);
+    if (!e->slot_seqs || !e->row_slot || !e->rows || !e->step_adapters || !e->step_adapter_scale) {
         st = llmi_oom("step descriptor");
         goto fail;
     }
@@ -102,6 +106,8 @@ void llmi_engine_free(llmi_engine *e) {
     llmi_free(e->slot_seqs);
     llmi_free(e->row_slot);
     llmi_free(e->rows);
+    llmi_free(e->step_adapters);
+    llmi_free(e->step_adapter_scale);
     llmi_free(e);
 }
 
@@ -110,12 +116,34 @@ void llmi_engine_set_f32_activations(llmi_engine *e, bool on) {
         e->ops->step_set_f32_activations(e->step, on);
 }
 
+bool llmi_engine_has_lora(const llmi_engine *e) {
+    /* An older table ends before the flag: read it only past version 5. */
+    return e->ops->version >= 5 && e->ops->lora;
+}
+
+/* A row's adapter: one loaded for this engine's model, a backend that
+ * applies it, a finite scale. */
+static llm_status check_adapter(const llmi_engine *e, const llmi_batch_row *row, uint32_t r) {
+    if (row->adapter->model != e->model)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "row %u: the LoRA adapter was loaded for another model", r);
+    if (!llmi_engine_has_lora(e))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
+                          e->ops->name);
+    if (!isfinite(row->adapter_scale))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: adapter scale is not finite", r);
+    return LLM_OK;
+}
+
 static llm_status check_rows(const llmi_engine *e, const llmi_batch_row *rows, uint32_t n) {
     if (n > e->max_rows)
         return llmi_error(LLM_ERR_LIMIT, "batch of %u rows exceeds the limit of %u", n,
                           e->max_rows);
     for (uint32_t r = 0; r < n; r++) {
         const llmi_batch_row *row = &rows[r];
+        if (row->adapter)
+            LLMI_TRY(check_adapter(e, row, r));
         if (row->token < 0 || (uint32_t)row->token >= e->model->hp.n_vocab)
             return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
                               r, row->token, e->model->hp.n_vocab);
@@ -178,7 +206,21 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
         e->row_slot[r] = s;
         n_logits += rows[r].want_logits;
     }
-    size_t total = (size_t)3 * n + (n_seqs + 1) + n_blocks + n_logits;
+    /* Adapters: the distinct (adapter, scale) pairs, few per step. */
+    uint32_t n_adapters = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        if (!rows[r].adapter)
+            continue;
+        uint32_t a = 0;
+        while (a < n_adapters && (e->step_adapters[a] != rows[r].adapter ||
+                                  e->step_adapter_scale[a] != rows[r].adapter_scale))
+            a++;
+        if (a == n_adapters) {
+            e->step_adapters[n_adapters] = rows[r].adapter;
+            e->step_adapter_scale[n_adapters++] = rows[r].adapter_scale;
+        }
+    }
+    size_t total = (size_t)3 * n + (n_seqs + 1) + n_blocks + n_logits + (n_adapters ? n : 0);
     LLMI_TRY(reserve_words(e, total));
     uint32_t *w = e->words;
     uint32_t *token = w, *pos = w + n, *seq = w + 2 * (size_t)n;
@@ -200,6 +242,15 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
         b += q->n_blocks;
     }
     block_start[n_seqs] = (uint32_t)b;
+    uint32_t *row_adapter = n_adapters ? logit_rows + n_logits : NULL;
+    for (uint32_t r = 0; row_adapter && r < n; r++) {
+        uint32_t a = 0;
+        if (rows[r].adapter)
+            while (e->step_adapters[a] != rows[r].adapter ||
+                   e->step_adapter_scale[a] != rows[r].adapter_scale)
+                a++;
+        row_adapter[r] = rows[r].adapter ? a + 1 : 0;
+    }
     *st = (llmi_step){.n_rows = n,
                       .n_seqs = n_seqs,
                       .n_logits = n_logits,
@@ -212,7 +263,11 @@ static llm_status build_step(llmi_engine *e, const llmi_batch_row *rows, uint32_
                       .logit_rows = logit_rows,
                       .words = w,
                       .n_words = total,
-                      .interrupt = e->interrupt};
+                      .interrupt = e->interrupt,
+                      .n_adapters = n_adapters,
+                      .row_adapter = row_adapter,
+                      .adapters = n_adapters ? e->step_adapters : NULL,
+                      .adapter_scale = n_adapters ? e->step_adapter_scale : NULL};
     return LLM_OK;
 }
 

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "kv/kv.h"
+#include "model/adapter.h"
 #include "model/model.h"
 
 /* One token to compute: its sequence, position in it, and whether the caller
@@ -24,6 +25,11 @@ typedef struct llmi_batch_row {
     uint32_t pos;
     llmi_kv_seq *seq;
     bool want_logits;
+    /* A LoRA adapter of the engine's model for this row, and its scale
+     * (model/adapter.h); NULL for the base model. Rows of one sequence
+     * use one adapter (its K/V depend on it). */
+    const llm_adapter *adapter;
+    float adapter_scale;
 } llmi_batch_row;
 
 typedef struct llmi_engine_config {
@@ -66,6 +72,10 @@ typedef struct llmi_engine {
      * decode) builds a step's rows; the engine itself never reads it. */
     llmi_batch_row *rows;
     const atomic_int *interrupt; /* llmi_engine_config.interrupt */
+    /* [max_rows]: the distinct (adapter, scale) pairs of the step being
+     * built (llmi_step.adapters). */
+    const llm_adapter **step_adapters;
+    float *step_adapter_scale;
 } llmi_engine;
 
 /* Whether a KV cache of `type` can hold the rows of a model with these
@@ -99,6 +109,9 @@ llm_status llmi_engine_run(llmi_engine *e, const llmi_batch_row *rows, uint32_t 
  * step_run_hidden (llmi_engine_has_hidden). */
 llm_status llmi_engine_run_hidden(llmi_engine *e, const llmi_batch_row *rows, uint32_t n_rows,
                                   float *hidden);
+/* Whether the engine's backend applies LoRA adapters (rows with one are
+ * refused with LLM_ERR_UNSUPPORTED otherwise). */
+bool llmi_engine_has_lora(const llmi_engine *e);
 /* Whether the engine's backend returns hidden states. */
 bool llmi_engine_has_hidden(const llmi_engine *e);
 

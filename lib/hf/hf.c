@@ -41,9 +41,9 @@ bool llmi_hf_is_folder(const char *path) {
 }
 
 /* Reads folder/name NUL-terminated; *absent (when non-NULL) reports a
- * missing file as LLM_OK with *data NULL. */
-static llm_status read_text(const char *folder, const char *name, bool *absent, char **data,
-                            size_t *len) {
+ * missing file as LLM_OK with *data NULL (hf_internal.h). */
+llm_status llmi_hf_read_text(const char *folder, const char *name, bool *absent, char **data,
+                             size_t *len) {
     *data = NULL;
     *len = 0;
     char *path = join(folder, name);
@@ -248,7 +248,7 @@ static llm_status generation_keys(const char *folder, llmi_gguf_writer *w) {
     bool absent = false;
     char *json;
     size_t len;
-    LLMI_TRY(read_text(folder, what, &absent, &json, &len));
+    LLMI_TRY(llmi_hf_read_text(folder, what, &absent, &json, &len));
     if (absent)
         return LLM_OK;
     cJSON *root = cJSON_ParseWithLength(json, len);
@@ -293,7 +293,7 @@ static llm_status read_json(const char *folder, const char *name, bool *absent, 
     *out = NULL;
     char *json;
     size_t len;
-    LLMI_TRY(read_text(folder, name, absent, &json, &len));
+    LLMI_TRY(llmi_hf_read_text(folder, name, absent, &json, &len));
     if (absent && *absent)
         return LLM_OK;
     *out = cJSON_ParseWithLength(json, len);
@@ -436,7 +436,7 @@ static llm_status hand_over(hf_folder *h, llmi_gguf_parts *parts) {
 static llm_status open_folder(hf_folder *h, llmi_gguf_writer *w, llmi_gguf_parts *parts) {
     char *json;
     size_t len;
-    LLMI_TRY(read_text(h->folder, "config.json", NULL, &json, &len));
+    LLMI_TRY(llmi_hf_read_text(h->folder, "config.json", NULL, &json, &len));
     llmi_hf_config cfg;
     llm_status st = llmi_hf_config_parse(json, len, &cfg);
     llmi_free(json);
@@ -445,7 +445,7 @@ static llm_status open_folder(hf_folder *h, llmi_gguf_writer *w, llmi_gguf_parts
     LLMI_TRY(name_key(h->folder, w));
 
     bool absent = false;
-    LLMI_TRY(read_text(h->folder, "model.safetensors.index.json", &absent, &json, &len));
+    LLMI_TRY(llmi_hf_read_text(h->folder, "model.safetensors.index.json", &absent, &json, &len));
     if (absent) {
         st = open_single(h);
     } else {

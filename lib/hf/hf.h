@@ -62,6 +62,36 @@ llm_status llmi_hf_tokenizer_keys_from_json_rules(const char *tokenizer_json, si
                                                   const llmi_hf_vocab_rules *rules,
                                                   llmi_gguf_writer *w);
 
+/* ---- PEFT LoRA adapters (adapter.c) ---- */
+
+/* Whether `path` is a directory holding an adapter_config.json. */
+bool llmi_hf_is_adapter_folder(const char *path);
+
+/* What the base model says about the GGUF names an adapter's matrices get:
+ * its architecture, and whether (and by how many heads) the rows of q and
+ * k were permuted for adjacent-pair rope when it was converted. */
+typedef struct llmi_hf_adapter_shape {
+    const char *arch;
+    bool permute_qk;
+    uint32_t n_head, n_head_kv;
+} llmi_hf_adapter_shape;
+
+/* Opens a PEFT LoRA folder (adapter_config.json, adapter_model.safetensors)
+ * as the GGUF llama.cpp's convert_lora_to_gguf.py makes of it: general.type
+ * "adapter", adapter.type "lora", adapter.lora.alpha (alpha * sqrt(r) for
+ * rsLoRA, so that alpha / rank stays the scale), and F32 tensors
+ * "blk.N.<weight>.lora_a" / ".lora_b". LLM_ERR_UNSUPPORTED for options
+ * beyond a plain LoRA (DoRA, rank or alpha patterns, modules_to_save, a
+ * bias) or a tensor of another module; LLM_ERR_BAD_FORMAT for a malformed
+ * config or weights file, or a rank that differs from the config's r. */
+llm_status llmi_hf_adapter_open(const char *folder, const llmi_hf_adapter_shape *shape,
+                                llmi_gguf **out);
+/* The same from the two files' contents (fuzzing); nothing of them is
+ * referenced afterwards. */
+llm_status llmi_hf_adapter_from_memory(const char *config_json, size_t config_len,
+                                       const void *weights, size_t weights_size,
+                                       const llmi_hf_adapter_shape *shape, llmi_gguf **out);
+
 #ifdef LLMI_TEST_HOOKS
 /* Takes the tokenizer.* keys from this GGUF file instead of the folder's
  * tokenizer.json (NULL: from the folder again), so weight and config tests

@@ -39,6 +39,12 @@ typedef struct llmi_st_file {
  * the message count from `base` (where the text starts in its file). */
 llm_status llmi_hf_json_check_nul(const char *what, const char *json, size_t len, size_t base);
 
+/* Reads folder/name (a JSON side file, at most 64 MiB) NUL-terminated,
+ * refusing a NUL inside; *absent (when non-NULL) reports a missing file as
+ * LLM_OK with *data NULL. *data is freed with llmi_free. */
+llm_status llmi_hf_read_text(const char *folder, const char *name, bool *absent, char **data,
+                             size_t *len);
+
 /* Checks and indexes a safetensors image: the 8-byte header length, the
  * JSON header, every tensor's dtype, shape and data_offsets (inside the
  * data section, sizes agreeing, no overlaps, no duplicate names;

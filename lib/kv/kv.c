@@ -402,7 +402,7 @@ void llmi_kv_seq_truncate(llmi_kv *kv, llmi_kv_seq *seq, uint32_t n_tokens) {
     if (seq->n_hashed > full) {
         seq->n_hashed = full;
         /* full >= n_holes; block full - 1 is the last hole when equal. */
-        seq->last_hash = full == 0              ? 0
+        seq->last_hash = full == 0              ? seq->chain_seed
                          : full == seq->n_holes ? seq->hole_hash
                                                 : kv->index->hash[seq->blocks[full - 1]];
     }
@@ -432,7 +432,7 @@ void llmi_kv_seq_release(llmi_kv *kv, llmi_kv_seq *seq) {
     unref_tail(kv, seq, 0);
     seq->n_tokens = 0;
     seq->n_hashed = 0;
-    seq->last_hash = 0;
+    seq->last_hash = seq->chain_seed;
     seq->n_holes = 0;
     seq->hole_hash = 0;
 }
@@ -462,6 +462,7 @@ llm_status llmi_kv_seq_fork(llmi_kv *kv, const llmi_kv_seq *src, llmi_kv_seq *ds
     dst->last_hash = src->last_hash;
     dst->n_holes = src->n_holes;
     dst->hole_hash = src->hole_hash;
+    dst->chain_seed = src->chain_seed;
     return LLM_OK;
 }
 
@@ -473,7 +474,7 @@ uint32_t llmi_kv_prefix_match(llmi_kv *kv, llmi_kv_seq *seq, const llm_token *to
         return 0;
     llmi_kv_index *x = kv->index;
     uint32_t bs = kv->block_size, n_full = max_tokens / bs, i = 0;
-    uint64_t h = 0;
+    uint64_t h = seq->chain_seed;
     for (; i < n_full; i++) {
         const llm_token *t = tokens + (size_t)i * bs;
         uint64_t hi = block_hash(kv, h, i, t);
@@ -591,7 +592,7 @@ llm_status llmi_kv_check(const llmi_kv *kv, const llmi_kv_seq *const *seqs, size
          * holes not yet hashed leave nothing to check. */
         if (q->n_hashed < q->n_holes)
             continue;
-        uint64_t h = q->n_holes ? q->hole_hash : 0;
+        uint64_t h = q->n_holes ? q->hole_hash : q->chain_seed;
         for (uint32_t i = q->n_holes; i < q->n_hashed; i++) {
             uint32_t b = q->blocks[i];
             if (!(x->flags[b] & F_HASHED))

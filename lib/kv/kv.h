@@ -66,6 +66,12 @@ typedef struct llmi_kv_seq {
      * n_tokens >= n_holes * block_size. */
     uint32_t n_holes;
     uint64_t hole_hash;
+    /* Where the hash chain starts (the parent of block 0), kept by release
+     * and truncate and copied by fork: 0 for K/V of the plain model, else
+     * what the K/V were computed under (a LoRA adapter and its scale), so
+     * that a prefix never matches blocks computed another way. Set while
+     * the sequence holds no blocks. */
+    uint64_t chain_seed;
 } llmi_kv_seq;
 
 /* Block-table entry of a released block (no block, no reference). */

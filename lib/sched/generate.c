@@ -13,6 +13,7 @@ LLM_API void llm_generate_params_init_sized(llm_generate_params *p, size_t size)
     d.max_new_tokens = 128;
     d.spec_mode = LLM_SPEC_NONE;
     d.spec_k = 0; /* adaptive */
+    d.adapter_scale = 1.0f;
     llmi_params_init_sized(p, size, &d, sizeof d);
 }
 
@@ -90,6 +91,8 @@ static void request_params(const llm_generate_params *p, llm_request_params *rp)
     rp->ignore_eos = p->ignore_eos;
     rp->spec_mode = p->spec_mode;
     rp->spec_k = p->spec_k;
+    rp->adapter = p->adapter;
+    rp->adapter_scale = p->adapter_scale;
 }
 
 typedef struct gen_loop {

@@ -269,12 +269,13 @@ static uint32_t build_rows(llmi_sched *s) {
         uint32_t start = r->seq.n_tokens;
         r->first_row = n;
         for (uint32_t j = 0; j < r->plan_rows; j++)
-            s->eng->rows[n++] = (llmi_batch_row){r->tokens[start + j], start + j, &r->seq, false};
+            s->eng->rows[n++] = (llmi_batch_row){
+                r->tokens[start + j], start + j, &r->seq, false, r->adapter, r->adapter_scale};
         if (!r->wants_logits) continue;
         s->eng->rows[n - 1].want_logits = true;
         for (uint32_t j = 0; j < r->spec.k; j++)
-            s->eng->rows[n++] =
-                (llmi_batch_row){r->tokens[r->n_tokens + j], r->n_tokens + j, &r->seq, true};
+            s->eng->rows[n++] = (llmi_batch_row){r->tokens[r->n_tokens + j], r->n_tokens + j,
+                                                 &r->seq, true, r->adapter, r->adapter_scale};
         r->logits_row = n_logits;
         n_logits += 1 + r->spec.k;
     }

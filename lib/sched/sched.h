@@ -72,6 +72,9 @@ typedef struct llmi_request {
     /* llm_generate's request: its speculative-decoding counters (owned by
      * the llm_generate call, which outlives the request). NULL otherwise. */
     llm_generate_result *report;
+    /* The request's LoRA adapter (borrowed) and scale; NULL for none. */
+    const llm_adapter *adapter;
+    float adapter_scale;
 } llmi_request;
 
 /* A finished or progressed request's event, text kept as an arena offset. */

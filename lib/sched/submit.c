@@ -4,6 +4,7 @@
 
 #include "sample/sample.h"
 
+#include <math.h>
 #include <stddef.h>
 
 /* ---- submit ---- */
@@ -16,6 +17,8 @@ LLM_API void llm_request_params_init_sized(llm_request_params *p, size_t size) {
     d.spec_mode = LLM_SPEC_NONE;
     d.spec_k = 0; /* adaptive */
     d.n_samples = 1;
+    d.adapter = NULL;
+    d.adapter_scale = 1.0f;
     llmi_params_init_sized(p, size, &d, sizeof d);
 }
 
@@ -51,6 +54,8 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "max_new_tokens must be at least 1");
     if (p->n_stop_tokens > 1024 || p->n_stop_strings > 64)
         return llmi_error(LLM_ERR_LIMIT, "at most 1024 stop tokens and 64 stop strings");
+    if (p->adapter && !isfinite(p->adapter_scale))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "adapter_scale is not a finite number");
     if (p->top_logprobs > 20)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "top_logprobs %u exceeds the maximum of 20",
                           p->top_logprobs);
@@ -124,6 +129,11 @@ static llm_status build_request(llmi_sched *s, const llm_token *prompt, size_t n
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs;
     r->top_logprobs = p->top_logprobs;
+    r->adapter = p->adapter;
+    r->adapter_scale = p->adapter_scale;
+    /* K/V computed under an adapter are its own: the prefix cache chain
+     * starts from the adapter's identity (kv/kv.h). */
+    r->seq.chain_seed = r->seq.last_hash = llmi_adapter_chain_seed(p->adapter, p->adapter_scale);
     if (r->sampling.grammar) {
         st = llmi_gstate_create(r->sampling.grammar, &r->grammar);
         if (st != LLM_OK) {
@@ -152,6 +162,13 @@ llm_status llmi_sched_submit_report(llmi_sched *s, const llm_token *prompt, size
     LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k,
                                     s->spec->draft));
     LLMI_TRY(check_limits(s, prompt, n, &p));
+    if (p.adapter && p.adapter->model != s->model)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "the request's LoRA adapter was loaded for another model");
+    if (p.adapter && !llmi_engine_has_lora(s->eng))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
+                          s->eng->ops->name);
     llmi_request *r = NULL;
     LLMI_TRY(build_request(s, prompt, n, &p, &r));
     r->report = report;

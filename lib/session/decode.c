@@ -3,6 +3,8 @@
  * every KV change because requests on other threads share the pool. */
 #include "session/session.h"
 
+#include <math.h>
+
 struct llm_batch {
     uint32_t capacity, n;
     llm_seq_id *seq;
@@ -121,6 +123,8 @@ llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *o
         if (src->kv.n_tokens)
             memcpy(seq->tokens, src->tokens, src->kv.n_tokens * sizeof *seq->tokens);
         st = llmi_kv_seq_fork(s->kv, &src->kv, &seq->kv);
+        seq->adapter = src->adapter;
+        seq->adapter_scale = src->adapter_scale;
     }
     if (st == LLM_OK) {
         s->seqs[id] = &seq->kv;
@@ -154,6 +158,34 @@ llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens) {
                         id, seq->n_tokens, n_tokens);
     else if (seq)
         llmi_kv_seq_truncate(s->kv, seq, n_tokens);
+    pthread_mutex_unlock(&s->sched.lock);
+    return st;
+}
+
+llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter *adapter,
+                                float scale) {
+    if (adapter && adapter->model != s->model)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_seq_set_adapter: the adapter was loaded for another model");
+    if (adapter && !isfinite(scale))
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llm_seq_set_adapter: scale is not finite");
+    if (adapter && !llmi_engine_has_lora(s->eng))
+        return llmi_error(LLM_ERR_UNSUPPORTED,
+                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
+                          s->eng->ops->name);
+    pthread_mutex_lock(&s->sched.lock);
+    llmi_tseq *t = llmi_seq_find(s, id);
+    llm_status st = t ? LLM_OK : bad_seq(id);
+    /* K/V depend on the adapter: it is chosen before the first token. */
+    if (t && (t->kv.n_tokens || t->kv.n_blocks))
+        st = llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                        "sequence %d holds %u tokens: set its adapter before decoding any", id,
+                        t->kv.n_tokens);
+    if (st == LLM_OK) {
+        t->adapter = adapter;
+        t->adapter_scale = scale;
+        t->kv.chain_seed = t->kv.last_hash = llmi_adapter_chain_seed(adapter, scale);
+    }
     pthread_mutex_unlock(&s->sched.lock);
     return st;
 }
@@ -264,8 +296,9 @@ llm_status llmi_session_decode(llm_session *s, const llm_batch *b) {
         uint32_t first_out = out_row;
         for (uint32_t i = 0; i < chunk; i++) {
             uint32_t r = done + i;
-            s->eng->rows[i] = (llmi_batch_row){b->token[r], b->pos[r], s->seqs[b->seq[r]],
-                                          b->want_logits[r]};
+            const llmi_tseq *t = llmi_tseq_of(s->seqs[b->seq[r]]);
+            s->eng->rows[i] = (llmi_batch_row){b->token[r],       b->pos[r],  s->seqs[b->seq[r]],
+                                               b->want_logits[r], t->adapter, t->adapter_scale};
             /* Past the sequence's length until the pass below extends it. */
             llmi_tseq_of(s->seqs[b->seq[r]])->tokens[b->pos[r]] = b->token[r];
             s->decode_rows[r] = b->want_logits[r] ? out_row++ : UINT32_MAX;

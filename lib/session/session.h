@@ -58,6 +58,10 @@ typedef struct llmi_tseq {
     llmi_kv_seq kv;
     llm_token *tokens; /* [cap]; tokens[0, kv.n_tokens) are the sequence's */
     uint32_t cap;
+    /* llm_seq_set_adapter: its rows' LoRA adapter (borrowed) and scale;
+     * NULL for the base model. Forks inherit it. */
+    const llm_adapter *adapter;
+    float adapter_scale;
 } llmi_tseq;
 
 static inline llmi_tseq *llmi_tseq_of(llmi_kv_seq *q) { return (llmi_tseq *)q; }
@@ -105,6 +109,9 @@ llm_status llmi_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token 
 llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *out);
 llm_status llmi_seq_close(llm_session *s, llm_seq_id id);
 llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens);
+/* llm_seq_set_adapter: the sequence must hold no tokens yet. */
+llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter *adapter,
+                                float scale);
 llm_status llmi_seq_length(llm_session *s, llm_seq_id id, uint32_t *n_tokens);
 /* The tokens of a sequence; LLM_ERR_BUFFER_TOO_SMALL with *n_tokens = needed. */
 llm_status llmi_seq_tokens(llm_session *s, llm_seq_id id, llm_token *tokens, size_t capacity,

@@ -170,7 +170,7 @@ static void test_embed_params_layout(void **state) {
 static void test_request_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_request_params, 80, 8);
+    STRUCT(llm_request_params, 96, 8);
     FIELD(llm_request_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_request_params, sampling, 8, 8, const llm_sampling_params *);
     FIELD(llm_request_params, max_new_tokens, 16, 4, uint32_t);
@@ -185,6 +185,8 @@ static void test_request_params_layout(void **state) {
     FIELD(llm_request_params, spec_mode, 68, 4, uint32_t);
     FIELD(llm_request_params, spec_k, 72, 4, uint32_t);
     FIELD(llm_request_params, n_samples, 76, 4, uint32_t);
+    FIELD(llm_request_params, adapter, 80, 8, const llm_adapter *); /* since 1.4 */
+    FIELD(llm_request_params, adapter_scale, 88, 4, float);         /* since 1.4 */
     END_CHECKS();
 }
 
@@ -261,6 +263,15 @@ static void test_grammar_params_layout(void **state) { /* since 1.3 */
     END_CHECKS();
 }
 
+static void test_adapter_params_layout(void **state) { /* since 1.4 */
+    (void)state;
+    BEGIN_LAYOUT();
+    STRUCT(llm_adapter_params, 8, 4);
+    FIELD(llm_adapter_params, struct_size, 0, 4, uint32_t);
+    FIELD(llm_adapter_params, use_mmap, 4, 1, bool);
+    END_CHECKS();
+}
+
 static void test_logit_bias_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
@@ -273,7 +284,7 @@ static void test_logit_bias_layout(void **state) {
 static void test_generate_params_layout(void **state) {
     (void)state;
     BEGIN_LAYOUT();
-    STRUCT(llm_generate_params, 48, 8);
+    STRUCT(llm_generate_params, 64, 8);
     FIELD(llm_generate_params, struct_size, 0, 4, uint32_t);
     FIELD(llm_generate_params, max_new_tokens, 4, 4, uint32_t);
     FIELD(llm_generate_params, sampling, 8, 8, const llm_sampling_params *);
@@ -282,6 +293,8 @@ static void test_generate_params_layout(void **state) {
     FIELD(llm_generate_params, ignore_eos, 32, 1, bool);
     FIELD(llm_generate_params, spec_mode, 36, 4, uint32_t);
     FIELD(llm_generate_params, spec_k, 40, 4, uint32_t);
+    FIELD(llm_generate_params, adapter, 48, 8, const llm_adapter *); /* since 1.4 */
+    FIELD(llm_generate_params, adapter_scale, 56, 4, float);         /* since 1.4 */
     END_CHECKS();
 }
 
@@ -509,6 +522,7 @@ int main(void) {
         cmocka_unit_test(test_backend_info_layout),
         cmocka_unit_test(test_device_params_layout),
         cmocka_unit_test(test_grammar_params_layout),
+        cmocka_unit_test(test_adapter_params_layout),
         cmocka_unit_test(test_request_params_layout),
         cmocka_unit_test(test_embed_params_layout),
         cmocka_unit_test(test_event_layout),

@@ -10,6 +10,7 @@
 #include "model/testmodel.h"
 #include "state/state.h"
 
+#include "fuzz_lora.h"
 #include "fuzz_state.h"
 
 #include <zlib.h>
@@ -285,6 +286,73 @@ static void text_seed(const char *target, const char *name, const char *text, si
 }
 #define TEXT(target, name, lit) text_seed(target, name, lit, sizeof lit - 1)
 
+/* ---- lora: adapters for fuzz_lora.h's model, as GGUF and as PEFT ---- */
+
+static void lora_gguf_seed(const char *name, const char *weight, uint64_t in, uint64_t out,
+                           uint64_t rank, llmi_ttype type) {
+    llmi_gguf_writer *w;
+    OK(llmi_gguf_writer_create(&w));
+    OK(llmi_gguf_w_str(w, "general.architecture", "llama"));
+    OK(llmi_gguf_w_str(w, "general.type", "adapter"));
+    OK(llmi_gguf_w_str(w, "adapter.type", "lora"));
+    OK(llmi_gguf_w_f32(w, "adapter.lora.alpha", 4.0f));
+    float data[256];
+    for (int i = 0; i < 256; i++)
+        data[i] = (float)(i % 7) * 0.125f - 0.375f;
+    char t[96];
+    uint64_t ne_a[2] = {in, rank}, ne_b[2] = {rank, out};
+    snprintf(t, sizeof t, "%s.lora_a", weight);
+    OK(llmi_gguf_w_tensor(w, t, type, 2, ne_a, data));
+    snprintf(t, sizeof t, "%s.lora_b", weight);
+    OK(llmi_gguf_w_tensor(w, t, type, 2, ne_b, data));
+    void *buf;
+    size_t size;
+    OK(llmi_gguf_writer_to_memory(w, &buf, &size));
+    uint8_t *in_buf = malloc(size + 1);
+    if (!in_buf)
+        die("lora seed");
+    in_buf[0] = FUZZ_LORA_GGUF;
+    memcpy(in_buf + 1, buf, size);
+    save("lora", name, in_buf, size + 1);
+    free(in_buf);
+    llmi_free(buf);
+    llmi_gguf_writer_free(w);
+}
+
+static void lora_peft_seed(void) {
+    static const char config[] = "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
+                                 "\"bias\":\"none\",\"use_rslora\":false}";
+    static const char header[] =
+        "{\"base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight\":"
+        "{\"dtype\":\"F16\",\"shape\":[2,64],\"data_offsets\":[0,256]},"
+        "\"base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight\":"
+        "{\"dtype\":\"F16\",\"shape\":[32,2],\"data_offsets\":[256,384]}}";
+    uint8_t buf[1024];
+    size_t n = 0, cl = sizeof config - 1, hl = sizeof header - 1;
+    buf[n++] = FUZZ_LORA_PEFT;
+    buf[n++] = (uint8_t)(cl & 0xff);
+    buf[n++] = (uint8_t)(cl >> 8);
+    memcpy(buf + n, config, cl);
+    n += cl;
+    for (int i = 0; i < 8; i++)
+        buf[n++] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(buf + n, header, hl);
+    n += hl;
+    for (int i = 0; i < 192; i++) {
+        uint16_t h = llmi_f32_to_f16((float)(i % 5) * 0.25f - 0.5f);
+        memcpy(buf + n, &h, 2);
+        n += 2;
+    }
+    save("lora", "peft-k.bin", buf, n);
+}
+
+static void lora_seeds(void) {
+    lora_gguf_seed("q-f32.bin", "blk.0.attn_q.weight", 64, 64, 2, LLMI_T_F32);
+    lora_gguf_seed("down-f16.bin", "blk.1.ffn_down.weight", 128, 64, 2, LLMI_T_F16);
+    lora_gguf_seed("up-bf16.bin", "blk.0.ffn_up.weight", 64, 128, 1, LLMI_T_BF16);
+    lora_peft_seed();
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_corpus OUTDIR (normally tests/fuzz/corpus)\n");
@@ -299,6 +367,7 @@ int main(int argc, char **argv) {
 
     state_seeds();
     safetensors_seeds();
+    lora_seeds();
 
     TEXT("tokenize", "english.txt",
          "Hello world! The quick brown fox jumps over the lazy dog.\n"

@@ -145,4 +145,5 @@ fi
 "$PY" tests/serve/test_flood.py
 "$PY" tests/serve/test_nginx.py
 "$PY" tests/serve/test_out_of_memory.py
+"$PY" tests/serve/test_lora.py
 echo "serve-test: ok"

@@ -31,6 +31,7 @@ from .errors import (
     status_description,
     status_name,
 )
+from .adapter import Adapter
 from .embed import Pooling, model_pooling
 from .grammar import Grammar, GrammarState
 from .log import set_log_handler
@@ -52,6 +53,7 @@ from .tokens import Batch, Sampler, TokenSequence
 __version__ = "1.2.0"
 
 __all__ = [
+    "Adapter",
     "BackendError",
     "Batch",
     "Pooling",

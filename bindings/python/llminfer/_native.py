@@ -193,6 +193,8 @@ class GenerateParams(Structure):
         ("ignore_eos", c_bool),
         ("spec_mode", c_uint32),
         ("spec_k", c_uint32),
+        ("adapter", c_void_p),  # since 1.4 (OPTIONAL_FIELDS)
+        ("adapter_scale", c_float),
     ]
 
 
@@ -226,7 +228,13 @@ class RequestParams(Structure):
         ("spec_mode", c_uint32),
         ("spec_k", c_uint32),
         ("n_samples", c_uint32),
+        ("adapter", c_void_p),  # since 1.4 (OPTIONAL_FIELDS)
+        ("adapter_scale", c_float),
     ]
+
+
+class AdapterParams(Structure):  # since 1.4
+    _fields_ = [("struct_size", c_uint32), ("use_mmap", c_bool)]
 
 
 class Event(Structure):
@@ -311,6 +319,15 @@ STRUCTS: Dict[str, Type[Structure]] = {
 # working on an API 1.2 library without the features they belong to.
 OPTIONAL_STRUCTS: Dict[str, Type[Structure]] = {
     "llm_embed_params": EmbedParams,
+    "llm_adapter_params": AdapterParams,
+}
+
+# Fields appended in newer API versions, at the end of their struct: an
+# older library lacks them (llm_struct_offset says so) and reads only the
+# bytes before them, so they are left out of the check there.
+OPTIONAL_FIELDS: Dict[str, Tuple[str, ...]] = {
+    "llm_generate_params": ("adapter", "adapter_scale"),
+    "llm_request_params": ("adapter", "adapter_scale"),
 }
 
 # --- prototypes ------------------------------------------------------------
@@ -460,6 +477,10 @@ _OPTIONAL_PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
         [p_session, POINTER(POINTER(c_token)), POINTER(c_size_t), c_size_t,
          POINTER(EmbedParams), POINTER(c_float), c_size_t, POINTER(c_size_t)],
     ),
+    # LoRA adapters: API 1.4.
+    ("llm_adapter_params_init_sized", None, [POINTER(AdapterParams), c_size_t]),
+    ("llm_adapter_load", c_status, [p_model, c_char_p, POINTER(AdapterParams), POINTER(c_void_p)]),
+    ("llm_adapter_free", None, [c_void_p]),
 ]
 _present: Dict[str, bool] = {}
 
@@ -541,11 +562,17 @@ def layout_mismatches(structs: Optional[Dict[str, Type[Structure]]] = None) -> L
     for c_name, mirror in checked.items():
         name = c_name.encode()
         size = lib.llm_struct_size(name)
-        if size != ctypes.sizeof(mirror):
+        optional = OPTIONAL_FIELDS.get(c_name, ())
+        absent = [f for f in optional if lib.llm_struct_offset(name, f.encode()) == SIZE_MAX]
+        # Without its newer fields the struct ends before the first of them.
+        fits = absent and size <= getattr(mirror, absent[0]).offset
+        if size != ctypes.sizeof(mirror) and not fits:
             problems.append(
                 f"sizeof({c_name}) is {size} in the library, {ctypes.sizeof(mirror)} here"
             )
         for field, *_ in mirror._fields_:
+            if field in absent:
+                continue
             offset = lib.llm_struct_offset(name, field.encode())
             ours = getattr(mirror, field).offset
             if offset != ours:

@@ -51,6 +51,7 @@ class Request:
         self.session = session
         self.id = request_id
         self._state = _RequestState(n_samples)
+        self._adapter: object = None  # a LoRA adapter the library borrows until the end
 
     @property
     def done(self) -> bool:

@@ -19,6 +19,7 @@ from typing import (
 )
 
 from . import _native
+from .adapter import Adapter
 from ._closeable import Closeable
 from ._handles import _SessionHandle
 from ._native import lib
@@ -236,6 +237,8 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         spec_mode: Optional[SpecMode] = None,
         spec_k: Optional[int] = None,
         on_token: Optional[TokenCallback] = None,
+        adapter: Optional[Adapter] = None,
+        adapter_scale: float = 1.0,
     ) -> GenerateResult:
         """Generates a continuation of ``prompt`` and returns it whole.
 
@@ -246,7 +249,9 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         thread, while Python's default SIGINT handler is installed).
         :meth:`interrupt` from another thread or a signal handler stops it
         too: the result then has ``finish_reason ==
-        FinishReason.CANCELLED``.
+        FinishReason.CANCELLED``. ``adapter`` (an :class:`Adapter` of this
+        session's model) runs the request with that LoRA adapter at
+        ``adapter_scale``.
         """
         tokens_in = self._prompt_tokens(prompt)
         prompt_array = (_native.c_token * max(len(tokens_in), 1))(*tokens_in)
@@ -259,6 +264,9 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
             params.spec_mode = int(spec_mode)
         if spec_k is not None:
             params.spec_k = spec_k
+        if adapter is not None:
+            params.adapter = adapter._handle()
+            params.adapter_scale = adapter_scale
         keep_alive: Any = None
         if sampling is not None:
             raw_sampling, keep_alive = sampling._to_c()
@@ -345,6 +353,8 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         spec_mode: Optional[SpecMode] = None,
         spec_k: Optional[int] = None,
         n_samples: Optional[int] = None,
+        adapter: Optional[Adapter] = None,
+        adapter_scale: float = 1.0,
     ) -> "Request":
         """Queues a request (``llm_session_submit``); thread-safe.
 
@@ -368,6 +378,9 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
         for name, value in plain.items():
             if value is not None:
                 setattr(params, name, value)
+        if adapter is not None:
+            params.adapter = adapter._handle()
+            params.adapter_scale = adapter_scale
         keep_alive: List[Any] = []
         if sampling is not None:
             raw_sampling, bias = sampling._to_c()
@@ -394,6 +407,7 @@ class Session(TokenLevelMixin, EmbedMixin, Closeable):
                                             ctypes.byref(request_id))
             self._check(ptr, status)
             request = Request(self, request_id.value, max(1, params.n_samples))
+            request._adapter = adapter  # the library borrows it until the request ends
             self._requests[request.id] = request._state
         return request
 

@@ -137,4 +137,5 @@ const llmi_backend_ops llmi_backend_cpu = {
     .sync = cpu_sync,
     .step_set_f32_activations = llmi_cpu_step_set_f32_activations,
     .step_run_hidden = llmi_cpu_step_run_hidden,
+    .lora = true, /* lora.c */
 };

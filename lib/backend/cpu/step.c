@@ -21,6 +21,7 @@
  * read it (Q, K, V; gate, up). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lora.h"
 #include "backend/cpu/moe.h"
 #include "core/quant.h"
 #include "kv/kv.h"
@@ -57,6 +58,8 @@ struct cpu_forward {
     float *tp_att;  /* [max_rows][tp.q_dim] */
     float *tp_ff;   /* [max_rows][tp.n_ff] */
     float *tp_part; /* [max_rows][n_embd] */
+    /* LoRA scratch, grown on first use (lora.c). */
+    llmi_cpu_lora lora;
 };
 
 static void free_buffers(cpu_forward *f) {
@@ -73,6 +76,7 @@ static void free_buffers(cpu_forward *f) {
     f->seq_end = NULL;
     llmi_cpu_moe_free(f->moe);
     f->moe = NULL;
+    llmi_cpu_lora_free(&f->lora);
 }
 
 /* Scratch for the activations of every matmul of the model at max_rows rows:
@@ -222,6 +226,14 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
         f->act_type = at;
     }
     llmi_matmul_act(f->pool, w, &f->act, y);
+}
+
+/* The LoRA update of one projection (lora.c); nothing without adapters. */
+static llm_status lora(cpu_forward *f, const llmi_step *st, uint32_t layer, llmi_lora_target t,
+                       const float *x, uint32_t x_cols, float *y, uint32_t y_cols) {
+    if (!st->n_adapters)
+        return LLM_OK;
+    return llmi_cpu_lora_apply(&f->lora, f->pool, st, layer, t, x, x_cols, y, y_cols);
 }
 
 /* ---- rotary position embedding ---- */
@@ -424,6 +436,12 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
     act_matmul(f, &W[LLMI_ROLE_Q], f->q);
     act_matmul(f, &W[LLMI_ROLE_K], f->k);
     act_matmul(f, &W[LLMI_ROLE_V], f->v);
+    if (st->n_adapters) {
+        const float *in = f->act_x;
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_Q, in, hp->n_embd, f->q, f->q_dim));
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_K, in, hp->n_embd, f->k, f->kv_dim));
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_V, in, hp->n_embd, f->v, f->kv_dim));
+    }
     add_bias(f->q, &W[LLMI_ROLE_Q_BIAS], n, f->q_dim);
     add_bias(f->k, &W[LLMI_ROLE_K_BIAS], n, f->kv_dim);
     add_bias(f->v, &W[LLMI_ROLE_V_BIAS], n, f->kv_dim);
@@ -457,6 +475,7 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
     llmi_pool_run(f->pool, attn_task, &job);
     LLMI_TRY(gathered_input(f, f->att, n, f->q_dim, f->tp.q_dim, f->tp_att));
     LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_O], n, f->hout));
+    LLMI_TRY(lora(f, st, layer, LLMI_LORA_O, f->att, f->q_dim, f->hout, hp->n_embd));
     if (encoder) {
         add_bias(f->hout, &W[LLMI_ROLE_O_BIAS], n, hp->n_embd);
         add_layer_norm(f->x, f->hout, &W[LLMI_ROLE_ATTN_OUT_NORM], &W[LLMI_ROLE_ATTN_OUT_NORM_BIAS],
@@ -502,16 +521,21 @@ static void glu_task(void *ctx, int ith, int nth) {
         glu(f->gate + (size_t)r * n_ff, f->up + (size_t)r * n_ff, (int)n_ff);
 }
 
-static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
+static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, const llmi_step *st,
+                            uint32_t layer) {
     const llmi_hparams *hp = &f->m->hp;
+    const uint32_t n = st->n_rows;
     if (hp->features.ffn_act == LLMI_FFN_GELU) { /* encoders: no gate, biases, input x */
         act_begin(f, f->x, n, hp->n_embd);
         act_matmul(f, &W[LLMI_ROLE_UP], f->gate);
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_UP, f->x, hp->n_embd, f->gate, hp->n_ff));
         add_bias(f->gate, &W[LLMI_ROLE_UP_BIAS], n, hp->n_ff);
     } else {
         act_begin(f, f->xb, n, hp->n_embd);
         act_matmul(f, &W[LLMI_ROLE_GATE], f->gate);
         act_matmul(f, &W[LLMI_ROLE_UP], f->up);
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_GATE, f->xb, hp->n_embd, f->gate, hp->n_ff));
+        LLMI_TRY(lora(f, st, layer, LLMI_LORA_UP, f->xb, hp->n_embd, f->up, hp->n_ff));
     }
     glu_job job = {f, n};
     if (n > 1)
@@ -519,16 +543,19 @@ static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, uint32_t n) {
     else
         glu_task(&job, 0, 1);
     LLMI_TRY(gathered_input(f, f->gate, n, hp->n_ff, f->tp.n_ff, f->tp_ff));
-    return output_matmul(f, &W[LLMI_ROLE_DOWN], n, f->hout);
+    LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_DOWN], n, f->hout));
+    return lora(f, st, layer, LLMI_LORA_DOWN, f->gate, hp->n_ff, f->hout, hp->n_embd);
 }
 
 /* A routed FFN runs whole on every rank (its weights are not split): the
  * same result on each, so nothing to gather. */
-static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
+static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, const llmi_step *st,
+                            uint32_t layer) {
     const llmi_hparams *hp = &f->m->hp;
+    const uint32_t n = st->n_rows;
     const llmi_weight *W = L->w;
     if (hp->features.encoder) {
-        LLMI_TRY(dense_ffn(f, W, n));
+        LLMI_TRY(dense_ffn(f, W, st, layer));
         add_bias(f->hout, &W[LLMI_ROLE_DOWN_BIAS], n, hp->n_embd);
         add_layer_norm(f->x, f->hout, &W[LLMI_ROLE_LAYER_OUT_NORM],
                        &W[LLMI_ROLE_LAYER_OUT_NORM_BIAS], n, hp->n_embd, hp->rms_eps);
@@ -538,7 +565,7 @@ static llm_status mlp_block(cpu_forward *f, const llmi_layer *L, uint32_t n) {
     if (W[LLMI_ROLE_FFN_ROUTER].data)
         llmi_cpu_moe_run(f->moe, f->pool, L, f->xb, n, f->f32_activations, f->hout);
     else
-        LLMI_TRY(dense_ffn(f, W, n));
+        LLMI_TRY(dense_ffn(f, W, st, layer));
     if (W[LLMI_ROLE_POST_FFN_NORM].data)
         norm_rows(f->hout, f->hout, &W[LLMI_ROLE_POST_FFN_NORM], n, hp->n_embd, hp->rms_eps);
     for (uint32_t r = 0; r < n; r++)
@@ -602,7 +629,7 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
             return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt) at layer %u",
                               l);
         LLMI_TRY(attention_block(f, kv, &m->layers[l], l, st));
-        LLMI_TRY(mlp_block(f, &m->layers[l], n));
+        LLMI_TRY(mlp_block(f, &m->layers[l], st, l));
     }
     return LLM_OK;
 }

@@ -54,6 +54,12 @@ pub struct llm_grammar {
     _opaque: [u8; 0],
 }
 
+/// A LoRA adapter (llm.h's adapter API, since 1.4; docs/lora.md).
+#[repr(C)]
+pub struct llm_adapter {
+    _opaque: [u8; 0],
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct llm_model_params {
@@ -208,6 +214,9 @@ pub struct llm_generate_params {
     pub ignore_eos: bool,
     pub spec_mode: u32,
     pub spec_k: u32,
+    /// Since 1.4: a LoRA adapter (`llm_adapter *`) and its scale.
+    pub adapter: *const llm_adapter,
+    pub adapter_scale: f32,
 }
 
 #[repr(C)]
@@ -243,6 +252,9 @@ pub struct llm_request_params {
     pub spec_mode: u32,
     pub spec_k: u32,
     pub n_samples: u32,
+    /// Since 1.4: a LoRA adapter (`llm_adapter *`) and its scale.
+    pub adapter: *const llm_adapter,
+    pub adapter_scale: f32,
 }
 
 pub const LLM_MAX_SAMPLES: u32 = 256;
@@ -621,6 +633,7 @@ layouts! {
     }
     llm_generate_params {
         struct_size, max_new_tokens, sampling, on_token, user, ignore_eos, spec_mode, spec_k,
+        adapter, adapter_scale,
     }
     llm_generate_result {
         struct_size, finish_reason, n_prompt_tokens, n_generated_tokens, prompt_seconds,
@@ -629,6 +642,7 @@ layouts! {
     llm_request_params {
         struct_size, sampling, max_new_tokens, priority, ignore_eos, logprobs, stop_tokens,
         n_stop_tokens, stop_strings, n_stop_strings, top_logprobs, spec_mode, spec_k, n_samples,
+        adapter, adapter_scale,
     }
     llm_event {
         request, token, text, text_len, logprob, finish_reason, status, top_tokens,
