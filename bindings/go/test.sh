@@ -62,7 +62,7 @@ if [[ -n "${LLMINFER_TEST_MODEL:-}" ]]; then
     first="$build_dir/docs-first"
     rm -rf "$first" && mkdir -p "$first"
     awk '/^```go$/ { inside = 1; next } inside && /^```$/ { exit } inside' "$here/../../docs/bindings/go.md" |
-        sed -e "s|\"SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$first/main.go"
+        sed -E "s|\"(models/)?SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$first/main.go"
     printf 'module docsfirst\n\ngo 1.19\n\nrequire github.com/libllminfer/llminfer-go v0.0.0\n\nreplace github.com/libllminfer/llminfer-go => %s\n' \
         "$here" >"$first/go.mod"
     answer="$(cd "$first" && go run .)"

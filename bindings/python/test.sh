@@ -74,7 +74,7 @@ if [ -n "${LLMINFER_TEST_MODEL:-}" ]; then
     # model's path: the default model must answer its question correctly.
     doc="$here/../../docs/bindings/python.md"
     awk '/^```python$/ { inside = 1; next } inside && /^```$/ { exit } inside' "$doc" |
-        sed -e "s|\"SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$build/first.py"
+        sed -E "s|\"(models/)?SmolLM2-135M-Instruct.Q4_1.gguf\"|\"$LLMINFER_TEST_MODEL\"|" >"$build/first.py"
     grep -q "$LLMINFER_TEST_MODEL" "$build/first.py" || {
         echo "python: the first program of $doc does not load SmolLM2-135M-Instruct.Q4_1.gguf" >&2
         exit 1
