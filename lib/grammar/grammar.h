@@ -258,4 +258,31 @@ void llmi_gcache_entry_free(llmi_gcache_entry *e);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
 
+/* ---- the memoized walk (walk.c) ----
+ *
+ * A set of stacks (in s->tops[first, first + n)) with its pending UTF-8
+ * bytes. */
+typedef struct llmi_gset {
+    uint32_t first, n;
+    llmi_gutf8 u;
+} llmi_gset;
+
+/* The set after one byte, appended at s->tops' end (n == 0: rejected). */
+llm_status llmi_gstate_step_byte(llmi_gstate *s, llmi_gset in, uint8_t byte, llmi_gset *out);
+
+/* Walks the trie below `node` from set `in`, memoizing the step from each
+ * distinct stack set by each byte (most trie paths revisit a handful of
+ * sets: inside a string every plain character leads back to the same one).
+ * With e NULL it sets the bits of the allowed tokens in `mask`; otherwise
+ * it fills e's accepted tokens and uncertain subtrees (paths that reach a
+ * cut stack), like the cut walk. The arena keeps what it appends: the
+ * caller truncates it afterwards. *gave_up: the walk met more distinct
+ * sets than it keeps; its output is incomplete and the caller walks
+ * without memoizing instead. */
+typedef struct llmi_gwalk llmi_gwalk;
+llm_status llmi_gwalk_create(llmi_gwalk **out);
+void llmi_gwalk_free(llmi_gwalk *w);
+llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
+                          uint32_t *mask, llmi_gcache_entry *e, uint32_t *cap, bool *gave_up);
+
 #endif
