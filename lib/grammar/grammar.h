@@ -52,7 +52,7 @@ typedef struct llmi_gtrie_node {
     uint32_t first_child;
     uint16_t n_children;
     uint8_t byte;
-    uint8_t pad_;
+    uint8_t all_text; /* every token of the subtree is text (llmi_gtoken_is_text) */
     /* Tokens whose bytes end here: trie_tokens[first_token, first_token +
      * n_tokens); the whole subtree's are trie_tokens[first_token, end_token). */
     uint32_t first_token;
@@ -90,6 +90,7 @@ typedef struct llm_grammar {
     uint32_t max_token_len;
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
+    uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
     /* Masks of stack tops, shared by every state (cache.c); the one
      * mutable part of a compiled grammar, guarded by its own lock. */
     llmi_gcache *cache;
@@ -219,6 +220,18 @@ void llmi_gtext_literal_char(llmi_gtext *t, uint32_t cp, bool in_class);
  * `where` and the offset. */
 llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *where,
                            llmi_gtext *out);
+
+/* Whether bytes b[0, n) are "text": characters that are printable ASCII
+ * other than '"' and '\\', or any non-ASCII code point, the last one
+ * possibly cut short (a prefix some valid code point completes). A set of
+ * stacks that every such character leads back to (inside a JSON string, a
+ * regex's .*) accepts every text token, which the mask then takes from
+ * the vocabulary's bitset instead of walking its trie paths. */
+bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n);
+/* The printable ASCII bytes of text. */
+static inline bool llmi_gbyte_is_text(uint8_t c) {
+    return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
+}
 
 /* One valid UTF-8 sequence at s (n bytes available): its length, or 0
  * when invalid (overlong, surrogate, truncated, above U+10FFFF). */

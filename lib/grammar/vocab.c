@@ -20,7 +20,67 @@ struct llmi_gvocab {
     llm_token *eog;
     uint32_t n_eog;
     uint32_t max_token_len;
+    uint32_t *text_tokens;
 };
+
+bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    for (uint32_t i = 0; i < n;) {
+        uint8_t c = b[i];
+        if (c < 0x80) {
+            if (!llmi_gbyte_is_text(c))
+                return false;
+            i++;
+            continue;
+        }
+        /* the matcher's rules (step_byte, filter_pending) */
+        int len = llmi_utf8_seq_len(c);
+        if (len < 2)
+            return false;
+        uint32_t have = n - i < (uint32_t)len ? n - i : (uint32_t)len;
+        uint32_t acc = (uint32_t)c & (0x7Fu >> len);
+        for (uint32_t k = 1; k < have; k++) {
+            if ((b[i + k] & 0xC0) != 0x80)
+                return false;
+            acc = (acc << 6) | (b[i + k] & 0x3Fu);
+        }
+        uint32_t shift = 6u * ((uint32_t)len - have), lo = acc << shift,
+                 hi = lo | ((1u << shift) - 1);
+        if (lo < min_cp[len])
+            lo = min_cp[len];
+        if (hi > 0x10FFFF)
+            hi = 0x10FFFF;
+        if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF))
+            return false;
+        i += have;
+    }
+    return true;
+}
+
+/* Marks the text tokens and the trie nodes whose subtrees hold only those. */
+static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
+    g->text_tokens = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *g->text_tokens);
+    uint32_t *not_text = llmi_malloc(((size_t)n_sorted + 1) * sizeof *not_text);
+    if (!g->text_tokens || !not_text) {
+        llmi_free(not_text);
+        return llmi_oom("grammar vocabulary");
+    }
+    not_text[0] = 0; /* among the first i sorted tokens */
+    for (uint32_t i = 0; i < n_sorted; i++) {
+        llm_token t = g->trie_tokens[i];
+        bool text = llmi_gtoken_is_text((const uint8_t *)g->tok_bytes + g->tok_off[t],
+                                        g->tok_off[t + 1] - g->tok_off[t]);
+        if (text)
+            g->text_tokens[t >> 5] |= 1u << (t & 31);
+        not_text[i + 1] = not_text[i] + !text;
+    }
+    for (uint32_t i = 0; i < g->n_trie; i++) {
+        llmi_gtrie_node *nd = &g->trie[i];
+        nd->all_text = i > 0 && not_text[nd->end_token] == not_text[nd->first_token];
+    }
+    llmi_free(not_text);
+    return LLM_OK;
+}
 
 static int by_bytes(const void *a, const void *b, void *ctx) {
     const llmi_gvocab *g = ctx;
@@ -142,6 +202,11 @@ static llm_status vocab_build(const llmi_tokenizer *tok, llmi_gvocab **out) {
     g->trie[0] = (llmi_gtrie_node){0, 0, 0, 0, 0, 0, 0, 0};
     g->n_trie = 1;
     build(g, 0, 0, k, 0);
+    llm_status st = mark_text(g, k);
+    if (st != LLM_OK) {
+        llmi_gvocab_release(g);
+        return st;
+    }
     llmi_error_clear();
     *out = g;
     return LLM_OK;
@@ -155,6 +220,7 @@ void llmi_gvocab_release(llmi_gvocab *v) {
     llmi_free(v->eog);
     llmi_free(v->trie_tokens);
     llmi_free(v->trie);
+    llmi_free(v->text_tokens);
     llmi_free(v);
 }
 
@@ -182,6 +248,7 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
     g->max_token_len = v->max_token_len;
     g->tok_off = v->tok_off;
     g->tok_bytes = v->tok_bytes;
+    g->text_tokens = v->text_tokens;
     return LLM_OK;
 }
 

@@ -5,16 +5,25 @@
  * instead of a stack advance per node. Two sets holding the same stacks
  * (as contents, in any order) with the same pending UTF-8 bytes accept
  * exactly the same continuations, so merging them leaves the masks as the
- * plain walk computes them. */
+ * plain walk computes them.
+ *
+ * A set that every text character leads back to (llmi_gtoken_is_text)
+ * accepts every text token: from the root its mask starts as the
+ * vocabulary's text bitset and the walk skips the subtrees holding only
+ * text tokens; deeper, such a subtree's tokens are taken as a range. */
 #include "grammar/grammar.h"
 
-/* Distinct sets kept per walk (each has a 1 KB successor table). */
-enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2 };
+#include <stdlib.h>
+
+/* Distinct sets kept per walk (each has a 1 KB successor table); the
+ * fewest tokens of a text subtree worth checking its set for the loop. */
+enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2, MIN_TEXT_RUN = 4 };
 
 typedef struct wstate {
     llmi_gset set;
     uint64_t hash;
-    bool cut; /* a stack reached the cut (only in cut walks) */
+    bool cut;    /* a stack reached the cut (only in cut walks) */
+    int8_t text; /* every text character leads back here: 1, 0, or -1 unknown */
     int32_t next[256];
 } wstate;
 
@@ -24,6 +33,12 @@ struct llmi_gwalk {
     int32_t *slots; /* open addressing by hash: state index or -1 */
     uint32_t n_slots;
     bool full;
+    bool cut_walk;
+    bool text_taken; /* this run's bits hold every text token */
+    /* One code point per run of non-ASCII code points that every class of
+     * the grammar treats alike (NULL until needed). */
+    uint32_t *reps;
+    uint32_t n_reps;
 };
 
 llm_status llmi_gwalk_create(llmi_gwalk **out) {
@@ -36,6 +51,7 @@ void llmi_gwalk_free(llmi_gwalk *w) {
         return;
     llmi_free(w->st);
     llmi_free(w->slots);
+    llmi_free(w->reps);
     llmi_free(w);
 }
 
@@ -157,6 +173,7 @@ static llm_status intern(llmi_gwalk *w, llmi_gstate *s, llmi_gset x, bool append
     st->set = x;
     st->hash = h;
     st->cut = false;
+    st->text = -1;
     for (uint32_t i = 0; cut_walk && i < x.n; i++)
         st->cut |= s->tops[x.first + i] == LLMI_GCUT;
     memset(st->next, 0xFF, sizeof st->next); /* UNKNOWN */
@@ -206,6 +223,96 @@ static llm_status successor(llmi_gwalk *w, llmi_gstate *s, int32_t from, uint8_t
     return LLM_OK;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Splits the non-surrogate code points from U+0080 up at every end of a
+ * class range: within a piece, each class holds all or none. */
+static llm_status make_reps(llmi_gwalk *w, const llmi_grammar *g) {
+    uint32_t *b = llmi_malloc(((size_t)2 * g->n_ranges + 4) * sizeof *b);
+    if (!b)
+        return llmi_oom("grammar mask walk");
+    uint32_t n = 0;
+    b[n++] = 0x80;
+    b[n++] = 0xD800;
+    b[n++] = 0xE000;
+    b[n++] = 0x110000;
+    for (uint32_t i = 0; i < g->n_ranges; i++) {
+        uint32_t lo = g->ranges[2 * i], end = g->ranges[2 * i + 1] + 1;
+        if (lo > 0x80 && lo < 0x110000)
+            b[n++] = lo;
+        if (end > 0x80 && end < 0x110000)
+            b[n++] = end;
+    }
+    qsort(b, n, sizeof *b, cmp_u32);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i + 1 < n; i++)
+        if (b[i] != b[i + 1] && (b[i] < 0xD800 || b[i] >= 0xE000))
+            b[k++] = b[i];
+    w->reps = b;
+    w->n_reps = k;
+    return LLM_OK;
+}
+
+static uint32_t utf8_encode(uint32_t cp, uint8_t *u) {
+    if (cp < 0x800) {
+        u[0] = (uint8_t)(0xC0 | (cp >> 6));
+        u[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        u[0] = (uint8_t)(0xE0 | (cp >> 12));
+        u[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    u[0] = (uint8_t)(0xF0 | (cp >> 18));
+    u[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    u[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    u[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Whether every text character leads state id back to itself: then every
+ * text token is accepted from it, each character returning to it, a last
+ * cut-short one leaving the stacks whose class holds a completion. The
+ * successors it computes stay memoized. */
+static llm_status loops_text(llmi_gwalk *w, llmi_gstate *s, int32_t id, bool *out) {
+    *out = false;
+    if (w->st[id].text >= 0) {
+        *out = w->st[id].text;
+        return LLM_OK;
+    }
+    bool ok = !w->st[id].cut && w->st[id].set.u.need == 0;
+    for (uint32_t c = 0x20; ok && c < 0x7F; c++) {
+        if (!llmi_gbyte_is_text((uint8_t)c))
+            continue;
+        int32_t nx;
+        LLMI_TRY(successor(w, s, id, (uint8_t)c, w->cut_walk, &nx));
+        if (w->full)
+            return LLM_OK;
+        ok = nx == id;
+    }
+    if (ok && !w->reps)
+        LLMI_TRY(make_reps(w, s->g));
+    for (uint32_t r = 0; ok && r < w->n_reps; r++) {
+        uint8_t u[4];
+        uint32_t n = utf8_encode(w->reps[r], u);
+        int32_t at = id;
+        for (uint32_t k = 0; k < n && at >= 0; k++) {
+            LLMI_TRY(successor(w, s, at, u[k], w->cut_walk, &at));
+            if (w->full)
+                return LLM_OK;
+        }
+        ok = at == id;
+    }
+    w->st[id].text = ok;
+    *out = ok;
+    return LLM_OK;
+}
+
 static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from, uint32_t *bits,
                       llmi_gcache_entry *e, uint32_t *cap) {
     const llmi_grammar *g = s->g;
@@ -222,6 +329,21 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from
         if (w->st[nx].cut) {
             LLMI_TRY(push_uncertain(e, cap, child));
             continue;
+        }
+        if (ch->all_text && w->text_taken)
+            continue;
+        if (ch->all_text && ch->end_token - ch->first_token >= MIN_TEXT_RUN) {
+            bool text;
+            LLMI_TRY(loops_text(w, s, nx, &text));
+            if (w->full)
+                return LLM_OK;
+            if (text) {
+                for (uint32_t k = ch->first_token; k < ch->end_token; k++) {
+                    llm_token t = g->trie_tokens[k];
+                    bits[t >> 5] |= 1u << (t & 31);
+                }
+                continue;
+            }
         }
         for (uint32_t k = 0; k < ch->n_tokens; k++) {
             llm_token t = g->trie_tokens[ch->first_token + k];
@@ -244,9 +366,21 @@ llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gse
         return LLM_OK;
     }
     int32_t from;
-    LLMI_TRY(intern(w, s, in, false, 0, 0, e != NULL, &from));
-    if (from >= 0)
-        LLMI_TRY(run(w, s, node, from, e ? e->accepted : mask, e, cap));
+    w->cut_walk = e != NULL;
+    w->text_taken = false;
+    uint32_t *bits = e ? e->accepted : mask;
+    LLMI_TRY(intern(w, s, in, false, 0, 0, w->cut_walk, &from));
+    if (from >= 0 && node == 0 && s->g->text_tokens) {
+        bool text;
+        LLMI_TRY(loops_text(w, s, from, &text));
+        if (text && !w->full) {
+            for (uint32_t i = 0; i < (s->g->n_vocab + 31) / 32; i++)
+                bits[i] |= s->g->text_tokens[i];
+            w->text_taken = true;
+        }
+    }
+    if (from >= 0 && !w->full)
+        LLMI_TRY(run(w, s, node, from, bits, e, cap));
     *gave_up = w->full;
     return LLM_OK;
 }
