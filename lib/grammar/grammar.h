@@ -91,6 +91,9 @@ typedef struct llm_grammar {
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
     uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
+    uint64_t *trie_below;  /* per node: the byte groups (llmi_gbyte_group) of the bytes
+                              below it in its tokens, LLMI_GGROUP_INVALID when a token of
+                              the subtree is not UTF-8 the matcher could accept */
     /* Masks of stack tops, shared by every state (cache.c); the one
      * mutable part of a compiled grammar, guarded by its own lock. */
     llmi_gcache *cache;
@@ -220,6 +223,40 @@ void llmi_gtext_literal_char(llmi_gtext *t, uint32_t cp, bool in_class);
  * `where` and the offset. */
 llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *where,
                            llmi_gtext *out);
+
+/* Byte groups: a set of stacks that every byte of a group (for NONASCII:
+ * every non-ASCII code point) leads back to accepts any run of them, so a
+ * trie subtree whose lower bytes fall in such groups is accepted whole. */
+enum {
+    LLMI_GGROUP_LOWER = 0, /* a-z */
+    LLMI_GGROUP_UPPER = 1, /* A-Z */
+    LLMI_GGROUP_DIGIT = 2, /* 0-9; 3 to 35: space and each ASCII punctuation */
+    LLMI_GGROUP_NONASCII = 61,
+    LLMI_GGROUP_CONTROL = 62,
+    LLMI_GGROUP_INVALID = 63
+};
+static inline uint32_t llmi_gbyte_group(uint8_t c) {
+    if (c >= 0x80)
+        return LLMI_GGROUP_NONASCII;
+    if (c < 0x20 || c == 0x7F)
+        return LLMI_GGROUP_CONTROL;
+    if (c >= 'a' && c <= 'z')
+        return LLMI_GGROUP_LOWER;
+    if (c >= 'A' && c <= 'Z')
+        return LLMI_GGROUP_UPPER;
+    if (c >= '0' && c <= '9')
+        return LLMI_GGROUP_DIGIT;
+    if (c <= 0x2F)
+        return 3 + (c - 0x20u); /* 3..18 */
+    if (c <= 0x40)
+        return 19 + (c - 0x3Au); /* 19..25 */
+    if (c <= 0x60)
+        return 26 + (c - 0x5Bu); /* 26..31 */
+    return 32 + (c - 0x7Bu);     /* 32..35 */
+}
+/* Whether b[0, n) is UTF-8 the matcher can accept: complete sequences,
+ * the last one possibly cut short where a valid code point completes it. */
+bool llmi_gtoken_utf8_ok(const uint8_t *b, uint32_t n);
 
 /* Whether bytes b[0, n) are "text": characters that are printable ASCII
  * other than '"' and '\\', or any non-ASCII code point, the last one

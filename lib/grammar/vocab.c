@@ -21,15 +21,21 @@ struct llmi_gvocab {
     uint32_t n_eog;
     uint32_t max_token_len;
     uint32_t *text_tokens;
+    uint64_t *trie_below;
 };
 
 bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (b[i] < 0x80 && !llmi_gbyte_is_text(b[i]))
+            return false;
+    return llmi_gtoken_utf8_ok(b, n);
+}
+
+bool llmi_gtoken_utf8_ok(const uint8_t *b, uint32_t n) {
     static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     for (uint32_t i = 0; i < n;) {
         uint8_t c = b[i];
         if (c < 0x80) {
-            if (!llmi_gbyte_is_text(c))
-                return false;
             i++;
             continue;
         }
@@ -60,25 +66,41 @@ bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n) {
 /* Marks the text tokens and the trie nodes whose subtrees hold only those. */
 static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
     g->text_tokens = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *g->text_tokens);
+    g->trie_below = llmi_calloc(g->n_trie, sizeof *g->trie_below);
+    /* counts among the first i sorted tokens */
     uint32_t *not_text = llmi_malloc(((size_t)n_sorted + 1) * sizeof *not_text);
-    if (!g->text_tokens || !not_text) {
+    uint32_t *bad = llmi_malloc(((size_t)n_sorted + 1) * sizeof *bad);
+    if (!g->text_tokens || !g->trie_below || !not_text || !bad) {
         llmi_free(not_text);
+        llmi_free(bad);
         return llmi_oom("grammar vocabulary");
     }
-    not_text[0] = 0; /* among the first i sorted tokens */
+    not_text[0] = bad[0] = 0;
     for (uint32_t i = 0; i < n_sorted; i++) {
         llm_token t = g->trie_tokens[i];
-        bool text = llmi_gtoken_is_text((const uint8_t *)g->tok_bytes + g->tok_off[t],
-                                        g->tok_off[t + 1] - g->tok_off[t]);
+        const uint8_t *b = (const uint8_t *)g->tok_bytes + g->tok_off[t];
+        uint32_t n = g->tok_off[t + 1] - g->tok_off[t];
+        bool text = llmi_gtoken_is_text(b, n);
         if (text)
             g->text_tokens[t >> 5] |= 1u << (t & 31);
         not_text[i + 1] = not_text[i] + !text;
+        bad[i + 1] = bad[i] + !llmi_gtoken_utf8_ok(b, n);
     }
-    for (uint32_t i = 0; i < g->n_trie; i++) {
+    /* children come after their parent */
+    for (uint32_t i = g->n_trie; i-- > 0;) {
         llmi_gtrie_node *nd = &g->trie[i];
+        uint64_t below = 0;
+        for (uint32_t c = 0; c < nd->n_children; c++) {
+            uint32_t ch = nd->first_child + c;
+            below |= g->trie_below[ch] | 1ull << llmi_gbyte_group(g->trie[ch].byte);
+        }
+        if (bad[nd->end_token] != bad[nd->first_token])
+            below |= 1ull << LLMI_GGROUP_INVALID;
+        g->trie_below[i] = below;
         nd->all_text = i > 0 && not_text[nd->end_token] == not_text[nd->first_token];
     }
     llmi_free(not_text);
+    llmi_free(bad);
     return LLM_OK;
 }
 
@@ -221,6 +243,7 @@ void llmi_gvocab_release(llmi_gvocab *v) {
     llmi_free(v->trie_tokens);
     llmi_free(v->trie);
     llmi_free(v->text_tokens);
+    llmi_free(v->trie_below);
     llmi_free(v);
 }
 
@@ -249,6 +272,7 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
     g->tok_off = v->tok_off;
     g->tok_bytes = v->tok_bytes;
     g->text_tokens = v->text_tokens;
+    g->trie_below = v->trie_below;
     return LLM_OK;
 }
 

@@ -7,23 +7,26 @@
  * exactly the same continuations, so merging them leaves the masks as the
  * plain walk computes them.
  *
- * A set that every text character leads back to (llmi_gtoken_is_text)
- * accepts every text token: from the root its mask starts as the
- * vocabulary's text bitset and the walk skips the subtrees holding only
- * text tokens; deeper, such a subtree's tokens are taken as a range. */
+ * A set that every byte of some groups (llmi_gbyte_group) leads back to
+ * accepts every path made of those bytes: a subtree whose lower bytes all
+ * fall in them is taken as a range of tokens without descending (inside a
+ * string, nearly the whole vocabulary). When every text character loops
+ * at the root, the mask starts as the vocabulary's text bitset and the
+ * walk skips the subtrees holding only text tokens. */
 #include "grammar/grammar.h"
 
 #include <stdlib.h>
 
 /* Distinct sets kept per walk (each has a 1 KB successor table); the
- * fewest tokens of a text subtree worth checking its set for the loop. */
-enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2, MIN_TEXT_RUN = 4 };
+ * fewest tokens of a subtree worth checking its set for loops. */
+enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2, MIN_RUN = 4 };
 
 typedef struct wstate {
     llmi_gset set;
     uint64_t hash;
-    bool cut;    /* a stack reached the cut (only in cut walks) */
-    int8_t text; /* every text character leads back here: 1, 0, or -1 unknown */
+    bool cut; /* a stack reached the cut (only in cut walks) */
+    bool loops_known;
+    uint64_t loops; /* byte groups whose every byte leads back here */
     int32_t next[256];
 } wstate;
 
@@ -173,7 +176,7 @@ static llm_status intern(llmi_gwalk *w, llmi_gstate *s, llmi_gset x, bool append
     st->set = x;
     st->hash = h;
     st->cut = false;
-    st->text = -1;
+    st->loops_known = false;
     for (uint32_t i = 0; cut_walk && i < x.n; i++)
         st->cut |= s->tops[x.first + i] == LLMI_GCUT;
     memset(st->next, 0xFF, sizeof st->next); /* UNKNOWN */
@@ -275,42 +278,59 @@ static uint32_t utf8_encode(uint32_t cp, uint8_t *u) {
     return 4;
 }
 
-/* Whether every text character leads state id back to itself: then every
- * text token is accepted from it, each character returning to it, a last
- * cut-short one leaving the stacks whose class holds a completion. The
- * successors it computes stay memoized. */
-static llm_status loops_text(llmi_gwalk *w, llmi_gstate *s, int32_t id, bool *out) {
-    *out = false;
-    if (w->st[id].text >= 0) {
-        *out = w->st[id].text;
+/* The byte groups whose every member leads state id back to itself (for
+ * NONASCII: every code point, encoded; a path ending inside a character
+ * then keeps the stacks whose class holds a completion). Control bytes
+ * are not tried: no string-like rule takes them. The successors it
+ * computes stay memoized. */
+static llm_status loop_groups(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_t *out) {
+    *out = 0;
+    if (w->st[id].loops_known) {
+        *out = w->st[id].loops;
         return LLM_OK;
     }
-    bool ok = !w->st[id].cut && w->st[id].set.u.need == 0;
-    for (uint32_t c = 0x20; ok && c < 0x7F; c++) {
-        if (!llmi_gbyte_is_text((uint8_t)c))
-            continue;
-        int32_t nx;
-        LLMI_TRY(successor(w, s, id, (uint8_t)c, w->cut_walk, &nx));
-        if (w->full)
-            return LLM_OK;
-        ok = nx == id;
-    }
-    if (ok && !w->reps)
-        LLMI_TRY(make_reps(w, s->g));
-    for (uint32_t r = 0; ok && r < w->n_reps; r++) {
-        uint8_t u[4];
-        uint32_t n = utf8_encode(w->reps[r], u);
-        int32_t at = id;
-        for (uint32_t k = 0; k < n && at >= 0; k++) {
-            LLMI_TRY(successor(w, s, at, u[k], w->cut_walk, &at));
+    uint64_t m = 0;
+    if (!w->st[id].cut && w->st[id].set.u.need == 0) {
+        m = ((1ull << 36) - 1) | 1ull << LLMI_GGROUP_NONASCII;
+        for (uint32_t c = 0x20; c < 0x7F; c++) {
+            uint64_t bit = 1ull << llmi_gbyte_group((uint8_t)c);
+            if (!(m & bit))
+                continue;
+            int32_t nx;
+            LLMI_TRY(successor(w, s, id, (uint8_t)c, w->cut_walk, &nx));
             if (w->full)
                 return LLM_OK;
+            if (nx != id)
+                m &= ~bit;
         }
-        ok = at == id;
+        if (!w->reps)
+            LLMI_TRY(make_reps(w, s->g));
+        for (uint32_t r = 0; m >> LLMI_GGROUP_NONASCII & 1 && r < w->n_reps; r++) {
+            uint8_t u[4];
+            uint32_t n = utf8_encode(w->reps[r], u);
+            int32_t at = id;
+            for (uint32_t k = 0; k < n && at >= 0; k++) {
+                LLMI_TRY(successor(w, s, at, u[k], w->cut_walk, &at));
+                if (w->full)
+                    return LLM_OK;
+            }
+            if (at != id)
+                m &= ~(1ull << LLMI_GGROUP_NONASCII);
+        }
     }
-    w->st[id].text = ok;
-    *out = ok;
+    w->st[id].loops_known = true;
+    w->st[id].loops = m;
+    *out = m;
     return LLM_OK;
+}
+
+/* The groups of text (llmi_gtoken_is_text). */
+static uint64_t text_groups(void) {
+    uint64_t m = 1ull << LLMI_GGROUP_NONASCII;
+    for (uint32_t c = 0x20; c < 0x7F; c++)
+        if (llmi_gbyte_is_text((uint8_t)c))
+            m |= 1ull << llmi_gbyte_group((uint8_t)c);
+    return m;
 }
 
 static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from, uint32_t *bits,
@@ -332,12 +352,14 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from
         }
         if (ch->all_text && w->text_taken)
             continue;
-        if (ch->all_text && ch->end_token - ch->first_token >= MIN_TEXT_RUN) {
-            bool text;
-            LLMI_TRY(loops_text(w, s, nx, &text));
+        uint64_t below = g->trie_below[child];
+        if (ch->n_children && ch->end_token - ch->first_token >= MIN_RUN &&
+            !(below >> LLMI_GGROUP_INVALID & 1)) {
+            uint64_t loop;
+            LLMI_TRY(loop_groups(w, s, nx, &loop));
             if (w->full)
                 return LLM_OK;
-            if (text) {
+            if (!(below & ~loop)) {
                 for (uint32_t k = ch->first_token; k < ch->end_token; k++) {
                     llm_token t = g->trie_tokens[k];
                     bits[t >> 5] |= 1u << (t & 31);
@@ -371,9 +393,9 @@ llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gse
     uint32_t *bits = e ? e->accepted : mask;
     LLMI_TRY(intern(w, s, in, false, 0, 0, w->cut_walk, &from));
     if (from >= 0 && node == 0 && s->g->text_tokens) {
-        bool text;
-        LLMI_TRY(loops_text(w, s, from, &text));
-        if (text && !w->full) {
+        uint64_t loop, text = text_groups();
+        LLMI_TRY(loop_groups(w, s, from, &loop));
+        if ((loop & text) == text && !w->full) {
             for (uint32_t i = 0; i < (s->g->n_vocab + 31) / 32; i++)
                 bits[i] |= s->g->text_tokens[i];
             w->text_taken = true;
