@@ -91,9 +91,11 @@ typedef struct llm_grammar {
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
     uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
-    uint64_t *trie_below;  /* per node: the byte groups (llmi_gbyte_group) of the bytes
-                              below it in its tokens, LLMI_GGROUP_INVALID when a token of
-                              the subtree is not UTF-8 the matcher could accept */
+    /* Per node: the byte groups (llmi_gbyte_group) of the bytes below it in
+     * its tokens, LLMI_GGROUP_INVALID when a token of the subtree is not
+     * UTF-8 the matcher could accept, and the most bytes below it (capped
+     * at 255, llmi_gbelow_len). */
+    uint64_t *trie_below;
     /* Masks of stack tops, shared by every state (cache.c); the one
      * mutable part of a compiled grammar, guarded by its own lock. */
     llmi_gcache *cache;
@@ -253,6 +255,11 @@ static inline uint32_t llmi_gbyte_group(uint8_t c) {
     if (c <= 0x60)
         return 26 + (c - 0x5Bu); /* 26..31 */
     return 32 + (c - 0x7Bu);     /* 32..35 */
+}
+enum { LLMI_GBELOW_LEN_SHIFT = 40 };
+#define LLMI_GBELOW_GROUPS (~(0xFFull << LLMI_GBELOW_LEN_SHIFT))
+static inline uint32_t llmi_gbelow_len(uint64_t below) {
+    return (uint32_t)(below >> LLMI_GBELOW_LEN_SHIFT) & 0xFF;
 }
 /* Whether b[0, n) is UTF-8 the matcher can accept: complete sequences,
  * the last one possibly cut short where a valid code point completes it. */

@@ -90,13 +90,16 @@ static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
     for (uint32_t i = g->n_trie; i-- > 0;) {
         llmi_gtrie_node *nd = &g->trie[i];
         uint64_t below = 0;
+        uint32_t len = 0;
         for (uint32_t c = 0; c < nd->n_children; c++) {
-            uint32_t ch = nd->first_child + c;
-            below |= g->trie_below[ch] | 1ull << llmi_gbyte_group(g->trie[ch].byte);
+            uint32_t ch = nd->first_child + c, ch_len = 1 + llmi_gbelow_len(g->trie_below[ch]);
+            below |= (g->trie_below[ch] & LLMI_GBELOW_GROUPS) |
+                     1ull << llmi_gbyte_group(g->trie[ch].byte);
+            len = ch_len > len ? ch_len : len;
         }
         if (bad[nd->end_token] != bad[nd->first_token])
             below |= 1ull << LLMI_GGROUP_INVALID;
-        g->trie_below[i] = below;
+        g->trie_below[i] = below | (uint64_t)(len > 255 ? 255 : len) << LLMI_GBELOW_LEN_SHIFT;
         nd->all_text = i > 0 && not_text[nd->end_token] == not_text[nd->first_token];
     }
     llmi_free(not_text);

@@ -7,26 +7,31 @@
  * exactly the same continuations, so merging them leaves the masks as the
  * plain walk computes them.
  *
- * A set that every byte of some groups (llmi_gbyte_group) leads back to
- * accepts every path made of those bytes: a subtree whose lower bytes all
- * fall in them is taken as a range of tokens without descending (inside a
- * string, nearly the whole vocabulary). When every text character loops
- * at the root, the mask starts as the vocabulary's text bitset and the
- * walk skips the subtrees holding only text tokens. */
+ * A set whose successor is the same set T for every byte of some groups
+ * (llmi_gbyte_group; for non-ASCII, every code point) accepts one more
+ * character of those groups whatever it is; following T, and T's own
+ * such successor, as many times as the subtree's tokens have bytes below
+ * a trie node tells whether all of them are accepted, and then they are
+ * taken as a range without descending (inside a string, bounded or not,
+ * nearly the whole vocabulary). When T is the set itself (a loop: inside
+ * an unbounded string) one check covers any length. When every text
+ * character loops at the root, the mask starts as the vocabulary's text
+ * bitset and the walk skips the subtrees holding only text tokens. */
 #include "grammar/grammar.h"
 
 #include <stdlib.h>
 
 /* Distinct sets kept per walk (each has a 1 KB successor table); the
  * fewest tokens of a subtree worth checking its set for loops. */
-enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2, MIN_RUN = 4 };
+enum { MAX_STATES = 4096, UNKNOWN = -1, REJECT = -2, MIN_RUN = 16 };
 
 typedef struct wstate {
     llmi_gset set;
     uint64_t hash;
     bool cut; /* a stack reached the cut (only in cut walks) */
-    bool loops_known;
-    uint64_t loops; /* byte groups whose every byte leads back here */
+    bool uniform_known;
+    int32_t uniform_next; /* the common successor of uniform_groups */
+    uint64_t uniform_groups;
     int32_t next[256];
 } wstate;
 
@@ -176,7 +181,7 @@ static llm_status intern(llmi_gwalk *w, llmi_gstate *s, llmi_gset x, bool append
     st->set = x;
     st->hash = h;
     st->cut = false;
-    st->loops_known = false;
+    st->uniform_known = false;
     for (uint32_t i = 0; cut_walk && i < x.n; i++)
         st->cut |= s->tops[x.first + i] == LLMI_GCUT;
     memset(st->next, 0xFF, sizeof st->next); /* UNKNOWN */
@@ -278,19 +283,33 @@ static uint32_t utf8_encode(uint32_t cp, uint8_t *u) {
     return 4;
 }
 
-/* The byte groups whose every member leads state id back to itself (for
- * NONASCII: every code point, encoded; a path ending inside a character
- * then keeps the stacks whose class holds a completion). Control bytes
- * are not tried: no string-like rule takes them. The successors it
- * computes stay memoized. */
-static llm_status loop_groups(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_t *out) {
-    *out = 0;
-    if (w->st[id].loops_known) {
-        *out = w->st[id].loops;
+/* The groups whose every member leads state id to one same set *next
+ * (for NONASCII: every code point, encoded; a path ending inside a
+ * character then keeps the stacks whose class holds a completion): the
+ * set after 'a', else '0', else the first printable byte accepted.
+ * Control bytes are not tried. The successors it computes stay
+ * memoized. */
+static llm_status uniform(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_t *groups,
+                          int32_t *next) {
+    *groups = 0;
+    *next = REJECT;
+    if (w->st[id].uniform_known) {
+        *groups = w->st[id].uniform_groups;
+        *next = w->st[id].uniform_next;
         return LLM_OK;
     }
     uint64_t m = 0;
+    int32_t to = REJECT;
     if (!w->st[id].cut && w->st[id].set.u.need == 0) {
+        static const uint8_t first[2] = {'a', '0'};
+        for (uint32_t i = 0; i < 2 && to == REJECT; i++)
+            LLMI_TRY(successor(w, s, id, first[i], w->cut_walk, &to));
+        for (uint32_t c = 0x20; c < 0x7F && to == REJECT && !w->full; c++)
+            LLMI_TRY(successor(w, s, id, (uint8_t)c, w->cut_walk, &to));
+        if (w->full)
+            return LLM_OK;
+    }
+    if (to >= 0) {
         m = ((1ull << 36) - 1) | 1ull << LLMI_GGROUP_NONASCII;
         for (uint32_t c = 0x20; c < 0x7F; c++) {
             uint64_t bit = 1ull << llmi_gbyte_group((uint8_t)c);
@@ -300,7 +319,7 @@ static llm_status loop_groups(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_
             LLMI_TRY(successor(w, s, id, (uint8_t)c, w->cut_walk, &nx));
             if (w->full)
                 return LLM_OK;
-            if (nx != id)
+            if (nx != to)
                 m &= ~bit;
         }
         if (!w->reps)
@@ -314,13 +333,36 @@ static llm_status loop_groups(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_
                 if (w->full)
                     return LLM_OK;
             }
-            if (at != id)
+            if (at != to)
                 m &= ~(1ull << LLMI_GGROUP_NONASCII);
         }
     }
-    w->st[id].loops_known = true;
-    w->st[id].loops = m;
-    *out = m;
+    w->st[id].uniform_known = true;
+    w->st[id].uniform_groups = m;
+    w->st[id].uniform_next = to;
+    *groups = m;
+    *next = to;
+    return LLM_OK;
+}
+
+/* Whether from state id every path of at most len characters of groups
+ * `need` is accepted (len 255: of any length, see llmi_gbelow_len). */
+static llm_status accepts_runs(llmi_gwalk *w, llmi_gstate *s, int32_t id, uint64_t need,
+                               uint32_t len, bool *out) {
+    *out = false;
+    for (uint32_t i = 0; i < len; i++) {
+        uint64_t groups;
+        int32_t next;
+        LLMI_TRY(uniform(w, s, id, &groups, &next));
+        if (w->full || (need & ~groups) || next < 0)
+            return LLM_OK;
+        if (next == id)
+            break; /* a loop: any length */
+        if (i + 1 == len && len == 255)
+            return LLM_OK; /* longer paths than counted */
+        id = next;
+    }
+    *out = true;
     return LLM_OK;
 }
 
@@ -355,11 +397,12 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from
         uint64_t below = g->trie_below[child];
         if (ch->n_children && ch->end_token - ch->first_token >= MIN_RUN &&
             !(below >> LLMI_GGROUP_INVALID & 1)) {
-            uint64_t loop;
-            LLMI_TRY(loop_groups(w, s, nx, &loop));
+            bool all;
+            LLMI_TRY(
+                accepts_runs(w, s, nx, below & LLMI_GBELOW_GROUPS, llmi_gbelow_len(below), &all));
             if (w->full)
                 return LLM_OK;
-            if (!(below & ~loop)) {
+            if (all) {
                 for (uint32_t k = ch->first_token; k < ch->end_token; k++) {
                     llm_token t = g->trie_tokens[k];
                     bits[t >> 5] |= 1u << (t & 31);
@@ -393,9 +436,10 @@ llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gse
     uint32_t *bits = e ? e->accepted : mask;
     LLMI_TRY(intern(w, s, in, false, 0, 0, w->cut_walk, &from));
     if (from >= 0 && node == 0 && s->g->text_tokens) {
-        uint64_t loop, text = text_groups();
-        LLMI_TRY(loop_groups(w, s, from, &loop));
-        if ((loop & text) == text && !w->full) {
+        uint64_t groups, text = text_groups();
+        int32_t next;
+        LLMI_TRY(uniform(w, s, from, &groups, &next));
+        if ((groups & text) == text && next == from && !w->full) {
             for (uint32_t i = 0; i < (s->g->n_vocab + 31) / 32; i++)
                 bits[i] |= s->g->text_tokens[i];
             w->text_taken = true;
