@@ -93,8 +93,9 @@ typedef struct llm_grammar {
     uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
     /* Per node: the byte groups (llmi_gbyte_group) of the bytes below it in
      * its tokens, LLMI_GGROUP_INVALID when a token of the subtree is not
-     * UTF-8 the matcher could accept, and the most bytes below it (capped
-     * at 255, llmi_gbelow_len). */
+     * UTF-8 the matcher could accept, and the most characters below it
+     * (bytes other than continuation bytes; capped at 255,
+     * llmi_gbelow_len). */
     uint64_t *trie_below;
     /* Masks of stack tops, shared by every state (cache.c); the one
      * mutable part of a compiled grammar, guarded by its own lock. */

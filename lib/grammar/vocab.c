@@ -92,7 +92,9 @@ static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
         uint64_t below = 0;
         uint32_t len = 0;
         for (uint32_t c = 0; c < nd->n_children; c++) {
-            uint32_t ch = nd->first_child + c, ch_len = 1 + llmi_gbelow_len(g->trie_below[ch]);
+            uint32_t ch = nd->first_child + c;
+            uint32_t ch_len =
+                ((g->trie[ch].byte & 0xC0) != 0x80) + llmi_gbelow_len(g->trie_below[ch]);
             below |= (g->trie_below[ch] & LLMI_GBELOW_GROUPS) |
                      1ull << llmi_gbyte_group(g->trie[ch].byte);
             len = ch_len > len ? ch_len : len;

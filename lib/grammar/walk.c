@@ -10,8 +10,8 @@
  * A set whose successor is the same set T for every byte of some groups
  * (llmi_gbyte_group; for non-ASCII, every code point) accepts one more
  * character of those groups whatever it is; following T, and T's own
- * such successor, as many times as the subtree's tokens have bytes below
- * a trie node tells whether all of them are accepted, and then they are
+ * such successor, as many times as the subtree's tokens have characters
+ * below a trie node tells whether all of them are accepted, and then they are
  * taken as a range without descending (inside a string, bounded or not,
  * nearly the whole vocabulary). When T is the set itself (a loop: inside
  * an unbounded string) one check covers any length. When every text
