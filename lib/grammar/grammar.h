@@ -91,6 +91,10 @@ typedef struct llm_grammar {
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
     uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
+    /* LLMI_GTEXT_RUNS bitsets: [k] of the text tokens of at most k + 1
+     * characters (bounded strings); the longest text token's characters. */
+    uint32_t *text_upto;
+    uint32_t max_text_chars;
     /* Per node: the byte groups (llmi_gbyte_group) of the bytes below it in
      * its tokens, LLMI_GGROUP_INVALID when a token of the subtree is not
      * UTF-8 the matcher could accept, and the most characters below it
@@ -257,7 +261,7 @@ static inline uint32_t llmi_gbyte_group(uint8_t c) {
         return 26 + (c - 0x5Bu); /* 26..31 */
     return 32 + (c - 0x7Bu);     /* 32..35 */
 }
-enum { LLMI_GBELOW_LEN_SHIFT = 40 };
+enum { LLMI_GBELOW_LEN_SHIFT = 40, LLMI_GTEXT_RUNS = 16 };
 #define LLMI_GBELOW_GROUPS (~(0xFFull << LLMI_GBELOW_LEN_SHIFT))
 static inline uint32_t llmi_gbelow_len(uint64_t below) {
     return (uint32_t)(below >> LLMI_GBELOW_LEN_SHIFT) & 0xFF;

@@ -21,6 +21,8 @@ struct llmi_gvocab {
     uint32_t n_eog;
     uint32_t max_token_len;
     uint32_t *text_tokens;
+    uint32_t *text_upto;
+    uint32_t max_text_chars;
     uint64_t *trie_below;
 };
 
@@ -67,10 +69,12 @@ bool llmi_gtoken_utf8_ok(const uint8_t *b, uint32_t n) {
 static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
     g->text_tokens = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *g->text_tokens);
     g->trie_below = llmi_calloc(g->n_trie, sizeof *g->trie_below);
+    size_t words = (g->n_vocab + 31) / 32 + 1;
+    g->text_upto = llmi_calloc(LLMI_GTEXT_RUNS * words, sizeof *g->text_upto);
     /* counts among the first i sorted tokens */
     uint32_t *not_text = llmi_malloc(((size_t)n_sorted + 1) * sizeof *not_text);
     uint32_t *bad = llmi_malloc(((size_t)n_sorted + 1) * sizeof *bad);
-    if (!g->text_tokens || !g->trie_below || !not_text || !bad) {
+    if (!g->text_tokens || !g->trie_below || !g->text_upto || !not_text || !bad) {
         llmi_free(not_text);
         llmi_free(bad);
         return llmi_oom("grammar vocabulary");
@@ -81,8 +85,16 @@ static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
         const uint8_t *b = (const uint8_t *)g->tok_bytes + g->tok_off[t];
         uint32_t n = g->tok_off[t + 1] - g->tok_off[t];
         bool text = llmi_gtoken_is_text(b, n);
-        if (text)
+        if (text) {
             g->text_tokens[t >> 5] |= 1u << (t & 31);
+            uint32_t chars = 0;
+            for (uint32_t k = 0; k < n; k++)
+                chars += (b[k] & 0xC0) != 0x80;
+            if (chars > g->max_text_chars)
+                g->max_text_chars = chars;
+            for (uint32_t k = chars ? chars - 1 : 0; k < LLMI_GTEXT_RUNS; k++)
+                g->text_upto[k * words + (t >> 5)] |= 1u << (t & 31);
+        }
         not_text[i + 1] = not_text[i] + !text;
         bad[i + 1] = bad[i] + !llmi_gtoken_utf8_ok(b, n);
     }
@@ -249,6 +261,7 @@ void llmi_gvocab_release(llmi_gvocab *v) {
     llmi_free(v->trie);
     llmi_free(v->text_tokens);
     llmi_free(v->trie_below);
+    llmi_free(v->text_upto);
     llmi_free(v);
 }
 
@@ -278,6 +291,8 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
     g->tok_bytes = v->tok_bytes;
     g->text_tokens = v->text_tokens;
     g->trie_below = v->trie_below;
+    g->text_upto = v->text_upto;
+    g->max_text_chars = v->max_text_chars;
     return LLM_OK;
 }
 

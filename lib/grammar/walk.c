@@ -42,7 +42,8 @@ struct llmi_gwalk {
     uint32_t n_slots;
     bool full;
     bool cut_walk;
-    bool text_taken; /* this run's bits hold every text token */
+    uint32_t text_taken; /* this run's bits hold every text token of at most
+                            this many characters (UINT32_MAX: all) */
     /* One code point per run of non-ASCII code points that every class of
      * the grammar treats alike (NULL until needed). */
     uint32_t *reps;
@@ -375,8 +376,47 @@ static uint64_t text_groups(void) {
     return m;
 }
 
-static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from, uint32_t *bits,
-                      llmi_gcache_entry *e, uint32_t *cap) {
+/* path_chars: the characters of the path to node (bytes other than
+ * continuation bytes). */
+/* At the root: how many text characters in a row state `from` surely
+ * accepts (its chain of common successors over every text group), and
+ * the bitset of the text tokens that short, or all of them on a loop. */
+static llm_status take_text(llmi_gwalk *w, llmi_gstate *s, int32_t from, uint32_t *bits) {
+    const llmi_grammar *g = s->g;
+    uint64_t text = text_groups();
+    uint32_t r = 0;
+    for (int32_t at = from; r < g->max_text_chars;) {
+        uint64_t groups;
+        int32_t next;
+        LLMI_TRY(uniform(w, s, at, &groups, &next));
+        if (w->full || (text & ~groups) || next < 0)
+            break;
+        r++;
+        if (next == at) {
+            r = UINT32_MAX; /* a loop */
+            break;
+        }
+        at = next;
+    }
+    if (w->full || r == 0)
+        return LLM_OK;
+    size_t words = (g->n_vocab + 31) / 32;
+    const uint32_t *src = g->text_tokens;
+    if (r < g->max_text_chars) {
+        if (r > LLMI_GTEXT_RUNS)
+            r = LLMI_GTEXT_RUNS;
+        src = g->text_upto + (size_t)(r - 1) * (words + 1);
+    } else {
+        r = UINT32_MAX;
+    }
+    for (size_t i = 0; i < words; i++)
+        bits[i] |= src[i];
+    w->text_taken = r;
+    return LLM_OK;
+}
+
+static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, uint32_t path_chars,
+                      int32_t from, uint32_t *bits, llmi_gcache_entry *e, uint32_t *cap) {
     const llmi_grammar *g = s->g;
     const llmi_gtrie_node *nd = &g->trie[node];
     for (uint32_t c = 0; c < nd->n_children; c++) {
@@ -392,9 +432,11 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from
             LLMI_TRY(push_uncertain(e, cap, child));
             continue;
         }
-        if (ch->all_text && w->text_taken)
-            continue;
         uint64_t below = g->trie_below[child];
+        uint32_t chars = path_chars + ((ch->byte & 0xC0) != 0x80);
+        if (ch->all_text && w->text_taken &&
+            (w->text_taken == UINT32_MAX || chars + llmi_gbelow_len(below) <= w->text_taken))
+            continue; /* the root's bitset holds them all (255: unknown, only for UINT32_MAX) */
         if (ch->n_children && ch->end_token - ch->first_token >= MIN_RUN &&
             !(below >> LLMI_GGROUP_INVALID & 1)) {
             bool all;
@@ -415,7 +457,7 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, int32_t from
             bits[t >> 5] |= 1u << (t & 31);
         }
         if (ch->n_children) {
-            LLMI_TRY(run(w, s, child, nx, bits, e, cap));
+            LLMI_TRY(run(w, s, child, chars, nx, bits, e, cap));
             if (w->full)
                 return LLM_OK;
         }
@@ -432,21 +474,13 @@ llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gse
     }
     int32_t from;
     w->cut_walk = e != NULL;
-    w->text_taken = false;
+    w->text_taken = 0;
     uint32_t *bits = e ? e->accepted : mask;
     LLMI_TRY(intern(w, s, in, false, 0, 0, w->cut_walk, &from));
-    if (from >= 0 && node == 0 && s->g->text_tokens) {
-        uint64_t groups, text = text_groups();
-        int32_t next;
-        LLMI_TRY(uniform(w, s, from, &groups, &next));
-        if ((groups & text) == text && next == from && !w->full) {
-            for (uint32_t i = 0; i < (s->g->n_vocab + 31) / 32; i++)
-                bits[i] |= s->g->text_tokens[i];
-            w->text_taken = true;
-        }
-    }
+    if (from >= 0 && node == 0 && s->g->text_tokens)
+        LLMI_TRY(take_text(w, s, from, bits));
     if (from >= 0 && !w->full)
-        LLMI_TRY(run(w, s, node, from, bits, e, cap));
+        LLMI_TRY(run(w, s, node, 0, from, bits, e, cap));
     *gave_up = w->full;
     return LLM_OK;
 }
