@@ -346,5 +346,10 @@ llm_status llmi_gwalk_create(llmi_gwalk **out);
 void llmi_gwalk_free(llmi_gwalk *w);
 llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
                           uint32_t *mask, llmi_gcache_entry *e, uint32_t *cap, bool *gave_up);
+#ifdef LLMI_TEST_HOOKS
+/* Caps the distinct sets a walk keeps (0: the default), so tests reach
+ * the fallback to the plain walk. Not thread-safe; tests only. */
+void llmi_gwalk_test_max_states(uint32_t n);
+#endif
 
 #endif

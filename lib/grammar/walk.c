@@ -35,6 +35,14 @@ typedef struct wstate {
     int32_t next[256];
 } wstate;
 
+#ifdef LLMI_TEST_HOOKS
+static uint32_t g_test_max_states;
+void llmi_gwalk_test_max_states(uint32_t n) { g_test_max_states = n; }
+static uint32_t max_states(void) { return g_test_max_states ? g_test_max_states : MAX_STATES; }
+#else
+static uint32_t max_states(void) { return MAX_STATES; }
+#endif
+
 struct llmi_gwalk {
     wstate *st;
     uint32_t n, cap;
@@ -158,7 +166,7 @@ static llm_status intern(llmi_gwalk *w, llmi_gstate *s, llmi_gset x, bool append
             }
         }
     }
-    if (w->n == MAX_STATES) {
+    if (w->n == max_states()) {
         w->full = true;
         *id = -1;
         return LLM_OK;

@@ -409,6 +409,25 @@ static void test_mask_real_vocab(void **state) {
     llm_model_free(m);
 }
 
+/* A walk that meets more distinct stack sets than it keeps falls back to
+ * the plain walk (in the cut walk of a cache entry, in the uncertain
+ * subtrees and in the middle of a character); the masks stay the same. */
+static void test_mask_walk_fallback(void **state) {
+    for (uint32_t cap = 1; cap <= 3; cap++) {
+        llmi_gwalk_test_max_states(cap);
+        test_mask_walk(state);
+    }
+    llmi_gwalk_test_max_states(0);
+}
+
+/* The same over the real vocabulary, whose deeper subtrees the fallback
+ * walks below an uncertain node. */
+static void test_mask_real_vocab_fallback(void **state) {
+    llmi_gwalk_test_max_states(3);
+    test_mask_real_vocab(state);
+    llmi_gwalk_test_max_states(0);
+}
+
 static void test_fork_rollback(void **state) {
     (void)state;
     llmi_grammar *g = bound(ebnf("root ::= \"{\" [a-z]+ \"}\""));
@@ -595,6 +614,8 @@ int main(void) {
         cmocka_unit_test(test_partial_utf8),
         cmocka_unit_test_setup_teardown(test_mask_walk, setup_model, teardown_model),
         cmocka_unit_test(test_mask_real_vocab),
+        cmocka_unit_test_setup_teardown(test_mask_walk_fallback, setup_model, teardown_model),
+        cmocka_unit_test(test_mask_real_vocab_fallback),
         cmocka_unit_test_setup_teardown(test_fork_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_long_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_model, teardown_model),
