@@ -15,7 +15,9 @@
  * token may end inside a character and the next one finish it.
  *
  * The allowed-token mask walks the vocabulary trie once, advancing the stack
- * set byte by byte and pruning every subtree the grammar rejects.
+ * set byte by byte and pruning every subtree the grammar rejects; the walk
+ * memoizes its steps per distinct stack set and takes whole subtrees where
+ * a set accepts every byte below them (walk.c).
  *
  * Thread safety: a compiled grammar is immutable and may be used by many
  * states on many threads; one state is used by one thread at a time. */
