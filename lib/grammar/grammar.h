@@ -15,7 +15,9 @@
  * token may end inside a character and the next one finish it.
  *
  * The allowed-token mask walks the vocabulary trie once, advancing the stack
- * set byte by byte and pruning every subtree the grammar rejects.
+ * set byte by byte and pruning every subtree the grammar rejects; the walk
+ * memoizes its steps per distinct stack set and takes whole subtrees where
+ * a set accepts every byte below them (walk.c).
  *
  * Thread safety: a compiled grammar is immutable and may be used by many
  * states on many threads; one state is used by one thread at a time. */
@@ -52,7 +54,7 @@ typedef struct llmi_gtrie_node {
     uint32_t first_child;
     uint16_t n_children;
     uint8_t byte;
-    uint8_t pad_;
+    uint8_t all_text; /* every token of the subtree is text (llmi_gtoken_is_text) */
     /* Tokens whose bytes end here: trie_tokens[first_token, first_token +
      * n_tokens); the whole subtree's are trie_tokens[first_token, end_token). */
     uint32_t first_token;
@@ -90,6 +92,17 @@ typedef struct llm_grammar {
     uint32_t max_token_len;
     uint32_t *tok_off; /* token t's bytes: tok_bytes[tok_off[t], tok_off[t + 1]) */
     char *tok_bytes;
+    uint32_t *text_tokens; /* bitset of the tokens that are text (llmi_gtoken_is_text) */
+    /* LLMI_GTEXT_RUNS bitsets: [k] of the text tokens of at most k + 1
+     * characters (bounded strings); the longest text token's characters. */
+    uint32_t *text_upto;
+    uint32_t max_text_chars;
+    /* Per node: the byte groups (llmi_gbyte_group) of the bytes below it in
+     * its tokens, LLMI_GGROUP_INVALID when a token of the subtree is not
+     * UTF-8 the matcher could accept, and the most characters below it
+     * (bytes other than continuation bytes; capped at 255,
+     * llmi_gbelow_len). */
+    uint64_t *trie_below;
     /* Masks of stack tops, shared by every state (cache.c); the one
      * mutable part of a compiled grammar, guarded by its own lock. */
     llmi_gcache *cache;
@@ -220,6 +233,57 @@ void llmi_gtext_literal_char(llmi_gtext *t, uint32_t cp, bool in_class);
 llm_status llmi_regex_emit(const char *re, size_t len, bool json, const char *where,
                            llmi_gtext *out);
 
+/* Byte groups: a set of stacks that every byte of a group (for NONASCII:
+ * every non-ASCII code point) leads back to accepts any run of them, so a
+ * trie subtree whose lower bytes fall in such groups is accepted whole. */
+enum {
+    LLMI_GGROUP_LOWER = 0, /* a-z */
+    LLMI_GGROUP_UPPER = 1, /* A-Z */
+    LLMI_GGROUP_DIGIT = 2, /* 0-9; 3 to 35: space and each ASCII punctuation */
+    LLMI_GGROUP_NONASCII = 61,
+    LLMI_GGROUP_CONTROL = 62,
+    LLMI_GGROUP_INVALID = 63
+};
+static inline uint32_t llmi_gbyte_group(uint8_t c) {
+    if (c >= 0x80)
+        return LLMI_GGROUP_NONASCII;
+    if (c < 0x20 || c == 0x7F)
+        return LLMI_GGROUP_CONTROL;
+    if (c >= 'a' && c <= 'z')
+        return LLMI_GGROUP_LOWER;
+    if (c >= 'A' && c <= 'Z')
+        return LLMI_GGROUP_UPPER;
+    if (c >= '0' && c <= '9')
+        return LLMI_GGROUP_DIGIT;
+    if (c <= 0x2F)
+        return 3 + (c - 0x20u); /* 3..18 */
+    if (c <= 0x40)
+        return 19 + (c - 0x3Au); /* 19..25 */
+    if (c <= 0x60)
+        return 26 + (c - 0x5Bu); /* 26..31 */
+    return 32 + (c - 0x7Bu);     /* 32..35 */
+}
+enum { LLMI_GBELOW_LEN_SHIFT = 40, LLMI_GTEXT_RUNS = 16 };
+#define LLMI_GBELOW_GROUPS (~(0xFFull << LLMI_GBELOW_LEN_SHIFT))
+static inline uint32_t llmi_gbelow_len(uint64_t below) {
+    return (uint32_t)(below >> LLMI_GBELOW_LEN_SHIFT) & 0xFF;
+}
+/* Whether b[0, n) is UTF-8 the matcher can accept: complete sequences,
+ * the last one possibly cut short where a valid code point completes it. */
+bool llmi_gtoken_utf8_ok(const uint8_t *b, uint32_t n);
+
+/* Whether bytes b[0, n) are "text": characters that are printable ASCII
+ * other than '"' and '\\', or any non-ASCII code point, the last one
+ * possibly cut short (a prefix some valid code point completes). A set of
+ * stacks that every such character leads back to (inside a JSON string, a
+ * regex's .*) accepts every text token, which the mask then takes from
+ * the vocabulary's bitset instead of walking its trie paths. */
+bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n);
+/* The printable ASCII bytes of text. */
+static inline bool llmi_gbyte_is_text(uint8_t c) {
+    return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
+}
+
 /* One valid UTF-8 sequence at s (n bytes available): its length, or 0
  * when invalid (overlong, surrogate, truncated, above U+10FFFF). */
 size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp);
@@ -257,5 +321,37 @@ llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e, const llmi_g
 void llmi_gcache_entry_free(llmi_gcache_entry *e);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
+
+/* ---- the memoized walk (walk.c) ----
+ *
+ * A set of stacks (in s->tops[first, first + n)) with its pending UTF-8
+ * bytes. */
+typedef struct llmi_gset {
+    uint32_t first, n;
+    llmi_gutf8 u;
+} llmi_gset;
+
+/* The set after one byte, appended at s->tops' end (n == 0: rejected). */
+llm_status llmi_gstate_step_byte(llmi_gstate *s, llmi_gset in, uint8_t byte, llmi_gset *out);
+
+/* Walks the trie below `node` from set `in`, memoizing the step from each
+ * distinct stack set by each byte (most trie paths revisit a handful of
+ * sets: inside a string every plain character leads back to the same one).
+ * With e NULL it sets the bits of the allowed tokens in `mask`; otherwise
+ * it fills e's accepted tokens and uncertain subtrees (paths that reach a
+ * cut stack), like the cut walk. The arena keeps what it appends: the
+ * caller truncates it afterwards. *gave_up: the walk met more distinct
+ * sets than it keeps; its output is incomplete and the caller walks
+ * without memoizing instead. */
+typedef struct llmi_gwalk llmi_gwalk;
+llm_status llmi_gwalk_create(llmi_gwalk **out);
+void llmi_gwalk_free(llmi_gwalk *w);
+llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
+                          uint32_t *mask, llmi_gcache_entry *e, uint32_t *cap, bool *gave_up);
+#ifdef LLMI_TEST_HOOKS
+/* Caps the distinct sets a walk keeps (0: the default), so tests reach
+ * the fallback to the plain walk. Not thread-safe; tests only. */
+void llmi_gwalk_test_max_states(uint32_t n);
+#endif
 
 #endif

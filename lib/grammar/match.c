@@ -9,10 +9,7 @@
 
 #include <stdlib.h>
 
-typedef struct gset {
-    uint32_t first, n;
-    llmi_gutf8 u;
-} gset;
+typedef llmi_gset gset;
 
 static uint64_t mix(uint64_t h, uint32_t pos) {
     h ^= pos + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -186,6 +183,10 @@ static llm_status step_byte(llmi_gstate *s, gset in, uint8_t byte, gset *out) {
     if (u.acc < min_cp[u.total] || u.acc > 0x10FFFF || (u.acc >= 0xD800 && u.acc <= 0xDFFF))
         return LLM_OK;
     return advance_cp(s, in, u.acc, out);
+}
+
+llm_status llmi_gstate_step_byte(llmi_gstate *s, gset in, uint8_t byte, gset *out) {
+    return step_byte(s, in, byte, out);
 }
 
 /* Runs bytes from `in`; *out is the final set (n == 0: rejected). */
@@ -590,8 +591,21 @@ static llm_status compute_entry(llmi_gstate *s, llmi_gcache_entry *e) {
             st = add_top(s, cs.first, t);
     }
     cs.n = s->n_tops - cs.first;
+    llmi_gwalk *w = NULL;
     if (st == LLM_OK)
+        st = llmi_gwalk_create(&w);
+    uint32_t walk_nodes = s->n_nodes, walk_tops = s->n_tops;
+    bool gave_up = false;
+    if (st == LLM_OK)
+        st = llmi_gwalk_run(w, s, 0, cs, NULL, e, &cap, &gave_up);
+    llmi_gwalk_free(w);
+    if (st == LLM_OK && gave_up) { /* too many distinct sets: the plain cut walk */
+        s->n_nodes = walk_nodes;
+        s->n_tops = walk_tops;
+        memset(e->accepted, 0, ((g->n_vocab + 31) / 32 + 1) * sizeof *e->accepted);
+        e->n_uncertain = 0;
         st = walk_cut(s, 0, cs, e, &cap);
+    }
     s->n_nodes = mark_nodes;
     s->n_tops = mark_tops;
     return st;
@@ -602,24 +616,44 @@ static llm_status compute_entry(llmi_gstate *s, llmi_gcache_entry *e) {
 static llm_status mask_from_entry(llmi_gstate *s, const llmi_gcache_entry *e, uint32_t *mask) {
     const llmi_grammar *g = s->g;
     memcpy(mask, e->accepted, (size_t)((g->n_vocab + 31) / 32) * sizeof *mask);
-    for (uint32_t i = 0; i < e->n_uncertain; i++) {
+    if (e->n_uncertain == 0)
+        return LLM_OK;
+    /* One memoized walk for all the subtrees: they mostly meet the same
+     * sets. Its arena stays until the caller truncates it. */
+    llmi_gwalk *w = NULL;
+    LLMI_TRY(llmi_gwalk_create(&w));
+    const gset lv = live(s); /* s->n_tops grows below */
+    llm_status st = LLM_OK;
+    for (uint32_t i = 0; i < e->n_uncertain && st == LLM_OK; i++) {
         const llmi_gtrie_node *nd = &g->trie[e->uncertain[i]];
         llm_token rep = g->trie_tokens[nd->first_token]; /* its bytes start with the prefix */
-        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
         gset set;
-        llm_status st = run_bytes(s, live(s), g->tok_bytes + g->tok_off[rep], nd->depth, &set);
-        if (st == LLM_OK && set.n) {
-            for (uint32_t k = 0; k < nd->n_tokens; k++)
-                set_bit(mask, g->trie_tokens[nd->first_token + k]);
-            if (nd->n_children)
-                st = walk(s, e->uncertain[i], set, mask);
-        }
-        s->n_nodes = mark_nodes;
-        s->n_tops = mark_tops;
-        if (st != LLM_OK)
-            return st;
+        st = run_bytes(s, lv, g->tok_bytes + g->tok_off[rep], nd->depth, &set);
+        if (st != LLM_OK || !set.n)
+            continue;
+        for (uint32_t k = 0; k < nd->n_tokens; k++)
+            set_bit(mask, g->trie_tokens[nd->first_token + k]);
+        bool gave_up = false;
+        if (nd->n_children)
+            st = llmi_gwalk_run(w, s, e->uncertain[i], set, mask, NULL, NULL, &gave_up);
+        if (st == LLM_OK && gave_up) /* the bits set so far are right; the rest plainly */
+            st = walk(s, e->uncertain[i], set, mask);
     }
-    return LLM_OK;
+    llmi_gwalk_free(w);
+    return st;
+}
+
+/* The mask from the live set by the memoized walk (the plain one when it
+ * gives up). */
+static llm_status fill_walked(llmi_gstate *s, uint32_t *mask) {
+    llmi_gwalk *w = NULL;
+    LLMI_TRY(llmi_gwalk_create(&w));
+    bool gave_up = false;
+    llm_status st = llmi_gwalk_run(w, s, 0, live(s), mask, NULL, NULL, &gave_up);
+    llmi_gwalk_free(w);
+    if (st == LLM_OK && gave_up)
+        st = walk(s, 0, live(s), mask);
+    return st;
 }
 
 static llm_status fill_cached(llmi_gstate *s, uint32_t *mask) {
@@ -650,10 +684,12 @@ llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask) {
         return LLM_OK;
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
     llm_status st;
-    if (g->cache && s->utf8.need == 0 && !s->no_cache)
+    if (s->no_cache) /* the reference the tests compare with */
+        st = walk(s, 0, live(s), mask);
+    else if (g->cache && s->utf8.need == 0)
         st = fill_cached(s, mask);
     else
-        st = walk(s, 0, live(s), mask);
+        st = fill_walked(s, mask);
     s->n_nodes = mark_nodes;
     s->n_tops = mark_tops;
     if (st == LLM_OK && llmi_gstate_can_end(s))

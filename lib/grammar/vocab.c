@@ -20,7 +20,106 @@ struct llmi_gvocab {
     llm_token *eog;
     uint32_t n_eog;
     uint32_t max_token_len;
+    uint32_t *text_tokens;
+    uint32_t *text_upto;
+    uint32_t max_text_chars;
+    uint64_t *trie_below;
 };
+
+bool llmi_gtoken_is_text(const uint8_t *b, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (b[i] < 0x80 && !llmi_gbyte_is_text(b[i]))
+            return false;
+    return llmi_gtoken_utf8_ok(b, n);
+}
+
+bool llmi_gtoken_utf8_ok(const uint8_t *b, uint32_t n) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    for (uint32_t i = 0; i < n;) {
+        uint8_t c = b[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* the matcher's rules (step_byte, filter_pending) */
+        int len = llmi_utf8_seq_len(c);
+        if (len < 2)
+            return false;
+        uint32_t have = n - i < (uint32_t)len ? n - i : (uint32_t)len;
+        uint32_t acc = (uint32_t)c & (0x7Fu >> len);
+        for (uint32_t k = 1; k < have; k++) {
+            if ((b[i + k] & 0xC0) != 0x80)
+                return false;
+            acc = (acc << 6) | (b[i + k] & 0x3Fu);
+        }
+        uint32_t shift = 6u * ((uint32_t)len - have), lo = acc << shift,
+                 hi = lo | ((1u << shift) - 1);
+        if (lo < min_cp[len])
+            lo = min_cp[len];
+        if (hi > 0x10FFFF)
+            hi = 0x10FFFF;
+        if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF))
+            return false;
+        i += have;
+    }
+    return true;
+}
+
+/* Marks the text tokens and the trie nodes whose subtrees hold only those. */
+static llm_status mark_text(llmi_gvocab *g, uint32_t n_sorted) {
+    g->text_tokens = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *g->text_tokens);
+    g->trie_below = llmi_calloc(g->n_trie, sizeof *g->trie_below);
+    size_t words = (g->n_vocab + 31) / 32 + 1;
+    g->text_upto = llmi_calloc(LLMI_GTEXT_RUNS * words, sizeof *g->text_upto);
+    /* counts among the first i sorted tokens */
+    uint32_t *not_text = llmi_malloc(((size_t)n_sorted + 1) * sizeof *not_text);
+    uint32_t *bad = llmi_malloc(((size_t)n_sorted + 1) * sizeof *bad);
+    if (!g->text_tokens || !g->trie_below || !g->text_upto || !not_text || !bad) {
+        llmi_free(not_text);
+        llmi_free(bad);
+        return llmi_oom("grammar vocabulary");
+    }
+    not_text[0] = bad[0] = 0;
+    for (uint32_t i = 0; i < n_sorted; i++) {
+        llm_token t = g->trie_tokens[i];
+        const uint8_t *b = (const uint8_t *)g->tok_bytes + g->tok_off[t];
+        uint32_t n = g->tok_off[t + 1] - g->tok_off[t];
+        bool text = llmi_gtoken_is_text(b, n);
+        if (text) {
+            g->text_tokens[t >> 5] |= 1u << (t & 31);
+            uint32_t chars = 0;
+            for (uint32_t k = 0; k < n; k++)
+                chars += (b[k] & 0xC0) != 0x80;
+            if (chars > g->max_text_chars)
+                g->max_text_chars = chars;
+            for (uint32_t k = chars ? chars - 1 : 0; k < LLMI_GTEXT_RUNS; k++)
+                g->text_upto[k * words + (t >> 5)] |= 1u << (t & 31);
+        }
+        not_text[i + 1] = not_text[i] + !text;
+        bad[i + 1] = bad[i] + !llmi_gtoken_utf8_ok(b, n);
+    }
+    /* children come after their parent */
+    for (uint32_t i = g->n_trie; i-- > 0;) {
+        llmi_gtrie_node *nd = &g->trie[i];
+        uint64_t below = 0;
+        uint32_t len = 0;
+        for (uint32_t c = 0; c < nd->n_children; c++) {
+            uint32_t ch = nd->first_child + c;
+            uint32_t ch_len =
+                ((g->trie[ch].byte & 0xC0) != 0x80) + llmi_gbelow_len(g->trie_below[ch]);
+            below |= (g->trie_below[ch] & LLMI_GBELOW_GROUPS) |
+                     1ull << llmi_gbyte_group(g->trie[ch].byte);
+            len = ch_len > len ? ch_len : len;
+        }
+        if (bad[nd->end_token] != bad[nd->first_token])
+            below |= 1ull << LLMI_GGROUP_INVALID;
+        g->trie_below[i] = below | (uint64_t)(len > 255 ? 255 : len) << LLMI_GBELOW_LEN_SHIFT;
+        nd->all_text = i > 0 && not_text[nd->end_token] == not_text[nd->first_token];
+    }
+    llmi_free(not_text);
+    llmi_free(bad);
+    return LLM_OK;
+}
 
 static int by_bytes(const void *a, const void *b, void *ctx) {
     const llmi_gvocab *g = ctx;
@@ -142,6 +241,11 @@ static llm_status vocab_build(const llmi_tokenizer *tok, llmi_gvocab **out) {
     g->trie[0] = (llmi_gtrie_node){0, 0, 0, 0, 0, 0, 0, 0};
     g->n_trie = 1;
     build(g, 0, 0, k, 0);
+    llm_status st = mark_text(g, k);
+    if (st != LLM_OK) {
+        llmi_gvocab_release(g);
+        return st;
+    }
     llmi_error_clear();
     *out = g;
     return LLM_OK;
@@ -155,6 +259,9 @@ void llmi_gvocab_release(llmi_gvocab *v) {
     llmi_free(v->eog);
     llmi_free(v->trie_tokens);
     llmi_free(v->trie);
+    llmi_free(v->text_tokens);
+    llmi_free(v->trie_below);
+    llmi_free(v->text_upto);
     llmi_free(v);
 }
 
@@ -182,6 +289,10 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
     g->max_token_len = v->max_token_len;
     g->tok_off = v->tok_off;
     g->tok_bytes = v->tok_bytes;
+    g->text_tokens = v->text_tokens;
+    g->trie_below = v->trie_below;
+    g->text_upto = v->text_upto;
+    g->max_text_chars = v->max_text_chars;
     return LLM_OK;
 }
 

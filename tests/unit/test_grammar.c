@@ -8,9 +8,11 @@
 #include "sched_util.h"
 
 #include "grammar/grammar.h"
+#include "model/model.h"
 #include "sample/sample.h"
 
 #include <math.h>
+#include <unistd.h>
 
 /* ---- helpers ---- */
 
@@ -349,6 +351,83 @@ static void test_mask_walk(void **state) {
     }
 }
 
+/* The same check over a real vocabulary (LLM_TEST_MODEL, SmolLM2's 49k
+ * tokens): long tokens, multi-byte characters and deep trie subtrees are
+ * where the walk takes subtrees whole (a string loop, a bounded string's
+ * chain, an email's character class), so the masks must still equal the
+ * plain walk's and the token-by-token check at every step. */
+static const char *const REAL_VOCAB_SCHEMAS[] = {
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"
+    "\"string\",\"maxLength\":7}},\"required\":[\"a\",\"b\"]}",
+    "{\"type\":\"string\",\"format\":\"email\"}",
+    "{\"type\":\"string\",\"pattern\":\"^[a-z\\u00e0-\\u00ff]{2,30}$\"}",
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":"
+    "20}}",
+};
+
+static void test_mask_real_vocab(void **state) {
+    (void)state;
+    const char *path = getenv("LLM_TEST_MODEL");
+    if (!path || access(path, R_OK) != 0)
+        skip();
+    llm_model_params mp;
+    llm_model_params_init(&mp);
+    llm_model *m = NULL;
+    assert_int_equal(llm_model_load(path, &mp, &m), LLM_OK);
+    uint32_t seed = 777;
+    for (size_t gi = 0; gi < sizeof REAL_VOCAB_SCHEMAS / sizeof REAL_VOCAB_SCHEMAS[0]; gi++) {
+        llmi_grammar *g = schema(REAL_VOCAB_SCHEMAS[gi], gi & 1);
+        assert_int_equal(llmi_grammar_bind_model(g, m), LLM_OK);
+        uint32_t *mask = calloc(n_words(g), sizeof *mask);
+        for (int walk = 0; walk < 2; walk++) {
+            llmi_gstate *s = NULL;
+            assert_int_equal(llmi_gstate_create(g, &s), LLM_OK);
+            for (int step = 0; step < 12 && !llmi_gstate_is_complete(s); step++) {
+                uint32_t n = check_mask(s, mask);
+                assert_true(n > 0);
+                /* prefer long tokens: they reach deep into the trie */
+                llm_token best = -1;
+                for (int tries = 0; tries < 4; tries++) {
+                    seed = seed * 1103515245u + 12345u;
+                    uint32_t pick = (seed >> 8) % n, t = 0;
+                    for (;; t++)
+                        if (bit(mask, t) && pick-- == 0)
+                            break;
+                    if (best < 0 ||
+                        g->tok_off[t + 1] - g->tok_off[t] > g->tok_off[best + 1] - g->tok_off[best])
+                        best = (llm_token)t;
+                }
+                if (llmi_tokenizer_is_eog(m->tok, best))
+                    break;
+                assert_int_equal(llmi_gstate_accept_token(s, best), LLM_OK);
+            }
+            llmi_gstate_free(s);
+        }
+        free(mask);
+        llmi_grammar_free(g);
+    }
+    llm_model_free(m);
+}
+
+/* A walk that meets more distinct stack sets than it keeps falls back to
+ * the plain walk (in the cut walk of a cache entry, in the uncertain
+ * subtrees and in the middle of a character); the masks stay the same. */
+static void test_mask_walk_fallback(void **state) {
+    for (uint32_t cap = 1; cap <= 3; cap++) {
+        llmi_gwalk_test_max_states(cap);
+        test_mask_walk(state);
+    }
+    llmi_gwalk_test_max_states(0);
+}
+
+/* The same over the real vocabulary, whose deeper subtrees the fallback
+ * walks below an uncertain node. */
+static void test_mask_real_vocab_fallback(void **state) {
+    llmi_gwalk_test_max_states(3);
+    test_mask_real_vocab(state);
+    llmi_gwalk_test_max_states(0);
+}
+
 static void test_fork_rollback(void **state) {
     (void)state;
     llmi_grammar *g = bound(ebnf("root ::= \"{\" [a-z]+ \"}\""));
@@ -534,6 +613,9 @@ int main(void) {
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_partial_utf8),
         cmocka_unit_test_setup_teardown(test_mask_walk, setup_model, teardown_model),
+        cmocka_unit_test(test_mask_real_vocab),
+        cmocka_unit_test_setup_teardown(test_mask_walk_fallback, setup_model, teardown_model),
+        cmocka_unit_test(test_mask_real_vocab_fallback),
         cmocka_unit_test_setup_teardown(test_fork_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_long_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_model, teardown_model),
