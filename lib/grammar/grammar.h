@@ -334,6 +334,21 @@ typedef struct llmi_gset {
 /* The set after one byte, appended at s->tops' end (n == 0: rejected). */
 llm_status llmi_gstate_step_byte(llmi_gstate *s, llmi_gset in, uint8_t byte, llmi_gset *out);
 
+/* The matcher's pieces the mask (mask.c) builds on: the state's own set,
+ * a stack node (its hash chained with llmi_gmix), a top added to the set
+ * that starts at `first` and ends at s->n_tops (duplicates dropped), and a
+ * uint32_t array grown to hold `need`. */
+static inline llmi_gset llmi_gstate_live(const llmi_gstate *s) {
+    return (llmi_gset){0, s->n_tops, s->utf8};
+}
+uint64_t llmi_gmix(uint64_t h, uint32_t pos);
+llm_status llmi_gstate_new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32_t *out);
+llm_status llmi_gstate_add_top(llmi_gstate *s, uint32_t first, uint32_t t);
+bool llmi_ggrow32(uint32_t **p, uint32_t *cap, uint32_t need);
+/* Runs bytes from `in`; *out is the final set (n == 0: rejected). */
+llm_status llmi_gstate_run_bytes(llmi_gstate *s, llmi_gset in, const char *bytes, size_t n,
+                                 llmi_gset *out);
+
 /* Walks the trie below `node` from set `in`, memoizing the step from each
  * distinct stack set by each byte (most trie paths revisit a handful of
  * sets: inside a string every plain character leads back to the same one).

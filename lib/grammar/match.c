@@ -1,5 +1,5 @@
 /* The matcher: stack sets advanced by code points assembled from UTF-8
- * bytes, snapshots for rollback, and the allowed-token mask.
+ * bytes and snapshots for rollback; the allowed-token mask is mask.c's.
  *
  * Sets live in s->tops: the state's own set is tops[0, n_live); a trial
  * advance appends its result set after it, and the mask walk stacks one
@@ -11,13 +11,13 @@
 
 typedef llmi_gset gset;
 
-static uint64_t mix(uint64_t h, uint32_t pos) {
+uint64_t llmi_gmix(uint64_t h, uint32_t pos) {
     h ^= pos + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 0xbf58476d1ce4e5b9ull;
     return h ^ (h >> 31);
 }
 
-static bool grow32(uint32_t **p, uint32_t *cap, uint32_t need) {
+bool llmi_ggrow32(uint32_t **p, uint32_t *cap, uint32_t need) {
     if (need <= *cap)
         return true;
     uint32_t c = *cap ? *cap : 64;
@@ -31,7 +31,7 @@ static bool grow32(uint32_t **p, uint32_t *cap, uint32_t need) {
     return true;
 }
 
-static llm_status new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32_t *out) {
+llm_status llmi_gstate_new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32_t *out) {
     if (s->n_nodes == s->cap_nodes) {
         if (s->cap_nodes >= UINT32_MAX / 4)
             return llmi_error(LLM_ERR_LIMIT, "grammar: stacks too deep");
@@ -43,7 +43,7 @@ static llm_status new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32
         s->cap_nodes = c;
     }
     uint64_t h = parent == LLMI_GNONE ? 0 : parent == LLMI_GCUT ? 1 : s->nodes[parent].hash;
-    s->nodes[s->n_nodes] = (llmi_gnode){pos, parent, mix(h, pos)};
+    s->nodes[s->n_nodes] = (llmi_gnode){pos, parent, llmi_gmix(h, pos)};
     *out = s->n_nodes++;
     return LLM_OK;
 }
@@ -62,7 +62,7 @@ static bool same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
 }
 
 /* Adds top t to the set that starts at `first` and ends at s->n_tops. */
-static llm_status add_top(llmi_gstate *s, uint32_t first, uint32_t t) {
+llm_status llmi_gstate_add_top(llmi_gstate *s, uint32_t first, uint32_t t) {
     for (uint32_t i = first; i < s->n_tops; i++)
         if (same_stack(s, s->tops[i], t))
             return LLM_OK;
@@ -71,7 +71,7 @@ static llm_status add_top(llmi_gstate *s, uint32_t first, uint32_t t) {
                           "grammar: more than %d parses alive at once (the grammar is too "
                           "ambiguous)",
                           LLMI_GRAMMAR_MAX_STACKS);
-    if (!grow32(&s->tops, &s->cap_tops, s->n_tops + 1))
+    if (!llmi_ggrow32(&s->tops, &s->cap_tops, s->n_tops + 1))
         return llmi_oom("grammar stacks");
     s->tops[s->n_tops++] = t;
     return LLM_OK;
@@ -83,24 +83,24 @@ static llm_status expand(llmi_gstate *s, uint32_t first, uint32_t node) {
     const llmi_grammar *g = s->g;
     for (;;) {
         if (node == LLMI_GNONE)
-            return add_top(s, first, LLMI_GDONE);
+            return llmi_gstate_add_top(s, first, LLMI_GDONE);
         if (node == LLMI_GCUT)
-            return add_top(s, first, LLMI_GCUT);
+            return llmi_gstate_add_top(s, first, LLMI_GCUT);
         uint32_t pos = s->nodes[node].pos;
         llmi_gel e = g->el[pos];
         if (e.kind == LLMI_GEL_CHAR)
-            return add_top(s, first, node);
+            return llmi_gstate_add_top(s, first, node);
         if (e.kind == LLMI_GEL_END) {
             node = s->nodes[node].parent;
             continue;
         }
         uint32_t parent = s->nodes[node].parent, cont = parent;
         if (g->el[pos + 1].kind != LLMI_GEL_END) /* a reference in tail position reuses the frame */
-            LLMI_TRY(new_node(s, pos + 1, parent, &cont));
+            LLMI_TRY(llmi_gstate_new_node(s, pos + 1, parent, &cont));
         const llmi_grule *r = &g->rules[e.arg];
         for (uint32_t a = 0; a < r->n_alts; a++) {
             uint32_t start;
-            LLMI_TRY(new_node(s, g->alts[r->first_alt + a], cont, &start));
+            LLMI_TRY(llmi_gstate_new_node(s, g->alts[r->first_alt + a], cont, &start));
             LLMI_TRY(expand(s, first, start));
         }
         return LLM_OK;
@@ -119,7 +119,7 @@ static llm_status advance_cp(llmi_gstate *s, gset in, uint32_t cp, gset *out) {
         if (!llmi_gclass_has(s->g, s->g->el[nd.pos].arg, cp))
             continue;
         uint32_t next;
-        LLMI_TRY(new_node(s, nd.pos + 1, nd.parent, &next));
+        LLMI_TRY(llmi_gstate_new_node(s, nd.pos + 1, nd.parent, &next));
         LLMI_TRY(expand(s, out->first, next));
     }
     out->n = s->n_tops - out->first;
@@ -154,7 +154,7 @@ static llm_status filter_pending(llmi_gstate *s, gset in, llmi_gutf8 u, gset *ou
         uint32_t t = s->tops[in.first + i];
         if (t >= LLMI_GCUT || !class_meets(s->g, s->g->el[s->nodes[t].pos].arg, lo, hi))
             continue;
-        if (!grow32(&s->tops, &s->cap_tops, s->n_tops + 1))
+        if (!llmi_ggrow32(&s->tops, &s->cap_tops, s->n_tops + 1))
             return llmi_oom("grammar stacks");
         s->tops[s->n_tops++] = t;
     }
@@ -190,7 +190,7 @@ llm_status llmi_gstate_step_byte(llmi_gstate *s, gset in, uint8_t byte, gset *ou
 }
 
 /* Runs bytes from `in`; *out is the final set (n == 0: rejected). */
-static llm_status run_bytes(llmi_gstate *s, gset in, const char *bytes, size_t n, gset *out) {
+llm_status llmi_gstate_run_bytes(llmi_gstate *s, gset in, const char *bytes, size_t n, gset *out) {
     gset cur = in;
     for (size_t i = 0; i < n; i++) {
         LLMI_TRY(step_byte(s, cur, (uint8_t)bytes[i], out));
@@ -201,8 +201,6 @@ static llm_status run_bytes(llmi_gstate *s, gset in, const char *bytes, size_t n
     *out = cur;
     return LLM_OK;
 }
-
-static gset live(const llmi_gstate *s) { return (gset){0, s->n_tops, s->utf8}; }
 
 /* ---- lifetime ---- */
 
@@ -217,7 +215,7 @@ llm_status llmi_gstate_create(const llmi_grammar *g, llmi_gstate **out) {
     llm_status st = LLM_OK;
     for (uint32_t a = 0; a < r->n_alts && st == LLM_OK; a++) {
         uint32_t start;
-        st = new_node(s, g->alts[r->first_alt + a], LLMI_GNONE, &start);
+        st = llmi_gstate_new_node(s, g->alts[r->first_alt + a], LLMI_GNONE, &start);
         if (st == LLM_OK)
             st = expand(s, 0, start);
     }
@@ -330,7 +328,7 @@ static llm_status accept_bytes(llmi_gstate *s, const char *bytes, size_t n, cons
                                llm_token t) {
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
     gset res;
-    llm_status st = run_bytes(s, live(s), bytes, n, &res);
+    llm_status st = llmi_gstate_run_bytes(s, llmi_gstate_live(s), bytes, n, &res);
     if (st == LLM_OK && res.n == 0) {
         st =
             t == LLM_TOKEN_NONE
@@ -380,7 +378,7 @@ static llm_status push_snapshot(llmi_gstate *s, uint32_t n_live) {
         s->snaps = q;
         s->cap_snaps = c;
     }
-    if (!grow32(&s->snap_tops, &s->cap_snap_tops, s->n_snap_tops + n_live))
+    if (!llmi_ggrow32(&s->snap_tops, &s->cap_snap_tops, s->n_snap_tops + n_live))
         return llmi_oom("grammar snapshot");
     if (n_live)
         memcpy(s->snap_tops + s->n_snap_tops, s->tops, (size_t)n_live * sizeof *s->tops);
@@ -416,7 +414,7 @@ llm_status llmi_gstate_accept_token(llmi_gstate *s, llm_token t) {
     /* Trial first: the snapshot is taken only once the token fits. */
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
     gset res;
-    llm_status st = run_bytes(s, live(s), g->tok_bytes + off, len, &res);
+    llm_status st = llmi_gstate_run_bytes(s, llmi_gstate_live(s), g->tok_bytes + off, len, &res);
     if (st == LLM_OK && res.n == 0)
         st = llmi_error(LLM_ERR_INVALID_ARGUMENT, "grammar: token %d is not allowed here", t);
     if (st == LLM_OK)
@@ -455,7 +453,7 @@ llm_status llmi_gstate_rollback(llmi_gstate *s, uint32_t n) {
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "grammar: cannot roll back %u tokens, only %u are kept", n, s->n_snaps);
     llmi_gsnap snap = s->snaps[s->n_snaps - n];
-    if (!grow32(&s->tops, &s->cap_tops, snap.n_tops))
+    if (!llmi_ggrow32(&s->tops, &s->cap_tops, snap.n_tops))
         return llmi_oom("grammar rollback");
     if (snap.n_tops)
         memcpy(s->tops, s->snap_tops + snap.first_top, (size_t)snap.n_tops * sizeof *s->tops);
@@ -465,237 +463,6 @@ llm_status llmi_gstate_rollback(llmi_gstate *s, uint32_t n) {
     s->n_snaps -= n;
     s->n_snap_tops = snap.first_top;
     return LLM_OK;
-}
-
-/* ---- the mask ---- */
-
-static inline void set_bit(uint32_t *mask, llm_token t) { mask[t >> 5] |= 1u << (t & 31); }
-
-/* Depth-first over the trie below `node`, with `in` the set after its bytes. */
-static llm_status walk(llmi_gstate *s, uint32_t node, gset in, uint32_t *mask) {
-    const llmi_grammar *g = s->g;
-    const llmi_gtrie_node *nd = &g->trie[node];
-    for (uint32_t c = 0; c < nd->n_children; c++) {
-        uint32_t child = nd->first_child + c;
-        const llmi_gtrie_node *ch = &g->trie[child];
-        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-        gset out;
-        LLMI_TRY(step_byte(s, in, ch->byte, &out));
-        if (out.n) {
-            for (uint32_t k = 0; k < ch->n_tokens; k++)
-                set_bit(mask, g->trie_tokens[ch->first_token + k]);
-            if (ch->n_children)
-                LLMI_TRY(walk(s, child, out, mask));
-        }
-        s->n_nodes = mark_nodes;
-        s->n_tops = mark_tops;
-    }
-    return LLM_OK;
-}
-
-/* ---- the cached mask (see grammar.h) ---- */
-
-enum { SIG = 1 + LLMI_GCACHE_DEPTH }; /* words per stack in a key */
-
-static int cmp_sig(const void *a, const void *b) { return memcmp(a, b, SIG * sizeof(uint32_t)); }
-
-/* The key of the live set: per stack, its depth (with bit 31 set when the
- * chain ends within it) and its top positions; sorted, duplicates dropped. */
-static llm_status make_key(const llmi_gstate *s, uint32_t **out, uint32_t *n_out, uint64_t *hash) {
-    uint32_t *k = llmi_malloc((size_t)(s->n_tops ? s->n_tops : 1) * SIG * sizeof *k);
-    if (!k)
-        return llmi_oom("grammar mask key");
-    for (uint32_t i = 0; i < s->n_tops; i++) {
-        uint32_t *r = k + (size_t)i * SIG, t = s->tops[i], d = 0;
-        for (uint32_t j = 1; j < SIG; j++)
-            r[j] = UINT32_MAX;
-        while (t < LLMI_GCUT && d < LLMI_GCACHE_DEPTH) {
-            r[1 + d++] = s->nodes[t].pos;
-            t = s->nodes[t].parent;
-        }
-        r[0] = d | (t == LLMI_GNONE || s->tops[i] == LLMI_GDONE ? 0x80000000u : 0);
-    }
-    qsort(k, s->n_tops, SIG * sizeof *k, cmp_sig);
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < s->n_tops; i++)
-        if (n == 0 || memcmp(k + (size_t)(n - 1) * SIG, k + (size_t)i * SIG, SIG * sizeof *k)) {
-            memmove(k + (size_t)n * SIG, k + (size_t)i * SIG, SIG * sizeof *k);
-            n++;
-        }
-    uint64_t h = 0x84222325cbf29ce4ull;
-    for (uint32_t i = 0; i < n * SIG; i++)
-        h = mix(h, k[i]);
-    *out = k;
-    *n_out = n * SIG;
-    *hash = h;
-    return LLM_OK;
-}
-
-static llm_status push_uncertain(llmi_gcache_entry *e, uint32_t *cap, uint32_t node) {
-    if (!grow32(&e->uncertain, cap, e->n_uncertain + 1))
-        return llmi_oom("grammar mask cache");
-    e->uncertain[e->n_uncertain++] = node;
-    return LLM_OK;
-}
-
-/* The walk over stacks cut below their top frames: subtrees where a path
- * reaches the cut are recorded as uncertain and not entered. */
-static llm_status walk_cut(llmi_gstate *s, uint32_t node, gset in, llmi_gcache_entry *e,
-                           uint32_t *cap) {
-    const llmi_grammar *g = s->g;
-    const llmi_gtrie_node *nd = &g->trie[node];
-    for (uint32_t c = 0; c < nd->n_children; c++) {
-        uint32_t child = nd->first_child + c;
-        const llmi_gtrie_node *ch = &g->trie[child];
-        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-        gset out;
-        llm_status st = step_byte(s, in, ch->byte, &out);
-        bool cut = false;
-        for (uint32_t i = 0; st == LLM_OK && i < out.n; i++)
-            cut |= s->tops[out.first + i] == LLMI_GCUT;
-        if (st == LLM_OK && cut)
-            st = push_uncertain(e, cap, child);
-        else if (st == LLM_OK && out.n) {
-            for (uint32_t k = 0; k < ch->n_tokens; k++)
-                set_bit(e->accepted, g->trie_tokens[ch->first_token + k]);
-            if (ch->n_children)
-                st = walk_cut(s, child, out, e, cap);
-        }
-        s->n_nodes = mark_nodes;
-        s->n_tops = mark_tops;
-        if (st != LLM_OK)
-            return st;
-    }
-    return LLM_OK;
-}
-
-/* Computes the entry of a key (made by make_key from the live set). */
-static llm_status compute_entry(llmi_gstate *s, llmi_gcache_entry *e) {
-    const llmi_grammar *g = s->g;
-    e->accepted = llmi_calloc((g->n_vocab + 31) / 32 + 1, sizeof *e->accepted);
-    if (!e->accepted)
-        return llmi_oom("grammar mask cache");
-    uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops, cap = 0;
-    gset cs = {s->n_tops, 0, {0, 0, 0}};
-    llm_status st = LLM_OK;
-    for (uint32_t i = 0; i < e->n_key && st == LLM_OK; i += SIG) {
-        const uint32_t *r = e->key + i;
-        uint32_t d = r[0] & 0x7FFFFFFFu, t = r[0] & 0x80000000u ? LLMI_GNONE : LLMI_GCUT;
-        if (d == 0) { /* an emptied stack: nothing to advance */
-            st = add_top(s, cs.first, LLMI_GDONE);
-            continue;
-        }
-        for (uint32_t j = d; j-- > 0 && st == LLM_OK;)
-            st = new_node(s, r[1 + j], t, &t);
-        if (st == LLM_OK)
-            st = add_top(s, cs.first, t);
-    }
-    cs.n = s->n_tops - cs.first;
-    llmi_gwalk *w = NULL;
-    if (st == LLM_OK)
-        st = llmi_gwalk_create(&w);
-    uint32_t walk_nodes = s->n_nodes, walk_tops = s->n_tops;
-    bool gave_up = false;
-    if (st == LLM_OK)
-        st = llmi_gwalk_run(w, s, 0, cs, NULL, e, &cap, &gave_up);
-    llmi_gwalk_free(w);
-    if (st == LLM_OK && gave_up) { /* too many distinct sets: the plain cut walk */
-        s->n_nodes = walk_nodes;
-        s->n_tops = walk_tops;
-        memset(e->accepted, 0, ((g->n_vocab + 31) / 32 + 1) * sizeof *e->accepted);
-        e->n_uncertain = 0;
-        st = walk_cut(s, 0, cs, e, &cap);
-    }
-    s->n_nodes = mark_nodes;
-    s->n_tops = mark_tops;
-    return st;
-}
-
-/* The mask from a cache entry: its accepted tokens, then the uncertain
- * subtrees walked with the real stacks. */
-static llm_status mask_from_entry(llmi_gstate *s, const llmi_gcache_entry *e, uint32_t *mask) {
-    const llmi_grammar *g = s->g;
-    memcpy(mask, e->accepted, (size_t)((g->n_vocab + 31) / 32) * sizeof *mask);
-    if (e->n_uncertain == 0)
-        return LLM_OK;
-    /* One memoized walk for all the subtrees: they mostly meet the same
-     * sets. Its arena stays until the caller truncates it. */
-    llmi_gwalk *w = NULL;
-    LLMI_TRY(llmi_gwalk_create(&w));
-    const gset lv = live(s); /* s->n_tops grows below */
-    llm_status st = LLM_OK;
-    for (uint32_t i = 0; i < e->n_uncertain && st == LLM_OK; i++) {
-        const llmi_gtrie_node *nd = &g->trie[e->uncertain[i]];
-        llm_token rep = g->trie_tokens[nd->first_token]; /* its bytes start with the prefix */
-        gset set;
-        st = run_bytes(s, lv, g->tok_bytes + g->tok_off[rep], nd->depth, &set);
-        if (st != LLM_OK || !set.n)
-            continue;
-        for (uint32_t k = 0; k < nd->n_tokens; k++)
-            set_bit(mask, g->trie_tokens[nd->first_token + k]);
-        bool gave_up = false;
-        if (nd->n_children)
-            st = llmi_gwalk_run(w, s, e->uncertain[i], set, mask, NULL, NULL, &gave_up);
-        if (st == LLM_OK && gave_up) /* the bits set so far are right; the rest plainly */
-            st = walk(s, e->uncertain[i], set, mask);
-    }
-    llmi_gwalk_free(w);
-    return st;
-}
-
-/* The mask from the live set by the memoized walk (the plain one when it
- * gives up). */
-static llm_status fill_walked(llmi_gstate *s, uint32_t *mask) {
-    llmi_gwalk *w = NULL;
-    LLMI_TRY(llmi_gwalk_create(&w));
-    bool gave_up = false;
-    llm_status st = llmi_gwalk_run(w, s, 0, live(s), mask, NULL, NULL, &gave_up);
-    llmi_gwalk_free(w);
-    if (st == LLM_OK && gave_up)
-        st = walk(s, 0, live(s), mask);
-    return st;
-}
-
-static llm_status fill_cached(llmi_gstate *s, uint32_t *mask) {
-    llmi_gcache *c = s->g->cache;
-    llmi_gcache_entry e = {0};
-    LLMI_TRY(make_key(s, &e.key, &e.n_key, &e.hash));
-    const llmi_gcache_entry *hit = llmi_gcache_find(c, e.key, e.n_key, e.hash);
-    llm_status st = LLM_OK;
-    bool owned = true;
-    if (!hit) {
-        st = compute_entry(s, &e);
-        if (st == LLM_OK)
-            st = llmi_gcache_insert(c, &e, &hit, &owned);
-    }
-    if (st == LLM_OK)
-        st = mask_from_entry(s, hit, mask);
-    (void)owned; /* a stored entry left e empty; an unstored one is freed here */
-    llmi_gcache_entry_free(&e);
-    return st;
-}
-
-llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask) {
-    const llmi_grammar *g = s->g;
-    if (!g->trie)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "grammar: no vocabulary bound");
-    memset(mask, 0, (size_t)((g->n_vocab + 31) / 32) * sizeof *mask);
-    if (s->finished)
-        return LLM_OK;
-    uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-    llm_status st;
-    if (s->no_cache) /* the reference the tests compare with */
-        st = walk(s, 0, live(s), mask);
-    else if (g->cache && s->utf8.need == 0)
-        st = fill_cached(s, mask);
-    else
-        st = fill_walked(s, mask);
-    s->n_nodes = mark_nodes;
-    s->n_tops = mark_tops;
-    if (st == LLM_OK && llmi_gstate_can_end(s))
-        for (uint32_t i = 0; i < g->n_eog; i++)
-            set_bit(mask, g->eog[i]);
-    return st;
 }
 
 bool llmi_gstate_allows(llmi_gstate *s, llm_token t) {
@@ -709,7 +476,7 @@ bool llmi_gstate_allows(llmi_gstate *s, llm_token t) {
         return false;
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
     gset res;
-    llm_status st = run_bytes(s, live(s), g->tok_bytes + off, len, &res);
+    llm_status st = llmi_gstate_run_bytes(s, llmi_gstate_live(s), g->tok_bytes + off, len, &res);
     s->n_nodes = mark_nodes;
     s->n_tops = mark_tops;
     return st == LLM_OK && res.n > 0;
