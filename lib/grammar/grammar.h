@@ -345,6 +345,8 @@ uint64_t llmi_gmix(uint64_t h, uint32_t pos);
 llm_status llmi_gstate_new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, uint32_t *out);
 llm_status llmi_gstate_add_top(llmi_gstate *s, uint32_t first, uint32_t t);
 bool llmi_ggrow32(uint32_t **p, uint32_t *cap, uint32_t need);
+/* Whether two stacks hold the same positions (their nodes may differ). */
+bool llmi_gstate_same_stack(const llmi_gstate *s, uint32_t a, uint32_t b);
 /* Runs bytes from `in`; *out is the final set (n == 0: rejected). */
 llm_status llmi_gstate_run_bytes(llmi_gstate *s, llmi_gset in, const char *bytes, size_t n,
                                  llmi_gset *out);

@@ -48,7 +48,7 @@ llm_status llmi_gstate_new_node(llmi_gstate *s, uint32_t pos, uint32_t parent, u
     return LLM_OK;
 }
 
-static bool same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
+bool llmi_gstate_same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
     while (a != b) {
         if (a >= LLMI_GCUT || b >= LLMI_GCUT)
             return false;
@@ -64,7 +64,7 @@ static bool same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
 /* Adds top t to the set that starts at `first` and ends at s->n_tops. */
 llm_status llmi_gstate_add_top(llmi_gstate *s, uint32_t first, uint32_t t) {
     for (uint32_t i = first; i < s->n_tops; i++)
-        if (same_stack(s, s->tops[i], t))
+        if (llmi_gstate_same_stack(s, s->tops[i], t))
             return LLM_OK;
     if (s->n_tops - first >= LLMI_GRAMMAR_MAX_STACKS)
         return llmi_error(LLM_ERR_LIMIT,

@@ -97,19 +97,6 @@ static uint64_t set_hash(const llmi_gstate *s, llmi_gset x) {
     return h;
 }
 
-static bool same_stack(const llmi_gstate *s, uint32_t a, uint32_t b) {
-    while (a != b) {
-        if (a >= LLMI_GCUT || b >= LLMI_GCUT)
-            return false;
-        const llmi_gnode *x = &s->nodes[a], *y = &s->nodes[b];
-        if (x->pos != y->pos || x->hash != y->hash)
-            return false;
-        a = x->parent;
-        b = y->parent;
-    }
-    return true;
-}
-
 /* Sets hold no duplicate stacks (add_top), so equal sizes and inclusion
  * make them equal. */
 static bool same_set(const llmi_gstate *s, llmi_gset a, llmi_gset b) {
@@ -119,7 +106,7 @@ static bool same_set(const llmi_gstate *s, llmi_gset a, llmi_gset b) {
         uint32_t t = s->tops[a.first + i];
         bool found = false;
         for (uint32_t j = 0; j < b.n && !found; j++)
-            found = same_stack(s, t, s->tops[b.first + j]);
+            found = llmi_gstate_same_stack(s, t, s->tops[b.first + j]);
         if (!found)
             return false;
     }
