@@ -330,7 +330,7 @@ void llmi_grammar_free(llmi_grammar *g) {
     llmi_free(g->ranges);
     llmi_free(g->cls);
     llmi_gvocab_release(g->vocab); /* the trie and token bytes are its */
-    llmi_gcache_free(g->cache);
+    llmi_gpostable_free(g->posmasks);
     llmi_free(g);
 }
 

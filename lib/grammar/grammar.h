@@ -4,7 +4,7 @@
  * notation (ebnf.c), or compiled to that notation from a JSON Schema
  * (schema.c) or a regular expression (regex.c). Compiling flattens it into
  * an element array (below) that many sequences share read-only, plus a
- * trie over the token bytes of one vocabulary (mask.c).
+ * trie over the token bytes of one vocabulary (vocab.c).
  *
  * A matcher (match.c) is a pushdown recognizer: its state is a set of
  * stacks; each stack is a chain of positions in the element array (the top
@@ -17,7 +17,10 @@
  * The allowed-token mask walks the vocabulary trie once, advancing the stack
  * set byte by byte and pruning every subtree the grammar rejects; the walk
  * memoizes its steps per distinct stack set and takes whole subtrees where
- * a set accepts every byte below them (walk.c).
+ * a set accepts every byte below them (walk.c). Binding the vocabulary
+ * precomputes the part of each stack's mask its top frames decide
+ * (posmask.c), so a mask only walks the few tokens the frames below them
+ * decide (mask.c).
  *
  * Thread safety: a compiled grammar is immutable and may be used by many
  * states on many threads; one state is used by one thread at a time. */
@@ -63,8 +66,9 @@ typedef struct llmi_gtrie_node {
     uint32_t depth; /* bytes from the root */
 } llmi_gtrie_node;
 
-typedef struct llmi_gcache llmi_gcache;
 typedef struct llmi_gvocab llmi_gvocab;
+
+typedef struct llmi_gpostable llmi_gpostable;
 
 /* The public llm_grammar handle is this struct. */
 typedef struct llm_grammar {
@@ -103,9 +107,10 @@ typedef struct llm_grammar {
      * (bytes other than continuation bytes; capped at 255,
      * llmi_gbelow_len). */
     uint64_t *trie_below;
-    /* Masks of stack tops, shared by every state (cache.c); the one
-     * mutable part of a compiled grammar, guarded by its own lock. */
-    llmi_gcache *cache;
+    /* The masks of every chain of top positions a stack can have, built
+     * when the vocabulary is bound (posmask.c); NULL for a grammar too
+     * large for them, whose masks are walked from scratch. */
+    llmi_gpostable *posmasks;
 } llmi_grammar;
 
 /* Whitespace between JSON tokens in grammars compiled from a schema. */
@@ -143,7 +148,7 @@ typedef struct llmi_gnode {
 
 /* Special stack tops and parents: NONE ends a chain; DONE is a stack that
  * emptied (the grammar may end); CUT stands for "the rest of the stack",
- * unknown, in the context-free masks of cache.c. */
+ * unknown, in the position masks of posmask.c. */
 enum { LLMI_GNONE = UINT32_MAX, LLMI_GDONE = UINT32_MAX - 1, LLMI_GCUT = UINT32_MAX - 2 };
 
 /* Pending bytes of a code point split across tokens. */
@@ -288,37 +293,50 @@ static inline bool llmi_gbyte_is_text(uint8_t c) {
  * when invalid (overlong, surrogate, truncated, above U+10FFFF). */
 size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp);
 
-/* ---- the mask cache (cache.c) ----
+/* ---- position masks (posmask.c) ----
  *
- * Most of a mask depends on the top few frames of the stacks only (inside
- * a string: every token made of string characters). For a key made of the
- * top LLMI_GCACHE_DEPTH positions of every stack, the cache keeps the
- * tokens accepted without looking further down ("accepted") and the trie
- * subtrees whose tokens do look further down ("uncertain"), which the mask
- * then walks with the real stacks. */
-enum { LLMI_GCACHE_DEPTH = 3, LLMI_GCACHE_MAX_ENTRIES = 512 };
+ * Most of a mask depends on the top few frames of each stack only (inside
+ * a string: every token made of string characters). For every chain of
+ * LLMI_GPOS_DEPTH top positions a stack can have (fewer where the stack
+ * ends), the table keeps the tokens accepted without looking further down
+ * and the trie subtrees whose tokens do look further down ("uncertain"),
+ * which the mask then walks with the real stacks. */
+enum {
+    LLMI_GPOS_DEPTH = 3,
+    LLMI_GPOS_KEY = 1 + LLMI_GPOS_DEPTH,
+    LLMI_GPOS_MAX_CHAINS = 1 << 16,
+    LLMI_GPOS_MAX_CALLERS = 4096
+};
 
-typedef struct llmi_gcache_entry {
-    uint32_t *key;
-    uint32_t n_key;
-    uint64_t hash;
-    uint32_t *accepted;  /* ceil(n_vocab / 32) words */
+/* The result of a walk over stacks cut below their top frames. */
+typedef struct llmi_gcut {
+    uint32_t *accepted;  /* ceil(n_vocab / 32) + 1 words */
     uint32_t *uncertain; /* trie node ids */
     uint32_t n_uncertain;
-} llmi_gcache_entry;
+} llmi_gcut;
 
-llm_status llmi_gcache_create(llmi_gcache **out);
-void llmi_gcache_free(llmi_gcache *c);
-/* The entry for key (borrowed until the grammar is freed), or NULL. */
-const llmi_gcache_entry *llmi_gcache_find(llmi_gcache *c, const uint32_t *key, uint32_t n,
-                                          uint64_t hash);
-/* Stores e, taking its arrays (*owned true; *out is the stored entry, or
- * an equal one another thread stored first). When the cache is full, or
- * its array cannot be allocated, *owned is false and *out is e itself,
- * which the caller uses and then frees. */
-llm_status llmi_gcache_insert(llmi_gcache *c, llmi_gcache_entry *e, const llmi_gcache_entry **out,
-                              bool *owned);
-void llmi_gcache_entry_free(llmi_gcache_entry *e);
+/* One chain's mask. key: the chain's length, with bit 31 set when the
+ * stack ends below it, then its positions from the top (UINT32_MAX past
+ * the length). The accepted tokens are a bitset or, when shorter, a list. */
+typedef struct llmi_gposmask {
+    uint32_t key[LLMI_GPOS_KEY];
+    uint32_t *bits; /* ceil(n_vocab / 32) words, or NULL */
+    llm_token *list;
+    uint32_t n_list;
+    uint32_t *uncertain; /* trie node ids */
+    uint32_t n_uncertain;
+} llmi_gposmask;
+
+/* Builds g->posmasks (g bound to a vocabulary; nothing when built). */
+llm_status llmi_grammar_build_posmasks(llmi_grammar *g);
+void llmi_gpostable_free(llmi_gpostable *t);
+/* The mask of a chain, or NULL when the grammar has no such chain. */
+const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t *key);
+/* The chains' length, and how many chains there are. */
+uint32_t llmi_gpostable_depth(const llmi_gpostable *t);
+uint32_t llmi_gpostable_size(const llmi_gpostable *t);
+/* The memory the table holds. */
+size_t llmi_gpostable_bytes(const llmi_gpostable *t, uint32_t n_vocab);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
 
@@ -364,11 +382,24 @@ typedef struct llmi_gwalk llmi_gwalk;
 llm_status llmi_gwalk_create(llmi_gwalk **out);
 void llmi_gwalk_free(llmi_gwalk *w);
 llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
-                          uint32_t *mask, llmi_gcache_entry *e, uint32_t *cap, bool *gave_up);
+                          uint32_t *mask, llmi_gcut *e, uint32_t *cap, bool *gave_up);
+/* Sets the bits of the tokens allowed from set `in` in the trie subtrees
+ * rooted at nodes[0, n) (each node's own tokens and those below it),
+ * following each node's path from `in` through the memoized steps.
+ * *gave_up: as llmi_gwalk_run; the bits set are right but may be
+ * incomplete. */
+llm_status llmi_gwalk_subtrees(llmi_gwalk *w, llmi_gstate *s, llmi_gset in, const uint32_t *nodes,
+                               uint32_t n, uint32_t *mask, bool *gave_up);
+
 #ifdef LLMI_TEST_HOOKS
 /* Caps the distinct sets a walk keeps (0: the default), so tests reach
  * the fallback to the plain walk. Not thread-safe; tests only. */
 void llmi_gwalk_test_max_states(uint32_t n);
+/* Lowers the position masks' limits (0: the defaults) so tests reach the
+ * shallower tables and the grammar without one; counts the masks whose
+ * stacks had a chain missing from the table (none should). Tests only. */
+void llmi_gpos_test_limits(uint32_t max_chains, uint32_t max_callers);
+uint64_t llmi_gpos_test_misses(void);
 #endif
 
 #endif

@@ -276,8 +276,6 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
                           "grammar: already bound to a vocabulary of %u tokens, not %u", g->n_vocab,
                           v->n_vocab);
     }
-    if (!g->cache)
-        LLMI_TRY(llmi_gcache_create(&g->cache));
     __atomic_add_fetch(&v->refs, 1, __ATOMIC_ACQ_REL);
     g->vocab = v;
     g->n_vocab = v->n_vocab;
@@ -307,7 +305,7 @@ llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
     LLMI_TRY(vocab_build(tok, &v));
     llm_status st = attach(g, v);
     llmi_gvocab_release(v);
-    return st;
+    return st == LLM_OK ? llmi_grammar_build_posmasks(g) : st;
 }
 
 llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m) {
@@ -327,5 +325,5 @@ llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m) {
     if (st == LLM_OK)
         st = attach(g, c->data);
     pthread_mutex_unlock(&c->lock);
-    return st;
+    return st == LLM_OK ? llmi_grammar_build_posmasks(g) : st;
 }

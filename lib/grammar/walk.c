@@ -189,12 +189,12 @@ static llm_status intern(llmi_gwalk *w, llmi_gstate *s, llmi_gset x, bool append
     return LLM_OK;
 }
 
-static llm_status push_uncertain(llmi_gcache_entry *e, uint32_t *cap, uint32_t node) {
+static llm_status push_uncertain(llmi_gcut *e, uint32_t *cap, uint32_t node) {
     if (e->n_uncertain == *cap) {
         uint32_t c = *cap ? 2 * *cap : 64;
         uint32_t *q = llmi_realloc(e->uncertain, (size_t)c * sizeof *q);
         if (!q)
-            return llmi_oom("grammar mask cache");
+            return llmi_oom("grammar mask walk");
         e->uncertain = q;
         *cap = c;
     }
@@ -411,7 +411,7 @@ static llm_status take_text(llmi_gwalk *w, llmi_gstate *s, int32_t from, uint32_
 }
 
 static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, uint32_t path_chars,
-                      int32_t from, uint32_t *bits, llmi_gcache_entry *e, uint32_t *cap) {
+                      int32_t from, uint32_t *bits, llmi_gcut *e, uint32_t *cap) {
     const llmi_grammar *g = s->g;
     const llmi_gtrie_node *nd = &g->trie[node];
     for (uint32_t c = 0; c < nd->n_children; c++) {
@@ -461,7 +461,7 @@ static llm_status run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, uint32_t pat
 }
 
 llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
-                          uint32_t *mask, llmi_gcache_entry *e, uint32_t *cap, bool *gave_up) {
+                          uint32_t *mask, llmi_gcut *e, uint32_t *cap, bool *gave_up) {
     *gave_up = false;
     if (w->full) {
         *gave_up = true;
@@ -476,6 +476,41 @@ llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gse
         LLMI_TRY(take_text(w, s, from, bits));
     if (from >= 0 && !w->full)
         LLMI_TRY(run(w, s, node, 0, from, bits, e, cap));
+    *gave_up = w->full;
+    return LLM_OK;
+}
+
+llm_status llmi_gwalk_subtrees(llmi_gwalk *w, llmi_gstate *s, llmi_gset in, const uint32_t *nodes,
+                               uint32_t n, uint32_t *mask, bool *gave_up) {
+    const llmi_grammar *g = s->g;
+    *gave_up = w->full;
+    int32_t from = -1;
+    w->cut_walk = false;
+    w->text_taken = 0;
+    if (!w->full)
+        LLMI_TRY(intern(w, s, in, false, 0, 0, false, &from));
+    for (uint32_t i = 0; i < n && from >= 0 && !w->full; i++) {
+        const llmi_gtrie_node *nd = &g->trie[nodes[i]];
+        /* The subtree's first token starts with the node's bytes. */
+        const uint8_t *path =
+            (const uint8_t *)g->tok_bytes + g->tok_off[g->trie_tokens[nd->first_token]];
+        int32_t at = from;
+        uint32_t chars = 0;
+        for (uint32_t k = 0; k < nd->depth && at >= 0; k++) {
+            LLMI_TRY(successor(w, s, at, path[k], false, &at));
+            chars += (path[k] & 0xC0) != 0x80;
+            if (w->full)
+                break;
+        }
+        if (w->full || at < 0)
+            continue;
+        for (uint32_t k = 0; k < nd->n_tokens; k++) {
+            llm_token t = g->trie_tokens[nd->first_token + k];
+            mask[t >> 5] |= 1u << (t & 31);
+        }
+        if (nd->n_children)
+            LLMI_TRY(run(w, s, nodes[i], chars, at, mask, NULL, NULL));
+    }
     *gave_up = w->full;
     return LLM_OK;
 }

@@ -13,9 +13,10 @@
  *       grammar matches as a whole, else 0 (the engine's verdict, for the
  *       comparison with an independent parser).
  *   llm-grammar bench --model PATH --schemas DIR [--threads N] [--walks N]
- *       JSON: compile time per schema, mask time p50/p99 (cold: the mask
- *       cache filling; warm: the same walks again), and generated tokens/s
- *       with and without a grammar.
+ *       JSON: compile time per schema, the largest position-mask table
+ *       (chains, memory), mask time p50/p99 (cold: a grammar's first
+ *       walks; warm: the same walks again), and generated tokens/s with
+ *       and without a grammar.
  *
  * Exit status: 0 ok, 1 usage, 2 runtime error. */
 #include "grammar/grammar.h"
@@ -434,6 +435,8 @@ static int cmd_bench(int argc, char **argv) {
     printf("{\n  \"model\": \"%s\",\n  \"n_vocab\": %u,\n  \"compile_ms\": {", model, info.n_vocab);
     llm_grammar *first = NULL;
     double compile_sum = 0;
+    uint32_t chains_max = 0;
+    size_t table_max = 0;
     for (int i = 0; i < n_names; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -448,6 +451,12 @@ static int cmd_bench(int argc, char **argv) {
         if (st != LLM_OK)
             continue;
         compile_sum += ms;
+        if (g->posmasks) { /* the position masks (lib/grammar/posmask.c) */
+            uint32_t c = llmi_gpostable_size(g->posmasks);
+            size_t b = llmi_gpostable_bytes(g->posmasks, g->n_vocab);
+            chains_max = c > chains_max ? c : chains_max;
+            table_max = b > table_max ? b : table_max;
+        }
         for (int w = 0; w < walks; w++)
             walk(g, info.n_vocab, 1000 + (uint64_t)w, &cold);
         for (int w = 0; w < walks; w++)
@@ -459,6 +468,8 @@ static int cmd_bench(int argc, char **argv) {
     }
     size_t n_masks = cold.n;
     printf("\n  },\n  \"compile_ms_mean\": %.2f,\n", n_names ? compile_sum / n_names : 0);
+    printf("  \"position_masks_max\": {\"chains\": %u, \"kib\": %.1f},\n", chains_max,
+           table_max / 1024.0);
     printf("  \"masks\": %zu,\n  \"mask_us_cold\": {\"p50\": %.1f, \"p99\": %.1f},\n", n_masks,
            pct(cold.v, cold.n, 0.5), pct(cold.v, cold.n, 0.99));
     printf("  \"mask_us_warm\": {\"p50\": %.1f, \"p99\": %.1f},\n", pct(warm.v, warm.n, 0.5),

@@ -278,7 +278,7 @@ static uint32_t n_words(const llmi_grammar *g) { return (g->n_vocab + 31) / 32; 
 
 static bool bit(const uint32_t *m, uint32_t t) { return (m[t >> 5] >> (t & 31)) & 1; }
 
-/* The mask (from the cache, where it applies) equals the plain trie walk's
+/* The mask (from the position masks, where they apply) equals the plain trie walk's
  * and the token-by-token check for every token. */
 static uint32_t check_mask(llmi_gstate *s, uint32_t *mask) {
     assert_int_equal(llmi_gstate_fill_mask(s, mask), LLM_OK);
@@ -410,7 +410,7 @@ static void test_mask_real_vocab(void **state) {
 }
 
 /* A walk that meets more distinct stack sets than it keeps falls back to
- * the plain walk (in the cut walk of a cache entry, in the uncertain
+ * the plain walk (in the cut walk of a position mask, in the uncertain
  * subtrees and in the middle of a character); the masks stay the same. */
 static void test_mask_walk_fallback(void **state) {
     for (uint32_t cap = 1; cap <= 3; cap++) {
@@ -426,6 +426,43 @@ static void test_mask_real_vocab_fallback(void **state) {
     llmi_gwalk_test_max_states(3);
     test_mask_real_vocab(state);
     llmi_gwalk_test_max_states(0);
+}
+
+/* Every stack the grammars make has its chain of top positions in the
+ * table: no mask falls back to the walk from scratch. */
+static void test_posmask_complete(void **state) {
+    uint64_t before = llmi_gpos_test_misses();
+    test_mask_walk(state);
+    test_mask_real_vocab(state);
+    assert_int_equal(llmi_gpos_test_misses(), before);
+    llmi_grammar *g = bound(schema(WALK_GRAMMARS[0], 1));
+    assert_non_null(g->posmasks);
+    assert_int_equal(llmi_gpostable_depth(g->posmasks), LLMI_GPOS_DEPTH);
+    assert_true(llmi_gpostable_size(g->posmasks) > 0);
+    llmi_grammar_free(g);
+}
+
+/* Grammars with more chains than the table holds get shallower chains,
+ * then none (masks walked from scratch); the masks stay the same. */
+static void test_posmask_limits(void **state) {
+    llmi_grammar *g = bound(schema(WALK_GRAMMARS[0], 1));
+    uint32_t full = llmi_gpostable_size(g->posmasks);
+    llmi_grammar_free(g);
+    /* {chains, callers, depth expected (0: no table)} */
+    const uint32_t cases[][3] = {{full - 1, 0, 2}, {0, 1, 1}, {1, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llmi_gpos_test_limits(cases[i][0], cases[i][1]);
+        g = bound(schema(WALK_GRAMMARS[0], 1));
+        if (cases[i][2] == 0)
+            assert_null(g->posmasks);
+        else {
+            assert_non_null(g->posmasks);
+            assert_true(llmi_gpostable_depth(g->posmasks) <= cases[i][2]);
+        }
+        llmi_grammar_free(g);
+        test_mask_walk(state);
+    }
+    llmi_gpos_test_limits(0, 0);
 }
 
 static void test_fork_rollback(void **state) {
@@ -619,6 +656,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fork_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_long_rollback, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_model, teardown_model),
+        cmocka_unit_test_setup_teardown(test_posmask_complete, setup_model, teardown_model),
+        cmocka_unit_test_setup_teardown(test_posmask_limits, setup_model, teardown_model),
         cmocka_unit_test_setup_teardown(test_sampler_masks_first, setup_model, teardown_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

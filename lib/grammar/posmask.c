@@ -1,0 +1,435 @@
+/* Position masks, computed once when a grammar is bound to a vocabulary
+ * (see grammar.h, "position masks").
+ *
+ * A stack's top frames decide most of its mask: inside a string, the
+ * character rule, the string's loop and its closing quote accept or
+ * reject nearly every token before the frames below matter. Which frames
+ * can lie below a rule's frame is known from the grammar alone: the
+ * element after each reference to the rule (or, for a reference that
+ * ends its alternative, whatever lies below the referencing rule). So
+ * every chain of the top LLMI_GPOS_DEPTH positions a stack can have is
+ * enumerated here, and for each the walk starts from that chain with "the
+ * rest unknown" (a cut) below it and sorts the vocabulary three ways:
+ * accepted, rejected, and the trie subtrees whose paths reach the cut,
+ * which the real stacks decide when the mask is made. A live set's mask
+ * is then the union of its stacks' accepted tokens and a walk of their
+ * uncertain subtrees only (tokens that close the enclosing value).
+ *
+ * One memoized walk serves every chain (chains meet the same sets: the
+ * inside of a string, whitespace, digits), so the table costs about as
+ * much as a few masks computed from scratch, not one per chain. */
+#include "grammar/grammar.h"
+
+#include <stdlib.h>
+
+#ifdef LLMI_TEST_HOOKS
+static uint32_t g_test_chains, g_test_callers;
+void llmi_gpos_test_limits(uint32_t max_chains, uint32_t max_callers) {
+    g_test_chains = max_chains;
+    g_test_callers = max_callers;
+}
+static uint32_t max_chains(void) { return g_test_chains ? g_test_chains : LLMI_GPOS_MAX_CHAINS; }
+static uint32_t max_callers(void) {
+    return g_test_callers ? g_test_callers : LLMI_GPOS_MAX_CALLERS;
+}
+#else
+static uint32_t max_chains(void) { return LLMI_GPOS_MAX_CHAINS; }
+static uint32_t max_callers(void) { return LLMI_GPOS_MAX_CALLERS; }
+#endif
+
+static llm_status push_uncertain(llmi_gcut *e, uint32_t *cap, uint32_t node) {
+    if (!llmi_ggrow32(&e->uncertain, cap, e->n_uncertain + 1))
+        return llmi_oom("grammar position masks");
+    e->uncertain[e->n_uncertain++] = node;
+    return LLM_OK;
+}
+
+/* The walk without memoizing, over stacks cut below their tops: subtrees
+ * where a path reaches the cut are recorded as uncertain and not entered.
+ * For the sets the memoized walk gives up on. */
+static llm_status walk_cut(llmi_gstate *s, uint32_t node, llmi_gset in, llmi_gcut *e,
+                           uint32_t *cap) {
+    const llmi_grammar *g = s->g;
+    const llmi_gtrie_node *nd = &g->trie[node];
+    for (uint32_t c = 0; c < nd->n_children; c++) {
+        uint32_t child = nd->first_child + c;
+        const llmi_gtrie_node *ch = &g->trie[child];
+        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
+        llmi_gset out;
+        llm_status st = llmi_gstate_step_byte(s, in, ch->byte, &out);
+        bool cut = false;
+        for (uint32_t i = 0; st == LLM_OK && i < out.n; i++)
+            cut |= s->tops[out.first + i] == LLMI_GCUT;
+        if (st == LLM_OK && cut)
+            st = push_uncertain(e, cap, child);
+        else if (st == LLM_OK && out.n) {
+            for (uint32_t k = 0; k < ch->n_tokens; k++) {
+                llm_token t = g->trie_tokens[ch->first_token + k];
+                e->accepted[t >> 5] |= 1u << (t & 31);
+            }
+            if (ch->n_children)
+                st = walk_cut(s, child, out, e, cap);
+        }
+        s->n_nodes = mark_nodes;
+        s->n_tops = mark_tops;
+        if (st != LLM_OK)
+            return st;
+    }
+    return LLM_OK;
+}
+
+/* The chain's accepted tokens and uncertain subtrees into e (cleared
+ * first); the chain's nodes are already in the arena, its set is `in`.
+ * *w is the shared walk, replaced by a fresh one when full. */
+static llm_status classify(llmi_gstate *s, llmi_gwalk **w, llmi_gset in, llmi_gcut *e,
+                           uint32_t *cap, size_t words) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(e->accepted, 0, (words + 1) * sizeof *e->accepted);
+        e->n_uncertain = 0;
+        bool gave_up = false;
+        LLMI_TRY(llmi_gwalk_run(*w, s, 0, in, NULL, e, cap, &gave_up));
+        if (!gave_up)
+            return LLM_OK;
+        /* The shared walk is full: a fresh one, then the plain walk. */
+        llmi_gwalk_free(*w);
+        *w = NULL;
+        LLMI_TRY(llmi_gwalk_create(w));
+    }
+    memset(e->accepted, 0, (words + 1) * sizeof *e->accepted);
+    e->n_uncertain = 0;
+    uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
+    llm_status st = walk_cut(s, 0, in, e, cap);
+    s->n_nodes = mark_nodes;
+    s->n_tops = mark_tops;
+    return st;
+}
+
+/* Stores e's result in m: the accepted tokens as a list when that is
+ * smaller than the bitset. */
+static llm_status store(const llmi_gcut *e, size_t words, llmi_gposmask *m) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < words; i++)
+        n += (uint32_t)__builtin_popcount(e->accepted[i]);
+    if (n < words) {
+        if (n) {
+            m->list = llmi_malloc((size_t)n * sizeof *m->list);
+            if (!m->list)
+                return llmi_oom("grammar position masks");
+        }
+        for (size_t i = 0; i < words; i++)
+            for (uint32_t b = e->accepted[i]; b; b &= b - 1)
+                m->list[m->n_list++] = (llm_token)(i * 32 + (uint32_t)__builtin_ctz(b));
+    } else {
+        m->bits = llmi_malloc(words * sizeof *m->bits);
+        if (!m->bits)
+            return llmi_oom("grammar position masks");
+        memcpy(m->bits, e->accepted, words * sizeof *m->bits);
+    }
+    if (e->n_uncertain) {
+        m->uncertain = llmi_malloc((size_t)e->n_uncertain * sizeof *m->uncertain);
+        if (!m->uncertain)
+            return llmi_oom("grammar position masks");
+        memcpy(m->uncertain, e->uncertain, (size_t)e->n_uncertain * sizeof *m->uncertain);
+        m->n_uncertain = e->n_uncertain;
+    }
+    return LLM_OK;
+}
+
+/* ---- which frames can lie below which ---- */
+
+typedef struct u32list {
+    uint32_t *v;
+    uint32_t n, cap;
+} u32list;
+
+static llm_status list_add(u32list *l, uint32_t x, bool *added) {
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i] == x)
+            return LLM_OK;
+    if (l->n >= max_callers())
+        return llmi_error(LLM_ERR_LIMIT, "grammar: a rule referenced from too many places");
+    if (!llmi_ggrow32(&l->v, &l->cap, l->n + 1))
+        return llmi_oom("grammar position masks");
+    l->v[l->n++] = x;
+    if (added)
+        *added = true;
+    return LLM_OK;
+}
+
+/* Per rule: the positions a frame of it returns to (`below`), whether it
+ * can be the bottom frame (`ends`), and each element's rule. */
+typedef struct frames {
+    uint32_t n_rules;
+    uint32_t *rule_of; /* [n_el] */
+    u32list *below;    /* [n_rules] */
+    u32list *tail;     /* [n_rules]: rules referencing it at an alternative's end */
+    bool *ends;        /* [n_rules] */
+    bool overflow;     /* the lists hit LLMI_GPOS_MAX_CALLERS: depth 1 only, every
+                          position taken both ways (may end, cut) */
+} frames;
+
+static void frames_free(frames *f) {
+    for (uint32_t r = 0; r < f->n_rules; r++) {
+        if (f->below)
+            llmi_free(f->below[r].v);
+        if (f->tail)
+            llmi_free(f->tail[r].v);
+    }
+    llmi_free(f->rule_of);
+    llmi_free(f->below);
+    llmi_free(f->tail);
+    llmi_free(f->ends);
+}
+
+static llm_status frames_build(const llmi_grammar *g, frames *f) {
+    memset(f, 0, sizeof *f);
+    f->n_rules = g->n_rules;
+    size_t nr = g->n_rules ? g->n_rules : 1;
+    f->rule_of = llmi_malloc((g->n_el ? g->n_el : 1) * sizeof *f->rule_of);
+    f->below = llmi_calloc(nr, sizeof *f->below);
+    f->tail = llmi_calloc(nr, sizeof *f->tail);
+    f->ends = llmi_calloc(nr, sizeof *f->ends);
+    if (!f->rule_of || !f->below || !f->tail || !f->ends)
+        return llmi_oom("grammar position masks");
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        for (uint32_t a = 0; a < g->rules[r].n_alts; a++)
+            for (uint32_t q = g->alts[g->rules[r].first_alt + a];; q++) {
+                f->rule_of[q] = r;
+                if (g->el[q].kind == LLMI_GEL_END)
+                    break;
+            }
+    f->ends[g->root] = true;
+    for (uint32_t q = 0; q < g->n_el; q++) {
+        if (g->el[q].kind != LLMI_GEL_RULE)
+            continue;
+        uint32_t callee = g->el[q].arg;
+        if (g->el[q + 1].kind != LLMI_GEL_END)
+            LLMI_TRY(list_add(&f->below[callee], q + 1, NULL));
+        else
+            LLMI_TRY(list_add(&f->tail[callee], f->rule_of[q], NULL));
+    }
+    /* A reference at an alternative's end reuses the referencing frame's
+     * parent: the callee inherits what lies below the caller. */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t r = 0; r < g->n_rules; r++)
+            for (uint32_t i = 0; i < f->tail[r].n; i++) {
+                uint32_t from = f->tail[r].v[i];
+                if (f->ends[from] && !f->ends[r])
+                    f->ends[r] = changed = true;
+                for (uint32_t j = 0; j < f->below[from].n; j++)
+                    LLMI_TRY(list_add(&f->below[r], f->below[from].v[j], &changed));
+            }
+    }
+    return LLM_OK;
+}
+
+/* ---- the table ---- */
+
+struct llmi_gpostable {
+    llmi_gposmask *m;
+    uint32_t n, cap;
+    int32_t *slots; /* open addressing by key hash */
+    uint32_t n_slots;
+    uint32_t depth;
+};
+
+static uint64_t key_hash(const uint32_t *key) {
+    uint64_t h = 0x84222325cbf29ce4ull;
+    for (uint32_t i = 0; i < LLMI_GPOS_KEY; i++)
+        h = llmi_gmix(h, key[i]);
+    return h;
+}
+
+void llmi_gpostable_free(llmi_gpostable *t) {
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < t->n; i++) {
+        llmi_free(t->m[i].bits);
+        llmi_free(t->m[i].list);
+        llmi_free(t->m[i].uncertain);
+    }
+    llmi_free(t->m);
+    llmi_free(t->slots);
+    llmi_free(t);
+}
+
+uint32_t llmi_gpostable_depth(const llmi_gpostable *t) { return t->depth; }
+
+uint32_t llmi_gpostable_size(const llmi_gpostable *t) { return t->n; }
+
+size_t llmi_gpostable_bytes(const llmi_gpostable *t, uint32_t n_vocab) {
+    size_t n = sizeof *t + (size_t)t->cap * sizeof *t->m + (size_t)t->n_slots * sizeof *t->slots;
+    for (uint32_t i = 0; i < t->n; i++)
+        n += (t->m[i].bits ? (n_vocab + 31) / 32 * sizeof(uint32_t) : 0) +
+             (size_t)t->m[i].n_list * sizeof(llm_token) +
+             (size_t)t->m[i].n_uncertain * sizeof(uint32_t);
+    return n;
+}
+
+const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t *key) {
+    if (!t->n_slots)
+        return NULL;
+    for (uint32_t k = (uint32_t)key_hash(key) & (t->n_slots - 1); t->slots[k] >= 0;
+         k = (k + 1) & (t->n_slots - 1))
+        if (!memcmp(t->m[t->slots[k]].key, key, sizeof t->m[0].key))
+            return &t->m[t->slots[k]];
+    return NULL;
+}
+
+/* The building context. */
+typedef struct builder {
+    const llmi_grammar *g;
+    llmi_gpostable *t;
+    frames f;
+    llmi_gstate *s;
+    llmi_gwalk *w;
+    llmi_gcut e;
+    uint32_t cap;
+    size_t words;
+    uint32_t chain[LLMI_GPOS_DEPTH];
+} builder;
+
+static llm_status rehash(llmi_gpostable *t) {
+    uint32_t n = t->n_slots ? 2 * t->n_slots : 64;
+    int32_t *slots = llmi_malloc((size_t)n * sizeof *slots);
+    if (!slots)
+        return llmi_oom("grammar position masks");
+    memset(slots, 0xFF, (size_t)n * sizeof *slots);
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t k = (uint32_t)key_hash(t->m[i].key) & (n - 1);
+        while (slots[k] >= 0)
+            k = (k + 1) & (n - 1);
+        slots[k] = (int32_t)i;
+    }
+    llmi_free(t->slots);
+    t->slots = slots;
+    t->n_slots = n;
+    return LLM_OK;
+}
+
+/* Classifies the chain b->chain[0, d) with the bottom `ends` (nothing
+ * below: the grammar may end there) or cut, and stores it. */
+static llm_status add_chain(builder *b, uint32_t d, bool ends) {
+    llmi_gpostable *t = b->t;
+    if (t->n >= max_chains())
+        return llmi_error(LLM_ERR_LIMIT, "grammar: more than %u chains of stack tops",
+                          max_chains());
+    if (t->n == t->cap) {
+        uint32_t c = t->cap ? 2 * t->cap : 64;
+        llmi_gposmask *q = llmi_realloc(t->m, (size_t)c * sizeof *q);
+        if (!q)
+            return llmi_oom("grammar position masks");
+        t->m = q;
+        t->cap = c;
+    }
+    if (2 * (t->n + 1) > t->n_slots)
+        LLMI_TRY(rehash(t));
+    llmi_gposmask *m = &t->m[t->n];
+    memset(m, 0, sizeof *m);
+    m->key[0] = d | (ends ? 0x80000000u : 0);
+    for (uint32_t i = 0; i < LLMI_GPOS_DEPTH; i++)
+        m->key[1 + i] = i < d ? b->chain[i] : UINT32_MAX;
+    if (llmi_gpostable_find(t, m->key))
+        return LLM_OK; /* two routes to one chain */
+    uint32_t node = ends ? LLMI_GNONE : LLMI_GCUT;
+    for (uint32_t j = d; j-- > 0;)
+        LLMI_TRY(llmi_gstate_new_node(b->s, b->chain[j], node, &node));
+    llmi_gset in = {b->s->n_tops, 0, {0, 0, 0}};
+    LLMI_TRY(llmi_gstate_add_top(b->s, in.first, node));
+    in.n = 1;
+    LLMI_TRY(classify(b->s, &b->w, in, &b->e, &b->cap, b->words));
+    t->n++; /* before store: a failed store's arrays are freed with the table */
+    LLMI_TRY(store(&b->e, b->words, m));
+    uint32_t k = (uint32_t)key_hash(m->key) & (t->n_slots - 1);
+    while (t->slots[k] >= 0)
+        k = (k + 1) & (t->n_slots - 1);
+    t->slots[k] = (int32_t)(t->n - 1);
+    return LLM_OK;
+}
+
+/* Every chain that extends b->chain[0, d) (the frame at chain[d - 1]
+ * belongs to rule r) up to the table's depth. */
+static llm_status chains(builder *b, uint32_t d, uint32_t r) {
+    if (b->f.overflow) { /* no lists: each position both ways */
+        if (b->t->depth > 1)
+            return llmi_error(LLM_ERR_LIMIT, "grammar: a rule referenced from too many places");
+        LLMI_TRY(add_chain(b, 1, true));
+        return add_chain(b, 1, false);
+    }
+    if (b->f.ends[r])
+        LLMI_TRY(add_chain(b, d, true));
+    if (d == b->t->depth) {
+        if (b->f.below[r].n)
+            LLMI_TRY(add_chain(b, d, false));
+        return LLM_OK;
+    }
+    for (uint32_t i = 0; i < b->f.below[r].n; i++) {
+        uint32_t c = b->f.below[r].v[i];
+        b->chain[d] = c;
+        LLMI_TRY(chains(b, d + 1, b->f.rule_of[c]));
+    }
+    return LLM_OK;
+}
+
+static llm_status build_depth(builder *b, uint32_t depth) {
+    const llmi_grammar *g = b->g;
+    b->t = llmi_calloc(1, sizeof *b->t);
+    if (!b->t)
+        return llmi_oom("grammar position masks");
+    b->t->depth = depth;
+    for (uint32_t p = 0; p < g->n_el; p++) {
+        if (g->el[p].kind != LLMI_GEL_CHAR)
+            continue;
+        b->chain[0] = p;
+        LLMI_TRY(chains(b, 1, b->f.rule_of[p]));
+    }
+    return LLM_OK;
+}
+
+llm_status llmi_grammar_build_posmasks(llmi_grammar *g) {
+    if (g->posmasks || !g->trie)
+        return LLM_OK;
+    builder b = {.g = g, .words = (g->n_vocab + 31) / 32};
+    b.e.accepted = llmi_calloc(b.words + 1, sizeof *b.e.accepted);
+    llm_status st = b.e.accepted ? LLM_OK : llmi_oom("grammar position masks");
+    if (st == LLM_OK)
+        st = frames_build(g, &b.f);
+    if (st == LLM_ERR_LIMIT) { /* only single positions: their bottoms need no lists */
+        st = LLM_OK;
+        b.f.overflow = true;
+    }
+    if (st == LLM_OK)
+        st = llmi_gstate_create(g, &b.s);
+    if (st == LLM_OK)
+        st = llmi_gwalk_create(&b.w);
+    /* Deeper chains leave fewer uncertain tokens; a grammar with too many
+     * of them gets shallower ones. */
+    for (uint32_t depth = LLMI_GPOS_DEPTH; st == LLM_OK; depth--) {
+        st = build_depth(&b, depth);
+        if (st != LLM_ERR_LIMIT)
+            break;
+        llmi_gpostable_free(b.t);
+        b.t = NULL;
+        st = depth > 1 ? LLM_OK : LLM_ERR_LIMIT;
+        if (depth == 1)
+            break;
+    }
+    /* Too large a grammar even for single positions: masks are walked
+     * from scratch (slower, the same tokens). */
+    if (st == LLM_ERR_LIMIT) {
+        llmi_error_clear();
+        st = LLM_OK;
+    }
+    frames_free(&b.f);
+    llmi_gwalk_free(b.w);
+    llmi_gstate_free(b.s);
+    llmi_free(b.e.accepted);
+    llmi_free(b.e.uncertain);
+    if (st != LLM_OK) {
+        llmi_gpostable_free(b.t);
+        return st;
+    }
+    g->posmasks = b.t;
+    return LLM_OK;
+}
