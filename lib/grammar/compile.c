@@ -401,4 +401,3 @@ size_t llmi_grammar_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     *cp = v;
     return (size_t)len;
 }
-

@@ -133,9 +133,14 @@ void llmi_grammar_free(llmi_grammar *g);
 
 /* Gives g the token bytes and trie of `tok`, built for g alone (tests),
  * or of model `m`, built once per model and shared (a second bind with a
- * vocabulary of another size fails). */
+ * vocabulary of another size fails), then builds its position masks
+ * (posmask.c). */
 llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok);
 llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m);
+/* The vocabulary part of the binds above (vocab.c), without the position
+ * masks they then build (posmask.c). */
+llm_status llmi_grammar_attach_vocab(llmi_grammar *g, const llmi_tokenizer *tok);
+llm_status llmi_grammar_attach_model(llmi_grammar *g, const llm_model *m);
 void llmi_gvocab_release(llmi_gvocab *v);
 
 /* ---- matcher state ---- */
@@ -327,8 +332,15 @@ typedef struct llmi_gposmask {
     uint32_t n_uncertain;
 } llmi_gposmask;
 
-/* Builds g->posmasks (g bound to a vocabulary; nothing when built). */
+/* Builds g->posmasks (g attached to a vocabulary; nothing when built). */
 llm_status llmi_grammar_build_posmasks(llmi_grammar *g);
+/* The table (postable.c): created empty for chains of `depth` positions;
+ * insert gives a zeroed entry holding `key` for the caller to fill (kept
+ * and freed with the table), or NULL when the key is there already, and
+ * LLM_ERR_LIMIT past `max` entries. */
+llm_status llmi_gpostable_create(uint32_t depth, llmi_gpostable **out);
+llm_status llmi_gpostable_insert(llmi_gpostable *t, const uint32_t *key, uint32_t max,
+                                 llmi_gposmask **out);
 void llmi_gpostable_free(llmi_gpostable *t);
 /* The mask of a chain, or NULL when the grammar has no such chain. */
 const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t *key);

@@ -37,13 +37,14 @@ static llm_status walk(llmi_gstate *s, uint32_t node, gset in, uint32_t *mask) {
 /* The mask from the live set by the memoized walk (the plain one when it
  * gives up). */
 static llm_status fill_walked(llmi_gstate *s, uint32_t *mask) {
+    const gset lv = llmi_gstate_live(s); /* s->n_tops grows below */
     llmi_gwalk *w = NULL;
     LLMI_TRY(llmi_gwalk_create(&w));
     bool gave_up = false;
-    llm_status st = llmi_gwalk_run(w, s, 0, llmi_gstate_live(s), mask, NULL, NULL, &gave_up);
+    llm_status st = llmi_gwalk_run(w, s, 0, lv, mask, NULL, NULL, &gave_up);
     llmi_gwalk_free(w);
     if (st == LLM_OK && gave_up)
-        st = walk(s, 0, llmi_gstate_live(s), mask);
+        st = walk(s, 0, lv, mask);
     return st;
 }
 
@@ -134,6 +135,8 @@ llm_status llmi_gstate_fill_mask(llmi_gstate *s, uint32_t *mask) {
         bool found = false;
         st = g->posmasks && s->utf8.need == 0 ? fill_positions(s, mask, &found) : LLM_OK;
         if (st == LLM_OK && !found) {
+            s->n_nodes = mark_nodes;
+            s->n_tops = mark_tops;
             memset(mask, 0, (size_t)((g->n_vocab + 31) / 32) * sizeof *mask);
             st = fill_walked(s, mask);
         }

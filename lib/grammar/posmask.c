@@ -224,59 +224,6 @@ static llm_status frames_build(const llmi_grammar *g, frames *f) {
     return LLM_OK;
 }
 
-/* ---- the table ---- */
-
-struct llmi_gpostable {
-    llmi_gposmask *m;
-    uint32_t n, cap;
-    int32_t *slots; /* open addressing by key hash */
-    uint32_t n_slots;
-    uint32_t depth;
-};
-
-static uint64_t key_hash(const uint32_t *key) {
-    uint64_t h = 0x84222325cbf29ce4ull;
-    for (uint32_t i = 0; i < LLMI_GPOS_KEY; i++)
-        h = llmi_gmix(h, key[i]);
-    return h;
-}
-
-void llmi_gpostable_free(llmi_gpostable *t) {
-    if (!t)
-        return;
-    for (uint32_t i = 0; i < t->n; i++) {
-        llmi_free(t->m[i].bits);
-        llmi_free(t->m[i].list);
-        llmi_free(t->m[i].uncertain);
-    }
-    llmi_free(t->m);
-    llmi_free(t->slots);
-    llmi_free(t);
-}
-
-uint32_t llmi_gpostable_depth(const llmi_gpostable *t) { return t->depth; }
-
-uint32_t llmi_gpostable_size(const llmi_gpostable *t) { return t->n; }
-
-size_t llmi_gpostable_bytes(const llmi_gpostable *t, uint32_t n_vocab) {
-    size_t n = sizeof *t + (size_t)t->cap * sizeof *t->m + (size_t)t->n_slots * sizeof *t->slots;
-    for (uint32_t i = 0; i < t->n; i++)
-        n += (t->m[i].bits ? (n_vocab + 31) / 32 * sizeof(uint32_t) : 0) +
-             (size_t)t->m[i].n_list * sizeof(llm_token) +
-             (size_t)t->m[i].n_uncertain * sizeof(uint32_t);
-    return n;
-}
-
-const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t *key) {
-    if (!t->n_slots)
-        return NULL;
-    for (uint32_t k = (uint32_t)key_hash(key) & (t->n_slots - 1); t->slots[k] >= 0;
-         k = (k + 1) & (t->n_slots - 1))
-        if (!memcmp(t->m[t->slots[k]].key, key, sizeof t->m[0].key))
-            return &t->m[t->slots[k]];
-    return NULL;
-}
-
 /* The building context. */
 typedef struct builder {
     const llmi_grammar *g;
@@ -290,47 +237,16 @@ typedef struct builder {
     uint32_t chain[LLMI_GPOS_DEPTH];
 } builder;
 
-static llm_status rehash(llmi_gpostable *t) {
-    uint32_t n = t->n_slots ? 2 * t->n_slots : 64;
-    int32_t *slots = llmi_malloc((size_t)n * sizeof *slots);
-    if (!slots)
-        return llmi_oom("grammar position masks");
-    memset(slots, 0xFF, (size_t)n * sizeof *slots);
-    for (uint32_t i = 0; i < t->n; i++) {
-        uint32_t k = (uint32_t)key_hash(t->m[i].key) & (n - 1);
-        while (slots[k] >= 0)
-            k = (k + 1) & (n - 1);
-        slots[k] = (int32_t)i;
-    }
-    llmi_free(t->slots);
-    t->slots = slots;
-    t->n_slots = n;
-    return LLM_OK;
-}
-
 /* Classifies the chain b->chain[0, d) with the bottom `ends` (nothing
  * below: the grammar may end there) or cut, and stores it. */
 static llm_status add_chain(builder *b, uint32_t d, bool ends) {
-    llmi_gpostable *t = b->t;
-    if (t->n >= max_chains())
-        return llmi_error(LLM_ERR_LIMIT, "grammar: more than %u chains of stack tops",
-                          max_chains());
-    if (t->n == t->cap) {
-        uint32_t c = t->cap ? 2 * t->cap : 64;
-        llmi_gposmask *q = llmi_realloc(t->m, (size_t)c * sizeof *q);
-        if (!q)
-            return llmi_oom("grammar position masks");
-        t->m = q;
-        t->cap = c;
-    }
-    if (2 * (t->n + 1) > t->n_slots)
-        LLMI_TRY(rehash(t));
-    llmi_gposmask *m = &t->m[t->n];
-    memset(m, 0, sizeof *m);
-    m->key[0] = d | (ends ? 0x80000000u : 0);
+    uint32_t key[LLMI_GPOS_KEY];
+    key[0] = d | (ends ? 0x80000000u : 0);
     for (uint32_t i = 0; i < LLMI_GPOS_DEPTH; i++)
-        m->key[1 + i] = i < d ? b->chain[i] : UINT32_MAX;
-    if (llmi_gpostable_find(t, m->key))
+        key[1 + i] = i < d ? b->chain[i] : UINT32_MAX;
+    llmi_gposmask *m = NULL;
+    LLMI_TRY(llmi_gpostable_insert(b->t, key, max_chains(), &m));
+    if (!m)
         return LLM_OK; /* two routes to one chain */
     uint32_t node = ends ? LLMI_GNONE : LLMI_GCUT;
     for (uint32_t j = d; j-- > 0;)
@@ -339,27 +255,21 @@ static llm_status add_chain(builder *b, uint32_t d, bool ends) {
     LLMI_TRY(llmi_gstate_add_top(b->s, in.first, node));
     in.n = 1;
     LLMI_TRY(classify(b->s, &b->w, in, &b->e, &b->cap, b->words));
-    t->n++; /* before store: a failed store's arrays are freed with the table */
-    LLMI_TRY(store(&b->e, b->words, m));
-    uint32_t k = (uint32_t)key_hash(m->key) & (t->n_slots - 1);
-    while (t->slots[k] >= 0)
-        k = (k + 1) & (t->n_slots - 1);
-    t->slots[k] = (int32_t)(t->n - 1);
-    return LLM_OK;
+    return store(&b->e, b->words, m);
 }
 
 /* Every chain that extends b->chain[0, d) (the frame at chain[d - 1]
  * belongs to rule r) up to the table's depth. */
 static llm_status chains(builder *b, uint32_t d, uint32_t r) {
     if (b->f.overflow) { /* no lists: each position both ways */
-        if (b->t->depth > 1)
+        if (llmi_gpostable_depth(b->t) > 1)
             return llmi_error(LLM_ERR_LIMIT, "grammar: a rule referenced from too many places");
         LLMI_TRY(add_chain(b, 1, true));
         return add_chain(b, 1, false);
     }
     if (b->f.ends[r])
         LLMI_TRY(add_chain(b, d, true));
-    if (d == b->t->depth) {
+    if (d == llmi_gpostable_depth(b->t)) {
         if (b->f.below[r].n)
             LLMI_TRY(add_chain(b, d, false));
         return LLM_OK;
@@ -374,10 +284,7 @@ static llm_status chains(builder *b, uint32_t d, uint32_t r) {
 
 static llm_status build_depth(builder *b, uint32_t depth) {
     const llmi_grammar *g = b->g;
-    b->t = llmi_calloc(1, sizeof *b->t);
-    if (!b->t)
-        return llmi_oom("grammar position masks");
-    b->t->depth = depth;
+    LLMI_TRY(llmi_gpostable_create(depth, &b->t));
     for (uint32_t p = 0; p < g->n_el; p++) {
         if (g->el[p].kind != LLMI_GEL_CHAR)
             continue;
@@ -432,4 +339,14 @@ llm_status llmi_grammar_build_posmasks(llmi_grammar *g) {
     }
     g->posmasks = b.t;
     return LLM_OK;
+}
+
+llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
+    LLMI_TRY(llmi_grammar_attach_vocab(g, tok));
+    return llmi_grammar_build_posmasks(g);
+}
+
+llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m) {
+    LLMI_TRY(llmi_grammar_attach_model(g, m));
+    return llmi_grammar_build_posmasks(g);
 }

@@ -294,7 +294,7 @@ static llm_status attach(llmi_grammar *g, llmi_gvocab *v) {
     return LLM_OK;
 }
 
-llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
+llm_status llmi_grammar_attach_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
     if (g->vocab)
         return g->n_vocab == llmi_tokenizer_n_vocab(tok)
                    ? LLM_OK
@@ -305,10 +305,10 @@ llm_status llmi_grammar_bind_vocab(llmi_grammar *g, const llmi_tokenizer *tok) {
     LLMI_TRY(vocab_build(tok, &v));
     llm_status st = attach(g, v);
     llmi_gvocab_release(v);
-    return st == LLM_OK ? llmi_grammar_build_posmasks(g) : st;
+    return st;
 }
 
-llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m) {
+llm_status llmi_grammar_attach_model(llmi_grammar *g, const llm_model *m) {
     /* The trie is the model's, built once: a model is shared read-only, and
      * this cache is the one part that fills in later, under its lock. */
     llmi_model_cache *c = (llmi_model_cache *)&m->grammar_vocab;
@@ -325,5 +325,5 @@ llm_status llmi_grammar_bind_model(llmi_grammar *g, const llm_model *m) {
     if (st == LLM_OK)
         st = attach(g, c->data);
     pthread_mutex_unlock(&c->lock);
-    return st == LLM_OK ? llmi_grammar_build_posmasks(g) : st;
+    return st;
 }
