@@ -27,8 +27,9 @@ rows, drawn from numpy with a fixed seed: the model generates garbage fast,
 which is what the grammar benchmark needs (mask time against a forward pass).
 
 The same inputs always give the same bytes; a file that is already
-byte-identical is left alone (its timestamp too). Exit status: 0 ok, 1 usage
-or a failed check, 3 the wheel could not be fetched (no network).
+byte-identical is kept (only its mtime is refreshed, so make sees it as up
+to date). Exit status: 0 ok, 1 a failed check (a hash, the rank file's
+format), 2 usage, 3 the wheel could not be fetched (no network).
 """
 
 import argparse
@@ -317,6 +318,7 @@ def main():
     write_model(tmp, texts, types, merges)
     if os.path.exists(out) and same_file(tmp, out):
         os.remove(tmp)
+        os.utime(out)
         print("%s: up to date" % out)
     else:
         os.replace(tmp, out)
