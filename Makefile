@@ -53,7 +53,7 @@ BACKEND_BIN := $(BACKEND_SRC:tests/backend/%.c=$(BUILD)/tests/backend/%)
 
 .PHONY: all run test check tsan install uninstall clean model format abi-update abi-check \
 	bindings-test docs test-venv test-models \
-	install-test bench bench-cpu bench-cpu-gemma3 deps-check model-gemma3
+	install-test bench bench-cpu bench-cpu-gemma3 bench-grammar deps-check model-gemma3
 include cuda/cuda.mk
 
 # The CUDA plug-in is not part of `all`: nvcc takes most of a first build and
@@ -265,13 +265,38 @@ docs-test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(BUILD)/llm-quantize $(MODEL) 
 # model, and SmolLM2 when its file is there), EBNF grammars and regular
 # expressions agree with lark and Python's re. Under sanitizers SmolLM2 runs
 # on every 10th schema only (a smoke: the whole pass takes minutes under
-# ASan); `make check` runs the whole pass on the unsanitized build.
+# ASan); `make check` runs the whole pass on the unsanitized build. The
+# Llama-3-vocabulary file of bench-grammar tokenizes as tiktoken does
+# (through the Python binding, so not in sanitized builds; skipped when the
+# llama-models wheel cannot be fetched).
 SCHEMAS_SMOKE := $(if $(filter 1,$(SAN) $(TSAN)),--real-every 10)
 .PHONY: test-grammar
-test-grammar: $(BUILD)/llm-grammar $(TEST_VENV)/.stamp
+test-grammar: $(BUILD)/llm-grammar $(BUILD)/libllminfer.so $(TEST_VENV)/.stamp
 	$(TEST_VENV)/bin/python tests/grammar/check_ebnf.py $(BUILD)
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD) $(SCHEMAS_SMOKE)
+	$(if $(filter 1,$(SAN) $(TSAN)),,$(TEST_VENV)/bin/python tests/grammar/check_llama3_vocab.py $(BUILD))
+
+# The grammar benchmark (docs/structured-output.md, "Measured"): llm-grammar
+# bench over tests/grammar/schemas on SmolLM2 (49,152 tokens), on a
+# random-weight model with Llama 3's 128,256-token vocabulary
+# (scripts/make-llama3-vocab.py, written once; its first run downloads Meta's
+# llama-models wheel from PyPI next to it) and on Gemma 3 (262,144) when its
+# file is there; one JSON file per model in $(BUILD)/bench/grammar-*.json.
+LLAMA3_VOCAB_MODEL := $(BUILD)/bench/models/llama3-vocab.gguf
+GRAMMAR_BENCH = $(BUILD)/llm-grammar bench --schemas tests/grammar/schemas --walks 2
+$(LLAMA3_VOCAB_MODEL): scripts/make-llama3-vocab.py $(TEST_VENV)/.stamp
+	$(TEST_VENV)/bin/python scripts/make-llama3-vocab.py $@
+bench-grammar: $(BUILD)/llm-grammar $(LLAMA3_VOCAB_MODEL) | $(MODEL)
+	@mkdir -p $(BUILD)/bench
+	$(GRAMMAR_BENCH) --model $(MODEL) >$(BUILD)/bench/grammar-smollm2.json.tmp
+	@mv $(BUILD)/bench/grammar-smollm2.json.tmp $(BUILD)/bench/grammar-smollm2.json
+	$(GRAMMAR_BENCH) --model $(LLAMA3_VOCAB_MODEL) >$(BUILD)/bench/grammar-llama3-vocab.json.tmp
+	@mv $(BUILD)/bench/grammar-llama3-vocab.json.tmp $(BUILD)/bench/grammar-llama3-vocab.json
+	$(if $(wildcard $(MODEL_GEMMA3)),$(GRAMMAR_BENCH) --model $(MODEL_GEMMA3) \
+		>$(BUILD)/bench/grammar-gemma3.json.tmp && \
+		mv $(BUILD)/bench/grammar-gemma3.json.tmp $(BUILD)/bench/grammar-gemma3.json)
+	@ls $(BUILD)/bench/grammar-*.json
 
 # The module order (docs/design.md), the thread-sanitized concurrency test,
 # the whole suite under ASan+UBSan in its own build folder (its summary line
