@@ -347,16 +347,38 @@ static bool grammar_mask(llmi_sampler *s) {
 
 /* Steps 0-3: the logits themselves when nothing applies, else s->work.
  * *masked: whether s->allow holds the grammar's mask. */
+/* s->work = logits where the mask allows them, -inf elsewhere, a word of
+ * 32 tokens at a time: most words allow all of theirs or none. */
+static void copy_masked(llmi_sampler *s, const float *logits) {
+    uint32_t V = s->n_vocab;
+    for (uint32_t base = 0; base < V; base += 32) {
+        uint32_t n = V - base < 32 ? V - base : 32, bits = s->allow[base >> 5];
+        float *w = s->work + base;
+        const float *l = logits + base;
+        if (bits == 0)
+            for (uint32_t k = 0; k < n; k++) w[k] = -INFINITY;
+        else if (bits == UINT32_MAX && n == 32)
+            memcpy(w, l, sizeof(float) * 32);
+        else
+            for (uint32_t k = 0; k < n; k++) w[k] = (bits >> k) & 1 ? l[k] : -INFINITY;
+    }
+}
+
+/* The logits after steps 0-3. NULL when only the grammar's mask applies
+ * and the caller is greedy (`greedy`): it then reads the allowed logits
+ * straight from `logits` and s->allow. */
 static const float *process(llmi_sampler *s, const float *logits, const llm_sampling_params *p,
                             const llm_token *history, size_t n_history, uint32_t n_generated,
-                            const llmi_tokenizer *tok, bool *masked) {
+                            const llmi_tokenizer *tok, bool greedy, bool *masked) {
     bool pen = penalties_on(p, history, n_history), ban = tok && n_generated < p->min_tokens;
     *masked = grammar_mask(s);
-    if (p->n_logit_bias == 0 && !pen && !ban && !*masked) return logits;
-    memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
+    bool more = p->n_logit_bias != 0 || pen || ban;
+    if (!more && !*masked) return logits;
+    if (!more && greedy) return NULL;
     if (*masked)
-        for (uint32_t i = 0; i < s->n_vocab; i++)
-            if (!allowed(s->allow, i)) s->work[i] = -INFINITY;
+        copy_masked(s, logits);
+    else
+        memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
     apply_bias(s, p);
     if (pen) apply_penalties(s, p, history, n_history);
     if (ban) ban_eog(s, tok);
@@ -381,6 +403,25 @@ static uint32_t fallback(llmi_sampler *s, const float *logits, bool masked,
     return 1;
 }
 
+/* The first index of the largest value above -inf (NaN never wins), as a
+ * strict `>` scan finds it, or UINT32_MAX: the maximum in eight lanes
+ * (which vectorizes: a batch's greedy rows each scan the whole
+ * vocabulary), then its first occurrence. */
+static uint32_t first_max(const float *x, uint32_t n, float *top) {
+    float lane[8], best = -INFINITY;
+    for (uint32_t k = 0; k < 8; k++) lane[k] = -INFINITY;
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (uint32_t k = 0; k < 8; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    for (uint32_t k = 0; k < 8; k++) best = lane[k] > best ? lane[k] : best;
+    if (!(best > -INFINITY)) return UINT32_MAX;
+    for (i = 0; x[i] != best; i++) {
+    }
+    *top = best;
+    return i;
+}
+
 /* logit - max without inf - inf = NaN: equal values are 0 apart. */
 static inline double centered(float logit, float max) {
     return logit == max ? 0.0 : (double)logit - (double)max;
@@ -391,17 +432,24 @@ uint32_t llmi_sample_dist(llmi_sampler *s, const float *logits, const llm_sampli
                           const llmi_tokenizer *tok, llmi_candidate **out) {
     uint32_t V = s->n_vocab;
     llmi_candidate *c = s->cand;
-    bool masked = false;
-    const float *lg = process(s, logits, p, history, n_history, n_generated, tok, &masked);
+    bool masked = false, greedy = p->temperature <= 0.0f || p->top_k == 1;
+    const float *lg = process(s, logits, p, history, n_history, n_generated, tok, greedy, &masked);
 
-    if (p->temperature <= 0.0f || p->top_k == 1) { /* greedy */
+    if (greedy) {
         uint32_t best = UINT32_MAX;
         float top = -INFINITY;
-        for (uint32_t i = 0; i < V; i++)
-            if (lg[i] > top) { /* false for banned (-inf) and NaN */
-                top = lg[i];
-                best = i;
-            }
+        if (!lg) { /* only the mask: its allowed tokens, in order */
+            for (uint32_t base = 0; base < V; base += 32)
+                for (uint32_t b = s->allow[base >> 5]; b; b &= b - 1) {
+                    uint32_t i = base + (uint32_t)__builtin_ctz(b);
+                    if (i < V && logits[i] > top) {
+                        top = logits[i];
+                        best = i;
+                    }
+                }
+        } else {
+            best = first_max(lg, V, &top);
+        }
         if (best == UINT32_MAX) return fallback(s, logits, masked, out);
         c[0] = (llmi_candidate){(llm_token)best, top, 1.0f};
         *out = c;

@@ -642,7 +642,28 @@ static void test_sampler_masks_first(void **state) {
         double want = exp(logits[c[i].id] - max) / z;
         assert_true(fabs(c[i].p - want) < 1e-5);
     }
-    /* a bias that bans every allowed token falls back to an allowed one */
+    /* Greedy: the first allowed token of the largest logit (the values
+     * repeat, so ties are met), with the mask alone (read straight from
+     * the logits) and with a bias on a refused token (through the copy). */
+    uint32_t want_best = UINT32_MAX, refused = UINT32_MAX;
+    for (uint32_t t = 0; t < V; t++) {
+        if (bit(mask, t) && (want_best == UINT32_MAX || logits[t] > logits[want_best]))
+            want_best = t;
+        if (!bit(mask, t) && refused == UINT32_MAX)
+            refused = t;
+    }
+    llm_logit_bias bias = {(llm_token)refused, 50.0f};
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        in.temperature = 0.0f;
+        in.logit_bias = with_bias ? &bias : NULL;
+        in.n_logit_bias = with_bias ? 1 : 0;
+        assert_int_equal(llmi_sampling_params_read(&in, V, &p), LLM_OK);
+        sm.grammar = s;
+        n = llmi_sample_dist(&sm, logits, &p, NULL, 0, 0, g_model->tok, &c);
+        sm.grammar = NULL;
+        assert_int_equal(n, 1);
+        assert_int_equal(c[0].id, want_best);
+    }
     free(mask);
     free(logits);
     llmi_gstate_free(s);
