@@ -325,7 +325,7 @@ typedef struct llmi_gcut {
  * the length). The accepted tokens are a bitset or, when shorter, a list. */
 typedef struct llmi_gposmask {
     uint32_t key[LLMI_GPOS_KEY];
-    uint32_t *bits; /* ceil(n_vocab / 32) words, or NULL */
+    const uint32_t *bits; /* ceil(n_vocab / 32) words (the table's, shared), or NULL */
     llm_token *list;
     uint32_t n_list;
     uint32_t *uncertain; /* trie node ids */
@@ -348,7 +348,10 @@ const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t
 uint32_t llmi_gpostable_depth(const llmi_gpostable *t);
 uint32_t llmi_gpostable_size(const llmi_gpostable *t);
 /* The memory the table holds. */
-size_t llmi_gpostable_bytes(const llmi_gpostable *t, uint32_t n_vocab);
+size_t llmi_gpostable_bytes(const llmi_gpostable *t);
+/* A bitset of `words` words equal to `bits`, stored once per table. */
+llm_status llmi_gpostable_bits(llmi_gpostable *t, const uint32_t *bits, size_t words,
+                               const uint32_t **out);
 
 bool llmi_gclass_has(const llmi_grammar *g, uint32_t cls, uint32_t cp);
 

@@ -106,7 +106,7 @@ static llm_status classify(llmi_gstate *s, llmi_gwalk **w, llmi_gset in, llmi_gc
 
 /* Stores e's result in m: the accepted tokens as a list when that is
  * smaller than the bitset. */
-static llm_status store(const llmi_gcut *e, size_t words, llmi_gposmask *m) {
+static llm_status store(llmi_gpostable *t, const llmi_gcut *e, size_t words, llmi_gposmask *m) {
     uint32_t n = 0;
     for (size_t i = 0; i < words; i++)
         n += (uint32_t)__builtin_popcount(e->accepted[i]);
@@ -120,10 +120,7 @@ static llm_status store(const llmi_gcut *e, size_t words, llmi_gposmask *m) {
             for (uint32_t b = e->accepted[i]; b; b &= b - 1)
                 m->list[m->n_list++] = (llm_token)(i * 32 + (uint32_t)__builtin_ctz(b));
     } else {
-        m->bits = llmi_malloc(words * sizeof *m->bits);
-        if (!m->bits)
-            return llmi_oom("grammar position masks");
-        memcpy(m->bits, e->accepted, words * sizeof *m->bits);
+        LLMI_TRY(llmi_gpostable_bits(t, e->accepted, words, &m->bits));
     }
     if (e->n_uncertain) {
         m->uncertain = llmi_malloc((size_t)e->n_uncertain * sizeof *m->uncertain);
@@ -255,7 +252,7 @@ static llm_status add_chain(builder *b, uint32_t d, bool ends) {
     LLMI_TRY(llmi_gstate_add_top(b->s, in.first, node));
     in.n = 1;
     LLMI_TRY(classify(b->s, &b->w, in, &b->e, &b->cap, b->words));
-    return store(&b->e, b->words, m);
+    return store(b->t, &b->e, b->words, m);
 }
 
 /* Every chain that extends b->chain[0, d) (the frame at chain[d - 1]

@@ -4,12 +4,22 @@
  * (compile.c) and making a mask (mask.c) need nothing of the walk. */
 #include "grammar/grammar.h"
 
+/* Accepted-token bitsets, each stored once: most chains inside strings,
+ * or in the same place of different rules, accept the same tokens. */
+typedef struct shared_bits {
+    uint32_t *bits;
+    uint64_t hash;
+} shared_bits;
+
 struct llmi_gpostable {
     llmi_gposmask *m;
     uint32_t n, cap;
     int32_t *slots; /* open addressing by key hash */
     uint32_t n_slots;
     uint32_t depth;
+    shared_bits *pool;
+    uint32_t n_pool, cap_pool;
+    size_t words;
 };
 
 static uint64_t key_hash(const uint32_t *key) {
@@ -25,10 +35,12 @@ void llmi_gpostable_free(llmi_gpostable *t) {
     if (!t)
         return;
     for (uint32_t i = 0; i < t->n; i++) {
-        llmi_free(t->m[i].bits);
         llmi_free(t->m[i].list);
         llmi_free(t->m[i].uncertain);
     }
+    for (uint32_t i = 0; i < t->n_pool; i++)
+        llmi_free(t->pool[i].bits);
+    llmi_free(t->pool);
     llmi_free(t->m);
     llmi_free(t->slots);
     llmi_free(t);
@@ -38,13 +50,41 @@ uint32_t llmi_gpostable_depth(const llmi_gpostable *t) { return t->depth; }
 
 uint32_t llmi_gpostable_size(const llmi_gpostable *t) { return t->n; }
 
-size_t llmi_gpostable_bytes(const llmi_gpostable *t, uint32_t n_vocab) {
-    size_t n = sizeof *t + (size_t)t->cap * sizeof *t->m + (size_t)t->n_slots * sizeof *t->slots;
+size_t llmi_gpostable_bytes(const llmi_gpostable *t) {
+    size_t n = sizeof *t + (size_t)t->cap * sizeof *t->m + (size_t)t->n_slots * sizeof *t->slots +
+               (size_t)t->cap_pool * sizeof *t->pool + t->n_pool * t->words * sizeof(uint32_t);
     for (uint32_t i = 0; i < t->n; i++)
-        n += (t->m[i].bits ? (n_vocab + 31) / 32 * sizeof(uint32_t) : 0) +
-             (size_t)t->m[i].n_list * sizeof(llm_token) +
+        n += (size_t)t->m[i].n_list * sizeof(llm_token) +
              (size_t)t->m[i].n_uncertain * sizeof(uint32_t);
     return n;
+}
+
+llm_status llmi_gpostable_bits(llmi_gpostable *t, const uint32_t *bits, size_t words,
+                               const uint32_t **out) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < words; i++)
+        h = (h ^ bits[i]) * 0x100000001b3ull;
+    for (uint32_t i = 0; i < t->n_pool; i++)
+        if (t->pool[i].hash == h && !memcmp(t->pool[i].bits, bits, words * sizeof *bits)) {
+            *out = t->pool[i].bits;
+            return LLM_OK;
+        }
+    if (t->n_pool == t->cap_pool) {
+        uint32_t c = t->cap_pool ? 2 * t->cap_pool : 16;
+        shared_bits *q = llmi_realloc(t->pool, (size_t)c * sizeof *q);
+        if (!q)
+            return llmi_oom("grammar position masks");
+        t->pool = q;
+        t->cap_pool = c;
+    }
+    uint32_t *copy = llmi_malloc(words * sizeof *copy);
+    if (!copy)
+        return llmi_oom("grammar position masks");
+    memcpy(copy, bits, words * sizeof *copy);
+    t->pool[t->n_pool++] = (shared_bits){copy, h};
+    t->words = words;
+    *out = copy;
+    return LLM_OK;
 }
 
 const llmi_gposmask *llmi_gpostable_find(const llmi_gpostable *t, const uint32_t *key) {

@@ -453,7 +453,7 @@ static int cmd_bench(int argc, char **argv) {
         compile_sum += ms;
         if (g->posmasks) { /* the position masks (lib/grammar/posmask.c) */
             uint32_t c = llmi_gpostable_size(g->posmasks);
-            size_t b = llmi_gpostable_bytes(g->posmasks, g->n_vocab);
+            size_t b = llmi_gpostable_bytes(g->posmasks);
             chains_max = c > chains_max ? c : chains_max;
             table_max = b > table_max ? b : table_max;
         }
