@@ -10,14 +10,66 @@
  * gives a state whose verdict on the bytes is the same whether they come
  * all at once or one by one (a rejected byte leaves the state unchanged, so
  * feeding stops there in both), and rollback-free forks agree with their
- * parent. */
+ * parent. Every other compiled grammar (chosen by the text's length, so the
+ * speed of the rest is kept) is also bound to the tiny test model's
+ * vocabulary, which builds its position masks (a limit is a clean
+ * failure), and the mask after the accepted bytes must agree with the
+ * token-by-token check. */
+#include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "model/testmodel.h"
+#include "tokenizer/tokenizer.h"
 
 #include "fuzz_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static llmi_tokenizer *g_tok;
 
 static bool ok_failure(llm_status st) {
     return st == LLM_ERR_INVALID_ARGUMENT || st == LLM_ERR_UNSUPPORTED || st == LLM_ERR_LIMIT ||
            st == LLM_ERR_OUT_OF_MEMORY;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    llmi_testmodel_params p;
+    llmi_testmodel_params_init(&p);
+    p.n_layer = 1, p.n_embd = 4, p.n_head = 2, p.n_head_kv = 1, p.n_ff = 4;
+    void *data = NULL;
+    size_t size = 0;
+    llmi_gguf *g = NULL;
+    if (llmi_testmodel_to_memory(&p, &data, &size) != LLM_OK ||
+        llmi_gguf_open_memory(data, size, &g) != LLM_OK ||
+        llmi_tokenizer_load(g, &g_tok) != LLM_OK) {
+        fprintf(stderr, "fuzz_grammar: %s\n", llmi_error_message());
+        abort();
+    }
+    llmi_gguf_close(g);
+    llmi_free(data);
+    return 0;
+}
+
+/* Binds g and checks the mask of `s` (a state of g, before binding: the
+ * vocabulary does not change what it accepted) token by token. */
+static void check_mask(llmi_grammar *g, llmi_gstate *s) {
+    llm_status st = llmi_grammar_bind_vocab(g, g_tok);
+    if (st != LLM_OK) {
+        FUZZ_CHECK(st == LLM_ERR_LIMIT || st == LLM_ERR_OUT_OF_MEMORY, "bind: status %d", st);
+        return;
+    }
+    uint32_t *mask = calloc((g->n_vocab + 31) / 32 + 1, sizeof *mask);
+    if (!mask)
+        return;
+    st = llmi_gstate_fill_mask(s, mask);
+    if (st == LLM_OK)
+        for (uint32_t t = 0; t < g->n_vocab; t++)
+            FUZZ_CHECK(((mask[t >> 5] >> (t & 31)) & 1) == llmi_gstate_allows(s, (llm_token)t),
+                       "token %u: the mask and the check differ", t);
+    else
+        FUZZ_CHECK(ok_failure(st), "mask: status %d", st);
+    free(mask);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -76,6 +128,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(llmi_gstate_can_end(fork) == llmi_gstate_can_end(each), "fork differs");
         llmi_gstate_free(fork);
     }
+    if (len & 1)
+        check_mask(g, each);
     llmi_gstate_free(whole);
     llmi_gstate_free(each);
     llmi_grammar_free(g);
