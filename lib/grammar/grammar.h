@@ -398,6 +398,15 @@ llm_status llmi_gwalk_create(llmi_gwalk **out);
 void llmi_gwalk_free(llmi_gwalk *w);
 llm_status llmi_gwalk_run(llmi_gwalk *w, llmi_gstate *s, uint32_t node, llmi_gset in,
                           uint32_t *mask, llmi_gcut *e, uint32_t *cap, bool *gave_up);
+/* The walk without memoizing, depth-first below trie node `node` from set
+ * `in`: with e NULL it sets the bits of the allowed tokens in `mask`;
+ * otherwise (stacks cut below their top frames) it fills e's accepted
+ * tokens and records as uncertain, without entering them, the subtrees
+ * where a path reaches the cut. The reference the tests compare with, and
+ * the fallback of the memoized walk. */
+llm_status llmi_gwalk_plain(llmi_gstate *s, uint32_t node, llmi_gset in, uint32_t *mask,
+                            llmi_gcut *e, uint32_t *cap);
+
 /* Sets the bits of the tokens allowed from set `in` in the trie subtrees
  * rooted at nodes[0, n) (each node's own tokens and those below it),
  * following each node's path from `in` through the memoized steps.

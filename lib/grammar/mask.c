@@ -12,26 +12,8 @@ typedef llmi_gset gset;
 
 static inline void set_bit(uint32_t *mask, llm_token t) { mask[t >> 5] |= 1u << (t & 31); }
 
-/* Depth-first over the trie below `node`, with `in` the set after its bytes. */
 static llm_status walk(llmi_gstate *s, uint32_t node, gset in, uint32_t *mask) {
-    const llmi_grammar *g = s->g;
-    const llmi_gtrie_node *nd = &g->trie[node];
-    for (uint32_t c = 0; c < nd->n_children; c++) {
-        uint32_t child = nd->first_child + c;
-        const llmi_gtrie_node *ch = &g->trie[child];
-        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-        gset out;
-        LLMI_TRY(llmi_gstate_step_byte(s, in, ch->byte, &out));
-        if (out.n) {
-            for (uint32_t k = 0; k < ch->n_tokens; k++)
-                set_bit(mask, g->trie_tokens[ch->first_token + k]);
-            if (ch->n_children)
-                LLMI_TRY(walk(s, child, out, mask));
-        }
-        s->n_nodes = mark_nodes;
-        s->n_tops = mark_tops;
-    }
-    return LLM_OK;
+    return llmi_gwalk_plain(s, node, in, mask, NULL, NULL);
 }
 
 /* The mask from the live set by the memoized walk (the plain one when it

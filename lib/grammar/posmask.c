@@ -37,47 +37,6 @@ static uint32_t max_chains(void) { return LLMI_GPOS_MAX_CHAINS; }
 static uint32_t max_callers(void) { return LLMI_GPOS_MAX_CALLERS; }
 #endif
 
-static llm_status push_uncertain(llmi_gcut *e, uint32_t *cap, uint32_t node) {
-    if (!llmi_ggrow32(&e->uncertain, cap, e->n_uncertain + 1))
-        return llmi_oom("grammar position masks");
-    e->uncertain[e->n_uncertain++] = node;
-    return LLM_OK;
-}
-
-/* The walk without memoizing, over stacks cut below their tops: subtrees
- * where a path reaches the cut are recorded as uncertain and not entered.
- * For the sets the memoized walk gives up on. */
-static llm_status walk_cut(llmi_gstate *s, uint32_t node, llmi_gset in, llmi_gcut *e,
-                           uint32_t *cap) {
-    const llmi_grammar *g = s->g;
-    const llmi_gtrie_node *nd = &g->trie[node];
-    for (uint32_t c = 0; c < nd->n_children; c++) {
-        uint32_t child = nd->first_child + c;
-        const llmi_gtrie_node *ch = &g->trie[child];
-        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-        llmi_gset out;
-        llm_status st = llmi_gstate_step_byte(s, in, ch->byte, &out);
-        bool cut = false;
-        for (uint32_t i = 0; st == LLM_OK && i < out.n; i++)
-            cut |= s->tops[out.first + i] == LLMI_GCUT;
-        if (st == LLM_OK && cut)
-            st = push_uncertain(e, cap, child);
-        else if (st == LLM_OK && out.n) {
-            for (uint32_t k = 0; k < ch->n_tokens; k++) {
-                llm_token t = g->trie_tokens[ch->first_token + k];
-                e->accepted[t >> 5] |= 1u << (t & 31);
-            }
-            if (ch->n_children)
-                st = walk_cut(s, child, out, e, cap);
-        }
-        s->n_nodes = mark_nodes;
-        s->n_tops = mark_tops;
-        if (st != LLM_OK)
-            return st;
-    }
-    return LLM_OK;
-}
-
 /* The chain's accepted tokens and uncertain subtrees into e (cleared
  * first); the chain's nodes are already in the arena, its set is `in`.
  * *w is the shared walk, replaced by a fresh one when full. */
@@ -98,7 +57,7 @@ static llm_status classify(llmi_gstate *s, llmi_gwalk **w, llmi_gset in, llmi_gc
     memset(e->accepted, 0, (words + 1) * sizeof *e->accepted);
     e->n_uncertain = 0;
     uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
-    llm_status st = walk_cut(s, 0, in, e, cap);
+    llm_status st = llmi_gwalk_plain(s, 0, in, NULL, e, cap);
     s->n_nodes = mark_nodes;
     s->n_tops = mark_tops;
     return st;

@@ -514,3 +514,35 @@ llm_status llmi_gwalk_subtrees(llmi_gwalk *w, llmi_gstate *s, llmi_gset in, cons
     *gave_up = w->full;
     return LLM_OK;
 }
+
+llm_status llmi_gwalk_plain(llmi_gstate *s, uint32_t node, llmi_gset in, uint32_t *mask,
+                            llmi_gcut *e, uint32_t *cap) {
+    const llmi_grammar *g = s->g;
+    const llmi_gtrie_node *nd = &g->trie[node];
+    uint32_t *bits = e ? e->accepted : mask;
+    for (uint32_t c = 0; c < nd->n_children; c++) {
+        uint32_t child = nd->first_child + c;
+        const llmi_gtrie_node *ch = &g->trie[child];
+        uint32_t mark_nodes = s->n_nodes, mark_tops = s->n_tops;
+        llmi_gset out;
+        llm_status st = llmi_gstate_step_byte(s, in, ch->byte, &out);
+        bool cut = false;
+        for (uint32_t i = 0; st == LLM_OK && e && i < out.n; i++)
+            cut |= s->tops[out.first + i] == LLMI_GCUT;
+        if (st == LLM_OK && cut)
+            st = push_uncertain(e, cap, child);
+        else if (st == LLM_OK && out.n) {
+            for (uint32_t k = 0; k < ch->n_tokens; k++) {
+                llm_token t = g->trie_tokens[ch->first_token + k];
+                bits[t >> 5] |= 1u << (t & 31);
+            }
+            if (ch->n_children)
+                st = llmi_gwalk_plain(s, child, out, mask, e, cap);
+        }
+        s->n_nodes = mark_nodes;
+        s->n_tops = mark_tops;
+        if (st != LLM_OK)
+            return st;
+    }
+    return LLM_OK;
+}
