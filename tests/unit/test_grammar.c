@@ -309,44 +309,48 @@ static const char *const WALK_GRAMMARS[] = {
 /* Random walks: the mask matches the brute-force check at every step; the
  * tokens drawn from it always keep the grammar alive, and the text they
  * make is accepted from scratch. */
+static void random_walks(llmi_grammar *g, uint32_t *seed) {
+    uint32_t *mask = calloc(n_words(g), sizeof *mask);
+    for (int walk = 0; walk < 3; walk++) {
+        llmi_gstate *s = NULL;
+        assert_int_equal(llmi_gstate_create(g, &s), LLM_OK);
+        char text[4096];
+        size_t len = 0;
+        for (int step = 0; step < 40 && !llmi_gstate_is_complete(s); step++) {
+            uint32_t n = check_mask(s, mask);
+            assert_true(n > 0);
+            *seed = *seed * 1103515245u + 12345u;
+            uint32_t pick = (*seed >> 8) % n, t = 0;
+            for (;; t++)
+                if (bit(mask, t) && pick-- == 0)
+                    break;
+            if (llmi_tokenizer_is_eog(g_model->tok, (llm_token)t)) {
+                assert_true(llmi_gstate_can_end(s));
+                break;
+            }
+            assert_int_equal(llmi_gstate_accept_token(s, (llm_token)t), LLM_OK);
+            uint32_t tl = g->tok_off[t + 1] - g->tok_off[t];
+            assert_true(len + tl < sizeof text);
+            memcpy(text + len, g->tok_bytes + g->tok_off[t], tl);
+            len += tl;
+        }
+        /* the prefix is always accepted (the grammar never dead-ends) */
+        llmi_gstate *fresh = NULL;
+        assert_int_equal(llmi_gstate_create(g, &fresh), LLM_OK);
+        assert_int_equal(llmi_gstate_accept_bytes(fresh, text, len), LLM_OK);
+        assert_int_equal(llmi_gstate_can_end(fresh), llmi_gstate_can_end(s));
+        llmi_gstate_free(fresh);
+        llmi_gstate_free(s);
+    }
+    free(mask);
+}
+
 static void test_mask_walk(void **state) {
     (void)state;
     uint32_t seed = 12345;
     for (size_t gi = 0; gi < sizeof WALK_GRAMMARS / sizeof WALK_GRAMMARS[0]; gi++) {
         llmi_grammar *g = bound(schema(WALK_GRAMMARS[gi], gi ? 0 : 1));
-        uint32_t *mask = calloc(n_words(g), sizeof *mask);
-        for (int walk = 0; walk < 3; walk++) {
-            llmi_gstate *s = NULL;
-            assert_int_equal(llmi_gstate_create(g, &s), LLM_OK);
-            char text[4096];
-            size_t len = 0;
-            for (int step = 0; step < 40 && !llmi_gstate_is_complete(s); step++) {
-                uint32_t n = check_mask(s, mask);
-                assert_true(n > 0);
-                seed = seed * 1103515245u + 12345u;
-                uint32_t pick = (seed >> 8) % n, t = 0;
-                for (;; t++)
-                    if (bit(mask, t) && pick-- == 0)
-                        break;
-                if (llmi_tokenizer_is_eog(g_model->tok, (llm_token)t)) {
-                    assert_true(llmi_gstate_can_end(s));
-                    break;
-                }
-                assert_int_equal(llmi_gstate_accept_token(s, (llm_token)t), LLM_OK);
-                uint32_t tl = g->tok_off[t + 1] - g->tok_off[t];
-                assert_true(len + tl < sizeof text);
-                memcpy(text + len, g->tok_bytes + g->tok_off[t], tl);
-                len += tl;
-            }
-            /* the prefix is always accepted (the grammar never dead-ends) */
-            llmi_gstate *fresh = NULL;
-            assert_int_equal(llmi_gstate_create(g, &fresh), LLM_OK);
-            assert_int_equal(llmi_gstate_accept_bytes(fresh, text, len), LLM_OK);
-            assert_int_equal(llmi_gstate_can_end(fresh), llmi_gstate_can_end(s));
-            llmi_gstate_free(fresh);
-            llmi_gstate_free(s);
-        }
-        free(mask);
+        random_walks(g, &seed);
         llmi_grammar_free(g);
     }
 }
@@ -436,6 +440,22 @@ static void test_mask_real_vocab_fallback(void **state) {
 static void test_posmask_complete(void **state) {
     uint64_t before = llmi_gpos_test_misses();
     test_mask_walk(state);
+    /* Rules reached through references that end their alternatives (whose
+     * frames inherit what lies below the caller), empty alternatives,
+     * recursion through several rules, a rule used in many places. */
+    static const char *const grammars[] = {
+        "root ::= item (\",\" item)*\nitem ::= key | \"[\" list \"]\"\nlist ::= | item "
+        "(\";\" item)*\nkey ::= [a-c]+ tail\ntail ::= \"\" | \"!\" tail",
+        "root ::= a | b\na ::= \"x\" b\nb ::= \"y\" | \"y\" a | c\nc ::= [0-9] c | [0-9]",
+        "root ::= (w \" \")* w\nw ::= [a-z] w | [a-z] | \"(\" root \")\"",
+    };
+    uint32_t seed = 99;
+    for (size_t i = 0; i < sizeof grammars / sizeof grammars[0]; i++) {
+        llmi_grammar *g = bound(ebnf(grammars[i]));
+        assert_non_null(g->posmasks);
+        random_walks(g, &seed);
+        llmi_grammar_free(g);
+    }
     const char *path = getenv("LLM_TEST_MODEL");
     if (path && access(path, R_OK) == 0)
         test_mask_real_vocab(state);
