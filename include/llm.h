@@ -670,7 +670,10 @@ typedef struct llm_logit_bias {
  * A grammar constrains generation to the strings it accepts: a JSON Schema,
  * an EBNF grammar in llama.cpp's GBNF notation, or a regular expression
  * (docs/structured-output.md). It is compiled once for a model's
- * vocabulary and then shared, read-only, by any number of requests,
+ * vocabulary (compiling precomputes, for every place the grammar can be
+ * in, which tokens that place alone decides: milliseconds to a few hundred
+ * for large grammars on large vocabularies, so that masks then take
+ * microseconds) and then shared, read-only, by any number of requests,
  * samplers and grammar states, on any threads. A request or sampler whose
  * ::llm_sampling_params name a grammar sees only the tokens the grammar
  * allows next; end-of-generation tokens only where it may end; a request

@@ -7,7 +7,7 @@
  * Objects list their properties in the schema's order: required ones
  * always, optional ones may be left out. Numbers have bounded lengths;
  * strings without maxLength do not, so that every character inside one
- * leaves the matcher in the same state and the mask cache serves it. */
+ * leaves the matcher in the same state and one position mask serves it. */
 #include "grammar/grammar.h"
 
 #include <cjson/cJSON.h>
