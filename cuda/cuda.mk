@@ -70,12 +70,12 @@ CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
 # tests/cuda/test_*.c: host tests of the plug-in's pure host code (cuda/layout.c,
-# cuda/tp_shard.c),
+# cuda/tp_shard.c, cuda/upload.c, cuda/lora_plan.c),
 # C like the files they test
 CUDA_TEST_C_SRC := $(sort $(wildcard tests/cuda/test_*.c))
 CUDA_TEST_BIN += $(CUDA_TEST_C_SRC:tests/cuda/%.c=$(BUILD)/tests/cuda/%)
 CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o $(BUILD)/obj-cuda/cuda/tp_shard.o \
-	$(BUILD)/obj-cuda/cuda/upload.o
+	$(BUILD)/obj-cuda/cuda/upload.o $(BUILD)/obj-cuda/cuda/lora_plan.o
 
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -216,6 +216,23 @@ cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint
                                   size_t row_bytes, uint32_t block_size, uint32_t dst, uint32_t src,
                                   uint32_t n_slots);
 
+/* ---- LoRA (kernels_lora.cu) ---- */
+
+/* The two halves of the LoRA update of the rows rows[0 .. n_rows) (device
+ * array of row indices, each listed once) of one adapter's pair:
+ * shrink: t[i][k] = sum_j a[k][j] * x[rows[i]][j], a [rank][in] row-major,
+ * f32 accumulation, t dense [n_rows][rank];
+ * expand: y[rows[i]][o] += (scale * t[i][k]) * b[k][o] for k in order, b
+ * [rank][out] (B transposed, model/adapter.h). Rows not listed are not
+ * touched. 16-byte aligned a and x with in and x_stride multiples of 4 take
+ * 128-bit loads. */
+cudaError_t llmi_cu_lora_shrink(cudaStream_t stream, const float *a, uint32_t rank, uint32_t in,
+                                const float *x, uint32_t x_stride, const uint32_t *rows,
+                                uint32_t n_rows, float *t);
+cudaError_t llmi_cu_lora_expand(cudaStream_t stream, const float *b, uint32_t rank, uint32_t out,
+                                const float *t, float scale, const uint32_t *rows, uint32_t n_rows,
+                                float *y, uint32_t y_stride);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,7 +35,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Kernels whose spills fail the report.
-hot='gemv|attn_|prefill|mm_tc'
+hot='gemv|attn_|prefill|mm_tc|lora_'
 
 status=0
 printf '%-60s %5s %6s %6s %7s %7s\n' kernel regs smem stack spill_st spill_ld

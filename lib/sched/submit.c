@@ -172,9 +172,7 @@ llm_status llmi_sched_submit_report(llmi_sched *s, const llm_token *prompt, size
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "the request's LoRA adapter was loaded for another model");
     if (p.adapter && !llmi_engine_has_lora(s->eng))
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
-                          s->eng->ops->name);
+        return llmi_engine_lora_refused(s->eng);
     llmi_request *r = NULL;
     LLMI_TRY(build_request(s, prompt, n, &p, &r));
     r->report = report;

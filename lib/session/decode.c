@@ -183,9 +183,7 @@ llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter
     if (adapter && !isfinite(scale))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "llm_seq_set_adapter: scale is not finite");
     if (adapter && !llmi_engine_has_lora(s->eng))
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
-                          s->eng->ops->name);
+        return llmi_engine_lora_refused(s->eng);
     pthread_mutex_lock(&s->sched.lock);
     llmi_tseq *t = llmi_seq_find(s, id);
     llm_status st = t ? LLM_OK : bad_seq(id);
