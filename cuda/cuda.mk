@@ -105,8 +105,8 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB) $(wildcard cud
 		$(DEPS_LIBS) $(LDSAN)
 
 # Registers, shared memory, stack and spills of every kernel for sm_90
-# (cuda/ptxas-report.sh); fails when a GEMV, attention or batch-invariant
-# matmul kernel spills.
+# (cuda/ptxas-report.sh); fails when a GEMV, attention, batch-invariant
+# matmul or LoRA kernel spills.
 # make test runs it.
 CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
 $(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh \

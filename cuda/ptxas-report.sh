@@ -6,7 +6,7 @@
 # compiles each file for ARCH (sm_90, say) with -Xptxas -v and prints one
 # line per kernel: registers, static shared memory, stack frame, spill
 # stores and spill loads (bytes). Fails (exit 1) when a hot kernel spills:
-# the GEMV, attention and batch-invariant matmul kernels, whose speed is the
+# the GEMV, attention, batch-invariant matmul and LoRA kernels, whose speed is the
 # step's; a spill in one of them means local-memory traffic in its inner
 # loop. Exit 2 when a file does not compile or ptxas says nothing
 # parseable.
