@@ -1,7 +1,7 @@
 /* The CUDA backend's objects (backend/backend.h: instance, weights, KV
  * store, step context) as its host files share them: backend.c (table,
- * instance, KV store), weights.c, gemm.c (the tensor-core path) and
- * step.c. C only. */
+ * instance, KV store), weights.c, gemm.c (the tensor-core path), step.c
+ * and lora.c (LoRA adapters). C only. */
 #ifndef LLMI_CUDA_BACKEND_H
 #define LLMI_CUDA_BACKEND_H
 

@@ -8,6 +8,8 @@
  *              K/V stored at the rows' slots; att = attention (window)
  *              x += post_norm(Wo att); xb = norm(x)   (one fused kernel)
  *              gate = act(Wgate xb) * Wup xb; hout = Wdown gate
+ *              (with LoRA adapters, each of these projections followed by
+ *              its rows' low-rank updates: lora.c)
  *   x += post_norm(hout); logits = soft-cap(Woutput norm(x[wanted rows]))
  * Activations stay on the device from the embedding to the logits; the
  * step descriptor goes up in one copy through pinned memory and the
