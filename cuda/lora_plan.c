@@ -3,8 +3,8 @@
 
 bool llmi_cuda_lora_group(const uint32_t *row_adapter, uint32_t n_rows, uint32_t n_adapters,
                           uint32_t *rows, uint32_t *seg) {
-    /* A counting sort: seg[a + 1] counts adapter a's rows, then becomes the
-     * end of its segment; a stable pass in row order keeps each ascending. */
+    /* A counting sort on the values v = row_adapter (1 .. n_adapters); the
+     * pass in row order keeps each segment ascending. */
     for (uint32_t a = 0; a <= n_adapters; a++)
         seg[a] = 0;
     for (uint32_t r = 0; r < n_rows; r++) {
@@ -14,20 +14,20 @@ bool llmi_cuda_lora_group(const uint32_t *row_adapter, uint32_t n_rows, uint32_t
         if (a)
             seg[a]++;
     }
+    /* seg[v] becomes the end of value v's rows; shifted down one, it is
+     * the start of value v's rows (seg[0] = 0 is value 1's start). */
     for (uint32_t a = 1; a <= n_adapters; a++)
         seg[a] += seg[a - 1];
-    /* seg[a] is now the end of adapter a - 1's rows, i.e. the start of
-     * adapter a's: fill forward from the starts, held in seg[0 ..
-     * n_adapters - 1] shifted by one. */
     for (uint32_t a = n_adapters; a > 0; a--)
         seg[a] = seg[a - 1];
     seg[0] = 0;
+    /* Filling advances each seg[v] past value v's rows to their end, which
+     * is the result's convention: adapter a = v - 1 spans [seg[a], seg[a + 1]). */
     for (uint32_t r = 0; r < n_rows; r++) {
         const uint32_t a = row_adapter[r];
         if (a)
             rows[seg[a]++] = r;
     }
-    /* Each seg[a + 1] advanced past adapter a's rows: it is their end. */
     return true;
 }
 
