@@ -7,6 +7,8 @@
 #include "cuda_backend.h"
 #include "tp.h"
 
+#include <pthread.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +76,7 @@ static void cuda_close(void *backend) {
     if (in->stream)
         cudaStreamSynchronize(in->stream);
     llmi_cuda_gemm_plans_free(in);
+    llmi_cuda_lora_free(in);
     llmi_cuda_staging_free(&in->staging);
     if (in->workspace)
         cudaFree(in->workspace);
@@ -281,7 +284,8 @@ static llm_status cuda_kv_write(void *ctx, uint32_t layer, bool v, uint32_t slot
     return LLM_OK;
 }
 
-static const llmi_backend_ops table = {
+/* `lora` is set from the environment once, by llmi_cuda_table. */
+static llmi_backend_ops table = {
     .version = LLMI_BACKEND_VERSION,
     .name = "cuda",
     .probe = llmi_cuda_probe,
@@ -304,4 +308,15 @@ static const llmi_backend_ops table = {
     .step_run_hidden = llmi_cuda_step_run_hidden,
 };
 
-const llmi_backend_ops *llmi_cuda_table(void) { return &table; }
+/* LoRA adapters on the GPU are opt-in until they have been measured on one
+ * (docs/cuda.md, "LoRA adapters"): LLM_CUDA_LORA=1 turns them on. */
+static void read_lora_opt_in(void) {
+    const char *v = getenv("LLM_CUDA_LORA");
+    table.lora = v && strcmp(v, "1") == 0;
+}
+
+const llmi_backend_ops *llmi_cuda_table(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_lora_opt_in);
+    return &table;
+}

@@ -70,12 +70,12 @@ CUDA_PLUGIN := $(BUILD)/libllminfer-cuda.so
 CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/test_*.cu))
 CUDA_TEST_BIN := $(CUDA_TEST_SRC:tests/cuda/%.cu=$(BUILD)/tests/cuda/%)
 # tests/cuda/test_*.c: host tests of the plug-in's pure host code (cuda/layout.c,
-# cuda/tp_shard.c),
+# cuda/tp_shard.c, cuda/upload.c, cuda/lora_plan.c),
 # C like the files they test
 CUDA_TEST_C_SRC := $(sort $(wildcard tests/cuda/test_*.c))
 CUDA_TEST_BIN += $(CUDA_TEST_C_SRC:tests/cuda/%.c=$(BUILD)/tests/cuda/%)
 CUDA_HOST_OBJ := $(BUILD)/obj-cuda/cuda/layout.o $(BUILD)/obj-cuda/cuda/tp_shard.o \
-	$(BUILD)/obj-cuda/cuda/upload.o
+	$(BUILD)/obj-cuda/cuda/upload.o $(BUILD)/obj-cuda/cuda/lora_plan.o
 
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -105,8 +105,8 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(CUDA_HOST_OBJ) $(TESTLIB) $(wildcard cud
 		$(DEPS_LIBS) $(LDSAN)
 
 # Registers, shared memory, stack and spills of every kernel for sm_90
-# (cuda/ptxas-report.sh); fails when a GEMV, attention or batch-invariant
-# matmul kernel spills.
+# (cuda/ptxas-report.sh); fails when a GEMV, attention, batch-invariant
+# matmul or LoRA kernel spills.
 # make test runs it.
 CUDA_PTXAS_REPORT := $(BUILD)/cuda-ptxas.txt
 $(CUDA_PTXAS_REPORT): $(CUDA_CU_SRC) $(wildcard cuda/*.h) cuda/ptxas-report.sh \

@@ -1,7 +1,7 @@
 /* The CUDA backend's objects (backend/backend.h: instance, weights, KV
  * store, step context) as its host files share them: backend.c (table,
- * instance, KV store), weights.c, gemm.c (the tensor-core path) and
- * step.c. C only. */
+ * instance, KV store), weights.c, gemm.c (the tensor-core path), step.c
+ * and lora.c (LoRA adapters). C only. */
 #ifndef LLMI_CUDA_BACKEND_H
 #define LLMI_CUDA_BACKEND_H
 
@@ -38,6 +38,15 @@ typedef struct llmi_cuda_gemm_plan {
 
 #define LLMI_CUDA_GEMM_PLANS 64
 
+/* An adapter's matrices on the device (lora.c): one allocation, F32 as
+ * the CPU backend holds them, pairs at the offsets (floats) of
+ * llmi_cuda_lora_layout; dev NULL when it targets nothing. */
+typedef struct llmi_cuda_adapter {
+    uint64_t id; /* llm_adapter.id: unique in the process */
+    float *dev;
+    size_t *off; /* [2 * n_layer * LLMI_LORA_TARGETS] */
+} llmi_cuda_adapter;
+
 typedef struct llmi_cuda_instance {
     int device;
     cudaStream_t stream;
@@ -47,6 +56,12 @@ typedef struct llmi_cuda_instance {
     llmi_cuda_staging staging; /* kv_read / kv_write */
     llmi_cuda_gemm_plan plans[LLMI_CUDA_GEMM_PLANS];
     uint32_t n_plans, next_plan; /* next_plan: the one replaced when full */
+    /* Adapters uploaded on first use, kept until the instance closes, and
+     * the rank-sized intermediate of the LoRA kernels (lora.c). */
+    llmi_cuda_adapter **adapters;
+    uint32_t n_adapters, cap_adapters;
+    float *lora_t;
+    size_t lora_t_cap; /* floats */
 } llmi_cuda_instance;
 
 typedef struct llmi_cuda_weights {
@@ -128,6 +143,18 @@ typedef struct llmi_cuda_step {
      * attention row on the split kernel, so that a row's results never
      * depend on the batch (docs/cuda.md). */
     bool batch_invariant;
+    /* The LoRA adapters of the step being enqueued (lora.c): n is 0 outside
+     * llmi_cuda_lora_begin .. _end, in steps without adapters and on a
+     * tensor-parallel rank (whose table does not take them). */
+    struct {
+        uint32_t n;
+        const llm_adapter *const *adapters; /* the step's [n] */
+        const float *scale;                 /* the step's [n] */
+        const llmi_cuda_adapter **dev;      /* [n]: their device copies */
+        uint32_t cap;                       /* of dev */
+        const uint32_t *seg;                /* host [n + 1] (lora_plan.h) */
+        const uint32_t *rows;               /* device: rows grouped by adapter */
+    } lora;
 } llmi_cuda_step;
 
 /* The descriptor's arrays as device pointers, and the attention's split
@@ -138,6 +165,10 @@ typedef struct llmi_cuda_dev_step {
     const uint32_t *pos, *seq, *block_start, *blocks, *logit_rows;
     const uint32_t *tiles, *decode_rows;
     uint32_t n_tiles, n_decode_rows;
+    /* A step with adapters: its rows grouped by adapter (device) and the
+     * groups' bounds (host, in the descriptor's pinned staging), from
+     * llmi_cuda_lora_group; NULL otherwise. */
+    const uint32_t *lora_rows, *lora_seg;
 } llmi_cuda_dev_step;
 
 /* llmi_cuda_check that also clears CUDA's per-thread last error after a
@@ -219,6 +250,26 @@ llm_status llmi_cuda_step_run_eager(llmi_cuda_step *s, llmi_cuda_kv *kv, const l
                                     float *logits);
 /* Frees a step's own memory, not its graphs (llmi_cuda_step_free does both). */
 void llmi_cuda_step_release(llmi_cuda_step *s);
+
+/* ---- lora.c ---- */
+
+/* Makes the step's adapters (st->adapters) ready for the layers enqueued
+ * next: each uploaded to the instance on first use (kept by id until the
+ * instance closes), the intermediate grown for st's rows; d from
+ * llmi_cuda_step_upload. A no-op for a step without adapters.
+ * llmi_cuda_lora_end forgets them (always called after a begin, whatever
+ * the layers returned). */
+llm_status llmi_cuda_lora_begin(llmi_cuda_step *s, const llmi_step *st,
+                                const llmi_cuda_dev_step *d);
+void llmi_cuda_lora_end(llmi_cuda_step *s);
+/* Adds the updates of target t of `layer` to the rows of y (at y_stride
+ * floats) whose adapter targets it, from the projection's input x (dense
+ * rows of the pair's `in` floats). Enqueued on the stream; nothing between
+ * begin and end, or for rows without an adapter. */
+llm_status llmi_cuda_lora_apply(llmi_cuda_step *s, uint32_t layer, llmi_lora_target t,
+                                const float *x, float *y, uint32_t y_stride);
+/* Frees the instance's adapters and intermediate (cuda_close). */
+void llmi_cuda_lora_free(llmi_cuda_instance *inst);
 
 /* ---- graph.c ---- */
 

@@ -186,6 +186,9 @@ llm_status llmi_cuda_step_run(void *ctx, void *kv_store, const llmi_step *st, fl
     llmi_cuda_kv *kv = kv_store;
     LLMI_TRY(llmi_cuda_use_device(s->inst->device));
     bool ran = false;
-    LLMI_TRY(llmi_cuda_graph_run(s, kv, st, logits, &ran));
+    /* Steps with LoRA adapters run eagerly: a graph would bake in the
+     * adapters' launches. */
+    if (st->n_adapters == 0)
+        LLMI_TRY(llmi_cuda_graph_run(s, kv, st, logits, &ran));
     return ran ? LLM_OK : llmi_cuda_step_run_eager(s, kv, st, logits);
 }

@@ -133,9 +133,8 @@ cudaError_t llmi_cu_gather_rows(cudaStream_t stream, const float *src, const uin
 cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
                              llmi_ttype cache_type, uint32_t kv_dim, const float *k,
                              uint32_t k_stride, const float *v, uint32_t v_stride,
-                             const uint32_t *pos, const uint32_t *seq,
-                             const uint32_t *block_start, const uint32_t *blocks,
-                             uint32_t block_size, uint32_t n_rows);
+                             const uint32_t *pos, const uint32_t *seq, const uint32_t *block_start,
+                             const uint32_t *blocks, uint32_t block_size, uint32_t n_rows);
 
 /* Positions a split-KV partial covers. Fixed, so that a row's result never
  * depends on the batch. */
@@ -150,10 +149,10 @@ typedef struct llmi_cu_attention_args {
     llmi_ttype cache_type;
     uint32_t n_rows, n_head, n_head_kv, head_dim, kv_dim, block_size;
     const uint32_t *pos, *seq, *block_start, *blocks; /* as in llmi_step */
-    uint32_t max_pos; /* >= every pos[r]: sizes the grid */
-    float scale;      /* 1/sqrt(head_dim) unless the model says otherwise */
-    uint32_t window;  /* a query at p sees keys at q with p - q < window; 0: all q <= p */
-    float *scratch;   /* llmi_cu_attention_scratch_floats(...) floats */
+    uint32_t max_pos;                                 /* >= every pos[r]: sizes the grid */
+    float scale;     /* 1/sqrt(head_dim) unless the model says otherwise */
+    uint32_t window; /* a query at p sees keys at q with p - q < window; 0: all q <= p */
+    float *scratch;  /* llmi_cu_attention_scratch_floats(...) floats */
     /* Appended; all zero: every row takes the split kernel, as before.
      * n_tiles > 0: the prefill kernel takes the rows of n_tiles tiles
      * (pairs {first row, rows} at `tiles`, device memory, laid out by
@@ -214,8 +213,25 @@ cudaError_t llmi_cu_attention_tc(cudaStream_t stream, const llmi_cu_attention_ar
  * n_layers (K and V) arrays of `caches` (a device array of 2 * n_layers
  * pointers: layer l's K at [2l], V at [2l + 1]); row_bytes per slot. */
 cudaError_t llmi_cu_kv_copy_block(cudaStream_t stream, void *const *caches, uint32_t n_layers,
-                                  size_t row_bytes, uint32_t block_size, uint32_t dst,
-                                  uint32_t src, uint32_t n_slots);
+                                  size_t row_bytes, uint32_t block_size, uint32_t dst, uint32_t src,
+                                  uint32_t n_slots);
+
+/* ---- LoRA (kernels_lora.cu) ---- */
+
+/* The two halves of the LoRA update of the rows rows[0 .. n_rows) (device
+ * array of row indices, each listed once) of one adapter's pair:
+ * shrink: t[i][k] = sum_j a[k][j] * x[rows[i]][j], a [rank][in] row-major,
+ * f32 accumulation, t dense [n_rows][rank];
+ * expand: y[rows[i]][o] += (scale * t[i][k]) * b[k][o] for k in order, b
+ * [rank][out] (B transposed, model/adapter.h). Rows not listed are not
+ * touched. 16-byte aligned a and x with in and x_stride multiples of 4 take
+ * 128-bit loads. */
+cudaError_t llmi_cu_lora_shrink(cudaStream_t stream, const float *a, uint32_t rank, uint32_t in,
+                                const float *x, uint32_t x_stride, const uint32_t *rows,
+                                uint32_t n_rows, float *t);
+cudaError_t llmi_cu_lora_expand(cudaStream_t stream, const float *b, uint32_t rank, uint32_t out,
+                                const float *t, float scale, const uint32_t *rows, uint32_t n_rows,
+                                float *y, uint32_t y_stride);
 
 #ifdef __cplusplus
 }

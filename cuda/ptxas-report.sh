@@ -6,7 +6,7 @@
 # compiles each file for ARCH (sm_90, say) with -Xptxas -v and prints one
 # line per kernel: registers, static shared memory, stack frame, spill
 # stores and spill loads (bytes). Fails (exit 1) when a hot kernel spills:
-# the GEMV, attention and batch-invariant matmul kernels, whose speed is the
+# the GEMV, attention, batch-invariant matmul and LoRA kernels, whose speed is the
 # step's; a spill in one of them means local-memory traffic in its inner
 # loop. Exit 2 when a file does not compile or ptxas says nothing
 # parseable.
@@ -35,7 +35,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Kernels whose spills fail the report.
-hot='gemv|attn_|prefill|mm_tc'
+hot='gemv|attn_|prefill|mm_tc|lora_'
 
 status=0
 printf '%-60s %5s %6s %6s %7s %7s\n' kernel regs smem stack spill_st spill_ld

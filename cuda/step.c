@@ -8,6 +8,8 @@
  *              K/V stored at the rows' slots; att = attention (window)
  *              x += post_norm(Wo att); xb = norm(x)   (one fused kernel)
  *              gate = act(Wgate xb) * Wup xb; hout = Wdown gate
+ *              (with LoRA adapters, each of these projections followed by
+ *              its rows' low-rank updates: lora.c)
  *   x += post_norm(hout); logits = soft-cap(Woutput norm(x[wanted rows]))
  * Activations stay on the device from the embedding to the logits; the
  * step descriptor goes up in one copy through pinned memory and the
@@ -16,6 +18,7 @@
  * tensor-core path (gemm.c). Nothing but scratch and the rows' K/V slots
  * is written, so a failed step changes only what the contract allows. */
 #include "cuda_backend.h"
+#include "lora_plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,6 +39,7 @@ void llmi_cuda_step_release(cuda_step *s) {
         cudaFree(s->words);
     if (s->scratch)
         cudaFree(s->scratch);
+    free(s->lora.dev);
     free(s);
 }
 
@@ -205,8 +209,10 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
         return llmi_cuda_error(LLM_ERR_INTERNAL,
                                "step descriptor: an array lies outside its words buffer");
     /* The attention's tile table and decode rows follow the descriptor's
-     * words in the same copy: at most n_rows pairs and n_rows rows. */
-    const size_t room = 3 * (size_t)st->n_rows;
+     * words in the same copy: at most n_rows pairs and n_rows rows; then,
+     * with adapters, the rows grouped by adapter and the groups' bounds. */
+    const size_t lora_words = st->n_adapters ? (size_t)st->n_rows + st->n_adapters + 1 : 0;
+    const size_t room = 3 * (size_t)st->n_rows + lora_words;
     LLMI_TRY(words_reserve(s, st->n_words + room));
     llmi_cuda_staging *stage = &s->words_stage;
     LLMI_TRY(llmi_cuda_staging_wait(stage));
@@ -217,6 +223,11 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     else
         llmi_cuda_prefill_plan(st->pos, st->seq, st->n_rows, s->m->hp.head_dim, tiles, &d->n_tiles,
                                decode, &d->n_decode_rows);
+    uint32_t *lora_rows = decode + st->n_rows, *lora_seg = lora_rows + st->n_rows;
+    if (st->n_adapters &&
+        !llmi_cuda_lora_group(st->row_adapter, st->n_rows, st->n_adapters, lora_rows, lora_seg))
+        return llmi_cuda_error(LLM_ERR_INTERNAL, "step descriptor: a row names adapter past %u",
+                               st->n_adapters);
     const size_t bytes = (st->n_words + room) * sizeof(uint32_t);
     LLMI_TRY(llmi_cuda_call(
         cudaMemcpyAsync(s->words, stage->host, bytes, cudaMemcpyHostToDevice, s->inst->stream),
@@ -231,6 +242,8 @@ static llm_status upload_step(cuda_step *s, const llmi_step *st, dev_step *d) {
     d->logit_rows = dev_ptr(s, st, st->logit_rows);
     d->tiles = s->words + st->n_words;
     d->decode_rows = d->tiles + 2 * st->n_rows;
+    d->lora_rows = st->n_adapters ? d->decode_rows + st->n_rows : NULL;
+    d->lora_seg = st->n_adapters ? lora_seg : NULL;
     return LLM_OK;
 }
 
@@ -286,6 +299,11 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
     LLMI_TRY(mm_input(s, s->xb, n, hp->n_embd));
     qkv_rows r;
     LLMI_TRY(qkv_products(s, l, &r));
+    /* Before QK-norm and RoPE, as on the CPU; on the fused product each
+     * update lands in its own columns of the [q | k | v] rows. */
+    LLMI_TRY(llmi_cuda_lora_apply(s, l, LLMI_LORA_Q, s->xb, r.q, r.q_stride));
+    LLMI_TRY(llmi_cuda_lora_apply(s, l, LLMI_LORA_K, s->xb, r.k, r.kv_stride));
+    LLMI_TRY(llmi_cuda_lora_apply(s, l, LLMI_LORA_V, s->xb, r.v, r.kv_stride));
     /* QK-norm: each head normed on its own, before RoPE. */
     if (LW(LLMI_ROLE_Q_NORM)->data)
         KCHECK(llmi_cu_rmsnorm(stream, r.q, vec(LW(LLMI_ROLE_Q_NORM)), hp->rms_eps, n * hp->n_head,
@@ -340,7 +358,8 @@ static llm_status attention_block(cuda_step *s, llmi_cuda_kv *kv, uint32_t l, co
     };
     KCHECK(llmi_cu_attention(stream, &a), "attention");
     LLMI_TRY(mm_input(s, s->att, n, s->q_dim));
-    return mm(s, LW(LLMI_ROLE_O), NULL, s->hout, hp->n_embd);
+    LLMI_TRY(mm(s, LW(LLMI_ROLE_O), NULL, s->hout, hp->n_embd));
+    return llmi_cuda_lora_apply(s, l, LLMI_LORA_O, s->att, s->hout, hp->n_embd);
 }
 
 /* x += post_attn_norm(hout); xb = ffn_norm(x); hout = down(act(gate xb) *
@@ -354,11 +373,14 @@ static llm_status ffn_block(cuda_step *s, uint32_t l, uint32_t n) {
     LLMI_TRY(mm_input(s, s->xb, n, hp->n_embd));
     LLMI_TRY(mm(s, LW(LLMI_ROLE_GATE), NULL, s->gate, hp->n_ff));
     LLMI_TRY(mm(s, LW(LLMI_ROLE_UP), NULL, s->up, hp->n_ff));
+    LLMI_TRY(llmi_cuda_lora_apply(s, l, LLMI_LORA_GATE, s->xb, s->gate, hp->n_ff));
+    LLMI_TRY(llmi_cuda_lora_apply(s, l, LLMI_LORA_UP, s->xb, s->up, hp->n_ff));
     KCHECK(llmi_cu_glu(s->inst->stream, s->gate, s->up, n, hp->n_ff,
                        hp->features.ffn_act == LLMI_FFN_GEGLU),
            "the FFN activation");
     LLMI_TRY(mm_input(s, s->gate, n, hp->n_ff));
-    return mm(s, LW(LLMI_ROLE_DOWN), NULL, s->hout, hp->n_embd);
+    LLMI_TRY(mm(s, LW(LLMI_ROLE_DOWN), NULL, s->hout, hp->n_embd));
+    return llmi_cuda_lora_apply(s, l, LLMI_LORA_DOWN, s->gate, s->hout, hp->n_embd);
 #undef LW
 }
 
@@ -449,6 +471,17 @@ llm_status llmi_cuda_step_logits(cuda_step *s, const uint32_t *rows, uint32_t n)
     return LLM_OK;
 }
 
+/* The layers of a step uploaded to d, with its adapters' updates. */
+static llm_status run_layers(cuda_step *s, llmi_cuda_kv *kv, const llmi_step *st,
+                             const dev_step *d) {
+    llm_status rc = llmi_cuda_lora_begin(s, st, d);
+    if (rc == LLM_OK)
+        rc = llmi_cuda_step_layers(s, kv, d, st->n_rows, st->block_size,
+                                   llmi_cuda_max_pos(st->pos, st->n_rows), st->interrupt);
+    llmi_cuda_lora_end(s);
+    return rc;
+}
+
 llm_status llmi_cuda_step_copy_logits(cuda_step *s, uint32_t n, float *out) {
     const size_t bytes = (size_t)n * s->m->hp.n_vocab * sizeof(float);
     cudaStream_t stream = s->inst->stream;
@@ -463,8 +496,7 @@ llm_status llmi_cuda_step_run_eager(cuda_step *s, llmi_cuda_kv *kv, const llmi_s
                                     float *logits) {
     dev_step d = {0};
     LLMI_TRY(upload_step(s, st, &d));
-    LLMI_TRY(llmi_cuda_step_layers(s, kv, &d, st->n_rows, st->block_size,
-                                   llmi_cuda_max_pos(st->pos, st->n_rows), st->interrupt));
+    LLMI_TRY(run_layers(s, kv, st, &d));
     /* The wanted rows a pass of plan.logit_rows at a time. */
     const uint32_t n_vocab = s->m->hp.n_vocab;
     for (uint32_t c0 = 0; c0 < st->n_logits; c0 += s->plan.logit_rows) {
@@ -493,8 +525,7 @@ llm_status llmi_cuda_step_run_hidden(void *ctx, void *kv_store, const llmi_step 
     LLMI_TRY(llmi_cuda_use_device(s->inst->device));
     dev_step d = {0};
     LLMI_TRY(upload_step(s, st, &d));
-    LLMI_TRY(llmi_cuda_step_layers(s, kv, &d, st->n_rows, st->block_size,
-                                   llmi_cuda_max_pos(st->pos, st->n_rows), st->interrupt));
+    LLMI_TRY(run_layers(s, kv, st, &d));
     cudaStream_t stream = s->inst->stream;
     for (uint32_t c0 = 0; c0 < st->n_logits; c0 += s->plan.logit_rows) {
         const uint32_t cn =

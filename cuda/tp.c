@@ -515,6 +515,11 @@ static const llmi_backend_ops group_template = {
     .step_run = tp_step_run,
     .sync = tp_sync,
     .step_set_f32_activations = tp_set_f32,
+    /* The ranks' steps never apply adapters (lora.c runs on whole rows of
+     * unsplit projections): a sharded update would need B split with the
+     * columns of Q/K/V and gate/up, and A with the rows of O and down. The
+     * engine refuses adapters here with its message. */
+    .lora = false,
 };
 
 llm_status llmi_cuda_tp_group(uint32_t n, const int32_t *devices, const llmi_backend_ops **out) {

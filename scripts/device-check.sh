@@ -67,7 +67,7 @@ case "$BUDGET" in
 esac
 
 # What the run needs built (paths under $BUILD).
-ENGINE_TESTS=(test_sched test_samples test_spec test_state test_swakv test_embed)
+ENGINE_TESTS=(test_sched test_samples test_spec test_state test_swakv test_embed test_lora_device)
 TEST_BINS=(tests/backend/test_conformance tests/unit/test_golden "${ENGINE_TESTS[@]/#/tests/unit/}")
 # The CUDA backend's own checks (tests/cuda/test_*.cu and .c: kernels
 # against CPU references, the host side's layouts).

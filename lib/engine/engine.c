@@ -121,6 +121,14 @@ bool llmi_engine_has_lora(const llmi_engine *e) {
     return e->ops->version >= 5 && e->ops->lora;
 }
 
+llm_status llmi_engine_lora_refused(const llmi_engine *e) {
+    return llmi_error(LLM_ERR_UNSUPPORTED,
+                      "backend '%s' does not apply LoRA adapters (the CPU backend does; the "
+                      "CUDA backend does when the environment has LLM_CUDA_LORA=1 as the "
+                      "session is created, not yet under tensor parallelism)",
+                      e->ops->name);
+}
+
 /* A row's adapter: one loaded for this engine's model, a backend that
  * applies it, a finite scale. */
 static llm_status check_adapter(const llmi_engine *e, const llmi_batch_row *row, uint32_t r) {
@@ -128,9 +136,7 @@ static llm_status check_adapter(const llmi_engine *e, const llmi_batch_row *row,
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "row %u: the LoRA adapter was loaded for another model", r);
     if (!llmi_engine_has_lora(e))
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
-                          e->ops->name);
+        return llmi_engine_lora_refused(e);
     if (!isfinite(row->adapter_scale))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: adapter scale is not finite", r);
     return LLM_OK;

@@ -112,6 +112,10 @@ llm_status llmi_engine_run_hidden(llmi_engine *e, const llmi_batch_row *rows, ui
 /* Whether the engine's backend applies LoRA adapters (rows with one are
  * refused with LLM_ERR_UNSUPPORTED otherwise). */
 bool llmi_engine_has_lora(const llmi_engine *e);
+/* LLM_ERR_UNSUPPORTED with the message for a LoRA adapter on a backend
+ * that does not apply them: which backends do, and how the CUDA backend's
+ * opt-in is turned on (LLM_CUDA_LORA=1). */
+llm_status llmi_engine_lora_refused(const llmi_engine *e);
 /* Whether the engine's backend returns hidden states. */
 bool llmi_engine_has_hidden(const llmi_engine *e);
 

@@ -28,7 +28,8 @@ LLM_API void llm_request_params_init(llm_request_params *p) {
 
 static llm_status read_request_params(const llm_request_params *in, llm_request_params *p) {
     llm_request_params_init_sized(p, sizeof *p);
-    if (!in) return LLM_OK;
+    if (!in)
+        return LLM_OK;
     LLMI_TRY(llmi_params_copy("llm_request_params", in, p, sizeof *p));
     /* spec_mode sits in what was padding of the 1.0 struct: read it only
      * from callers whose struct has both spec fields. */
@@ -48,8 +49,8 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL with n_stop_tokens %zu",
                           p->n_stop_tokens);
     if (p->n_stop_strings && !p->stop_strings)
-        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "stop_strings is NULL with n_stop_strings %zu", p->n_stop_strings);
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop_strings is NULL with n_stop_strings %zu",
+                          p->n_stop_strings);
     if (p->max_new_tokens == 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "max_new_tokens must be at least 1");
     if (p->n_stop_tokens > 1024 || p->n_stop_strings > 64)
@@ -65,7 +66,8 @@ static llm_status read_request_params(const llm_request_params *in, llm_request_
 static llm_status check_limits(const llmi_sched *s, const llm_token *prompt, size_t n,
                                const llm_request_params *p) {
     uint32_t n_ctx = s->n_ctx;
-    if (n == 0) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the prompt has no tokens");
+    if (n == 0)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the prompt has no tokens");
     if (n >= n_ctx)
         return llmi_error(LLM_ERR_LIMIT,
                           "prompt of %zu tokens leaves no room in the context of %u tokens", n,
@@ -78,17 +80,20 @@ static llm_status check_limits(const llmi_sched *s, const llm_token *prompt, siz
     /* The longest this request can get must fit the pool on its own, or it
      * could never finish however many others are preempted. */
     uint64_t longest = n + (uint64_t)p->max_new_tokens;
-    if (longest > n_ctx) longest = n_ctx;
+    if (longest > n_ctx)
+        longest = n_ctx;
     const llmi_kv *kv = s->kv;
     uint64_t blocks = (longest + kv->block_size - 1) / kv->block_size;
     if (blocks > kv->n_blocks)
         return llmi_error(LLM_ERR_LIMIT,
-                          "prompt %zu + max_new_tokens %u needs %llu KV blocks; the pool has %u",
-                          n, p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
+                          "prompt %zu + max_new_tokens %u needs %llu KV blocks; the pool has %u", n,
+                          p->max_new_tokens, (unsigned long long)blocks, kv->n_blocks);
     for (size_t i = 0; i < p->n_stop_strings; i++) {
         const char *ss = p->stop_strings[i];
-        if (!ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
-        if (!*ss) return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
+        if (!ss)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
+        if (!*ss)
+            return llmi_error(LLM_ERR_INVALID_ARGUMENT, "stop string %zu is empty", i);
         size_t len = strlen(ss);
         if (llmi_utf8_valid_prefix(ss, len) != len)
             return llmi_error(LLM_ERR_INVALID_UTF8, "stop string %zu is not valid UTF-8", i);
@@ -99,9 +104,9 @@ static llm_status check_limits(const llmi_sched *s, const llm_token *prompt, siz
 static llm_status build_request(llmi_sched *s, const llm_token *prompt, size_t n,
                                 const llm_request_params *p, llmi_request **out) {
     llmi_request *r = llmi_calloc(1, sizeof *r);
-    if (!r) return llmi_oom("request");
-    llm_status st =
-        llmi_sampling_params_copy(p->sampling, s->model->hp.n_vocab, &r->sampling);
+    if (!r)
+        return llmi_oom("request");
+    llm_status st = llmi_sampling_params_copy(p->sampling, s->model->hp.n_vocab, &r->sampling);
     if (st != LLM_OK) {
         llmi_free(r);
         return st;
@@ -114,14 +119,16 @@ static llm_status build_request(llmi_sched *s, const llm_token *prompt, size_t n
     r->tokens = llmi_malloc((size_t)(r->cap_tokens + room) * sizeof *r->tokens);
     r->stop_tokens = llmi_malloc((p->n_stop_tokens ? p->n_stop_tokens : 1) * sizeof(llm_token));
     r->stop_strings = llmi_calloc(p->n_stop_strings ? p->n_stop_strings : 1, sizeof(char *));
-    if (!r->tokens || !r->stop_tokens || !r->stop_strings) goto oom;
+    if (!r->tokens || !r->stop_tokens || !r->stop_strings)
+        goto oom;
     memcpy(r->tokens, prompt, n * sizeof *prompt);
     r->n_prompt = r->n_tokens = (uint32_t)n;
     if (p->n_stop_tokens)
         memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof(llm_token));
     r->n_stop_tokens = p->n_stop_tokens;
     for (size_t i = 0; i < p->n_stop_strings; i++) {
-        if (!(r->stop_strings[i] = llmi_strdup(p->stop_strings[i]))) goto oom;
+        if (!(r->stop_strings[i] = llmi_strdup(p->stop_strings[i])))
+            goto oom;
         r->n_stop_strings = i + 1;
     }
     r->max_new = p->max_new_tokens;
@@ -155,20 +162,17 @@ llm_status llmi_sched_submit(llmi_sched *s, const llm_token *prompt, size_t n,
 }
 
 llm_status llmi_sched_submit_report(llmi_sched *s, const llm_token *prompt, size_t n,
-                                    const llm_request_params *params,
-                                    llm_generate_result *report, llm_request_id *out) {
+                                    const llm_request_params *params, llm_generate_result *report,
+                                    llm_request_id *out) {
     llm_request_params p;
     LLMI_TRY(read_request_params(params, &p));
-    LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k,
-                                    s->spec->draft));
+    LLMI_TRY(llmi_spec_check_params("llm_request_params", p.spec_mode, p.spec_k, s->spec->draft));
     LLMI_TRY(check_limits(s, prompt, n, &p));
     if (p.adapter && p.adapter->model != s->model)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
                           "the request's LoRA adapter was loaded for another model");
     if (p.adapter && !llmi_engine_has_lora(s->eng))
-        return llmi_error(LLM_ERR_UNSUPPORTED,
-                          "backend '%s' does not apply LoRA adapters (the CPU backend does)",
-                          s->eng->ops->name);
+        return llmi_engine_lora_refused(s->eng);
     llmi_request *r = NULL;
     LLMI_TRY(build_request(s, prompt, n, &p, &r));
     r->report = report;
@@ -221,12 +225,14 @@ llm_status llmi_sched_cancel(llmi_sched *s, llm_request_id id) {
     for (int l = 0; l < 2; l++) {
         for (size_t i = 0; i < counts[l]; i++) {
             llmi_request *r = lists[l][i];
-            if (r->id != id) continue;
+            if (r->id != id)
+                continue;
             found = true;
             /* Cancelling twice is harmless until the finish is reported. */
             r->cancelled = true;
             /* Free the blocks now unless a forward pass is writing them. */
-            if (!r->in_flight) llmi_kv_seq_release(s->kv, &r->seq);
+            if (!r->in_flight)
+                llmi_kv_seq_release(s->kv, &r->seq);
         }
     }
     /* Finished, but the finish is still to be delivered: nothing to do. */

@@ -538,6 +538,7 @@ static void test_backend_without_lora(void **state) {
     llmi_batch_row row = {5, 0, &seq, true, g_a, 1.0f};
     assert_int_equal(llmi_engine_run(e, &row, 1, logits), LLM_ERR_UNSUPPORTED);
     assert_non_null(strstr(llm_last_error(), "cpu-without-lora"));
+    assert_non_null(strstr(llm_last_error(), "LLM_CUDA_LORA=1")); /* how to turn it on */
     assert_int_equal(seq.n_tokens, 0);
     row.adapter = NULL;
     assert_int_equal(llmi_engine_run(e, &row, 1, logits), LLM_OK);
