@@ -1227,8 +1227,13 @@ typedef struct llm_batch llm_batch;
  * ::LLM_ERR_INVALID_ARGUMENT otherwise, and for an adapter of another model
  * or a scale that is not finite; ::LLM_ERR_NOT_FOUND for a sequence that
  * is not open; ::LLM_ERR_UNSUPPORTED on a backend that does not apply
- * adapters. Forks keep their source's adapter; sequences
- * restored from saved state have none. Since 1.4.
+ * adapters. Forks keep their source's adapter. A sequence restored from
+ * a state saved under an adapter (llm_seq_state_load()) holds that
+ * adapter's K/V and refuses to decode (::LLM_ERR_INVALID_ARGUMENT naming
+ * the adapter's fingerprint and scale) until this call gives it an adapter
+ * of the same content (another load of the same file will do) at the same
+ * scale; any other adapter or scale is ::LLM_ERR_INVALID_ARGUMENT. Since 1.4;
+ * restored sequences wait for their adapter since 1.5.
  */
 LLM_API llm_status llm_seq_set_adapter(llm_session *session, llm_seq_id seq,
                                        const llm_adapter *adapter, float scale);
@@ -1402,7 +1407,9 @@ LLM_API llm_status llm_seq_state_save(llm_session *session, llm_seq_id seq, void
  * saved by llm_seq_state_save() or llm_seq_state_save_file(): its tokens
  * and K/V, ready to decode at position = its length. `*out` = its id (-1 on
  * failure). A session state gives ::LLM_ERR_INVALID_ARGUMENT (use
- * llm_session_state_load()).
+ * llm_session_state_load()). A sequence saved under a LoRA adapter is
+ * restored without it and decodes only after llm_seq_set_adapter() gives it
+ * the same adapter and scale (the state names them, it does not hold them).
  */
 LLM_API llm_status llm_seq_state_load(llm_session *session, const void *data, size_t size,
                                       llm_seq_id *out);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 static const llmi_layer_role target_roles[LLMI_LORA_TARGETS] = {
     LLMI_ROLE_Q,    LLMI_ROLE_K,  LLMI_ROLE_V,    LLMI_ROLE_O,
@@ -239,6 +240,7 @@ llm_status llmi_adapter_from_gguf(const llm_model *m, const llmi_gguf *g, const 
         return st;
     }
     a->id = atomic_fetch_add(&next_id, 1);
+    a->fingerprint = llmi_adapter_fingerprint(a);
     *out = a;
     return LLM_OK;
 }
@@ -259,6 +261,49 @@ llm_status llmi_adapter_load(const llm_model *m, const char *path, bool use_mmap
     llm_status st = llmi_adapter_from_gguf(m, g, base && base[1] ? base + 1 : path, out);
     llmi_gguf_close(g);
     return st;
+}
+
+/* splitmix64's finaliser: every input bit reaches every output bit. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Folds n bytes into h eight at a time: one multiply per word keeps the
+ * fingerprint of a large adapter a small fraction of its load time. */
+static uint64_t fold_bytes(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 32;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p, n);
+    h = (h ^ tail ^ (uint64_t)n << 56) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
+}
+
+uint64_t llmi_adapter_fingerprint(const llm_adapter *a) {
+    uint32_t alpha_bits;
+    memcpy(&alpha_bits, &a->alpha, sizeof alpha_bits);
+    uint64_t h = mix64(0x4C6F524146507231ull ^ alpha_bits);
+    const size_t n = (size_t)a->model->hp.n_layer * LLMI_LORA_TARGETS;
+    for (size_t i = 0; i < n; i++) {
+        const llmi_lora_pair *p = &a->pairs[i];
+        if (!p->a)
+            continue;
+        /* The pair's place and shape, so equal bytes in another place or
+         * another split into rows hash differently. */
+        uint64_t shape[4] = {i, p->rank, p->in, p->out};
+        h = fold_bytes(h, shape, sizeof shape);
+        h = fold_bytes(h, p->a, (size_t)p->rank * p->in * sizeof(float));
+        h = fold_bytes(h, p->b, (size_t)p->rank * p->out * sizeof(float));
+    }
+    h = mix64(h);
+    return h ? h : 1;
 }
 
 uint64_t llmi_adapter_chain_seed(const llm_adapter *a, float scale) {

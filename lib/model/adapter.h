@@ -45,11 +45,16 @@ typedef struct llmi_lora_pair {
 struct llm_adapter {
     const llm_model *model; /* the model it was loaded for (borrowed) */
     uint64_t id;            /* distinct for every adapter loaded in the process */
-    float alpha;            /* adapter.lora.alpha; 0 = none given */
-    uint32_t n_pairs;       /* projections targeted */
-    uint64_t bytes;         /* memory its matrices take */
-    uint32_t max_rank;      /* the largest rank of any pair */
-    llmi_lora_pair *pairs;  /* [n_layer][LLMI_LORA_TARGETS] */
+    /* A hash of what the adapter computes (each pair's place, shapes and
+     * F32 matrices, and alpha): two loads of one file, or of a GGUF and a
+     * PEFT folder holding the same weights, share it. Saved states name
+     * the adapter a sequence needs by it (lib/state). Never 0. */
+    uint64_t fingerprint;
+    float alpha;           /* adapter.lora.alpha; 0 = none given */
+    uint32_t n_pairs;      /* projections targeted */
+    uint64_t bytes;        /* memory its matrices take */
+    uint32_t max_rank;     /* the largest rank of any pair */
+    llmi_lora_pair *pairs; /* [n_layer][LLMI_LORA_TARGETS] */
 };
 
 static inline const llmi_lora_pair *llmi_adapter_pair(const llm_adapter *a, uint32_t layer,
@@ -72,6 +77,10 @@ llm_status llmi_adapter_from_gguf(const llm_model *m, const llmi_gguf *g, const 
                                   llm_adapter **out);
 /* NULL is a no-op. */
 void llmi_adapter_free(llm_adapter *a);
+
+/* The content fingerprint of a built adapter (its `fingerprint` field);
+ * never 0, which stands for "no adapter" in saved states. */
+uint64_t llmi_adapter_fingerprint(const llm_adapter *a);
 
 /* The seed of the prefix-cache hash chain of a sequence computed with
  * adapter `a` at `scale` (0 for no adapter): K/V depend on both, so blocks

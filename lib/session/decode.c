@@ -4,6 +4,8 @@
 #include "session/session.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 struct llm_batch {
     uint32_t capacity, n;
@@ -138,6 +140,8 @@ llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *o
         st = llmi_kv_seq_fork(s->kv, &src->kv, &seq->kv);
         seq->adapter = src->adapter;
         seq->adapter_scale = src->adapter_scale;
+        seq->wait_fingerprint = src->wait_fingerprint;
+        seq->wait_scale = src->wait_scale;
     }
     if (st == LLM_OK) {
         s->seqs[id] = &seq->kv;
@@ -175,6 +179,46 @@ llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens) {
     return st;
 }
 
+/* Scales match when their bits do: the saved K/V were computed with
+ * exactly this float. */
+static bool same_scale(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+llm_status llmi_seq_check_adapter(const llmi_tseq *t, llm_seq_id id) {
+    if (!t->wait_fingerprint)
+        return LLM_OK;
+    return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                      "sequence %d was restored from a state saved with LoRA adapter %016llx at "
+                      "scale %.9g: call llm_seq_set_adapter with that adapter and scale before "
+                      "decoding it",
+                      id, (unsigned long long)t->wait_fingerprint, (double)t->wait_scale);
+}
+
+/* Under the lock. A sequence's K/V depend on its adapter: the adapter is
+ * chosen before the first token, or, for a restored sequence holding K/V
+ * computed under an adapter, is that adapter at that scale. */
+static llm_status adapter_allowed(const llmi_tseq *t, llm_seq_id id, const llm_adapter *adapter,
+                                  float scale) {
+    bool empty = !t->kv.n_tokens && !t->kv.n_blocks;
+    if (t->wait_fingerprint && !empty &&
+        (!adapter || adapter->fingerprint != t->wait_fingerprint ||
+         !same_scale(scale, t->wait_scale))) {
+        char given[64] = "no adapter";
+        if (adapter)
+            snprintf(given, sizeof given, "adapter %016llx at scale %.9g",
+                     (unsigned long long)adapter->fingerprint, (double)scale);
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "llm_seq_set_adapter: sequence %d holds %u tokens saved with LoRA "
+                          "adapter %016llx at scale %.9g; it was given %s",
+                          id, t->kv.n_tokens, (unsigned long long)t->wait_fingerprint,
+                          (double)t->wait_scale, given);
+    }
+    if (!t->wait_fingerprint && !empty)
+        return llmi_error(LLM_ERR_INVALID_ARGUMENT,
+                          "sequence %d holds %u tokens: set its adapter before decoding any", id,
+                          t->kv.n_tokens);
+    return LLM_OK;
+}
+
 llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter *adapter,
                                 float scale) {
     if (adapter && adapter->model != s->model)
@@ -186,16 +230,16 @@ llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter
         return llmi_engine_lora_refused(s->eng);
     pthread_mutex_lock(&s->sched.lock);
     llmi_tseq *t = llmi_seq_find(s, id);
-    llm_status st = t ? LLM_OK : bad_seq(id);
-    /* K/V depend on the adapter: it is chosen before the first token. */
-    if (t && (t->kv.n_tokens || t->kv.n_blocks))
-        st = llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                        "sequence %d holds %u tokens: set its adapter before decoding any", id,
-                        t->kv.n_tokens);
+    llm_status st = t ? adapter_allowed(t, id, adapter, scale) : bad_seq(id);
     if (st == LLM_OK) {
         t->adapter = adapter;
         t->adapter_scale = scale;
-        t->kv.chain_seed = t->kv.last_hash = llmi_adapter_chain_seed(adapter, scale);
+        t->wait_fingerprint = 0;
+        t->wait_scale = 0.0f;
+        /* Token-level sequences never register blocks in the prefix cache
+         * (n_hashed is 0), so a restored one may take its seed here. */
+        if (t->kv.n_hashed == 0)
+            t->kv.chain_seed = t->kv.last_hash = llmi_adapter_chain_seed(adapter, scale);
     }
     pthread_mutex_unlock(&s->sched.lock);
     return st;
@@ -241,6 +285,8 @@ static llm_status prepare_decode(llm_session *s, const llm_batch *b) {
         llmi_kv_seq *seq = find_seq(s, b->seq[r]);
         if (!seq)
             st = bad_seq(b->seq[r]);
+        else if (llmi_tseq_of(seq)->wait_fingerprint)
+            st = llmi_seq_check_adapter(llmi_tseq_of(seq), b->seq[r]);
         else if (b->token[r] < 0 || (uint32_t)b->token[r] >= V)
             st = llmi_error(LLM_ERR_INVALID_ARGUMENT, "row %u: token %d outside vocabulary of %u",
                             r, b->token[r], V);

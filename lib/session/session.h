@@ -22,19 +22,19 @@ struct llm_session {
     llm_session_params params; /* resolved: no zeros left */
     llmi_session_device device;
     llmi_engine *eng;
-    llmi_kv *kv;          /* eng->kv: the KV bookkeeping */
+    llmi_kv *kv; /* eng->kv: the KV bookkeeping */
     llmi_sampler sampler;
-    llmi_sched sched;      /* requests; its lock guards everything KV */
+    llmi_sched sched; /* requests; its lock guards everything KV */
     bool sched_ready;
-    llmi_kv_seq **seqs;    /* token-level sequences by id (llmi_tseq); NULL = closed */
+    llmi_kv_seq **seqs; /* token-level sequences by id (llmi_tseq); NULL = closed */
     size_t n_seqs;
     uint32_t *decode_rows; /* last decode: batch row -> logits row, or UINT32_MAX */
     uint32_t n_decode_rows, cap_decode_rows;
-    float *decode_logits;  /* [cap_decode_logits][n_vocab]: llm_session_decode's own, so
-                              steps and llm_generate leave them alone */
+    float *decode_logits; /* [cap_decode_logits][n_vocab]: llm_session_decode's own, so
+                             steps and llm_generate leave them alone */
     uint32_t cap_decode_logits;
-    llmi_spec spec;        /* speculative decoding: draft model, cost model */
-    atomic_int interrupt;  /* llm_session_interrupt; cleared as each call starts */
+    llmi_spec spec;       /* speculative decoding: draft model, cost model */
+    atomic_int interrupt; /* llm_session_interrupt; cleared as each call starts */
     /* llm_session_last_error: the last failure of a call on the session. */
     pthread_mutex_t error_lock;
     llm_status error_status;
@@ -62,7 +62,18 @@ typedef struct llmi_tseq {
      * NULL for the base model. Forks inherit it. */
     const llm_adapter *adapter;
     float adapter_scale;
+    /* Restored from a state saved under an adapter (lib/state): the
+     * fingerprint and scale of the adapter its K/V were computed with, until
+     * llm_seq_set_adapter gives it that adapter; 0 when not waiting. A
+     * waiting sequence refuses to decode (llmi_seq_check_adapter). Forks
+     * inherit the wait. */
+    uint64_t wait_fingerprint;
+    float wait_scale;
 } llmi_tseq;
+
+/* LLM_ERR_INVALID_ARGUMENT naming the adapter and scale when sequence `id`
+ * (t) still waits for the adapter its saved K/V were computed with. */
+llm_status llmi_seq_check_adapter(const llmi_tseq *t, llm_seq_id id);
 
 static inline llmi_tseq *llmi_tseq_of(llmi_kv_seq *q) { return (llmi_tseq *)q; }
 
@@ -78,8 +89,8 @@ void llmi_tseq_free(llm_session *s, llmi_kv_seq *q, bool lock);
 llm_status llmi_session_submit(llm_session *s, const llm_token *prompt, size_t n,
                                const llm_request_params *params, llm_request_id *out);
 llm_status llmi_session_cancel(llm_session *s, llm_request_id id);
-llm_status llmi_session_step(llm_session *s, llm_event *events, size_t capacity,
-                             size_t event_size, size_t *n_events);
+llm_status llmi_session_step(llm_session *s, llm_event *events, size_t capacity, size_t event_size,
+                             size_t *n_events);
 llm_status llmi_session_generate(llm_session *s, const llm_token *prompt, size_t n,
                                  const llm_generate_params *params, llm_generate_result *result);
 void llmi_session_stats(llm_session *s, llm_session_stats *st);
@@ -87,8 +98,7 @@ void llmi_session_stats(llm_session *s, llm_session_stats *st);
 llm_status llmi_session_check(llm_session *s);
 
 /* A session on the CPU. */
-llm_status llmi_session_create(const llm_model *m, const llm_session_params *p,
-                               llm_session **out);
+llm_status llmi_session_create(const llm_model *m, const llm_session_params *p, llm_session **out);
 /* A session on `dev` (from llmi_session_device_resolve). */
 llm_status llmi_session_create_on(const llm_model *m, const llm_session_params *p,
                                   const llmi_session_device *dev, llm_session **out);
@@ -109,7 +119,8 @@ llm_status llmi_batch_add(llm_batch *b, llm_seq_id seq, uint32_t pos, llm_token 
 llm_status llmi_seq_open(llm_session *s, const llm_seq_id *src_id, llm_seq_id *out);
 llm_status llmi_seq_close(llm_session *s, llm_seq_id id);
 llm_status llmi_seq_truncate(llm_session *s, llm_seq_id id, uint32_t n_tokens);
-/* llm_seq_set_adapter: the sequence must hold no tokens yet. */
+/* llm_seq_set_adapter: the sequence must hold no tokens yet, or be a
+ * restored sequence waiting for this adapter (fingerprint) and scale. */
 llm_status llmi_seq_set_adapter(llm_session *s, llm_seq_id id, const llm_adapter *adapter,
                                 float scale);
 llm_status llmi_seq_length(llm_session *s, llm_seq_id id, uint32_t *n_tokens);

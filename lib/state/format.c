@@ -49,7 +49,7 @@ static uint64_t token_bytes(uint32_t n_layer, uint64_t row_bytes) {
 
 bool llmi_state_raw_length(const llmi_state_header *h, uint64_t *out) {
     uint64_t per = token_bytes(h->n_layer, llmi_kv_row_bytes((llm_kv_type)h->kv_type, h->kv_dim));
-    uint64_t fixed = 8 * (uint64_t)h->n_records;
+    uint64_t fixed = (uint64_t)llmi_state_record_head(h->version) * h->n_records;
     if (h->n_tokens > (UINT64_MAX - fixed) / per)
         return false;
     *out = fixed + h->n_tokens * per;

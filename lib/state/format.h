@@ -66,6 +66,12 @@ static inline uint32_t llmi_state_header_fixed(uint32_t version) {
     return version >= 2 ? LLMI_STATE_HEADER_FIXED : LLMI_STATE_HEADER_FIXED_V1;
 }
 
+/* Bytes before a record's tokens: id and token count, then (version 3)
+ * the adapter's fingerprint and scale. */
+static inline uint32_t llmi_state_record_head(uint32_t version) {
+    return version >= 3 ? LLMI_STATE_RECORD_HEAD : LLMI_STATE_RECORD_HEAD_V2;
+}
+
 /* The raw length R records of T tokens take; false on overflow. */
 bool llmi_state_raw_length(const llmi_state_header *h, uint64_t *out);
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -202,10 +203,21 @@ static llm_status get_rows(source *r, llmi_engine *e, const llmi_kv_seq *q, uint
 /* One record into a new private sequence appended to b. */
 static llm_status get_record(llm_session *s, source *r, const llmi_state_header *h, uint32_t index,
                              uint64_t *tokens_seen, built *b, uint8_t *scratch) {
-    uint8_t head[8];
-    LLMI_TRY(source_read(r, head, 8));
+    uint8_t head[LLMI_STATE_RECORD_HEAD] = {0}; /* versions 1 and 2: no adapter */
+    LLMI_TRY(source_read(r, head, llmi_state_record_head(h->version)));
     llm_seq_id id = (llm_seq_id)llmi_state_get_u32(head);
     uint32_t n = llmi_state_get_u32(head + 4);
+    uint64_t fingerprint = llmi_state_get_u64(head + 8);
+    uint32_t scale_bits = llmi_state_get_u32(head + 16);
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    if (!fingerprint && scale_bits)
+        return llmi_error(LLM_ERR_BAD_FORMAT,
+                          "record %u: an adapter scale (bits %08x) without an adapter", index,
+                          scale_bits);
+    if (fingerprint && !isfinite(scale))
+        return llmi_error(LLM_ERR_BAD_FORMAT, "record %u: adapter scale %g is not finite", index,
+                          (double)scale);
     if (h->kind == LLMI_STATE_KIND_SESSION && id < 0)
         return llmi_error(LLM_ERR_BAD_FORMAT, "record %u: sequence id %d is negative", index, id);
     if (h->kind == LLMI_STATE_KIND_SESSION && id > LLMI_STATE_MAX_SEQ_ID)
@@ -253,6 +265,10 @@ static llm_status get_record(llm_session *s, source *r, const llmi_state_header 
         LLMI_TRY(get_rows(r, s->eng, &t->kv, l, true, n, (llm_kv_type)h->kv_type, scratch));
     }
     t->kv.n_tokens = n;
+    /* Its K/V were computed under that adapter: it decodes again only once
+     * llm_seq_set_adapter gives it the same one (session/decode.c). */
+    t->wait_fingerprint = fingerprint;
+    t->wait_scale = fingerprint ? scale : 0.0f;
     return LLM_OK;
 }
 

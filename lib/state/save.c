@@ -2,6 +2,7 @@
  * stream straight out of the KV blocks into deflate, so a save never holds
  * a copy of the raw payload. A file is written to PATH.tmp, fsync'ed and
  * renamed over PATH. */
+#include "model/adapter.h"
 #include "state/format.h"
 
 #include <errno.h>
@@ -136,11 +137,19 @@ static llm_status put_rows(sink *k, llmi_engine *e, const llmi_kv_seq *q, uint32
 
 static llm_status put_record(sink *k, llmi_engine *e, llm_seq_id id, const llmi_tseq *t,
                              uint8_t *scratch) {
-    uint8_t head[8];
+    uint8_t head[LLMI_STATE_RECORD_HEAD];
     uint32_t n = t->kv.n_tokens;
+    /* The adapter the K/V were computed with: the one set, or, for a
+     * restored sequence still waiting for it, the one it waits for. */
+    uint64_t fingerprint = t->adapter ? t->adapter->fingerprint : t->wait_fingerprint;
+    float scale = t->adapter ? t->adapter_scale : t->wait_fingerprint ? t->wait_scale : 0.0f;
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &scale, sizeof scale_bits);
     llmi_state_put_u32(head, (uint32_t)id);
     llmi_state_put_u32(head + 4, n);
-    LLMI_TRY(sink_put(k, head, 8, Z_NO_FLUSH));
+    llmi_state_put_u64(head + 8, fingerprint);
+    llmi_state_put_u32(head + 16, scale_bits);
+    LLMI_TRY(sink_put(k, head, sizeof head, Z_NO_FLUSH));
     LLMI_TRY(sink_put(k, t->tokens, (size_t)n * sizeof(llm_token), Z_NO_FLUSH));
     for (uint32_t l = 0; l < e->layout.n_layer; l++) {
         LLMI_TRY(put_rows(k, e, &t->kv, l, false, n, scratch));

@@ -2,12 +2,12 @@
  * to bytes or files and loaded back into a session on the same model, in
  * this process or a later one.
  *
- * Format, version 2. Integers are little-endian; offsets in bytes.
+ * Format, version 3. Integers are little-endian; offsets in bytes.
  *
  *   header
  *     0   char[8]  magic "LLMSTATE"
- *     8   u32      format version (2, or 1 as older libraries wrote it; a
- *                  newer one gives LLM_ERR_UNSUPPORTED)
+ *     8   u32      format version (3; 2 and 1 as older libraries wrote
+ *                  them still load; a newer one gives LLM_ERR_UNSUPPORTED)
  *     12  u32      header length H, every CRC included (88 + name length;
  *                  version 1: 84 + name length)
  *     16  u32      kind: 1 = one sequence, 2 = a session's sequences
@@ -20,20 +20,25 @@
  *         u32      n_vocab
  *         u32      KV element type: llm_kv_type (0 f32, 1 f16, 2 bf16;
  *                  since 1.4 also 3 q8_0, 4 q4_0, which older libraries
- *                  refuse as an unknown type: files of types 0-2 are
- *                  unchanged, so the version stays 2)
+ *                  refuse as an unknown type: files of types 0-2 were
+ *                  unchanged, so the version stayed 2)
  *         u32      R = record count (kind 1: exactly 1)
  *         u64      T = tokens over all records
- *         u64      raw payload length = 8 R + T (4 + 2 n_layer r),
+ *         u64      raw payload length = h R + T (4 + 2 n_layer r),
+ *                  h = 20 (versions 1 and 2: 8) record head bytes,
  *                  r = bytes of a row of kv_dim elements: 4 or 2 per
  *                  element, 34 (q8_0) or 18 (q4_0) per block of 32
  *         u64      compressed payload length = file length - H
  *         u32      CRC-32 of the raw payload
- *         u32      CRC-32 of the compressed payload (version 2 only)
+ *         u32      CRC-32 of the compressed payload (versions 2 and 3)
  *     H-4 u32      CRC-32 of header bytes [0, H - 4)
  *   payload: a zlib stream (RFC 1950, deflate level 1) of R records:
  *         i32      sequence id (kind 2: the id it is loaded under)
  *         u32      n = tokens of the sequence
+ *         u64      fingerprint of the LoRA adapter its K/V were computed
+ *                  with (llm_adapter.fingerprint), 0 for none (version 3;
+ *                  versions 1 and 2 have neither field: no adapter)
+ *         f32      that adapter's scale; 0 when there is none (version 3)
  *         i32[n]   the tokens
  *         then for each layer: K rows of positions 0..n-1, then V rows of
  *         positions 0..n-1; a row is kv_dim elements of the KV type
@@ -60,6 +65,13 @@
  * length the counts imply. A load is all or nothing: sequences are built
  * aside and published only after the payload's CRC matched.
  *
+ * A record saved with an adapter loads as a sequence that waits for it:
+ * adapters are not saved, only named, so the caller gives the same adapter
+ * and scale with llm_seq_set_adapter (matched by fingerprint; two loads of
+ * one file match), and until then every decode over the sequence or its
+ * forks is refused with LLM_ERR_INVALID_ARGUMENT naming both. Saving a
+ * waiting sequence keeps what it waits for.
+ *
  * The scheduler's requests (llm_session_submit) and llm_generate's sequence
  * are not part of the state. */
 #ifndef LLMI_STATE_H
@@ -68,7 +80,7 @@
 #include "session/session.h"
 
 #define LLMI_STATE_MAGIC "LLMSTATE"
-#define LLMI_STATE_VERSION 2u
+#define LLMI_STATE_VERSION 3u
 
 enum {
     LLMI_STATE_KIND_SEQUENCE = 1,
@@ -77,6 +89,10 @@ enum {
      * 1's (no compressed-payload CRC), the smallest a header may be. */
     LLMI_STATE_HEADER_FIXED = 88,
     LLMI_STATE_HEADER_FIXED_V1 = 84,
+    /* Bytes of a record before its tokens: this version's (id, count,
+     * adapter fingerprint and scale) and versions 1 and 2's (id, count). */
+    LLMI_STATE_RECORD_HEAD = 20,
+    LLMI_STATE_RECORD_HEAD_V2 = 8,
     /* Largest header length accepted from any version. */
     LLMI_STATE_MAX_HEADER = 1 << 16,
     /* Longest model name a header may carry (a model keeps 127 bytes; the

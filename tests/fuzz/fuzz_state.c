@@ -13,8 +13,10 @@
  *    a message, opens no sequence and keeps no KV block; the KV invariants
  *    hold;
  *  - an accepted state opened sequences of at most n_ctx tokens, all in the
- *    vocabulary; saving one again and loading that gives the same tokens,
- *    and a decode step on it works.
+ *    vocabulary; saving one again and loading that gives the same tokens
+ *    and the same adapter to wait for, and a decode step on it works, or,
+ *    for a record saved under a LoRA adapter (version 3), is refused with
+ *    INVALID_ARGUMENT telling to call llm_seq_set_adapter.
  * Seeds (tests/fuzz/corpus/state) are states and raw payloads of this model
  * written by make_corpus.c. */
 #include "fuzz_state.h"
@@ -23,6 +25,7 @@
 
 #include "fuzz_util.h"
 
+#include <math.h>
 #include <zlib.h>
 
 static llm_model *g_model;
@@ -88,17 +91,32 @@ static void use_seq(llm_session *s, llm_seq_id id) {
         FUZZ_CHECK(llm_seq_tokens(s, id2, again, 64, &k) == LLM_OK && k == n &&
                        memcmp(toks, again, n * sizeof *toks) == 0,
                    "re-loaded tokens differ");
+        const llmi_tseq *t1 = llmi_seq_find(s, id), *t2 = llmi_seq_find(s, id2);
+        FUZZ_CHECK(t1->wait_fingerprint == t2->wait_fingerprint &&
+                       memcmp(&t1->wait_scale, &t2->wait_scale, sizeof(float)) == 0,
+                   "a re-save lost the adapter its sequence waits for");
         llm_seq_close(s, id2);
     } else {
         FUZZ_CHECK(st == LLM_ERR_LIMIT, "re-load: %s", llm_last_error()); /* KV full */
     }
     free(buf);
+    /* A record saved under a LoRA adapter: the sequence waits for it, and
+     * a decode says which adapter to set. */
+    const llmi_tseq *t = llmi_seq_find(s, id);
+    bool waiting = t->wait_fingerprint != 0;
+    FUZZ_CHECK(waiting || t->wait_scale == 0.0f, "a scale without an adapter");
+    FUZZ_CHECK(!waiting || isfinite(t->wait_scale), "scale %g", (double)t->wait_scale);
     if (n < s->params.n_ctx) {
         llm_batch *b = NULL;
         FUZZ_CHECK(llm_batch_create(1, &b) == LLM_OK, "batch");
         llm_batch_add(b, id, n, 1, true);
         st = llm_session_decode(s, b);
-        FUZZ_CHECK(st == LLM_OK || st == LLM_ERR_LIMIT, "decode: %s", llm_last_error());
+        if (waiting)
+            FUZZ_CHECK(st == LLM_ERR_INVALID_ARGUMENT &&
+                           strstr(llm_last_error(), "llm_seq_set_adapter"),
+                       "decode of a sequence waiting for its adapter: %s", llm_last_error());
+        else
+            FUZZ_CHECK(st == LLM_OK || st == LLM_ERR_LIMIT, "decode: %s", llm_last_error());
         llm_batch_free(b);
     }
 }
@@ -172,8 +190,11 @@ static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
     uint32_t type = get32(e - 40), records = get32(e - 36);
     size_t row = llmi_kv_row_bytes((llm_kv_type)type, (uint64_t)hp->n_head_kv * hp->head_dim);
     uint64_t per = 4 + 2ull * hp->n_layer * (row ? row : 4ull * hp->n_head_kv * hp->head_dim);
-    if (raw_len >= 8ull * records && (raw_len - 8ull * records) % per == 0)
-        put64(e - 32, (raw_len - 8ull * records) / per);
+    uint64_t heads =
+        (uint64_t)(get32(data + 8) >= 3 ? LLMI_STATE_RECORD_HEAD : LLMI_STATE_RECORD_HEAD_V2) *
+        records;
+    if (raw_len >= heads && (raw_len - heads) % per == 0)
+        put64(e - 32, (raw_len - heads) / per);
     put64(e - 24, raw_len);
     put64(e - 16, comp);
     put32(e - 8, (uint32_t)crc32(0, raw, (uInt)raw_len));

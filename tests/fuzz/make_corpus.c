@@ -176,7 +176,38 @@ static void model_seed(const char *name, llmi_ttype type, uint32_t n_embd, uint3
 /* ---- state: states of fuzz_state.h's model, each also as header + raw
  * payload (what fuzz_state's fix-up turns back into a valid state) ---- */
 
-static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq) {
+static void put_le(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The state of `buf` with its first record naming a LoRA adapter (a made-up
+ * fingerprint, scale 0.5), as NAME-lora.state and NAME-lora-raw.bin: the
+ * loaded sequence waits for that adapter. */
+static void lora_seed(const char *name, const uint8_t *header, uint32_t hl, uint8_t *raw,
+                      uint64_t raw_len) {
+    put_le(raw + 8, 0x5eed0fa1ada97e12ull, 8);
+    put_le(raw + 16, 0x3f000000u, 4); /* 0.5f */
+    uLongf comp = compressBound((uLong)raw_len);
+    uint8_t *out = malloc(hl + comp);
+    memcpy(out, header, hl);
+    if (compress2(out + hl, &comp, raw, (uLong)raw_len, 1) != Z_OK)
+        die("deflating a state seed");
+    put_le(out + hl - 20, comp, 8);
+    put_le(out + hl - 12, (uint32_t)crc32(0, raw, (uInt)raw_len), 4);
+    put_le(out + hl - 8, (uint32_t)crc32(0, out + hl, (uInt)comp), 4);
+    put_le(out + hl - 4, (uint32_t)crc32(0, out, hl - 4), 4);
+    char file[64];
+    snprintf(file, sizeof file, "%s-lora.state", name);
+    save("state", file, out, hl + comp);
+    memcpy(out, header, hl);
+    memcpy(out + hl, raw, raw_len);
+    snprintf(file, sizeof file, "%s-lora-raw.bin", name);
+    save("state", file, out, hl + raw_len);
+    free(out);
+}
+
+static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq, bool lora) {
     size_t bound = 0, size = 0;
     if (seq)
         llm_seq_state_save(s, *seq, NULL, 0, &bound);
@@ -192,7 +223,7 @@ static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq) 
                   (uint32_t)buf[15] << 24;
     uint64_t raw_len = 0;
     for (int i = 7; i >= 0; i--)
-        raw_len = raw_len << 8 | buf[hl - 28 + i]; /* version 2 */
+        raw_len = raw_len << 8 | buf[hl - 28 + i]; /* versions 2 and 3 */
     uint8_t *raw = malloc(hl + raw_len);
     memcpy(raw, buf, hl);
     uLongf got = (uLongf)raw_len;
@@ -200,6 +231,8 @@ static void state_seed(const char *name, llm_session *s, const llm_seq_id *seq) 
         die("inflating a state seed");
     snprintf(file, sizeof file, "%s-raw.bin", name);
     save("state", file, raw, hl + raw_len);
+    if (lora)
+        lora_seed(name, buf, hl, raw + hl, raw_len);
     free(raw);
     free(buf);
 }
@@ -231,11 +264,11 @@ static void state_seeds(void) {
         llm_seq_id a, b;
         OK(llm_seq_open(s, &a));
         decode_seed(s, a, 0, toks, 6);
-        state_seed(f16 ? "seq-f16" : "seq-f32", s, &a);
+        state_seed(f16 ? "seq-f16" : "seq-f32", s, &a, !f16);
         if (!f16) { /* a session: the sequence and a fork that went on */
             OK(llm_seq_fork(s, a, &b));
             decode_seed(s, b, 6, toks + 6, 3);
-            state_seed("session", s, NULL);
+            state_seed("session", s, NULL, true);
         }
         llm_session_free(s);
     }

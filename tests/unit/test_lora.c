@@ -212,6 +212,10 @@ static void test_peft_matches_gguf(void **state) {
     NEED_MODELS();
     llm_adapter *peft = load_adapter(g_base, "lora-llama-a");
     assert_int_equal(peft->n_pairs, g_a->n_pairs);
+    /* The same weights in either form: the same content fingerprint (what
+     * saved states name), another load id; adapter b differs. */
+    assert_true(peft->fingerprint == g_a->fingerprint && peft->id != g_a->id);
+    assert_true(g_b->fingerprint != g_a->fingerprint);
     const llm_adapter *ad[2] = {g_a, peft};
     const float one[2] = {1.0f, 1.0f};
     float *gguf_out[1], *peft_out[1];

@@ -197,8 +197,8 @@ static uint64_t get_u64le(const uint8_t *p) {
 static uint8_t *raw_payload(const uint8_t *st, size_t size, size_t *raw_len) {
     uint32_t hl =
         (uint32_t)st[12] | (uint32_t)st[13] << 8 | (uint32_t)st[14] << 16 | (uint32_t)st[15] << 24;
-    /* Version 2: ... raw len, comp len, raw CRC, comp CRC, header CRC. */
-    assert_int_equal(st[8], 2);
+    /* Version 3: ... raw len, comp len, raw CRC, comp CRC, header CRC. */
+    assert_int_equal(st[8], 3);
     uint64_t n = get_u64le(st + hl - 28), comp = get_u64le(st + hl - 20);
     assert_int_equal(comp, size - hl);
     uint32_t comp_crc = (uint32_t)st[hl - 8] | (uint32_t)st[hl - 7] << 8 |
@@ -213,6 +213,45 @@ static uint8_t *raw_payload(const uint8_t *st, size_t size, size_t *raw_len) {
     assert_int_equal(crc, (uint32_t)crc32(0, raw, (uInt)n));
     *raw_len = (size_t)n;
     return raw;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A version 3 state of one sequence rewritten as `version` (1 or 2) wrote
+ * it: the record without its adapter fields, the header without the
+ * compressed CRC for version 1 (malloc'ed). The record must name no
+ * adapter: older versions cannot say one. */
+static uint8_t *as_old_version(const uint8_t *st, size_t size, uint32_t version, size_t *out) {
+    uint32_t hl =
+        (uint32_t)st[12] | (uint32_t)st[13] << 8 | (uint32_t)st[14] << 16 | (uint32_t)st[15] << 24;
+    size_t n = 0;
+    uint8_t *raw = raw_payload(st, size, &n);
+    for (int i = 8; i < 20; i++) /* fingerprint and scale of no adapter */
+        assert_int_equal(raw[i], 0);
+    memmove(raw + 8, raw + 20, n - 20);
+    n -= 12;
+    uint32_t nhl = version == 1 ? hl - 4 : hl;
+    uLongf comp = compressBound((uLong)n);
+    uint8_t *o = malloc(nhl + comp);
+    assert_non_null(o);
+    assert_int_equal(compress2(o + nhl, &comp, raw, (uLong)n, 1), Z_OK);
+    memcpy(o, st, hl - 28); /* up to the raw length */
+    uint8_t *e = o + nhl;   /* the end of the new header */
+    put_le(o + 8, version, 4);
+    put_le(o + 12, nhl, 4);
+    int c = version == 1 ? 0 : 4; /* the compressed CRC's bytes */
+    put_le(e - 24 - c, n, 8);
+    put_le(e - 16 - c, comp, 8);
+    put_le(e - 8 - c, (uint32_t)crc32(0, raw, (uInt)n), 4);
+    if (c)
+        put_le(e - 8, (uint32_t)crc32(0, o + nhl, (uInt)comp), 4);
+    fix_header_crc(o);
+    free(raw);
+    *out = nhl + comp;
+    return o;
 }
 
 static double max_abs(const float *x, size_t n) {
@@ -515,7 +554,7 @@ static void test_other_model_and_version(void **state) {
 
     uint8_t *v = malloc(size);
     memcpy(v, buf, size);
-    v[8] = 3; /* version 3, CRC fixed: refused as newer */
+    v[8] = 4; /* version 4, CRC fixed: refused as newer */
     fix_header_crc(v);
     expect_refused(s, v, size, LLM_ERR_UNSUPPORTED);
     v[8] = 0;
@@ -524,32 +563,39 @@ static void test_other_model_and_version(void **state) {
     v[8] = 1; /* version 1 says its header is 4 bytes shorter */
     fix_header_crc(v);
     expect_refused(s, v, size, LLM_ERR_BAD_FORMAT);
-    v[8] = 2; /* and back: valid again */
+    v[8] = 2; /* version 2's records are 12 bytes shorter: the lengths disagree */
+    fix_header_crc(v);
+    expect_refused(s, v, size, LLM_ERR_BAD_FORMAT);
+    assert_non_null(strstr(llm_last_error(), "does not match"));
+    v[8] = 3; /* and back: valid again */
     fix_header_crc(v);
     assert_memory_equal(v, buf, size);
     free(v);
 
-    /* The same state as version 1 wrote it (no compressed CRC) loads with
-     * the same tokens, and a flip inside its payload is still refused by
-     * the raw CRC or by zlib. */
-    uint32_t hl = LLMI_STATE_HEADER_FIXED + (uint32_t)strlen(g_model->name);
-    size_t size1 = size - 4;
-    uint8_t *v1 = malloc(size1);
-    memcpy(v1, buf, hl - 8);
-    memcpy(v1 + hl - 8, buf + hl - 4, 4 + size - hl); /* drop the compressed CRC */
-    v1[8] = 1;
-    v1[12] = (uint8_t)(hl - 4);
-    v1[13] = (uint8_t)((hl - 4) >> 8);
-    fix_header_crc(v1);
+    /* The same state as versions 1 (no compressed CRC) and 2 wrote it (no
+     * adapter fields) loads with the same tokens and as bitwise the same
+     * K/V (a re-save is the version 3 state), and a flip inside its payload
+     * is still refused by the CRCs or by zlib. */
     llm_session *t = make_session(g_model, LLM_KV_F32, 16, 64, 256);
-    llm_seq_id b = -1;
-    if (llm_seq_state_load(t, v1, size1, &b) != LLM_OK)
-        fail_msg("version 1 load: %s", llm_last_error());
-    check_tokens(t, b, p, PROMPT);
-    v1[size1 - 1] ^= 0xff;
-    expect_refused(t, v1, size1, LLM_ERR_BAD_FORMAT);
+    for (uint32_t version = 1; version <= 2; version++) {
+        size_t old_size = 0;
+        uint8_t *old = as_old_version(buf, size, version, &old_size);
+        assert_int_equal(old[8], version);
+        llm_seq_id b = -1;
+        if (llm_seq_state_load(t, old, old_size, &b) != LLM_OK)
+            fail_msg("version %u load: %s", version, llm_last_error());
+        check_tokens(t, b, p, PROMPT);
+        size_t again_size = 0;
+        uint8_t *resaved = save_seq(t, b, &again_size);
+        assert_int_equal(again_size, size);
+        assert_memory_equal(resaved, buf, size);
+        free(resaved);
+        assert_int_equal(llm_seq_close(t, b), LLM_OK);
+        old[old_size - 1] ^= 0xff;
+        expect_refused(t, old, old_size, LLM_ERR_BAD_FORMAT);
+        free(old);
+    }
     llm_session_free(t);
-    free(v1);
     free(buf);
     llm_session_free(s);
 }

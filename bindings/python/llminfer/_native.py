@@ -481,6 +481,7 @@ _OPTIONAL_PROTOTYPES: List[Tuple[str, Any, List[Any]]] = [
     ("llm_adapter_params_init_sized", None, [POINTER(AdapterParams), c_size_t]),
     ("llm_adapter_load", c_status, [p_model, c_char_p, POINTER(AdapterParams), POINTER(c_void_p)]),
     ("llm_adapter_free", None, [c_void_p]),
+    ("llm_seq_set_adapter", c_status, [p_session, c_seq_id, c_void_p, c_float]),
 ]
 _present: Dict[str, bool] = {}
 

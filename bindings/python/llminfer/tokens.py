@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._closeable import Closeable
-from ._native import lib
-from .errors import ClosedError, Status, check, error_for
+from ._native import has, lib
+from .errors import ClosedError, Status, UnsupportedError, check, error_for
 from .model import Model
 from .params import SamplingParams
 
@@ -31,9 +31,10 @@ _MAX_ATTEMPTS = 4
 class TokenSequence:
     """An ``llm_seq_id`` of a session: tokens with their keys and values."""
 
-    def __init__(self, session: "_SessionCalls", seq_id: int) -> None:
+    def __init__(self, session: "_SessionCalls", seq_id: int, adapter: Any = None) -> None:
         self.session = session
         self.id = seq_id
+        self._adapter = adapter  # a LoRA adapter the library borrows while the sequence lives
 
     def _call(self, fn: Any, *args: Any) -> None:
         session = self.session
@@ -50,7 +51,20 @@ class TokenSequence:
         """A new sequence sharing every KV block of this one (copy-on-write)."""
         out = _native.c_seq_id(0)
         self._call(lib.llm_seq_fork, ctypes.byref(out))
-        return TokenSequence(self.session, out.value)
+        return TokenSequence(self.session, out.value, self._adapter)
+
+    def set_adapter(self, adapter: Any, scale: float = 1.0) -> None:
+        """``llm_seq_set_adapter``: runs the sequence with ``adapter`` (an
+        :class:`Adapter` of the session's model, or None) at ``scale``. Only
+        while the sequence is empty, or, for a sequence restored from a state
+        saved under an adapter (which refuses to decode until then), with an
+        adapter of the same content (another load of the same file does) and
+        the same scale; :class:`InvalidArgumentError` otherwise."""
+        if not has("llm_seq_set_adapter"):
+            raise UnsupportedError("this libllminfer has no LoRA adapters (API 1.4 adds them)")
+        handle = adapter._handle() if adapter is not None else None
+        self._call(lib.llm_seq_set_adapter, handle, ctypes.c_float(scale))
+        self._adapter = adapter
 
     def truncate(self, n_tokens: int) -> None:
         """Forgets positions ``>= n_tokens``."""
