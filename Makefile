@@ -94,8 +94,9 @@ $(BUILD)/llm-run: examples/llm-run/main.c examples/common/progress_bar.h $(BUILD
 		$(LDSAN)
 
 # Teacher-forced perplexity on a text file (docs/bench.md, KV cache types).
-$(BUILD)/llm-perplexity: examples/llm-perplexity/main.c $(BUILD)/libllminfer.so
-	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -lm \
+$(BUILD)/llm-perplexity: examples/llm-perplexity/main.c examples/llm-perplexity/kld.c \
+		examples/llm-perplexity/kld.h $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) -o $@ -L$(BUILD) -lllminfer -lm \
 		-Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
 BENCH_SRC := $(sort $(wildcard examples/llm-bench/*.c))
