@@ -306,8 +306,8 @@ void kld_reader_print(kld_reader *r, FILE *out) {
     const double ratio = exp(d), same = (double)r->same_top / (double)n;
     fprintf(out,
             ", \"base_perplexity\": %.6f, \"delta_ppl_pct\": %.4f, \"delta_ppl_pct_se\": %.4f, "
-            "\"kld_mean\": %.6f, \"kld_mean_se\": %.6f, \"kld_median\": %.6f, "
-            "\"kld_p99\": %.6f, \"kld_max\": %.6f, \"kld_top_k\": %u, "
+            "\"kld_mean\": %.9f, \"kld_mean_se\": %.9f, \"kld_median\": %.9f, "
+            "\"kld_p99\": %.9f, \"kld_max\": %.9f, \"kld_top_k\": %u, "
             "\"same_top_pct\": %.3f, \"same_top_pct_se\": %.3f",
             exp(r->sum_nll_base / (double)n), 100.0 * (ratio - 1.0), 100.0 * ratio * d_se, mean, se,
             quantile(r->kld, n, 0.5), quantile(r->kld, n, 0.99), r->kld[n - 1], r->h.top_k,
