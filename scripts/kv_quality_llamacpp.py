@@ -5,14 +5,14 @@ cache in a test type against the same model with a base KV type, through
 llama-cpp-python, windowed exactly as build/llm-perplexity windows it.
 
   python scripts/kv_quality_llamacpp.py -m MODEL -f TEXT --ctx 512 \
-      --base f16 --test q8_0 [--threads 2] [--top-k 256] [--save-base FILE]
+      --base f16 --test q8_0[,f32,...] [--threads 2] [--top-k 1024] [--save-base FILE]
 
 The text is tokenized whole (no BOS, no special tokens) and read in windows
 of ctx tokens starting every ctx/2; each window is decoded from an empty
 cache and scores the tokens of its second half (the first window all but
-its first token). Both engines (one llama.cpp context with the base KV type,
-one with the test type) decode every window, and per scored token the
-script compares their full distributions (log-softmax in float64):
+its first token). One llama.cpp context with the base KV type and one per
+test type decode every window, and per scored token the script compares
+each test's full distribution with the base's (log-softmax in float64):
 
   KLD(base || test), exact over the whole vocabulary; with --top-k K also
     the estimate llm-perplexity makes from a saved base (the base's K most
@@ -30,7 +30,7 @@ hash of the token ids, so a tokenizer difference is refused, not measured.
 Settings: CPU only, flash attention on (llama.cpp needs it for a quantized V
 cache), n_batch = n_ubatch = ctx, weights without the AMX buffer type (see
 scripts/bench_llamacpp.py). KV types: f32, f16, bf16, q8_0, q4_0.
-Prints one JSON object. Run with the Python of a venv that has
+Prints one JSON object per test type, a line each. Run with the Python of a venv that has
 llama-cpp-python and numpy (scripts/bench-cpu.sh makes one).
 """
 
@@ -124,20 +124,25 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--base", choices=sorted(GGML_TYPES), default="f16")
-    ap.add_argument("--test", choices=sorted(GGML_TYPES), default="q8_0")
-    ap.add_argument("--top-k", type=int, default=256)
+    ap.add_argument("--test", default="q8_0", help="KV types, comma-separated")
+    ap.add_argument("--top-k", type=int, default=1024)
     ap.add_argument("--save-base", metavar="FILE")
     args = ap.parse_args()
+    tests = args.test.split(",")
+    if any(t not in GGML_TYPES for t in tests):
+        ap.error("--test takes KV types among " + ", ".join(sorted(GGML_TYPES)))
 
     L.llama_log_set(bench_llamacpp._log, None)
     bench_llamacpp._drop_amx()
     with open(args.file, "rb") as fh:
         text = fh.read()
-    base, test = load(args, args.base), load(args, args.test)
+    base = load(args, args.base)
+    engines = [load(args, t) for t in tests]
     tokens = base.tokenize(text, add_bos=False, special=False)
     n_vocab = base.n_vocab()
     k = min(args.top_k, n_vocab)
-    nll_b, nll_t, kld, kld_k, same = [], [], [], [], []
+    nll_b = []
+    stats = [{"nll": [], "kld": [], "kld_k": [], "same": []} for _ in tests]
     out = None
     if args.save_base:
         out = open(args.save_base, "wb")
@@ -146,17 +151,19 @@ def main():
                                       token_hash(tokens), n_scored))
     for start, length, first in windows(len(tokens), args.ctx):
         lb = window_logprobs(base, tokens, start, length, first)
-        lt = window_logprobs(test, tokens, start, length, first)
         tgt = np.asarray(tokens[first:start + length])
         rows = np.arange(len(tgt))
         nll_b.extend(-lb[rows, tgt])
-        nll_t.extend(-lt[rows, tgt])
-        kld.extend((np.exp(lb) * (lb - lt)).sum(axis=1))
-        approx, idx, pb = topk_kld(lb, lt, k)
-        kld_k.extend(approx)
-        same.extend(lb.argmax(axis=1) == lt.argmax(axis=1))
+        for engine, st in zip(engines, stats):
+            lt = window_logprobs(engine, tokens, start, length, first)
+            st["nll"].extend(-lt[rows, tgt])
+            st["kld"].extend((np.exp(lb) * (lb - lt)).sum(axis=1))
+            st["kld_k"].extend(topk_kld(lb, lt, k)[0])
+            st["same"].extend(lb.argmax(axis=1) == lt.argmax(axis=1))
         if out:
-            order = np.argsort(-pb, axis=1, kind="stable")
+            idx = np.argpartition(-lb, k - 1, axis=1)[:, :k]
+            pb = np.take_along_axis(lb, idx, axis=1)
+            order = np.lexsort((idx, -pb), axis=1)
             pb = np.take_along_axis(pb, order, axis=1).astype("<f4")
             idx = np.take_along_axis(idx, order, axis=1).astype("<i4")
             for r in rows:
@@ -164,21 +171,22 @@ def main():
                           idx[r].tobytes())
     if out:
         out.close()
-    nll_b, nll_t = np.asarray(nll_b), np.asarray(nll_t)
-    d = nll_t - nll_b
-    n = len(d)
-    ratio = math.exp(d.mean())
-    p_same = float(np.mean(same))
-    print(json.dumps({
-        "engine": "llama.cpp " + llama_cpp.__version__, "base": args.base, "test": args.test,
-        "ctx": args.ctx, "tokens": n, "text_tokens": len(tokens),
-        "ppl_base": math.exp(nll_b.mean()), "ppl": math.exp(nll_t.mean()),
-        "delta_ppl_pct": 100.0 * (ratio - 1.0),
-        "delta_ppl_pct_se": 100.0 * ratio * d.std(ddof=1) / math.sqrt(n),
-        "kld": summary(kld), "kld_top_k": k, "kld_from_top_k": summary(kld_k),
-        "same_top_pct": 100.0 * p_same,
-        "same_top_pct_se": 100.0 * math.sqrt(p_same * (1.0 - p_same) / n),
-    }))
+    nll_b = np.asarray(nll_b)
+    for test, st in zip(tests, stats):
+        d = np.asarray(st["nll"]) - nll_b
+        n = len(d)
+        ratio = math.exp(d.mean())
+        p_same = float(np.mean(st["same"]))
+        print(json.dumps({
+            "engine": "llama.cpp " + llama_cpp.__version__, "base": args.base, "test": test,
+            "ctx": args.ctx, "tokens": n, "text_tokens": len(tokens),
+            "ppl_base": math.exp(nll_b.mean()), "ppl": math.exp(np.mean(st["nll"])),
+            "delta_ppl_pct": 100.0 * (ratio - 1.0),
+            "delta_ppl_pct_se": 100.0 * ratio * d.std(ddof=1) / math.sqrt(n),
+            "kld": summary(st["kld"]), "kld_top_k": k, "kld_from_top_k": summary(st["kld_k"]),
+            "same_top_pct": 100.0 * p_same,
+            "same_top_pct_se": 100.0 * math.sqrt(p_same * (1.0 - p_same) / n),
+        }), flush=True)
 
 
 if __name__ == "__main__":
