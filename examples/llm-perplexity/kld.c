@@ -191,13 +191,19 @@ int kld_writer_close(kld_writer *w) {
 /* ---- the compared side ---- */
 
 int kld_reader_open(kld_reader *r, const char *path, const kld_header *want, const char **err) {
-    memset(r, 0, sizeof *r);
-    uint8_t head[KLD_HEADER_BYTES];
-    r->f = fopen(path, "rb");
-    if (!r->f) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        memset(r, 0, sizeof *r);
         *err = "cannot open the base file";
         return -1;
     }
+    return kld_reader_attach(r, f, want, err);
+}
+
+int kld_reader_attach(kld_reader *r, FILE *f, const kld_header *want, const char **err) {
+    memset(r, 0, sizeof *r);
+    uint8_t head[KLD_HEADER_BYTES];
+    r->f = f;
     const size_t got = fread(head, 1, sizeof head, r->f);
     if ((*err = kld_header_decode(head, got, &r->h)) != NULL)
         goto fail;
@@ -210,9 +216,12 @@ int kld_reader_open(kld_reader *r, const char *path, const kld_header *want, con
         *err = "the base file was made with another --ctx";
         goto fail;
     }
+    /* The records fill the rest of the file exactly (checked by division:
+     * the header's counts may be anything). */
     const size_t rec = kld_record_bytes(r->h.top_k);
-    if (fseek(r->f, 0, SEEK_END) != 0 ||
-        (uint64_t)ftell(r->f) != KLD_HEADER_BYTES + r->h.n_scored * rec ||
+    const long end = fseek(r->f, 0, SEEK_END) == 0 ? ftell(r->f) : -1;
+    if (end < KLD_HEADER_BYTES || (uint64_t)(end - KLD_HEADER_BYTES) % rec != 0 ||
+        (uint64_t)(end - KLD_HEADER_BYTES) / rec != r->h.n_scored ||
         fseek(r->f, KLD_HEADER_BYTES, SEEK_SET) != 0) {
         *err = "the base file's size does not match its header";
         goto fail;

@@ -69,6 +69,9 @@ typedef struct kld_reader {
 /* Opens a base file and checks it against this run (the same vocabulary,
  * ctx, tokens and number of scored tokens); 0, or -1 with err set. */
 int kld_reader_open(kld_reader *r, const char *path, const kld_header *want, const char **err);
+/* The same on an open stream, which the reader then owns (closed by
+ * kld_reader_close, or here on failure). */
+int kld_reader_attach(kld_reader *r, FILE *f, const kld_header *want, const char **err);
 /* Compares this run's row (its logits, their log-sum-exp, its nll) with the
  * next base record; -1 with err set on a short or malformed record. */
 int kld_reader_row(kld_reader *r, const float *logits, double lse, double nll, const char **err);
