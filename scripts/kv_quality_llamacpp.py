@@ -29,7 +29,11 @@ hash of the token ids, so a tokenizer difference is refused, not measured.
 
 Settings: CPU only, flash attention on (llama.cpp needs it for a quantized V
 cache), n_batch = n_ubatch = ctx, weights without the AMX buffer type (see
-scripts/bench_llamacpp.py). KV types: f32, f16, bf16, q8_0, q4_0.
+scripts/bench_llamacpp.py). KV types: f32, f16, bf16, q8_0, q4_0. Under
+flash attention llama.cpp casts an f32 cache to f16, so f32 gives the f16
+result. With a quantized cache llama.cpp rotates Q, K and V by a Hadamard
+matrix before storing them (its default); LLAMA_ATTN_ROT_DISABLE=1 in the
+environment turns that off, for comparison with a cache without it.
 Prints one JSON object per test type, a line each. Run with the Python of a venv that has
 llama-cpp-python and numpy (scripts/bench-cpu.sh makes one).
 """
