@@ -94,8 +94,9 @@ $(BUILD)/llm-run: examples/llm-run/main.c examples/common/progress_bar.h $(BUILD
 		$(LDSAN)
 
 # Teacher-forced perplexity on a text file (docs/bench.md, KV cache types).
-$(BUILD)/llm-perplexity: examples/llm-perplexity/main.c $(BUILD)/libllminfer.so
-	$(CC) $(ALL_CFLAGS) $< -o $@ -L$(BUILD) -lllminfer -lm \
+$(BUILD)/llm-perplexity: examples/llm-perplexity/main.c examples/llm-perplexity/kld.c \
+		examples/llm-perplexity/kld.h $(BUILD)/libllminfer.so
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) -o $@ -L$(BUILD) -lllminfer -lm \
 		-Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib' $(LDSAN)
 
 BENCH_SRC := $(sort $(wildcard examples/llm-bench/*.c))
@@ -413,7 +414,7 @@ clean:
 #   make fuzz-regress   (every fuzzer once over its corpus and regressions)
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja grammar lora
+FUZZ_TARGETS ?= gguf model tokenize chat state safetensors hf_tokenizer jinja grammar lora kld
 FUZZ_DIR := build/fuzz
 # UBSan stops at the first report through UBSAN_OPTIONS=halt_on_error=1
 # (FUZZ_ENV), not -fno-sanitize-recover: with -g, clang 14 takes minutes per
@@ -431,6 +432,7 @@ FUZZ_MAXLEN_safetensors := 16384
 FUZZ_MAXLEN_hf_tokenizer := 16384
 FUZZ_MAXLEN_jinja := 8192
 FUZZ_MAXLEN_lora := 16384
+FUZZ_MAXLEN_kld := 16384
 FUZZ_ENV := LLM_TEST_TMP=$(abspath $(FUZZ_DIR))/tmp \
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 	ASAN_OPTIONS=detect_leaks=1 \
@@ -449,6 +451,7 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB_OBJ)
 # fuzz_state and the corpus generator share the model of fuzz_state.h.
 $(FUZZ_DIR)/fuzz_state: tests/fuzz/fuzz_state.h
 $(FUZZ_DIR)/fuzz_lora: tests/fuzz/fuzz_lora.h
+$(FUZZ_DIR)/fuzz_kld: examples/llm-perplexity/kld.c examples/llm-perplexity/kld.h
 
 fuzz-build: $(FUZZ_LIB_OBJ) $(FUZZ_BIN)
 

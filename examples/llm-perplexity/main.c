@@ -18,8 +18,27 @@
  * through the public API from the sizes of small pools (0 if it could not
  * be found).
  *
+ * Comparing two runs token by token (what a KV type costs, measured more
+ * finely than by perplexity alone):
+ *   --kld-base FILE  saves this run's per-token distributions: each scored
+ *                    token's nll and the log-probabilities of the
+ *                    --kld-top-k (default 1024) most likely tokens;
+ *   --kld FILE       compares this run with such a file (same model, text
+ *                    and --ctx) and adds to the JSON: "base_perplexity",
+ *                    "delta_ppl_pct" (100 * (ppl / base ppl - 1)) and
+ *                    "delta_ppl_pct_se" (its standard error from the
+ *                    per-token nll differences, tokens taken as
+ *                    independent), "kld_mean" and "kld_mean_se",
+ *                    "kld_median", "kld_p99", "kld_max" (KL(base || this)
+ *                    per token, over the base's top-k tokens and one bucket
+ *                    for the rest: a lower bound, exact when top-k is the
+ *                    vocabulary), "kld_top_k", "same_top_pct" and
+ *                    "same_top_pct_se" (how often both runs' most likely
+ *                    token is the same). kld.h describes the file.
+ *
  * Uses llm.h only. Exit status 0 on success, 1 on a usage or library error
  * (the message on stderr). */
+#include "kld.h"
 #include "llm.h"
 
 #include <math.h>
@@ -39,7 +58,8 @@ static const kv_name kv_names[] = {
 
 static const char USAGE[] =
     "usage: llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0]\n"
-    "                      [--ctx N] [--threads N]\n";
+    "                      [--ctx N] [--threads N] [--kld-base FILE | --kld FILE]\n"
+    "                      [--kld-top-k K]\n";
 
 static int usage(const char *msg) {
     fprintf(stderr, "llm-perplexity: %s\n%s", msg, USAGE);
@@ -125,21 +145,32 @@ static uint64_t kv_bytes_per_token(const llm_model *m, llm_kv_type type) {
     return lo;
 }
 
-/* -log softmax(logits)[target], in double. */
-static double nll_of(const float *logits, uint32_t n_vocab, llm_token target) {
-    double mx = -INFINITY, sum = 0.0;
-    for (uint32_t i = 0; i < n_vocab; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
-    for (uint32_t i = 0; i < n_vocab; i++)
-        sum += exp((double)logits[i] - mx);
-    return log(sum) + mx - (double)logits[target];
+/* What is done with each scored row: its nll summed, and the row saved to
+ * or compared with a base file. */
+typedef struct scorer {
+    uint32_t n_vocab;
+    double nll;
+    size_t scored;
+    kld_writer *base_out; /* --kld-base, or NULL */
+    kld_reader *base_in;  /* --kld, or NULL */
+    const char *err;      /* set when a row could not be saved or compared */
+} scorer;
+
+static void score_row(scorer *sc, const float *logits, llm_token target) {
+    const double lse = kld_log_sum_exp(logits, sc->n_vocab);
+    const double nll = lse - (double)logits[target];
+    sc->nll += nll;
+    sc->scored++;
+    if (sc->base_out && kld_writer_row(sc->base_out, logits, lse, nll) != 0)
+        sc->err = "cannot write the base file";
+    if (sc->base_in)
+        kld_reader_row(sc->base_in, logits, lse, nll, &sc->err);
 }
 
-/* Decodes tokens [start, start + len) into a fresh sequence and adds the
- * NLL of each token in (score_from, start + len) given the ones before. */
+/* Decodes tokens [start, start + len) into a fresh sequence and scores
+ * each token in [score_from, start + len) given the ones before. */
 static llm_status score_window(llm_session *s, llm_batch *b, const llm_token *tok, size_t start,
-                               size_t len, size_t score_from, uint32_t n_vocab, double *nll,
-                               size_t *n_scored) {
+                               size_t len, size_t score_from, scorer *sc) {
     llm_seq_id seq;
     llm_status st = llm_seq_open(s, &seq);
     if (st != LLM_OK)
@@ -152,24 +183,37 @@ static llm_status score_window(llm_session *s, llm_batch *b, const llm_token *to
     }
     if (st == LLM_OK)
         st = llm_session_decode(s, b);
-    for (size_t i = 0; i + 1 < len && st == LLM_OK; i++) {
+    for (size_t i = 0; i + 1 < len && st == LLM_OK && !sc->err; i++) {
         if (start + i + 1 < score_from)
             continue;
         const float *logits = NULL;
         st = llm_session_logits(s, (uint32_t)i, &logits);
-        if (st == LLM_OK) {
-            *nll += nll_of(logits, n_vocab, tok[start + i + 1]);
-            (*n_scored)++;
-        }
+        if (st == LLM_OK)
+            score_row(sc, logits, tok[start + i + 1]);
     }
     llm_status cst = llm_seq_close(s, seq);
     return st != LLM_OK ? st : cst;
 }
 
+/* The windows: [start, start + len) scoring [from, start + len). The first
+ * is (0, 0, 0); false after the last. */
+static bool next_window(size_t n_tok, size_t ctx, size_t *start, size_t *len, size_t *from) {
+    const size_t half = ctx / 2;
+    if (*len != 0) {
+        if (*start + *len == n_tok)
+            return false;
+        *start += half;
+    }
+    *len = n_tok - *start < ctx ? n_tok - *start : ctx;
+    *from = *start == 0 ? 1 : *start + half;
+    return *from < *start + *len;
+}
+
 int main(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     const kv_name *kv = &kv_names[0];
-    long ctx = 256, threads = 0;
+    const char *kld_base_path = NULL, *kld_path = NULL;
+    long ctx = 256, threads = 0, top_k = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -187,6 +231,12 @@ int main(int argc, char **argv) {
             ctx = strtol(v, NULL, 10);
         else if (!strcmp(a, "--threads"))
             threads = strtol(v, NULL, 10);
+        else if (!strcmp(a, "--kld-base"))
+            kld_base_path = v;
+        else if (!strcmp(a, "--kld"))
+            kld_path = v;
+        else if (!strcmp(a, "--kld-top-k"))
+            top_k = strtol(v, NULL, 10);
         else if (!strcmp(a, "--kv-type")) {
             kv = NULL;
             for (size_t k = 0; k < sizeof kv_names / sizeof kv_names[0]; k++)
@@ -201,6 +251,10 @@ int main(int argc, char **argv) {
         return usage("-m and -f are required");
     if (ctx < 4 || ctx > 65536 || threads < 0 || threads > 512)
         return usage("--ctx is 4..65536, --threads 0..512");
+    if (kld_base_path && kld_path)
+        return usage("--kld-base saves a base run, --kld compares with one: not both");
+    if (top_k < 1 || top_k > 1 << 20)
+        return usage("--kld-top-k is 1..1048576");
 
     size_t text_len = 0;
     char *text = read_file(text_path, &text_len);
@@ -211,6 +265,9 @@ int main(int argc, char **argv) {
     llm_session *s = NULL;
     llm_batch *b = NULL;
     llm_token *tok = NULL;
+    kld_writer base_out = {0};
+    kld_reader base_in = {0};
+    scorer sc = {0};
     llm_status st = llm_model_load(model_path, NULL, &m);
     if (st != LLM_OK) {
         rc = fail("loading the model", st);
@@ -250,29 +307,60 @@ int main(int argc, char **argv) {
         rc = fail("batch", st);
         goto done;
     }
-    const size_t half = (size_t)ctx / 2;
-    double nll = 0.0;
-    size_t scored = 0;
-    for (size_t start = 0;; start += half) {
-        const size_t len = n_tok - start < (size_t)ctx ? n_tok - start : (size_t)ctx;
-        const size_t from = start == 0 ? 1 : start + half;
-        if (from >= start + len)
-            break;
-        st = score_window(s, b, tok, start, len, from, info.n_vocab, &nll, &scored);
+    sc.n_vocab = info.n_vocab;
+    size_t start = 0, len = 0, from = 0;
+    kld_header kh = {info.n_vocab, (uint32_t)top_k, (uint32_t)ctx, n_tok, 0, 0};
+    kh.top_k = kh.top_k < kh.n_vocab ? kh.top_k : kh.n_vocab;
+    kh.token_hash = kld_token_hash(tok, n_tok);
+    while (next_window(n_tok, (size_t)ctx, &start, &len, &from))
+        kh.n_scored += start + len - from;
+    const char *err = NULL;
+    if (kld_base_path) {
+        if (kld_writer_open(&base_out, kld_base_path, &kh, &err) != 0) {
+            fprintf(stderr, "llm-perplexity: %s: %s\n", kld_base_path, err);
+            goto done;
+        }
+        sc.base_out = &base_out;
+    }
+    if (kld_path) {
+        if (kld_reader_open(&base_in, kld_path, &kh, &err) != 0) {
+            fprintf(stderr, "llm-perplexity: %s: %s\n", kld_path, err);
+            goto done;
+        }
+        sc.base_in = &base_in;
+    }
+    start = len = 0;
+    while (next_window(n_tok, (size_t)ctx, &start, &len, &from)) {
+        st = score_window(s, b, tok, start, len, from, &sc);
         if (st != LLM_OK) {
             rc = fail("decoding", st);
             goto done;
         }
-        if (start + len == n_tok)
-            break;
+        if (sc.err) {
+            fprintf(stderr, "llm-perplexity: %s\n", sc.err);
+            goto done;
+        }
+    }
+    if (kld_base_path) {
+        sc.base_out = NULL;
+        if (kld_writer_close(&base_out) != 0) {
+            fprintf(stderr, "llm-perplexity: %s: cannot write the base file\n", kld_base_path);
+            goto done;
+        }
     }
     const uint64_t per_token = kv_bytes_per_token(m, kv->type);
     printf("{\"kv_type\": \"%s\", \"tokens\": %zu, \"perplexity\": %.6f, "
-           "\"kv_bytes_per_token\": %llu, \"ctx\": %ld, \"nll\": %.6f}\n",
-           kv->name, scored, exp(nll / (double)scored), (unsigned long long)per_token, ctx,
-           nll / (double)scored);
+           "\"kv_bytes_per_token\": %llu, \"ctx\": %ld, \"nll\": %.6f",
+           kv->name, sc.scored, exp(sc.nll / (double)sc.scored), (unsigned long long)per_token, ctx,
+           sc.nll / (double)sc.scored);
+    if (kld_path)
+        kld_reader_print(&base_in, stdout);
+    printf("}\n");
     rc = 0;
 done:
+    if (sc.base_out)
+        kld_writer_close(&base_out);
+    kld_reader_close(&base_in);
     llm_batch_free(b);
     llm_session_free(s);
     llm_model_free(m);

@@ -116,6 +116,57 @@ expect "llm-perplexity refuses an unknown --kv-type" 1 "kv-type" "$build/llm-per
     -m "$tiny" -f "$text" --kv-type q3
 expect "llm-perplexity: a missing text file" 1 "cannot open" "$build/llm-perplexity" \
     -m "$tiny" -f "$tmp/no-such-text"
+# ---- llm-perplexity --kld-base / --kld (kld.h): a run against itself is
+# exactly 0; another KV type gives a positive KL divergence, no larger with
+# fewer base tokens kept (the tail bucket makes it a lower bound); delta ppl
+# is the ratio of the two printed perplexities; the file has the size its
+# header promises; a file that does not fit the run is refused ----
+head -c 600 "$text" >"$tmp/short.txt"
+kcmd=("$build/llm-perplexity" -m "$tiny" -f "$tmp/short.txt" --ctx 64 --threads 2)
+kppl() { "${kcmd[@]}" "$@" 2>"$tmp/ppl.err"; }
+base=$(kppl --kv-type f32 --kld-base "$tmp/base.kld" --kld-top-k 4096)
+base8=$(kppl --kv-type f32 --kld-base "$tmp/base8.kld" --kld-top-k 8)
+self=$(kppl --kv-type f32 --kld "$tmp/base.kld")
+if [ "$(jnum "$self" kld_max)" = "0.000000000" ] && [ "$(jnum "$self" same_top_pct)" = "100.000" ] &&
+    [ "$(jnum "$self" delta_ppl_pct)" = "0.0000" ] &&
+    awk -v a="$(jnum "$self" base_perplexity)" -v b="$(jnum "$base" perplexity)" \
+        'BEGIN { exit !(a > 0 && a / b - 1 < 1e-6 && b / a - 1 < 1e-6) }'; then
+    ok "llm-perplexity --kld: a run against its own base file gives KLD 0, the same top token"
+else
+    bad "llm-perplexity --kld against itself" "$base"$'\n'"$self"$'\n'"$(cat "$tmp/ppl.err")"
+fi
+n=$(jnum "$base" tokens)
+size=$(stat -c %s "$tmp/base.kld" 2>/dev/null)
+magic=$(head -c 8 "$tmp/base.kld")
+scored=$(od -An -t u8 -j 40 -N 8 "$tmp/base.kld" | tr -d ' ')
+if [ "$magic" = LLMKLDB1 ] && [ "$scored" = "$n" ] && [ "$size" = $((48 + n * (4 + 8 * 4096))) ] &&
+    [ "$(stat -c %s "$tmp/base8.kld")" = $((48 + n * (4 + 8 * 8))) ]; then
+    ok "llm-perplexity --kld-base: $n records of the size the header promises"
+else
+    bad "llm-perplexity --kld-base file: magic $magic, $scored records, $size bytes for $n tokens"
+fi
+q8=$(kppl --kv-type q8_0 --kld "$tmp/base.kld")
+q8k8=$(kppl --kv-type q8_0 --kld "$tmp/base8.kld")
+if awk -v a="$(jnum "$q8" kld_mean)" -v b="$(jnum "$q8k8" kld_mean)" \
+    -v d="$(jnum "$q8" delta_ppl_pct)" -v p="$(jnum "$q8" perplexity)" \
+    -v bp="$(jnum "$base" perplexity)" -v s="$(jnum "$q8" same_top_pct)" \
+    'BEGIN { r = 100 * (p / bp - 1); exit !(a > 0 && b >= 0 && b <= a && a < 0.05 &&
+             d - r < 1e-3 && r - d < 1e-3 && s > 0 && s <= 100) }'; then
+    ok "llm-perplexity --kld: q8_0 against f32, KLD $(jnum "$q8" kld_mean) (top-8 bound $(jnum "$q8k8" kld_mean))"
+else
+    bad "llm-perplexity --kld q8_0 against f32" "$base"$'\n'"$q8"$'\n'"$q8k8"$'\n'"$(cat "$tmp/ppl.err")"
+fi
+head -c 1000 "$tmp/base.kld" >"$tmp/short.kld"
+expect "llm-perplexity --kld: a truncated base file" 1 "size does not match" "${kcmd[@]}" --kld "$tmp/short.kld"
+expect "llm-perplexity --kld: not a base file" 1 "not an llm-perplexity base file" "${kcmd[@]}" --kld "$text"
+expect "llm-perplexity --kld: a base made with another --ctx" 1 "another --ctx" \
+    "$build/llm-perplexity" -m "$tiny" -f "$tmp/short.txt" --ctx 32 --kld "$tmp/base.kld"
+expect "llm-perplexity --kld: a base made from another text" 1 "another vocabulary or text" \
+    "$build/llm-perplexity" -m "$tiny" -f "$text" --ctx 64 --kld "$tmp/base.kld"
+expect "llm-perplexity: --kld and --kld-base together" 1 "not both" "${kcmd[@]}" --kld "$tmp/base.kld" \
+    --kld-base "$tmp/other.kld"
+expect "llm-perplexity --kld: a missing base file" 1 "cannot open the base file" \
+    "${kcmd[@]}" --kld "$tmp/no-such.kld"
 for t in bf16 q4_k; do
     expect "llm-synth --type $t, 1 layer" 0 "" "$build/llm-synth" --shape tiny --type "$t" \
         --layers 1 -o "$tmp/tiny-$t.gguf"
