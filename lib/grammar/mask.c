@@ -45,10 +45,12 @@ static llm_status fill_positions(llmi_gstate *s, uint32_t *mask, bool *found) {
     size_t words = (g->n_vocab + 31) / 32;
     uint32_t depth = llmi_gpostable_depth(g->posmasks);
     const llmi_gposmask *seen[8];
-    uint32_t *nodes = NULL, n_nodes = 0, cap = 0, n_seen = 0;
+    uint32_t n_seen = 0;
+    llmi_gwalk *w = NULL; /* one memoized walk for every stack's subtrees */
+    bool gave_up = false;
     llm_status st = LLM_OK;
     *found = true;
-    for (uint32_t i = 0; i < lv.n && st == LLM_OK; i++) {
+    for (uint32_t i = 0; i < lv.n && st == LLM_OK && !gave_up; i++) {
         uint32_t t = s->tops[lv.first + i], key[LLMI_GPOS_KEY], d = 0;
         if (t >= LLMI_GCUT)
             continue; /* an emptied stack: only end-of-generation */
@@ -81,24 +83,14 @@ static llm_status fill_positions(llmi_gstate *s, uint32_t *mask, bool *found) {
             set_bit(mask, m->list[k]);
         if (!m->n_uncertain)
             continue;
-        if (!llmi_ggrow32(&nodes, &cap, n_nodes + m->n_uncertain))
-            st = llmi_oom("grammar mask");
-        else {
-            memcpy(nodes + n_nodes, m->uncertain, (size_t)m->n_uncertain * sizeof *nodes);
-            n_nodes += m->n_uncertain;
-        }
-    }
-    if (st == LLM_OK && *found && n_nodes) {
-        llmi_gwalk *w = NULL;
-        bool gave_up = false;
-        st = llmi_gwalk_create(&w);
+        if (!w)
+            st = llmi_gwalk_create(&w);
         if (st == LLM_OK)
-            st = llmi_gwalk_subtrees(w, s, lv, nodes, n_nodes, mask, &gave_up);
-        llmi_gwalk_free(w);
-        if (st == LLM_OK && gave_up) /* the bits set so far are right; the rest plainly */
-            st = walk(s, 0, lv, mask);
+            st = llmi_gwalk_subtrees(w, s, lv, m->uncertain, m->n_uncertain, mask, &gave_up);
     }
-    llmi_free(nodes);
+    llmi_gwalk_free(w);
+    if (st == LLM_OK && *found && gave_up) /* the bits set so far are right; the rest plainly */
+        st = walk(s, 0, lv, mask);
     return st;
 }
 
