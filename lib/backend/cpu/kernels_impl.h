@@ -8,6 +8,7 @@
  *   kernels_k.c           Q8_K activations, portable K-quant kernels
  *   kernels_kvq.c         row operations of the quantized KV cache
  *   kernels_*x86.c        the SIMD versions of the three above
+ *   kernels_q8_vnni.c     the AVX-512 VNNI GEMM of kernels_q8.c's types
  *   kernels_dispatch.c    the weight-type traits table, the row split and
  *                         the matmul and activation entry points of kernels.h
  * Kernel files ask cpu_features.h for the level and call only the row
@@ -44,6 +45,35 @@ enum { LLMI_QT_Q4_0, LLMI_QT_Q4_1, LLMI_QT_Q8_0, LLMI_QT_Q5_0, LLMI_QT_Q5_1, LLM
 static inline int llmi_qt_has_min(int qt) { return qt == LLMI_QT_Q4_1 || qt == LLMI_QT_Q5_1; }
 /* Types whose block holds a 5th bit per weight in qh[4]. */
 static inline int llmi_qt_is_q5(int qt) { return qt == LLMI_QT_Q5_0 || qt == LLMI_QT_Q5_1; }
+
+/* Bytes of one weight block, where its quants start, and (Q5 only) where
+ * its qh[4], the fifth bits, start. */
+static inline size_t llmi_qt_block_bytes(int qt) {
+    return qt == LLMI_QT_Q4_0   ? sizeof(llmi_block_q4_0)
+           : qt == LLMI_QT_Q4_1 ? sizeof(llmi_block_q4_1)
+           : qt == LLMI_QT_Q5_0 ? sizeof(llmi_block_q5_0)
+           : qt == LLMI_QT_Q5_1 ? sizeof(llmi_block_q5_1)
+                                : sizeof(llmi_block_q8_0);
+}
+static inline size_t llmi_qt_qs_offset(int qt) {
+    return qt == LLMI_QT_Q4_0   ? offsetof(llmi_block_q4_0, qs)
+           : qt == LLMI_QT_Q4_1 ? offsetof(llmi_block_q4_1, qs)
+           : qt == LLMI_QT_Q5_0 ? offsetof(llmi_block_q5_0, qs)
+           : qt == LLMI_QT_Q5_1 ? offsetof(llmi_block_q5_1, qs)
+                                : offsetof(llmi_block_q8_0, qs);
+}
+static inline size_t llmi_qt_qh_offset(int qt) {
+    return qt == LLMI_QT_Q5_0 ? offsetof(llmi_block_q5_0, qh) : offsetof(llmi_block_q5_1, qh);
+}
+
+/* Full unrolling of the small constant loops over tiles and lanes of the
+ * SIMD kernels, so that arrays of vectors become registers (GCC and Clang
+ * spell it differently). */
+#if defined(__clang__)
+#define LLMI_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define LLMI_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 /* Token t's f32 activations at x + t*w->cols. */
 typedef void (*llmi_rows_fn)(const llmi_weight *w, int64_t r0, int64_t r1, const float *x, int nt,
@@ -158,6 +188,7 @@ extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_row
 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2,
     llmi_qrows_q5_0_avx2, llmi_qrows_q5_1_avx2;
+/* kernels_q8_vnni.c */
 extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni,
     llmi_qrows_q5_0_vnni, llmi_qrows_q5_1_vnni;
 

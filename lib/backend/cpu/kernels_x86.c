@@ -28,14 +28,6 @@
 #include <limits.h>
 #include <stdalign.h>
 
-/* Full unrolling of the small constant loops over tiles and lanes, so that
- * arrays of vectors become registers (GCC and Clang spell it differently). */
-#if defined(__clang__)
-#define LLMI_UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define LLMI_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 #define T_AVX2 "avx2,fma,f16c"
 #define T_AVX512 "avx512f,avx2,fma,f16c"
 #define A2 __attribute__((target(T_AVX2)))
