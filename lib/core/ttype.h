@@ -100,15 +100,28 @@ typedef struct llmi_weight {
     llmi_ttype type;
     int64_t rows, cols;
     size_t row_bytes;
+    /* A backend's own copy of the same values in the layout its kernels
+     * read fastest, or NULL (the model's views never have one): groups of
+     * LLMI_WEIGHT_PACK_ROWS rows, packed_group_bytes apart. The CPU backend
+     * makes them (backend/cpu/kernels.h, "Packed weights"). */
+    const void *packed;
+    size_t packed_group_bytes;
 } llmi_weight;
 
+#define LLMI_WEIGHT_PACK_ROWS 16
+
 /* Rows [row0, row0 + n) of w, viewing the same data; an absent weight
- * (data NULL) stays absent. */
+ * (data NULL) stays absent. The packed copy goes along when row0 starts a
+ * group of it. */
 static inline llmi_weight llmi_weight_rows(llmi_weight w, uint64_t row0, uint64_t n) {
     if (!w.data)
         return w;
     w.data = (const uint8_t *)w.data + row0 * w.row_bytes;
     w.rows = (int64_t)n;
+    if (w.packed && row0 % LLMI_WEIGHT_PACK_ROWS == 0)
+        w.packed = (const uint8_t *)w.packed + row0 / LLMI_WEIGHT_PACK_ROWS * w.packed_group_bytes;
+    else
+        w.packed = NULL;
     return w;
 }
 

@@ -68,6 +68,7 @@ static void make_weight(test_weight *tw, llmi_ttype type, int64_t rows, int64_t 
                         uint64_t seed) {
     size_t rb = llmi_ttype_row_bytes(type, (uint64_t)cols);
     assert_true(rb > 0);
+    tw->w = (llmi_weight){0};
     tw->w.type = type;
     tw->w.rows = rows;
     tw->w.cols = cols;

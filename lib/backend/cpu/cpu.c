@@ -1,5 +1,6 @@
 /* The CPU backend's table: instances are thread pools, weights are the
- * model's own (memory-mapped or read) tensors, KV stores are host arrays. */
+ * model's own (memory-mapped or read) tensors and packed copies of its
+ * matrices (weights.c), KV stores are host arrays. */
 #include "backend/cpu/cpu.h"
 #include "kv/kv.h"
 
@@ -18,17 +19,18 @@ static llm_status cpu_open(const llmi_backend_config *cfg, void **out) {
 
 static void cpu_close(void *backend) { llmi_pool_free(backend); }
 
-/* The kernels read the model's tensors where they lie: nothing to load. */
 static llm_status cpu_weights_load(const llm_model *m, int32_t device, void **out) {
     *out = NULL;
     if (device != 0)
         return llmi_error(LLM_ERR_INVALID_ARGUMENT, "the CPU backend has only device 0, not %d",
                           (int)device);
-    *out = (void *)m;
+    llmi_cpu_weights *cw;
+    LLMI_TRY(llmi_cpu_weights_load(m, &cw));
+    *out = cw;
     return LLM_OK;
 }
 
-static void cpu_weights_free(void *weights) { (void)weights; }
+static void cpu_weights_free(void *weights) { llmi_cpu_weights_free(weights); }
 
 static void cpu_kv_free(void *ctx) {
     llmi_cpu_kv *kv = ctx;

@@ -21,7 +21,23 @@ static inline uint8_t *llmi_cpu_kv_row(const llmi_cpu_kv *kv, uint32_t layer, bo
     return (v ? kv->v : kv->k)[layer] + (size_t)slot * kv->row_bytes;
 }
 
+/* The weights of a model on the CPU (weights.c): views of the model's
+ * tensors, with packed copies (kernels.h, "Packed weights") of the matmul
+ * weights where the kernels have a packed layout at the current level;
+ * LLM_CPU_PACK=0 in the environment turns the copies off. */
+typedef struct llmi_cpu_weights {
+    llmi_weight w[LLMI_MODEL_ROLES]; /* the model's, with copies */
+    llmi_layer *layers;              /* [n_layer], likewise */
+    void *packed;                    /* every copy, in one allocation (NULL: none) */
+    size_t packed_bytes;
+} llmi_cpu_weights;
+
+llm_status llmi_cpu_weights_load(const llm_model *m, llmi_cpu_weights **out);
+void llmi_cpu_weights_free(llmi_cpu_weights *cw);
+
 /* step.c */
+/* weights: an llmi_cpu_weights of m, or NULL for the model's own views
+ * (tensor-parallel ranks' shards). */
 llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
                                 uint32_t max_ctx, void **out);
 void llmi_cpu_step_free(void *step);

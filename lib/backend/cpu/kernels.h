@@ -135,6 +135,31 @@ void llmi_act_prepare(llmi_pool *pool, llmi_ttype weight_type, const float *x, i
 void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int ith, int nth);
 void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, float *y);
 
+/* ---- Packed weights --------------------------------------------------------
+ *
+ * At the AVX-512 VNNI level the integer kernels take 16 rows at once, one
+ * row per vector lane, so the weights of 16 rows must be interleaved before
+ * they are multiplied. From the model's rows that costs 16 separate memory
+ * streams and a shuffle per block, every time; a decode, which uses each
+ * weight once, stalls on it. A packed copy holds Q4_0, Q4_1 and Q8_0 weights
+ * already interleaved: groups of LLMI_WEIGHT_PACK_ROWS rows, each group one
+ * contiguous run of block pairs (per pair: both blocks' quants as the
+ * kernels' vectors take them, then their f16 scales, and Q4_1's f16 mins),
+ * the same bytes per row as the model's (a 4-bit weight stays 4 bits). The
+ * kernels read a weight's copy (llmi_weight.packed) at the VNNI level and
+ * ignore it at others; with or without it they give the same bits. */
+
+/* Bytes of w's packed copy (*group_bytes: of one group of rows), or 0 when
+ * it has none at the current level: another type or level, or a cols that
+ * is not a positive multiple of 32. */
+size_t llmi_weight_packed_size(const llmi_weight *w, size_t *group_bytes);
+
+/* Writes groups [g0, g1) of w's packed copy into dst (64-byte aligned, at
+ * least llmi_weight_packed_size bytes; group g at g * group_bytes). Rows
+ * past w->rows in the last group repeat the last row. Groups are
+ * independent, so threads may pack disjoint ranges. */
+void llmi_weight_pack(const llmi_weight *w, void *dst, int64_t g0, int64_t g1);
+
 /* out = x / sqrt(mean(x^2) + eps) * weight; out may alias x. The mean is
  * accumulated in double. */
 void llmi_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);

@@ -32,12 +32,19 @@
         .f32 = LEVELS(&llmi_rows_##t##_c, &llmi_rows_##t##_avx2, &llmi_rows_##t##_avx512),         \
     }
 
-/* A Q4_0/Q4_1/Q8_0 weight: integer kernels on 8-bit activations, and the
- * float kernels for llmi_matmul. */
-#define Q8_WEIGHT(t, act)                                                                          \
+#if defined(LLMI_KERNELS_X86)
+#define PACKED(t) &llmi_qrows_##t##_vnni_packed
+#else
+#define PACKED(t) NULL
+#endif
+
+/* A Q4_0/Q4_1/Q8_0 weight: integer kernels on 8-bit activations (and on a
+ * packed copy), and the float kernels for llmi_matmul. */
+#define Q8_WEIGHT(t, act, qtype)                                                                   \
     .act_type = act,                                                                               \
     .f32 = LEVELS(&llmi_rows_##t##_c, &llmi_rows_##t##_avx2, &llmi_rows_##t##_avx512),             \
-    .q = LEVELS(&llmi_qrows_##t##_c, &llmi_qrows_##t##_avx2, &llmi_qrows_##t##_vnni)
+    .q = LEVELS(&llmi_qrows_##t##_c, &llmi_qrows_##t##_avx2, &llmi_qrows_##t##_vnni), .qt = qtype, \
+    .q_packed = PACKED(t)
 
 /* A Q5_0/Q5_1 weight: integer kernels like Q4_0/Q4_1's, and the
  * dequantizing f32 path. */
@@ -64,13 +71,13 @@ static const llmi_ktraits g_traits[] = {
     [LLMI_T_F32] = FLOAT_WEIGHT(f32),
     [LLMI_T_F16] = FLOAT_WEIGHT(f16),
     [LLMI_T_BF16] = FLOAT_WEIGHT(bf16),
-    [LLMI_T_Q4_0] = {Q8_WEIGHT(q4_0, LLMI_T_Q8_0)},
-    [LLMI_T_Q4_1] = {Q8_WEIGHT(q4_1, LLMI_T_Q8_1)},
+    [LLMI_T_Q4_0] = {Q8_WEIGHT(q4_0, LLMI_T_Q8_0, LLMI_QT_Q4_0)},
+    [LLMI_T_Q4_1] = {Q8_WEIGHT(q4_1, LLMI_T_Q8_1, LLMI_QT_Q4_1)},
     [LLMI_T_Q5_0] = Q5_WEIGHT(q5_0, LLMI_T_Q8_0),
     [LLMI_T_Q5_1] = Q5_WEIGHT(q5_1, LLMI_T_Q8_1),
     /* Q8_0 is a weight type and the activations of Q4_0 and Q8_0. */
-    [LLMI_T_Q8_0] = {Q8_WEIGHT(q8_0, LLMI_T_Q8_0), .act_block_bytes = Q8_ACT_BLOCK_BYTES,
-                     .quant = Q8_QUANT},
+    [LLMI_T_Q8_0] = {Q8_WEIGHT(q8_0, LLMI_T_Q8_0, LLMI_QT_Q8_0),
+                     .act_block_bytes = Q8_ACT_BLOCK_BYTES, .quant = Q8_QUANT},
     [LLMI_T_Q8_1] = {.act_type = LLMI_T_F32,
                      .act_block_bytes = Q8_ACT_BLOCK_BYTES,
                      .quant = Q8_QUANT},
@@ -268,7 +275,10 @@ void llmi_matmul_act_part(const llmi_weight *w, const llmi_act *x, float *y, int
         nan_share(y, rows, n_tok, r0, r1);
         return;
     }
-    const llmi_qrows_impl *k = tr->q[llmi_kernels_int_level()];
+    const int level = llmi_kernels_int_level();
+    const llmi_qrows_impl *k = tr->q[level];
+    if (w->packed && tr->q_packed && level == LLMI_KLEVEL_AVX512)
+        k = tr->q_packed;
     const uint8_t *xq = x->q;
     const size_t xs = x->q_row_bytes;
     if (n_tok <= k->tile) {
@@ -301,4 +311,35 @@ void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, f
         return;
     struct matmul_act_ctx c = {w, x, y};
     llmi_pool_run(pool, matmul_act_task, &c);
+}
+
+/* ---- packed weights ------------------------------------------------------- */
+
+size_t llmi_weight_packed_size(const llmi_weight *w, size_t *group_bytes) {
+    *group_bytes = 0;
+    const llmi_ktraits *tr = weight_traits(w->type);
+    if (!tr || !tr->q_packed || llmi_kernels_int_level() != LLMI_KLEVEL_AVX512 || w->cols <= 0 ||
+        w->cols % LLMI_QK != 0 || w->rows <= 0)
+        return 0;
+#if defined(LLMI_KERNELS_X86)
+    const size_t gb = llmi_v5p_group_bytes(tr->qt, w->cols / LLMI_QK);
+    const uint64_t groups = ((uint64_t)w->rows + LLMI_WEIGHT_PACK_ROWS - 1) / LLMI_WEIGHT_PACK_ROWS;
+    size_t total;
+    if (!llmi_mul_ok(groups, gb, &total))
+        return 0;
+    *group_bytes = gb;
+    return total;
+#else
+    return 0;
+#endif
+}
+
+void llmi_weight_pack(const llmi_weight *w, void *dst, int64_t g0, int64_t g1) {
+#if defined(LLMI_KERNELS_X86)
+    const llmi_ktraits *tr = weight_traits(w->type);
+    if (tr && tr->q_packed)
+        llmi_v5p_pack(tr->qt, w, dst, g0, g1);
+#else
+    (void)w, (void)dst, (void)g0, (void)g1;
+#endif
 }

@@ -113,6 +113,11 @@ typedef struct llmi_ktraits {
     llmi_ttype act_type;
     const llmi_rows_impl *f32[LLMI_KLEVEL_COUNT];
     const llmi_qrows_impl *q[LLMI_KLEVEL_COUNT];
+    /* Packed weights (kernels.h): the integer template (LLMI_QT_*) and the
+     * AVX-512 VNNI kernel that reads llmi_weight.packed; NULL when the type
+     * has no packed layout. */
+    int qt;
+    const llmi_qrows_impl *q_packed;
     /* As an activation type (Q8_0, Q8_1, Q8_K): bytes an activation row
      * spends per block (values, scale, and c, s or bsums), and its
      * quantizer by llmi_kernels_int_level(). 0 and NULL otherwise. */
@@ -188,7 +193,12 @@ extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_row
 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2,
     llmi_qrows_q5_0_avx2, llmi_qrows_q5_1_avx2;
-/* kernels_q8_vnni.c */
+/* kernels_q8_vnni.c; the packed layout is Q4_0's, Q4_1's and Q8_0's
+ * (qt <= LLMI_QT_Q8_0), nb blocks per row. */
+size_t llmi_v5p_group_bytes(int qt, int64_t nb);
+void llmi_v5p_pack(int qt, const llmi_weight *w, uint8_t *dst, int64_t g0, int64_t g1);
+extern const llmi_qrows_impl llmi_qrows_q4_0_vnni_packed, llmi_qrows_q4_1_vnni_packed,
+    llmi_qrows_q8_0_vnni_packed;
 extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni,
     llmi_qrows_q5_0_vnni, llmi_qrows_q5_1_vnni;
 

@@ -304,6 +304,242 @@ static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
     V5_TILE_ROW(Q4_0), V5_TILE_ROW(Q4_1), V5_TILE_ROW(Q8_0), V5_TILE_ROW(Q5_0), V5_TILE_ROW(Q5_1),
 };
 
+/* ---- packed weights (kernels.h, "Packed weights") ---------------------------
+ *
+ * A group of 16 rows is a run of block pairs. A pair holds, for its blocks
+ * h = 0 and 1: the quants at h * v5p_qbytes, as vectors whose lane r is row
+ * r's dword: Q8_0's dwords 0..7 of qs, each byte + 128 (the unsigned bytes
+ * vpdpbusd takes); Q4's dwords 0..3 of qs, whose low nibbles are the
+ * weights 4j..4j+3 and high ones 16+4j..16+4j+3, so that one AND, or a
+ * shift and an AND, gives the vector a panel holds. Then the 16 rows' f16 d
+ * of block 0 and of block 1 (64 bytes), and for Q4_1 their f16 m. An odd
+ * block count leaves the last pair's second half zero and unread. Every size
+ * is a multiple of 64, so every load is aligned. */
+
+static inline size_t v5p_qbytes(int qt) { return qt == LLMI_QT_Q8_0 ? 512 : 256; }
+static inline size_t v5p_pair_bytes(int qt) {
+    return 2 * v5p_qbytes(qt) + (llmi_qt_has_min(qt) ? 128 : 64);
+}
+
+size_t llmi_v5p_group_bytes(int qt, int64_t nb) {
+    return (size_t)(nb + 1) / 2 * v5p_pair_bytes(qt);
+}
+
+void llmi_v5p_pack(int qt, const llmi_weight *w, uint8_t *dst, int64_t g0, int64_t g1) {
+    const int64_t nb = w->cols / QK;
+    const size_t pb = v5p_pair_bytes(qt), qb = v5p_qbytes(qt), gs = llmi_v5p_group_bytes(qt, nb);
+    const size_t bs = llmi_qt_block_bytes(qt), qo = llmi_qt_qs_offset(qt);
+    const int nd = qt == LLMI_QT_Q8_0 ? 8 : 4; /* quant dwords per block and row */
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *out = dst + (size_t)g * gs;
+        memset(out, 0, gs);
+        for (int r = 0; r < 16; r++) {
+            const int64_t row = 16 * g + r < w->rows ? 16 * g + r : w->rows - 1;
+            const uint8_t *src = (const uint8_t *)w->data + (size_t)row * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = src + (size_t)b * bs;
+                uint8_t *pk = out + (size_t)(b / 2) * pb;
+                const size_t h = (size_t)(b % 2);
+                for (int j = 0; j < nd; j++) {
+                    uint32_t v;
+                    memcpy(&v, blk + qo + 4 * j, 4);
+                    if (qt == LLMI_QT_Q8_0)
+                        v ^= 0x80808080u;
+                    memcpy(pk + h * qb + 64 * (size_t)j + 4 * (size_t)r, &v, 4);
+                }
+                memcpy(pk + 2 * qb + 32 * h + 2 * (size_t)r, blk, 2);
+                if (llmi_qt_has_min(qt))
+                    memcpy(pk + 2 * qb + 64 + 32 * h + 2 * (size_t)r, blk + 2, 2);
+            }
+        }
+    }
+}
+
+/* Group g of W's packed copy. */
+static inline const uint8_t *v5p_group(const llmi_weight *W, int64_t g) {
+    return (const uint8_t *)W->packed + (size_t)g * W->packed_group_bytes;
+}
+
+/* The panel v5_pack makes of blocks b0 .. b0+kc-1, from a packed group. */
+static V5I void v5p_unpack(int qt, const uint8_t *grp, int64_t b0, int kc, uint8_t *out) {
+    const size_t pb = v5p_pair_bytes(qt), qb = v5p_qbytes(qt);
+    const int opb = v5_pb(qt);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i o = _mm512_set1_epi8(qt == LLMI_QT_Q4_0 ? 120 : 0);
+    for (int kb = 0; kb < kc; kb++, out += opb) {
+        const int64_t b = b0 + kb;
+        const uint8_t *pk = grp + (size_t)(b / 2) * pb;
+        const size_t h = (size_t)(b % 2);
+        if (qt == LLMI_QT_Q8_0) {
+            LLMI_UNROLL
+            for (int q = 0; q < 8; q++)
+                _mm512_store_si512(out + 64 * q, _mm512_load_si512(pk + h * qb + 64 * q));
+        } else {
+            LLMI_UNROLL
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_load_si512(pk + h * qb + 64 * j);
+                _mm512_store_si512(out + 64 * j, _mm512_add_epi8(_mm512_and_si512(v, m4), o));
+                _mm512_store_si512(
+                    out + 64 * (4 + j),
+                    _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), o));
+            }
+        }
+        const __m256i d = _mm256_load_si256((const __m256i *)(const void *)(pk + 2 * qb + 32 * h));
+        _mm512_store_ps(out + 512, _mm512_cvtph_ps(d));
+        if (llmi_qt_has_min(qt)) {
+            const __m256i m =
+                _mm256_load_si256((const __m256i *)(const void *)(pk + 2 * qb + 64 + 32 * h));
+            _mm512_store_ps(out + 576, _mm512_cvtph_ps(m));
+        }
+    }
+}
+
+/* R groups (the last one's valid lanes in mlast) x N tokens over every
+ * block, straight from the packed copy: each block's weights are expanded
+ * in registers once for all N tokens. The arithmetic is v5_tile's (a Q4_0
+ * block sum starts from c / 16 = -8 * sum(x), as its weights are the
+ * nibbles themselves, not + 120): the same integers, the same float
+ * operations in the same order, so the same bits. */
+static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, int64_t nb,
+                         const uint8_t *const *xr, float *y, int64_t ldy, __mmask16 mlast) {
+    const size_t pb = v5p_pair_bytes(qt), qb = v5p_qbytes(qt);
+    __m512 acc[V5_R][V5_N];
+    const float *xd[V5_N];
+    LLMI_UNROLL
+    for (int t = 0; t < N; t++)
+        xd[t] = (const float *)(const void *)(xr[t] + QK * nb);
+    LLMI_UNROLL
+    for (int g = 0; g < R; g++) {
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++)
+            acc[g][t] = _mm512_setzero_ps();
+    }
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pk = grp + (size_t)(b / 2) * pb + (size_t)(b % 2) * qb;
+        const uint8_t *ps = grp + (size_t)(b / 2) * pb + 2 * qb + 32 * (size_t)(b % 2);
+        __m512i is[V5_R][V5_N];
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++) {
+            __m512i c0 = _mm512_setzero_si512();
+            if (!llmi_qt_has_min(qt))
+                c0 = _mm512_set1_epi32(((const int32_t *)(xd[t] + nb))[b]);
+            if (qt == LLMI_QT_Q4_0)
+                c0 = _mm512_srai_epi32(c0, 4);
+            LLMI_UNROLL
+            for (int g = 0; g < R; g++)
+                is[g][t] = c0;
+        }
+        const uint8_t *xb[V5_N];
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++)
+            xb[t] = xr[t] + (size_t)QK * (size_t)b;
+        if (qt == LLMI_QT_Q8_0) {
+            LLMI_UNROLL
+            for (int q = 0; q < 8; q++) {
+                __m512i xv[V5_N];
+                LLMI_UNROLL
+                for (int t = 0; t < N; t++) {
+                    int32_t v;
+                    memcpy(&v, xb[t] + 4 * q, 4);
+                    xv[t] = _mm512_set1_epi32(v);
+                }
+                LLMI_UNROLL
+                for (int g = 0; g < R; g++) {
+                    const __m512i wv = _mm512_load_si512(pk + (size_t)g * gs + 64 * q);
+                    LLMI_UNROLL
+                    for (int t = 0; t < N; t++)
+                        is[g][t] = _mm512_dpbusd_epi32(is[g][t], wv, xv[t]);
+                }
+            }
+        } else {
+            LLMI_UNROLL
+            for (int j = 0; j < 4; j++) {
+                __m512i xlo[V5_N], xhi[V5_N];
+                LLMI_UNROLL
+                for (int t = 0; t < N; t++) {
+                    int32_t lo, hi;
+                    memcpy(&lo, xb[t] + 4 * j, 4);
+                    memcpy(&hi, xb[t] + 16 + 4 * j, 4);
+                    xlo[t] = _mm512_set1_epi32(lo);
+                    xhi[t] = _mm512_set1_epi32(hi);
+                }
+                LLMI_UNROLL
+                for (int g = 0; g < R; g++) {
+                    const __m512i v = _mm512_load_si512(pk + (size_t)g * gs + 64 * j);
+                    const __m512i lo = _mm512_and_si512(v, m4);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    LLMI_UNROLL
+                    for (int t = 0; t < N; t++) {
+                        is[g][t] = _mm512_dpbusd_epi32(is[g][t], lo, xlo[t]);
+                        is[g][t] = _mm512_dpbusd_epi32(is[g][t], hi, xhi[t]);
+                    }
+                }
+            }
+        }
+        __m512 dw[V5_R], mw[V5_R];
+        LLMI_UNROLL
+        for (int g = 0; g < R; g++) {
+            const uint8_t *sg = ps + (size_t)g * gs;
+            dw[g] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)sg));
+            mw[g] =
+                llmi_qt_has_min(qt)
+                    ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(sg + 64)))
+                    : dw[g];
+        }
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++) {
+            const __m512 dx = _mm512_set1_ps(xd[t][b]);
+            LLMI_UNROLL
+            for (int g = 0; g < R; g++) {
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw[g], dx),
+                                            acc[g][t]);
+                if (llmi_qt_has_min(qt))
+                    acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(xd[t][nb + b]), acc[g][t]);
+            }
+        }
+    }
+    LLMI_UNROLL
+    for (int g = 0; g < R; g++) {
+        const __mmask16 m = g == R - 1 ? mlast : (__mmask16)0xFFFF;
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++)
+            _mm512_mask_storeu_ps(y + t * ldy + 16 * g, m, acc[g][t]);
+    }
+}
+
+typedef void (*v5p_tile_fn)(const uint8_t *grp, size_t gs, int64_t nb, const uint8_t *const *xr,
+                            float *y, int64_t ldy, __mmask16 mlast);
+
+#define V5P_TILE_FN(QT, R, N)                                                                      \
+    static V5 void v5p_tile_##QT##_##R##_##N(const uint8_t *grp, size_t gs, int64_t nb,            \
+                                             const uint8_t *const *xr, float *y, int64_t ldy,      \
+                                             __mmask16 mlast) {                                    \
+        v5p_tile(LLMI_QT_##QT, R, N, grp, gs, nb, xr, y, ldy, mlast);                              \
+    }
+#define V5P_TILES(QT)                                                                              \
+    V5P_TILE_FN(QT, 1, 1)                                                                          \
+    V5P_TILE_FN(QT, 1, 2)                                                                          \
+    V5P_TILE_FN(QT, 1, 3)                                                                          \
+    V5P_TILE_FN(QT, 1, 4)                                                                          \
+    V5P_TILE_FN(QT, 2, 1)                                                                          \
+    V5P_TILE_FN(QT, 2, 2)                                                                          \
+    V5P_TILE_FN(QT, 2, 3)                                                                          \
+    V5P_TILE_FN(QT, 2, 4)
+V5P_TILES(Q4_0)
+V5P_TILES(Q4_1)
+V5P_TILES(Q8_0)
+#define V5P_TILE_ROW(QT)                                                                           \
+    [LLMI_QT_##QT] = {                                                                             \
+        {v5p_tile_##QT##_1_1, v5p_tile_##QT##_1_2, v5p_tile_##QT##_1_3, v5p_tile_##QT##_1_4},      \
+        {v5p_tile_##QT##_2_1, v5p_tile_##QT##_2_2, v5p_tile_##QT##_2_3, v5p_tile_##QT##_2_4},      \
+    }
+static const v5p_tile_fn v5p_tiles[LLMI_QT_Q8_0 + 1][V5_R][V5_N] = {
+    V5P_TILE_ROW(Q4_0),
+    V5P_TILE_ROW(Q4_1),
+    V5P_TILE_ROW(Q8_0),
+};
+
 /* Prefetches the weight bytes of rows [rg, re), blocks [b1, b1 + kc] (one
  * block more: the next panel's first bytes may share its line). */
 static inline void v5_prefetch(const llmi_weight *W, int64_t rg, int64_t re, int64_t b1, int64_t nb,
@@ -322,8 +558,8 @@ static inline void v5_prefetch(const llmi_weight *W, int64_t rg, int64_t re, int
  * within one, the K panels go outside the row panels, so that the tokens'
  * activations of one K panel stay in L2 while every row panel uses them. A
  * single token tile (decode) takes the rows one panel at a time instead. */
-static V5I void v5_gemm(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const uint8_t *xq,
-                        size_t xs, int nt, float *y, int64_t ldy) {
+static V5I void v5_gemm(int qt, int packed, const llmi_weight *W, int64_t r0, int64_t r1,
+                        const uint8_t *xq, size_t xs, int nt, float *y, int64_t ldy) {
     const int64_t nb = W->cols / QK;
     const int pb = v5_pb(qt);
     alignas(64) uint8_t panel[V5_R * V5_KC * 640];
@@ -349,16 +585,22 @@ static V5I void v5_gemm(int qt, const llmi_weight *W, int64_t r0, int64_t r1, co
                 /* The next panel's rows (32 streams, more than the hardware
                  * prefetchers follow) come while this one is packed and
                  * used: the next rows of this K panel, or the next K panel. */
-                if (rg + 16 * V5_R < re)
+                if (packed) /* one run of pairs per group: the hardware follows it */
+                    ;
+                else if (rg + 16 * V5_R < re)
                     v5_prefetch(W, rg + 16 * V5_R, rg + 32 * V5_R < re ? rg + 32 * V5_R : re, b0,
                                 nb, kc);
                 else if (c + 1 < nchunks)
                     v5_prefetch(W, rs, rs + 16 * V5_R < re ? rs + 16 * V5_R : re, b0 + kc, nb, kc);
                 else
                     v5_prefetch(W, re, re + 16 * V5_R < r1 ? re + 16 * V5_R : r1, 0, nb, kc);
-                for (int g = 0; g < R; g++)
-                    v5_pack(qt, (const uint8_t *)W->data + (size_t)(rg + 16 * g) * W->row_bytes,
-                            W->row_bytes, g == R - 1 ? nv : 16, b0, kc, panel + (size_t)g * gs);
+                for (int g = 0; g < R; g++) {
+                    if (packed)
+                        v5p_unpack(qt, v5p_group(W, rg / 16 + g), b0, kc, panel + (size_t)g * gs);
+                    else
+                        v5_pack(qt, (const uint8_t *)W->data + (size_t)(rg + 16 * g) * W->row_bytes,
+                                W->row_bytes, g == R - 1 ? nv : 16, b0, kc, panel + (size_t)g * gs);
+                }
                 for (int i = 0, t0 = 0; i < ntiles; i++) { /* balanced: 6 = 3 + 3 */
                     const int n = nt / ntiles + (i < nt % ntiles);
                     const uint8_t *xr[V5_N];
@@ -377,7 +619,7 @@ static V5I void v5_gemm(int qt, const llmi_weight *W, int64_t r0, int64_t r1, co
 #define V5_GEMM(name, QT)                                                                          \
     static V5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,           \
                         size_t xs, int nt, float *y, int64_t ldy) {                                \
-        v5_gemm(QT, w, r0, r1, xq, xs, nt, y, ldy);                                                \
+        v5_gemm(QT, 0, w, r0, r1, xq, xs, nt, y, ldy);                                             \
     }
 V5_GEMM(v5_gemm_q4_0, LLMI_QT_Q4_0)
 V5_GEMM(v5_gemm_q4_1, LLMI_QT_Q4_1)
@@ -390,6 +632,40 @@ const llmi_qrows_impl llmi_qrows_q4_1_vnni = {INT_MAX, v5_gemm_q4_1};
 const llmi_qrows_impl llmi_qrows_q8_0_vnni = {INT_MAX, v5_gemm_q8_0};
 const llmi_qrows_impl llmi_qrows_q5_0_vnni = {INT_MAX, v5_gemm_q5_0};
 const llmi_qrows_impl llmi_qrows_q5_1_vnni = {INT_MAX, v5_gemm_q5_1};
+
+/* Rows [r0, r1) from the packed copy: up to V5_N tokens straight from it,
+ * more through panels (v5p_unpack), as v5_gemm does. */
+static V5I void v5p_rows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const uint8_t *xq,
+                         size_t xs, int nt, float *y, int64_t ldy) {
+    if (nt > V5_N) {
+        v5_gemm(qt, 1, W, r0, r1, xq, xs, nt, y, ldy);
+        return;
+    }
+    const int64_t nb = W->cols / QK;
+    const uint8_t *xr[V5_N];
+    for (int t = 0; t < nt; t++)
+        xr[t] = xq + (size_t)t * xs;
+    for (int64_t rg = r0; rg < r1; rg += 16 * V5_R) {
+        const int64_t left = r1 - rg;
+        const int R = left >= 16 * V5_R ? V5_R : (int)((left + 15) / 16);
+        const int nv = (int)(left - 16 * (R - 1) < 16 ? left - 16 * (R - 1) : 16);
+        v5p_tiles[qt][R - 1][nt - 1](v5p_group(W, rg / 16), W->packed_group_bytes, nb, xr, y + rg,
+                                     ldy, (__mmask16)((1u << nv) - 1));
+    }
+}
+
+#define V5P_ROWS(name, QT)                                                                         \
+    static V5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,           \
+                        size_t xs, int nt, float *y, int64_t ldy) {                                \
+        v5p_rows(QT, w, r0, r1, xq, xs, nt, y, ldy);                                               \
+    }
+V5P_ROWS(v5p_rows_q4_0, LLMI_QT_Q4_0)
+V5P_ROWS(v5p_rows_q4_1, LLMI_QT_Q4_1)
+V5P_ROWS(v5p_rows_q8_0, LLMI_QT_Q8_0)
+
+const llmi_qrows_impl llmi_qrows_q4_0_vnni_packed = {INT_MAX, v5p_rows_q4_0};
+const llmi_qrows_impl llmi_qrows_q4_1_vnni_packed = {INT_MAX, v5p_rows_q4_1};
+const llmi_qrows_impl llmi_qrows_q8_0_vnni_packed = {INT_MAX, v5p_rows_q8_0};
 
 #else
 /* ISO C forbids an empty translation unit. */

@@ -32,6 +32,10 @@ typedef struct cpu_forward cpu_forward;
 
 struct cpu_forward {
     const llm_model *m;
+    /* The weights the step reads: the backend's (with packed copies) or the
+     * model's own views. */
+    const llmi_weight *w;
+    const llmi_layer *layers;
     llmi_pool *pool;
     uint32_t max_rows, max_ctx;
     uint32_t q_dim, kv_dim;
@@ -109,11 +113,10 @@ static float *alloc_rows(uint32_t rows, uint32_t dim) {
     return llmi_malloc_aligned(n);
 }
 
-/* max_rows and max_ctx are > 0 (checked by the engine). The weights are
- * the model itself (cpu.c). */
+/* max_rows and max_ctx are > 0 (checked by the engine). */
 llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
                                 uint32_t max_ctx, void **out) {
-    (void)weights;
+    const llmi_cpu_weights *cw = weights;
     llmi_pool *pool = backend;
     *out = NULL;
     cpu_forward *f = llmi_calloc(1, sizeof *f);
@@ -121,6 +124,8 @@ llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights
         return llmi_oom("forward pass");
     const llmi_hparams *hp = &m->hp;
     f->m = m;
+    f->w = cw ? cw->w : m->w;
+    f->layers = cw ? cw->layers : m->layers;
     f->pool = pool;
     f->max_rows = max_rows;
     f->max_ctx = max_ctx;
@@ -262,7 +267,7 @@ static void rope_table(const llmi_hparams *hp, float base, float freq_scale, con
 
 static void rope_tables(cpu_forward *f, const llmi_step *st) {
     const llmi_hparams *hp = &f->m->hp;
-    const float *freq_div = f->m->w[LLMI_ROLE_ROPE_FREQS].data;
+    const float *freq_div = f->w[LLMI_ROLE_ROPE_FREQS].data;
     rope_table(hp, hp->rope_base, hp->rope_freq_scale, freq_div, st, f->rope_cs);
     if (f->rope_cs_swa)
         rope_table(hp, hp->features.swa_rope_base, hp->features.swa_rope_freq_scale, freq_div, st,
@@ -628,8 +633,8 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
         else if (st->interrupt && atomic_load_explicit(st->interrupt, memory_order_relaxed))
             return llmi_error(LLM_ERR_CANCELLED, "interrupted (llm_session_interrupt) at layer %u",
                               l);
-        LLMI_TRY(attention_block(f, kv, &m->layers[l], l, st));
-        LLMI_TRY(mlp_block(f, &m->layers[l], st, l));
+        LLMI_TRY(attention_block(f, kv, &f->layers[l], l, st));
+        LLMI_TRY(mlp_block(f, &f->layers[l], st, l));
     }
     return LLM_OK;
 }
@@ -638,7 +643,7 @@ static llm_status run_layers(cpu_forward *f, llmi_cpu_kv *kv, const llmi_step *s
  * rows of n_embd). */
 static void output_norm_rows(const cpu_forward *f, const llmi_step *st, float *out) {
     const llmi_hparams *hp = &f->m->hp;
-    if (!f->m->w[LLMI_ROLE_OUTPUT_NORM].data) { /* encoders: the last block ends in a norm */
+    if (!f->w[LLMI_ROLE_OUTPUT_NORM].data) { /* encoders: the last block ends in a norm */
         for (uint32_t i = 0; i < st->n_logits; i++)
             memcpy(out + (size_t)i * hp->n_embd, f->x + (size_t)st->logit_rows[i] * hp->n_embd,
                    hp->n_embd * sizeof *out);
@@ -646,8 +651,7 @@ static void output_norm_rows(const cpu_forward *f, const llmi_step *st, float *o
     }
     for (uint32_t i = 0; i < st->n_logits; i++)
         llmi_rmsnorm(out + (size_t)i * hp->n_embd, f->x + (size_t)st->logit_rows[i] * hp->n_embd,
-                     (const float *)f->m->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd,
-                     hp->rms_eps);
+                     (const float *)f->w[LLMI_ROLE_OUTPUT_NORM].data, (int)hp->n_embd, hp->rms_eps);
 }
 
 llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, float *logits) {
@@ -658,7 +662,7 @@ llm_status llmi_cpu_step_run(void *ctx, void *kv_store, const llmi_step *st, flo
     output_norm_rows(f, st, f->out_rows);
     if (n_out) {
         act_begin(f, f->out_rows, n_out, hp->n_embd);
-        act_matmul(f, &f->m->w[LLMI_ROLE_OUTPUT], logits);
+        act_matmul(f, &f->w[LLMI_ROLE_OUTPUT], logits);
         float cap = hp->features.logit_softcap;
         if (cap > 0.0f)
             for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++)
