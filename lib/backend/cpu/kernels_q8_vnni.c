@@ -316,6 +316,10 @@ static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
  * block count leaves the last pair's second half zero and unread. Every size
  * is a multiple of 64, so every load is aligned. */
 
+#ifndef V5P_AHEAD
+#define V5P_AHEAD 4
+#endif
+
 static inline size_t v5p_qbytes(int qt) { return qt == LLMI_QT_Q8_0 ? 512 : 256; }
 static inline size_t v5p_pair_bytes(int qt) {
     return 2 * v5p_qbytes(qt) + (llmi_qt_has_min(qt) ? 128 : 64);
@@ -416,6 +420,15 @@ static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, in
     }
     const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
+        if (b % 2 == 0) {
+            LLMI_UNROLL
+            for (int g = 0; g < R; g++) {
+                const char *ahead =
+                    (const char *)grp + (size_t)g * gs + (size_t)(b / 2 + V5P_AHEAD) * pb;
+                for (size_t o = 0; o < pb; o += 64)
+                    _mm_prefetch(ahead + o, _MM_HINT_T0);
+            }
+        }
         const uint8_t *pk = grp + (size_t)(b / 2) * pb + (size_t)(b % 2) * qb;
         const uint8_t *ps = grp + (size_t)(b / 2) * pb + 2 * qb + 32 * (size_t)(b % 2);
         __m512i is[V5_R][V5_N];
