@@ -122,12 +122,11 @@ bool llmi_engine_has_lora(const llmi_engine *e) {
 }
 
 llm_status llmi_engine_lora_refused(const llmi_engine *e) {
-    return llmi_error(
-        LLM_ERR_UNSUPPORTED,
-        "backend '%s' does not apply LoRA adapters (the CPU backend does; the "
-        "CUDA backend does when the environment has LLM_CUDA_LORA=1 as the "
-        "session is created; CPU tensor-parallel ranks do, CUDA ones (cuda-tp) not yet)",
-        e->ops->name);
+    return llmi_error(LLM_ERR_UNSUPPORTED,
+                      "backend '%s' does not apply LoRA adapters (the CPU backend does, also with "
+                      "tensor parallelism; the CUDA backend does when the environment has "
+                      "LLM_CUDA_LORA=1 as the session is created, not yet on tensor-parallel GPUs)",
+                      e->ops->name);
 }
 
 /* A row's adapter: one loaded for this engine's model, a backend that

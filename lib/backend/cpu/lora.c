@@ -82,6 +82,22 @@ typedef struct lora_job {
     void (*axpy)(float *, float, const void *, int);
 } lora_job;
 
+/* Where row r's update goes: its window, or its row of y. */
+static float *out_row(const lora_job *j, uint32_t r) {
+    return j->ww ? j->win + (size_t)r * j->ww : j->y + (size_t)r * j->y_cols;
+}
+
+/* Row r of y to its window (lead: y's first column in it), or back. */
+static void window_load(const lora_job *j, uint32_t r, size_t lead) {
+    float *w = out_row(j, r);
+    memset(w, 0, (size_t)j->ww * sizeof *w);
+    memcpy(w + lead, j->y + (size_t)r * j->y_cols, (size_t)j->y_cols * sizeof *w);
+}
+
+static void window_store(const lora_job *j, uint32_t r, size_t lead) {
+    memcpy(j->y + (size_t)r * j->y_cols, out_row(j, r) + lead, (size_t)j->y_cols * sizeof(float));
+}
+
 /* The rows [begin, end) of adapter a (row_adapter a + 1), grouped as
  * S-LoRA and Punica group them: each row of A and of B is read once for
  * all of them (it stays in cache) instead of once per row. Per row,
@@ -102,32 +118,26 @@ static void adapter_rows(const lora_job *j, uint32_t a, uint32_t begin, uint32_t
                 j->t[(size_t)r * j->max_rank + k] =
                     j->dot(j->x + (size_t)r * j->x_cols, ak, (int)p->in);
     }
-    /* Row r's update goes to out(r), `width` columns from B's column b0. */
+    /* Each row's update covers `width` columns from B's column b0. */
     const uint32_t b0 = j->ww ? j->w0 : j->y_begin, width = j->ww ? j->ww : j->y_cols;
-    const size_t lead = j->y_begin - j->w0; /* y's first column in the window */
-#define OUT_ROW(r) (j->ww ? j->win + (size_t)(r)*j->ww : j->y + (size_t)(r)*j->y_cols)
+    const size_t lead = j->y_begin - j->w0;
     if (j->ww)
         for (uint32_t r = begin; r < end; r++)
-            if (st->row_adapter[r] == a + 1) {
-                memset(OUT_ROW(r), 0, (size_t)j->ww * sizeof(float));
-                memcpy(OUT_ROW(r) + lead, j->y + (size_t)r * j->y_cols,
-                       (size_t)j->y_cols * sizeof(float));
-            }
+            if (st->row_adapter[r] == a + 1)
+                window_load(j, r, lead);
     for (uint32_t k = 0; k < p->rank; k++) {
         const float *bk = p->b + (size_t)k * p->out + b0;
         for (uint32_t r = begin; r < end; r++) {
             if (st->row_adapter[r] != a + 1)
                 continue;
             const float c = s * j->t[(size_t)r * j->max_rank + k];
-            j->axpy(OUT_ROW(r), c, bk, (int)width);
+            j->axpy(out_row(j, r), c, bk, (int)width);
         }
     }
     if (j->ww)
         for (uint32_t r = begin; r < end; r++)
             if (st->row_adapter[r] == a + 1)
-                memcpy(j->y + (size_t)r * j->y_cols, OUT_ROW(r) + lead,
-                       (size_t)j->y_cols * sizeof(float));
-#undef OUT_ROW
+                window_store(j, r, lead);
 }
 
 /* Whole rows per thread, adapter by adapter: one pool run per projection
