@@ -26,7 +26,9 @@
  *     the loader refuses such files) is refused with
  *     LLM_ERR_INVALID_ARGUMENT naming adapter, layer and projection, on
  *     one CPU and on every rank alike (no rank left waiting at a gather);
- *     the same engine then runs the good adapter. */
+ *     the same engine then runs the good adapter.
+ *   - SmolLM2-135M (LLM_TEST_MODEL) at TP 3 with adapters on all 30
+ *     layers: the CPU backend's bits. */
 #include "backend/cpu/cpu_features.h"
 #include "backend/tp/tp.h"
 #include "gguf/gguf.h"
@@ -460,11 +462,31 @@ static void test_bad_shapes(void **state) {
     llmi_model_free(m);
 }
 
+/* SmolLM2-135M (LLM_TEST_MODEL; 9 heads, 3 KV heads, Q4_1) at TP 3 with
+ * random adapters on every projection of its 30 layers, 8-bit
+ * activations: the CPU backend's bits. */
+static void test_smollm2(void **state) {
+    (void)state;
+    const char *path = getenv("LLM_TEST_MODEL");
+    if (!path || access(path, R_OK) != 0) {
+        print_message("skipping: LLM_TEST_MODEL is not set\n");
+        skip();
+    }
+    llm_model *m = NULL;
+    if (llmi_model_load(path, true, &m) != LLM_OK)
+        fail_msg("%s: %s", path, llm_last_error());
+    llm_adapter *r1 = make_adapter(m, 1, 51), *r8 = make_adapter(m, 8, 52);
+    compare(m, 3, false, r1, r8);
+    llm_adapter_free(r1);
+    llm_adapter_free(r8);
+    llmi_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_heads_split), cmocka_unit_test(test_kv_heads_replicated),
         cmocka_unit_test(test_uneven_slices),  cmocka_unit_test(test_session_greedy),
-        cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_bad_shapes),     cmocka_unit_test(test_smollm2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
