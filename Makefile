@@ -235,11 +235,11 @@ TEST_ENV := LLM_TEST_MODEL=$(abspath $(MODEL)) LLM_TEST_DATA=$(abspath tests) \
 	LLM_PLUGIN_PATH=$(abspath $(BUILD)) LLM_TEST_PLUGINS=$(abspath $(FAKE_PLUGIN_DIR)) \
 	LLM_TEST_CUDA_PLUGIN=$(if $(CUDA_PLUGIN),$(abspath $(CUDA_PLUGIN)))
 # The engine tests (continuous batching, preemption, prefix cache, n
-# samples, speculation, state, sliding windows) run a second time on 2 CPU
+# samples, speculation, state, sliding windows, LoRA) run a second time on 2 CPU
 # ranks of tensor parallelism, and the backend conformance suite on the tp
 # backend (docs/tensor-parallel.md): both must give the CPU backend's results.
 TP_TEST_BIN := $(addprefix $(BUILD)/tests/unit/,test_sched test_samples test_spec test_state \
-	test_swakv)
+	test_swakv test_lora_device)
 test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN) $(CUDA_TEST_BIN) \
 		$(MODEL) $(MODEL_GEMMA3) test-models $(BUILD)/llm-synth $(BUILD)/llm-devbench \
 		$(BUILD)/llm-grammar

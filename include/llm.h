@@ -1063,8 +1063,10 @@ typedef struct llm_request_params {
      *  outlive the request), or NULL for the base model (default). Its
      *  rows take the adapter's update at `adapter_scale`; the prefix cache
      *  shares K/V only between requests of the same adapter and scale.
-     *  The draft model of ::LLM_SPEC_DRAFT runs without it. Backends
-     *  other than "cpu" refuse it with ::LLM_ERR_UNSUPPORTED. Since 1.4. */
+     *  The draft model of ::LLM_SPEC_DRAFT runs without it. "cpu"
+     *  applies it, also with tensor_parallel > 1; a backend that does not
+     *  (docs/lora.md, "Backends") refuses it with ::LLM_ERR_UNSUPPORTED.
+     *  Since 1.4. */
     const llm_adapter *adapter;
     /** Multiplies the adapter's alpha / rank (default 1.0). Since 1.4. */
     float adapter_scale;

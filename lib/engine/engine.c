@@ -123,9 +123,9 @@ bool llmi_engine_has_lora(const llmi_engine *e) {
 
 llm_status llmi_engine_lora_refused(const llmi_engine *e) {
     return llmi_error(LLM_ERR_UNSUPPORTED,
-                      "backend '%s' does not apply LoRA adapters (the CPU backend does; the "
-                      "CUDA backend does when the environment has LLM_CUDA_LORA=1 as the "
-                      "session is created, not yet under tensor parallelism)",
+                      "backend '%s' does not apply LoRA adapters (the CPU backend does, also with "
+                      "tensor parallelism; the CUDA backend does when the environment has "
+                      "LLM_CUDA_LORA=1 as the session is created, not yet on tensor-parallel GPUs)",
                       e->ops->name);
 }
 

@@ -217,7 +217,7 @@ static llmi_engine *device_engine_with_lora(void) {
     llmi_engine *d = make_engine(true);
     if (llmi_engine_has_lora(d))
         return d;
-    /* A device without adapters (a tensor-parallel group) refuses them,
+    /* A device without adapters (a CUDA tensor-parallel group) refuses them,
      * naming the opt-in of the CUDA backend. */
     llm_adapter *a = make_adapter(1, 1, 7);
     llmi_kv_seq seq = {0};

@@ -61,8 +61,17 @@ typedef struct llmi_cpu_tp_hooks {
      * Every rank must get the same answer at the same layer. */
     llm_status (*layer_begin)(void *ctx, uint32_t layer);
     uint32_t q_dim, n_ff; /* the whole model's: the gathered widths */
+    /* LoRA updates (lora.h): the whole model's K/V width, and the first of
+     * this rank's output columns of Q, of K and V, of gate and up, and of
+     * O and down, among the whole projection's. */
+    uint32_t kv_dim;
+    uint32_t q_begin, kv_begin, ff_begin, embd_begin;
 } llmi_cpu_tp_hooks;
 /* Copies the hooks and allocates the gathered rows; NULL: a lone rank. */
 llm_status llmi_cpu_step_set_tp(void *step, const llmi_cpu_tp_hooks *hooks);
+/* Grows the step's LoRA scratch to what `st` needs, so that the step
+ * allocates nothing while it runs: a tensor-parallel rank failing alone
+ * would leave the others waiting at a gather. LLM_ERR_OUT_OF_MEMORY. */
+llm_status llmi_cpu_step_lora_reserve(void *step, const llmi_step *st);
 
 #endif

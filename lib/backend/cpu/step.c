@@ -233,12 +233,59 @@ static void act_matmul(cpu_forward *f, const llmi_weight *w, float *y) {
     llmi_matmul_act(f->pool, w, &f->act, y);
 }
 
-/* The LoRA update of one projection (lora.c); nothing without adapters. */
+/* The first of this step's output columns of target t among the whole
+ * projection's, and the whole projection's width: 0 and y_cols on one CPU,
+ * the rank's slice under tensor parallelism (the hooks say where). */
+static void lora_columns(const cpu_forward *f, llmi_lora_target t, uint32_t y_cols, uint32_t *begin,
+                         uint32_t *full) {
+    const llmi_cpu_tp_hooks *tp = &f->tp;
+    *begin = 0;
+    *full = y_cols;
+    if (!tp->gather)
+        return;
+    switch (t) {
+    case LLMI_LORA_Q:
+        *begin = tp->q_begin, *full = tp->q_dim;
+        break;
+    case LLMI_LORA_K:
+    case LLMI_LORA_V:
+        *begin = tp->kv_begin, *full = tp->kv_dim;
+        break;
+    case LLMI_LORA_GATE:
+    case LLMI_LORA_UP:
+        *begin = tp->ff_begin, *full = tp->n_ff;
+        break;
+    default: /* O, down */
+        *begin = tp->embd_begin, *full = f->m->hp.n_embd;
+        break;
+    }
+}
+
+/* The LoRA update of one projection (lora.c) from its whole input rows x;
+ * y holds this step's output columns. Nothing without adapters. */
 static llm_status lora(cpu_forward *f, const llmi_step *st, uint32_t layer, llmi_lora_target t,
                        const float *x, uint32_t x_cols, float *y, uint32_t y_cols) {
     if (!st->n_adapters)
         return LLM_OK;
-    return llmi_cpu_lora_apply(&f->lora, f->pool, st, layer, t, x, x_cols, y, y_cols);
+    uint32_t begin, full;
+    lora_columns(f, t, y_cols, &begin, &full);
+    return llmi_cpu_lora_apply(&f->lora, f->pool, st, layer, t, x, x_cols, y, y_cols, begin, full);
+}
+
+llm_status llmi_cpu_step_lora_reserve(void *ctx, const llmi_step *st) {
+    cpu_forward *f = ctx;
+    uint32_t max_rank = 0;
+    for (uint32_t a = 0; a < st->n_adapters; a++)
+        max_rank = st->adapters[a]->max_rank > max_rank ? st->adapters[a]->max_rank : max_rank;
+    if (!max_rank)
+        return LLM_OK;
+    uint32_t widest = 0; /* of this step's output slices, for the windows */
+    if (f->tp.gather) {
+        const uint32_t cols[] = {f->q_dim, f->kv_dim, f->m->hp.n_ff, f->m->hp.n_embd};
+        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+            widest = cols[i] > widest ? cols[i] : widest;
+    }
+    return llmi_cpu_lora_reserve(&f->lora, st->n_rows, max_rank, widest);
 }
 
 /* ---- rotary position embedding ---- */
@@ -418,15 +465,18 @@ static llm_status gathered_input(cpu_forward *f, const float *x, uint32_t n, uin
     return LLM_OK;
 }
 
-/* y (n rows of n_embd) = w * the current input; under TP w holds this
- * rank's output features and the ranks' slices are gathered into y. */
-static llm_status output_matmul(cpu_forward *f, const llmi_weight *w, uint32_t n, float *y) {
-    if (!f->tp.gather) {
-        act_matmul(f, w, y);
+/* y (n rows of n_embd) = w * the current input, plus the LoRA update of
+ * target t; under TP w holds this rank's output features, the update goes
+ * to them alone (from the whole gathered input rows), and the ranks'
+ * slices are gathered into y. */
+static llm_status output_matmul(cpu_forward *f, const llmi_weight *w, const llmi_step *st,
+                                uint32_t layer, llmi_lora_target t, float *y) {
+    float *part = f->tp.gather ? f->tp_part : y;
+    act_matmul(f, w, part);
+    LLMI_TRY(lora(f, st, layer, t, f->act_x, (uint32_t)f->act_cols, part, (uint32_t)w->rows));
+    if (!f->tp.gather)
         return LLM_OK;
-    }
-    act_matmul(f, w, f->tp_part);
-    return f->tp.gather(f->tp.ctx, f->tp_part, n, f->m->hp.n_embd, y);
+    return f->tp.gather(f->tp.ctx, f->tp_part, st->n_rows, f->m->hp.n_embd, y);
 }
 
 static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_layer *L,
@@ -479,8 +529,7 @@ static llm_status attention_block(cpu_forward *f, llmi_cpu_kv *kv, const llmi_la
         f, kv, ops, st, layer, windowed ? hp->features.swa_window : 0, encoder ? f->seq_end : NULL};
     llmi_pool_run(f->pool, attn_task, &job);
     LLMI_TRY(gathered_input(f, f->att, n, f->q_dim, f->tp.q_dim, f->tp_att));
-    LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_O], n, f->hout));
-    LLMI_TRY(lora(f, st, layer, LLMI_LORA_O, f->att, f->q_dim, f->hout, hp->n_embd));
+    LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_O], st, layer, LLMI_LORA_O, f->hout));
     if (encoder) {
         add_bias(f->hout, &W[LLMI_ROLE_O_BIAS], n, hp->n_embd);
         add_layer_norm(f->x, f->hout, &W[LLMI_ROLE_ATTN_OUT_NORM], &W[LLMI_ROLE_ATTN_OUT_NORM_BIAS],
@@ -548,8 +597,7 @@ static llm_status dense_ffn(cpu_forward *f, const llmi_weight *W, const llmi_ste
     else
         glu_task(&job, 0, 1);
     LLMI_TRY(gathered_input(f, f->gate, n, hp->n_ff, f->tp.n_ff, f->tp_ff));
-    LLMI_TRY(output_matmul(f, &W[LLMI_ROLE_DOWN], n, f->hout));
-    return lora(f, st, layer, LLMI_LORA_DOWN, f->gate, hp->n_ff, f->hout, hp->n_embd);
+    return output_matmul(f, &W[LLMI_ROLE_DOWN], st, layer, LLMI_LORA_DOWN, f->hout);
 }
 
 /* A routed FFN runs whole on every rank (its weights are not split): the

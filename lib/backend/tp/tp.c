@@ -304,11 +304,21 @@ static llm_status rank_create(tp_step *s, tp_instance *inst, const llm_model *m,
     s->n_ranks = r + 1;
     LLMI_TRY(llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx, &rk->step));
     if (w->n_ranks > 1) {
+        const llmi_hparams *hp = &m->hp;
+        uint32_t kv0, n_kv, f0, f1, e0, e1;
+        llmi_tp_split_heads(hp->n_head_kv, w->n_ranks, r, &kv0, &n_kv);
+        llmi_tp_slice(hp->n_ff, w->n_ranks, r, &f0, &f1);
+        llmi_tp_slice(hp->n_embd, w->n_ranks, r, &e0, &e1);
         const llmi_cpu_tp_hooks hooks = {.ctx = rk,
                                          .gather = rank_gather,
                                          .layer_begin = rank_layer_begin,
-                                         .q_dim = m->hp.n_head * m->hp.head_dim,
-                                         .n_ff = m->hp.n_ff};
+                                         .q_dim = hp->n_head * hp->head_dim,
+                                         .n_ff = hp->n_ff,
+                                         .kv_dim = hp->n_head_kv * hp->head_dim,
+                                         .q_begin = r * w->shard[r].hp.n_head * hp->head_dim,
+                                         .kv_begin = kv0 * hp->head_dim,
+                                         .ff_begin = f0,
+                                         .embd_begin = e0};
         LLMI_TRY(llmi_cpu_step_set_tp(rk->step, &hooks));
         rk->send = alloc_floats(max_rows, s->chunk);
         rk->recv = alloc_floats((size_t)max_rows * w->n_ranks, s->chunk);
@@ -379,6 +389,10 @@ static llm_status tp_run(void *ctx, void *kv_store, const llmi_step *st, float *
     s->st = *st;
     s->interrupt = st->interrupt;
     s->st.interrupt = s->n_ranks == 1 ? st->interrupt : NULL;
+    /* LoRA scratch now, on this thread: a rank failing to allocate in the
+     * step would leave the others waiting at its next gather. */
+    for (uint32_t r = 0; r < s->n_ranks; r++)
+        LLMI_TRY(llmi_cpu_step_lora_reserve(s->rank[r].step, st));
     pthread_mutex_lock(&s->lock);
     s->n_done = 0;
     s->generation++;
@@ -450,7 +464,7 @@ TP_TABLE(8)
         .kv_read = tp_kv_read, .kv_write = tp_kv_write, .step_create = tp_step_create,             \
         .step_free = tp_step_free, .step_run = tp_step_run, .sync = tp_sync,                       \
         .step_set_f32_activations = tp_step_set_f32_activations,                                   \
-        .step_run_hidden = tp_step_run_hidden,                                                     \
+        .step_run_hidden = tp_step_run_hidden, .lora = true,                                       \
     }
 static const llmi_backend_ops tp_tables[LLMI_TP_MAX] = {TP_OPS(1), TP_OPS(2), TP_OPS(3), TP_OPS(4),
                                                         TP_OPS(5), TP_OPS(6), TP_OPS(7), TP_OPS(8)};

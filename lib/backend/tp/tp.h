@@ -3,8 +3,10 @@
  * the weights and the K/V of its heads (shard.c). The split is exact: every
  * output element of every matmul is computed by one rank with the whole
  * input row, as on one CPU, so logits are bit-identical at any TP size
- * (docs/tensor-parallel.md). The ranks meet at all-gathers through a
- * communicator (comm.c). */
+ * (docs/tensor-parallel.md). LoRA adapters follow the same split: each
+ * rank adds the update to its own output columns only, from the whole
+ * input row (backend/cpu/lora.h), so they keep the bits too. The ranks
+ * meet at all-gathers through a communicator (comm.c). */
 #ifndef LLMI_BACKEND_TP_H
 #define LLMI_BACKEND_TP_H
 
