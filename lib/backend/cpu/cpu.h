@@ -36,8 +36,7 @@ llm_status llmi_cpu_weights_load(const llm_model *m, llmi_cpu_weights **out);
 void llmi_cpu_weights_free(llmi_cpu_weights *cw);
 
 /* step.c */
-/* weights: an llmi_cpu_weights of m, or NULL for the model's own views
- * (tensor-parallel ranks' shards). */
+/* weights: an llmi_cpu_weights of m, or NULL for the model's own views. */
 llm_status llmi_cpu_step_create(void *backend, const llm_model *m, void *weights, uint32_t max_rows,
                                 uint32_t max_ctx, void **out);
 void llmi_cpu_step_free(void *step);

@@ -18,8 +18,10 @@
 void llmi_tp_weights_free(llmi_tp_weights *w) {
     if (!w)
         return;
-    for (uint32_t r = 0; r < w->n_ranks; r++)
+    for (uint32_t r = 0; r < w->n_ranks; r++) {
+        llmi_cpu_weights_free(w->cpu[r]);
         llmi_free(w->shard[r].layers);
+    }
     llmi_free(w);
 }
 
@@ -67,6 +69,13 @@ llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_
             dst[LLMI_ROLE_O] = llmi_weight_rows(src[LLMI_ROLE_O], e0, e1 - e0);
             dst[LLMI_ROLE_DOWN] = llmi_weight_rows(src[LLMI_ROLE_DOWN], e0, e1 - e0);
             /* The fused tensors stay whole: the step reads only their views. */
+        }
+    }
+    for (uint32_t r = 0; r < n_ranks; r++) {
+        llm_status st = llmi_cpu_weights_load(&w->shard[r], &w->cpu[r]);
+        if (st != LLM_OK) {
+            llmi_tp_weights_free(w);
+            return st;
         }
     }
     *out = w;

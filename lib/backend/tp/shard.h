@@ -2,6 +2,7 @@
 #ifndef LLMI_BACKEND_TP_SHARD_H
 #define LLMI_BACKEND_TP_SHARD_H
 
+#include "backend/cpu/cpu.h"
 #include "backend/tp/split.h"
 
 #include <inttypes.h>
@@ -15,6 +16,9 @@ typedef struct llmi_tp_weights {
     uint32_t n_ranks;
     llm_model shard[LLMI_TP_MAX];
     uint32_t vocab0[LLMI_TP_MAX]; /* the first output row of each rank */
+    /* Each rank's CPU weights: its views with packed copies of its slices
+     * (backend/cpu/cpu.h), what its step reads. */
+    llmi_cpu_weights *cpu[LLMI_TP_MAX];
 } llmi_tp_weights;
 
 llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_weights **out);

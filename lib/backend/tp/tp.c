@@ -302,7 +302,8 @@ static llm_status rank_create(tp_step *s, tp_instance *inst, const llm_model *m,
     tp_rank *rk = &s->rank[r];
     *rk = (tp_rank){.owner = s, .rank = r};
     s->n_ranks = r + 1;
-    LLMI_TRY(llmi_cpu_step_create(inst->pool[r], &w->shard[r], NULL, max_rows, max_ctx, &rk->step));
+    LLMI_TRY(
+        llmi_cpu_step_create(inst->pool[r], &w->shard[r], w->cpu[r], max_rows, max_ctx, &rk->step));
     if (w->n_ranks > 1) {
         const llmi_hparams *hp = &m->hp;
         uint32_t kv0, n_kv, f0, f1, e0, e1;
