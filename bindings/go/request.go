@@ -69,7 +69,16 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	if err != nil {
 		return 0, err
 	}
+	var adapter *Adapter
+	if opts != nil && opts.Adapter != nil {
+		if params.adapter, err = opts.Adapter.lend(); err != nil {
+			return 0, err
+		}
+		adapter = opts.Adapter
+		params.adapter_scale = adapterScale(opts.AdapterScale)
+	}
 	if err := c.acquire(); err != nil {
+		adapter.giveBack()
 		return 0, err
 	}
 	defer c.mu.RUnlock()
@@ -85,7 +94,11 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	var msg *C.char
 	st := C.shim_session_submit(c.ptr, cprompt, C.size_t(len(prompt)), params, &id, &msg)
 	if err := takeError("submit", st, msg); err != nil {
+		adapter.giveBack()
 		return 0, err
+	}
+	if adapter != nil {
+		c.holdRequestAdapter(RequestID(id), adapter, opts.samples())
 	}
 	if stream != nil {
 		stream.id = RequestID(id)
@@ -165,6 +178,7 @@ func (c *session) route(events []Event) {
 	c.routeMu.Lock()
 	defer c.routeMu.Unlock()
 	for _, ev := range events {
+		c.releaseFinished(ev)
 		if st, ok := c.streams[ev.Request]; ok {
 			if st.deliver(ev) {
 				delete(c.streams, ev.Request)

@@ -51,15 +51,22 @@ func (s *Session) SeqFork(src SeqID) (SeqID, error) {
 		var msg *C.char
 		return takeError("fork sequence", C.shim_seq_fork(p, C.llm_seq_id(src), &id, &msg), msg)
 	})
+	if err == nil {
+		s.c.forkSeqAdapter(src, SeqID(id))
+	}
 	return SeqID(id), err
 }
 
 // SeqClose closes a sequence and frees its blocks.
 func (s *Session) SeqClose(seq SeqID) error {
-	return s.tokenCall(func(p *C.llm_session) error {
+	err := s.tokenCall(func(p *C.llm_session) error {
 		var msg *C.char
 		return takeError("close sequence", C.shim_seq_close(p, C.llm_seq_id(seq), &msg), msg)
 	})
+	if err == nil {
+		s.c.holdSeqAdapter(seq, nil)
+	}
+	return err
 }
 
 // SeqTruncate forgets the positions from n on (to roll back or branch).
