@@ -20,7 +20,9 @@
 //! Sync` and offers the calls llm.h allows from any thread while another
 //! steps: submit, cancel and interrupt.
 
+mod adapter;
 mod error;
+mod grammar;
 mod log;
 mod model;
 mod params;
@@ -28,7 +30,9 @@ mod session;
 mod stream;
 mod tokens;
 
+pub use adapter::{Adapter, AdapterParams};
 pub use error::{Error, Result, Status};
+pub use grammar::{Grammar, GrammarParams, GrammarWhitespace};
 pub use llminfer_sys as sys;
 pub use log::{clear_log_sink, set_log_sink, LogLevel};
 pub use model::{
