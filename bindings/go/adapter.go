@@ -23,11 +23,9 @@ import (
 // using it has closed or changed adapter, as Model.Close waits for its
 // sessions. An adapter keeps its model loaded until it is freed.
 type Adapter struct {
-	mu     sync.Mutex
-	ptr    *C.llm_adapter
-	model  *Model
-	closed bool
-	users  int // requests and sequences the library lends it to
+	lendable
+	ptr   *C.llm_adapter
+	model *Model
 }
 
 // AdapterOptions are the options of LoadAdapter; the zero value gives the
@@ -64,6 +62,11 @@ func LoadAdapter(model *Model, path string, opts *AdapterOptions) (*Adapter, err
 	// model's Close waits for it.
 	model.sessions.Add(1)
 	a := &Adapter{ptr: ptr, model: model}
+	a.free = func() {
+		C.shim_adapter_free(a.ptr)
+		a.ptr = nil
+		model.releaseSession()
+	}
 	runtime.SetFinalizer(a, (*Adapter).Close)
 	return a, nil
 }
@@ -71,32 +74,14 @@ func LoadAdapter(model *Model, path string, opts *AdapterOptions) (*Adapter, err
 // Close frees the adapter, or marks it closed and frees it once no request
 // or sequence uses it any more (see Adapter). Calling it again does nothing.
 func (a *Adapter) Close() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil
-	}
-	a.closed = true
 	runtime.SetFinalizer(a, nil)
-	a.freeIfUnusedLocked()
+	a.close()
 	return nil
 }
 
 // InUse reports how many requests and sequences the library is lending the
 // adapter to now: a closed adapter in use is freed when this reaches 0.
-func (a *Adapter) InUse() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.users
-}
-
-func (a *Adapter) freeIfUnusedLocked() {
-	if a.closed && a.users == 0 && a.ptr != nil {
-		C.shim_adapter_free(a.ptr)
-		a.ptr = nil
-		a.model.releaseSession()
-	}
-}
+func (a *Adapter) InUse() int { return a.inUse() }
 
 // lend counts one more use of the adapter by the library (a request or a
 // sequence) and returns its handle; a closed adapter gives ErrClosed. A nil
@@ -105,24 +90,72 @@ func (a *Adapter) lend() (*C.llm_adapter, error) {
 	if a == nil {
 		return nil, nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil, ErrClosed
+	if err := a.lendable.lend(); err != nil {
+		return nil, err
 	}
-	a.users++
 	return a.ptr, nil
 }
 
 // giveBack ends one use counted by lend; nil is a no-op.
 func (a *Adapter) giveBack() {
-	if a == nil {
-		return
+	if a != nil {
+		a.lendable.giveBack()
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.users--
-	a.freeIfUnusedLocked()
+}
+
+// lendable counts the requests, sequences and samplers the library lends
+// a handle to, so that Close can mark it closed at once and free it when
+// the last of them ends.
+type lendable struct {
+	mu     sync.Mutex
+	closed bool
+	users  int
+	free   func() // frees the handle, once, with mu held
+}
+
+func (l *lendable) lend() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.users++
+	return nil
+}
+
+// lendAgain counts a use that an existing one makes (a fork of a
+// sequence): allowed after Close, since the handle is still held.
+func (l *lendable) lendAgain() {
+	l.mu.Lock()
+	l.users++
+	l.mu.Unlock()
+}
+
+func (l *lendable) giveBack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.users--
+	l.freeIfUnusedLocked()
+}
+
+func (l *lendable) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.freeIfUnusedLocked()
+}
+
+func (l *lendable) freeIfUnusedLocked() {
+	if l.closed && l.users == 0 && l.free != nil {
+		l.free()
+		l.free = nil
+	}
+}
+
+func (l *lendable) inUse() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.users
 }
 
 // SeqSetAdapter runs the token-level sequence seq with adapter (one loaded
@@ -170,56 +203,63 @@ func (c *session) forkSeqAdapter(src, fork SeqID) {
 	c.adapterMu.Lock()
 	defer c.adapterMu.Unlock()
 	if a := c.seqAdapters[src]; a != nil {
-		a.mu.Lock()
-		a.users++ // the source's use keeps it open: no closed check here
-		a.mu.Unlock()
+		a.lendAgain()
 		c.seqAdapters[fork] = a
 	}
 }
 
-// holdRequestAdapter records that request id uses adapter until its
-// samples have finished; the caller holds routeMu, as route does.
-func (c *session) holdRequestAdapter(id RequestID, adapter *Adapter, samples int) {
-	c.requestAdapters[id] = &requestAdapter{adapter: adapter, finishesDue: samples}
+// holdRequestLoan records what request id borrows until its samples have
+// finished; the caller holds routeMu, as route does.
+func (c *session) holdRequestLoan(id RequestID, loan *requestLoan) {
+	if loan.adapter != nil || loan.grammar != nil {
+		c.requestLoans[id] = loan
+	}
 }
 
-// releaseFinished gives back the adapter of a request whose last finish
-// event ev is; the caller holds routeMu.
+// releaseFinished gives back what a request borrowed at its last finish
+// event; the caller holds routeMu.
 func (c *session) releaseFinished(ev Event) {
 	if ev.Finish == FinishNone {
 		return
 	}
-	held, ok := c.requestAdapters[ev.Request]
+	held, ok := c.requestLoans[ev.Request]
 	if !ok {
 		return
 	}
 	held.finishesDue--
 	if held.finishesDue <= 0 {
-		delete(c.requestAdapters, ev.Request)
-		held.adapter.giveBack()
+		delete(c.requestLoans, ev.Request)
+		held.giveBack()
 	}
 }
 
-// releaseAllAdapters gives back every adapter the session's requests and
-// sequences held, once the native session is freed.
+// releaseAllAdapters gives back every adapter and grammar the session's
+// requests and sequences held, once the native session is freed.
 func (c *session) releaseAllAdapters() {
 	c.routeMu.Lock()
-	requests := c.requestAdapters
-	c.requestAdapters = map[RequestID]*requestAdapter{}
+	requests := c.requestLoans
+	c.requestLoans = map[RequestID]*requestLoan{}
 	c.routeMu.Unlock()
 	c.adapterMu.Lock()
 	seqs := c.seqAdapters
 	c.seqAdapters = map[SeqID]*Adapter{}
 	c.adapterMu.Unlock()
 	for _, held := range requests {
-		held.adapter.giveBack()
+		held.giveBack()
 	}
 	for _, a := range seqs {
 		a.giveBack()
 	}
 }
 
-type requestAdapter struct {
+// requestLoan is what the library borrows from one request.
+type requestLoan struct {
 	adapter     *Adapter
+	grammar     *Grammar
 	finishesDue int // one finish event per sample
+}
+
+func (l *requestLoan) giveBack() {
+	l.adapter.giveBack()
+	l.grammar.giveBack()
 }

@@ -51,6 +51,9 @@ type Sampling struct {
 	FrequencyPenalty float32
 	LogitBias        []LogitBias
 	MinTokens        int // end-of-generation tokens are banned before this many
+	// Grammar constrains the tokens (compiled for the same model); nil:
+	// unconstrained. Requests and samplers keep it alive while they run.
+	Grammar *Grammar
 }
 
 // DefaultSampling returns the library's defaults (temperature 0.8, top-k 40,

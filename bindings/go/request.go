@@ -69,16 +69,21 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	if err != nil {
 		return 0, err
 	}
-	var adapter *Adapter
-	if opts != nil && opts.Adapter != nil {
+	loan := &requestLoan{finishesDue: opts.samples()}
+	if opts != nil {
 		if params.adapter, err = opts.Adapter.lend(); err != nil {
 			return 0, err
 		}
-		adapter = opts.Adapter
+		loan.adapter = opts.Adapter
 		params.adapter_scale = adapterScale(opts.AdapterScale)
+		if _, err := lendSampling(opts.Sampling, params.sampling); err != nil {
+			loan.giveBack()
+			return 0, err
+		}
+		loan.grammar = samplingGrammar(opts.Sampling)
 	}
 	if err := c.acquire(); err != nil {
-		adapter.giveBack()
+		loan.giveBack()
 		return 0, err
 	}
 	defer c.mu.RUnlock()
@@ -94,12 +99,10 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	var msg *C.char
 	st := C.shim_session_submit(c.ptr, cprompt, C.size_t(len(prompt)), params, &id, &msg)
 	if err := takeError("submit", st, msg); err != nil {
-		adapter.giveBack()
+		loan.giveBack()
 		return 0, err
 	}
-	if adapter != nil {
-		c.holdRequestAdapter(RequestID(id), adapter, opts.samples())
-	}
+	c.holdRequestLoan(RequestID(id), loan)
 	if stream != nil {
 		stream.id = RequestID(id)
 		c.streams[stream.id] = stream

@@ -89,9 +89,9 @@ type session struct {
 	streams map[RequestID]*streamState
 	discard map[RequestID]int
 	pending []Event
-	// requestAdapters holds the adapter of each running request that has
-	// one, under routeMu, until its finish events pass through route.
-	requestAdapters map[RequestID]*requestAdapter
+	// requestLoans holds the adapter and grammar of each running request
+	// that has one, under routeMu, until its finish events pass through route.
+	requestLoans map[RequestID]*requestLoan
 
 	// seqAdapters holds the adapter of each token-level sequence that has
 	// one (adapter.go).
@@ -168,8 +168,8 @@ func NewSession(model *Model, opts *SessionOptions) (*Session, error) {
 		streams:  map[RequestID]*streamState{},
 		discard:  map[RequestID]int{},
 
-		requestAdapters: map[RequestID]*requestAdapter{},
-		seqAdapters:     map[SeqID]*Adapter{},
+		requestLoans: map[RequestID]*requestLoan{},
+		seqAdapters:  map[SeqID]*Adapter{},
 	}
 	// The session borrows the models: count it so that their Close waits.
 	for _, m := range []*Model{c.model, c.draft} {
@@ -419,6 +419,13 @@ func (s *Session) Generate(ctx context.Context, prompt []Token, opts *GenerateOp
 		defer opts.Adapter.giveBack()
 		params.adapter = handle
 		params.adapter_scale = adapterScale(opts.AdapterScale)
+	}
+	if opts != nil {
+		release, err := lendSampling(opts.Sampling, params.sampling)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	var cprompt *C.llm_token
 	if len(prompt) > 0 {

@@ -81,6 +81,7 @@ static const shim_layout_entry layout_table[] = {
     FIELD(llm_sampling_params, logit_bias),
     FIELD(llm_sampling_params, n_logit_bias),
     FIELD(llm_sampling_params, min_tokens),
+    FIELD(llm_sampling_params, grammar),
     SIZE(llm_generate_params),
     FIELD(llm_generate_params, struct_size),
     FIELD(llm_generate_params, max_new_tokens),
@@ -438,4 +439,42 @@ llm_status shim_seq_set_adapter(llm_session *s, llm_seq_id seq, const llm_adapte
     if (!set)
         return no_adapters(err_out);
     return failed(set(s, seq, adapter, scale), err_out);
+}
+
+/* Grammars came with API 1.3; found at run time, as adapters are. */
+typedef void (*grammar_params_init_fn)(llm_grammar_params *, size_t);
+typedef llm_status (*grammar_compile_fn)(const llm_model *, const char *, size_t,
+                                         const llm_grammar_params *, llm_grammar **);
+typedef void (*grammar_free_fn)(llm_grammar *);
+
+llm_status shim_grammar_compile(int kind, const llm_model *model, const char *text, size_t len,
+                                uint32_t whitespace, const char *root, llm_grammar **out,
+                                char **err_out) {
+    static const char *const compilers[] = {"llm_grammar_compile_json_schema",
+                                            "llm_grammar_compile_ebnf",
+                                            "llm_grammar_compile_regex"};
+    *out = NULL;
+    if (kind < 0 || kind > 2) {
+        if (err_out) *err_out = copy_text("unknown grammar kind");
+        return LLM_ERR_INVALID_ARGUMENT;
+    }
+    grammar_params_init_fn init =
+        (grammar_params_init_fn)dlsym(RTLD_DEFAULT, "llm_grammar_params_init_sized");
+    grammar_compile_fn compile = (grammar_compile_fn)dlsym(RTLD_DEFAULT, compilers[kind]);
+    if (!init || !compile) {
+        if (err_out)
+            *err_out = copy_text("the loaded libllminfer has no grammars (API 1.3 adds them)");
+        return LLM_ERR_UNSUPPORTED;
+    }
+    llm_grammar_params params;
+    init(&params, sizeof params);
+    params.whitespace = whitespace;
+    params.root = root;
+    return failed(compile(model, text, len, &params, out), err_out);
+}
+
+void shim_grammar_free(llm_grammar *grammar) {
+    grammar_free_fn release = (grammar_free_fn)dlsym(RTLD_DEFAULT, "llm_grammar_free");
+    if (release)
+        release(grammar);
 }
