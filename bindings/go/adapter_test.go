@@ -25,6 +25,10 @@ const testAdapterFNV = 0x6a945cb9facd1df6
 
 func writeTestAdapter(t *testing.T, m *Model) string {
 	t.Helper()
+	requireAPI(t, 10400, "LoRA adapters", func() error {
+		_, err := LoadAdapter(m, "test-lora.gguf", nil)
+		return err
+	})
 	info, err := m.Info()
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +308,7 @@ func TestAdapterSequenceScale(t *testing.T) {
 
 func TestAdapterLoadErrors(t *testing.T) {
 	m := testModel(t)
+	writeTestAdapter(t, m) // skips with a library older than 1.4
 	missing := filepath.Join(t.TempDir(), "missing-lora.gguf")
 	_, err := LoadAdapter(m, missing, nil)
 	var e *Error

@@ -21,6 +21,14 @@ const personSchema = `{
 
 // checkPerson parses text with encoding/json and checks it against
 // personSchema.
+func needGrammars(t *testing.T, m *Model) {
+	t.Helper()
+	requireAPI(t, 10300, "grammars", func() error {
+		_, err := CompileRegex(m, "a", nil)
+		return err
+	})
+}
+
 func checkPerson(t *testing.T, text string) {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(text))
@@ -56,6 +64,7 @@ func checkPerson(t *testing.T, text string) {
 
 func TestJSONSchemaOutputFollowsSchema(t *testing.T) {
 	m := testModel(t)
+	needGrammars(t, m)
 	s := testSession(t, m)
 	prompt := tokenize(t, m, "A person as JSON:\n")
 	for _, ws := range []GrammarWhitespace{WhitespaceCompact, WhitespaceFlexible} {
@@ -134,6 +143,7 @@ func TestJSONSchemaOutputFollowsSchema(t *testing.T) {
 
 func TestRegexAndEBNFConstrainOutput(t *testing.T) {
 	m := testModel(t)
+	needGrammars(t, m)
 	s := testSession(t, m)
 	prompt := tokenize(t, m, "Is Paris in France?")
 	regex, err := CompileRegex(m, "(yes|no)!", nil)
@@ -184,6 +194,7 @@ func TestRegexAndEBNFConstrainOutput(t *testing.T) {
 
 func TestGrammarErrors(t *testing.T) {
 	m := testModel(t)
+	needGrammars(t, m)
 	var e *Error
 	_, err := CompileJSONSchema(m, `{"properties": {"x": {"type": "number", "minimum": 1}}}`, nil)
 	if !errors.As(err, &e) || e.Status != ErrUnsupported || !strings.Contains(e.Message, "/properties/x/minimum") {
