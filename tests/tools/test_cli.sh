@@ -4,9 +4,9 @@
 # the library's reason; llm-serve shows where it runs in /v1/models and
 # /metrics), llm-synth's files (sizes and parameter counts
 # against the shape's own arithmetic, determinism, the loader accepts them),
-# llm-serve --kv-type, llm-run --lora refusals, and llm-perplexity on such a file (KV bytes per
-# token of every KV type, a near-uniform model's perplexity near its
-# vocabulary size).
+# llm-serve --kv-type, llm-run --lora refusals, and llm-perplexity on such
+# a file (KV bytes per token of every KV type, a near-uniform model's
+# perplexity near its vocabulary size).
 #
 #   tests/tools/test_cli.sh [BUILD dir]
 #
