@@ -5,8 +5,8 @@
 mod common;
 
 use llminfer::{
-    FinishReason, GenerateParams, Grammar, GrammarParams, GrammarWhitespace, RequestParams,
-    SamplingParams, Status,
+    Batch, DetokenizeFlags, FinishReason, GenerateParams, Grammar, GrammarParams,
+    GrammarWhitespace, RequestParams, Sampler, SamplingParams, Status,
 };
 use std::collections::BTreeMap;
 
@@ -398,4 +398,49 @@ fn compile_errors_say_where() {
     assert!(err.message.contains("1:10"), "{}", err);
     let err = Grammar::regex(&model, "(a", &defaults).unwrap_err();
     assert!(!err.message.is_empty());
+}
+
+#[test]
+fn a_sampler_keeps_and_follows_its_grammar() {
+    let model = match common::model("a_sampler_keeps_and_follows_its_grammar") {
+        Some(m) => m,
+        None => return,
+    };
+    let grammar = Grammar::regex(&model, "(yes|no)!", &GrammarParams::default()).unwrap();
+    let params = SamplingParams {
+        temperature: 1.0,
+        grammar: Some(grammar),
+        ..SamplingParams::default()
+    };
+    let mut sampler = Sampler::new(&model, &params, 0).unwrap();
+    drop(params); // the sampler holds the grammar
+    let mut session = common::session(&model);
+    let seq = session.seq_open().unwrap();
+    let mut history = common::prompt(&model, "Is Paris in France?");
+    let mut batch = Batch::new(history.len() as u32).unwrap();
+    batch.add_sequence(seq, 0, &history).unwrap();
+    let mut generated = Vec::new();
+    for n in 0..4u32 {
+        session.decode(&batch).unwrap();
+        let logits = session.logits(batch.len() - 1).unwrap();
+        let token = sampler
+            .sample(&logits, &history, n, history.len() as u64)
+            .unwrap();
+        generated.push(token);
+        history.push(token);
+        let text = model.detokenize(&generated, DetokenizeFlags::NONE).unwrap();
+        assert!(
+            "yes!".starts_with(&text) || "no!".starts_with(&text),
+            "{:?}",
+            text
+        );
+        if text == "yes!" || text == "no!" {
+            return;
+        }
+        batch.clear();
+        batch
+            .add(seq, history.len() as u32 - 1, token, true)
+            .unwrap();
+    }
+    panic!("no complete answer in 4 tokens: {:?}", generated);
 }
