@@ -19,6 +19,10 @@
 //! `Send` but not `Sync`: one thread steps it. [`SessionHandle`] is `Send +
 //! Sync` and offers the calls llm.h allows from any thread while another
 //! steps: submit, cancel and interrupt.
+//!
+//! LoRA adapters ([`Adapter`]) and grammars ([`Grammar`]) are `Send +
+//! Sync` and cheap to clone; a session keeps the ones its requests and
+//! sequences use alive until they end.
 
 mod adapter;
 mod error;
