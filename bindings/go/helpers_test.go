@@ -1,6 +1,7 @@
 package llminfer
 
 import (
+	"errors"
 	"os"
 	"testing"
 )
@@ -38,6 +39,19 @@ func tokenize(t *testing.T, m *Model, text string) []Token {
 		t.Fatalf("Tokenize(%q): %v", text, err)
 	}
 	return tokens
+}
+
+// requireAPI skips a test of an API the loaded library predates, after
+// checking that the binding refuses it with ErrUnsupported, not a crash.
+func requireAPI(t *testing.T, version int, what string, try func() error) {
+	t.Helper()
+	if VersionNumber() >= version {
+		return
+	}
+	if err := try(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("%s with library %s: %v, want ErrUnsupported", what, Version(), err)
+	}
+	t.Skipf("library %s has no %s", Version(), what)
 }
 
 func sameTokens(a, b []Token) bool {

@@ -2,6 +2,7 @@ package llminfer
 
 /*
 #cgo pkg-config: llminfer
+#cgo LDFLAGS: -ldl
 #include <stdint.h>
 #include "shim.h"
 */

@@ -51,6 +51,9 @@ type Sampling struct {
 	FrequencyPenalty float32
 	LogitBias        []LogitBias
 	MinTokens        int // end-of-generation tokens are banned before this many
+	// Grammar constrains the tokens (compiled for the same model); nil:
+	// unconstrained. Requests and samplers keep it alive while they run.
+	Grammar *Grammar
 }
 
 // DefaultSampling returns the library's defaults (temperature 0.8, top-k 40,
@@ -117,6 +120,11 @@ type GenerateOptions struct {
 	IgnoreEOS    bool
 	Spec         SpecMode
 	SpecK        int // drafts per step; 0 = adaptive
+	// Adapter runs the generation with a LoRA adapter of the session's
+	// model (nil: the base model), at AdapterScale times its alpha / rank
+	// (0 means 1; Session.SeqSetAdapter takes any scale).
+	Adapter      *Adapter
+	AdapterScale float32
 }
 
 func (a *cArena) generateParams(o *GenerateOptions) *C.llm_generate_params {
@@ -150,6 +158,19 @@ type RequestOptions struct {
 	Spec         SpecMode
 	SpecK        int
 	Samples      int // independent completions; 0 means 1
+	// Adapter runs the request with a LoRA adapter of the session's model
+	// (nil: the base model), at AdapterScale times its alpha / rank (0
+	// means 1). The request keeps the adapter alive until it finishes.
+	Adapter      *Adapter
+	AdapterScale float32
+}
+
+// adapterScale is the scale the library gets: 0 stands for the default 1.
+func adapterScale(scale float32) C.float {
+	if scale == 0 {
+		return 1
+	}
+	return C.float(scale)
 }
 
 func (o *RequestOptions) samples() int {

@@ -69,7 +69,21 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	if err != nil {
 		return 0, err
 	}
+	loan := &requestLoan{finishesDue: opts.samples()}
+	if opts != nil {
+		if params.adapter, err = opts.Adapter.lend(); err != nil {
+			return 0, err
+		}
+		loan.adapter = opts.Adapter
+		params.adapter_scale = adapterScale(opts.AdapterScale)
+		if _, err := lendSampling(opts.Sampling, params.sampling); err != nil {
+			loan.giveBack()
+			return 0, err
+		}
+		loan.grammar = samplingGrammar(opts.Sampling)
+	}
 	if err := c.acquire(); err != nil {
+		loan.giveBack()
 		return 0, err
 	}
 	defer c.mu.RUnlock()
@@ -85,8 +99,10 @@ func (c *session) submit(prompt []Token, opts *RequestOptions, stream *streamSta
 	var msg *C.char
 	st := C.shim_session_submit(c.ptr, cprompt, C.size_t(len(prompt)), params, &id, &msg)
 	if err := takeError("submit", st, msg); err != nil {
+		loan.giveBack()
 		return 0, err
 	}
+	c.holdRequestLoan(RequestID(id), loan)
 	if stream != nil {
 		stream.id = RequestID(id)
 		c.streams[stream.id] = stream
@@ -165,6 +181,7 @@ func (c *session) route(events []Event) {
 	c.routeMu.Lock()
 	defer c.routeMu.Unlock()
 	for _, ev := range events {
+		c.releaseFinished(ev)
 		if st, ok := c.streams[ev.Request]; ok {
 			if st.deliver(ev) {
 				delete(c.streams, ev.Request)

@@ -89,6 +89,14 @@ type session struct {
 	streams map[RequestID]*streamState
 	discard map[RequestID]int
 	pending []Event
+	// requestLoans holds the adapter and grammar of each running request
+	// that has one, under routeMu, until its finish events pass through route.
+	requestLoans map[RequestID]*requestLoan
+
+	// seqAdapters holds the adapter of each token-level sequence that has
+	// one (adapter.go).
+	adapterMu   sync.Mutex
+	seqAdapters map[SeqID]*Adapter
 }
 
 // NewSession creates a session on model. opts may be nil. The model stays
@@ -159,6 +167,9 @@ func NewSession(model *Model, opts *SessionOptions) (*Session, error) {
 		events:   (*C.llm_event)(C.malloc(C.size_t(eventCapacity * C.sizeof_llm_event))),
 		streams:  map[RequestID]*streamState{},
 		discard:  map[RequestID]int{},
+
+		requestLoans: map[RequestID]*requestLoan{},
+		seqAdapters:  map[SeqID]*Adapter{},
 	}
 	// The session borrows the models: count it so that their Close waits.
 	for _, m := range []*Model{c.model, c.draft} {
@@ -213,6 +224,7 @@ func (s *Session) Close() error {
 	for _, st := range streams {
 		st.end(ErrClosed)
 	}
+	c.releaseAllAdapters()
 	for _, m := range []*Model{c.model, c.draft} {
 		if m != nil {
 			m.releaseSession()
@@ -398,6 +410,23 @@ func (s *Session) Generate(ctx context.Context, prompt []Token, opts *GenerateOp
 	var arena cArena
 	defer arena.free()
 	params := arena.generateParams(opts)
+	if opts != nil && opts.Adapter != nil {
+		// Borrowed by the library for this call only.
+		handle, err := opts.Adapter.lend()
+		if err != nil {
+			return nil, err
+		}
+		defer opts.Adapter.giveBack()
+		params.adapter = handle
+		params.adapter_scale = adapterScale(opts.AdapterScale)
+	}
+	if opts != nil {
+		release, err := lendSampling(opts.Sampling, params.sampling)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	var cprompt *C.llm_token
 	if len(prompt) > 0 {
 		cprompt = (*C.llm_token)(unsafe.Pointer(&prompt[0]))

@@ -1,7 +1,10 @@
 /* Device selection uses the experimental part of llm.h. */
 #define LLM_EXPERIMENTAL
+/* RTLD_DEFAULT, for the functions of newer APIs (below). */
+#define _GNU_SOURCE
 #include "shim.h"
 
+#include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -78,6 +81,7 @@ static const shim_layout_entry layout_table[] = {
     FIELD(llm_sampling_params, logit_bias),
     FIELD(llm_sampling_params, n_logit_bias),
     FIELD(llm_sampling_params, min_tokens),
+    FIELD(llm_sampling_params, grammar),
     SIZE(llm_generate_params),
     FIELD(llm_generate_params, struct_size),
     FIELD(llm_generate_params, max_new_tokens),
@@ -87,6 +91,8 @@ static const shim_layout_entry layout_table[] = {
     FIELD(llm_generate_params, ignore_eos),
     FIELD(llm_generate_params, spec_mode),
     FIELD(llm_generate_params, spec_k),
+    FIELD(llm_generate_params, adapter),
+    FIELD(llm_generate_params, adapter_scale),
     SIZE(llm_generate_result),
     FIELD(llm_generate_result, struct_size),
     FIELD(llm_generate_result, finish_reason),
@@ -112,6 +118,8 @@ static const shim_layout_entry layout_table[] = {
     FIELD(llm_request_params, spec_mode),
     FIELD(llm_request_params, spec_k),
     FIELD(llm_request_params, n_samples),
+    FIELD(llm_request_params, adapter),
+    FIELD(llm_request_params, adapter_scale),
     SIZE(llm_event),
     FIELD(llm_event, request),
     FIELD(llm_event, token),
@@ -387,4 +395,86 @@ llm_status shim_sampler_sample(llm_sampler *sampler, const float *logits, const 
     return failed(
         llm_sampler_sample(sampler, logits, history, n_history, n_generated, position, out),
         err_out);
+}
+
+/* LoRA adapters came with API 1.4. They are looked up when first used,
+ * so that the binding still loads, and refuses only adapters, with an
+ * older library. */
+typedef void (*adapter_params_init_fn)(llm_adapter_params *, size_t);
+typedef llm_status (*adapter_load_fn)(const llm_model *, const char *, const llm_adapter_params *,
+                                      llm_adapter **);
+typedef void (*adapter_free_fn)(llm_adapter *);
+typedef llm_status (*seq_set_adapter_fn)(llm_session *, llm_seq_id, const llm_adapter *, float);
+
+static llm_status no_adapters(char **err_out) {
+    if (err_out)
+        *err_out = copy_text("the loaded libllminfer has no LoRA adapters (API 1.4 adds them)");
+    return LLM_ERR_UNSUPPORTED;
+}
+
+llm_status shim_adapter_load(const llm_model *model, const char *path, int use_mmap,
+                             llm_adapter **out, char **err_out) {
+    adapter_params_init_fn init =
+        (adapter_params_init_fn)dlsym(RTLD_DEFAULT, "llm_adapter_params_init_sized");
+    adapter_load_fn load = (adapter_load_fn)dlsym(RTLD_DEFAULT, "llm_adapter_load");
+    *out = NULL;
+    if (!init || !load)
+        return no_adapters(err_out);
+    llm_adapter_params params;
+    init(&params, sizeof params);
+    params.use_mmap = use_mmap != 0;
+    return failed(load(model, path, &params, out), err_out);
+}
+
+void shim_adapter_free(llm_adapter *adapter) {
+    adapter_free_fn release = (adapter_free_fn)dlsym(RTLD_DEFAULT, "llm_adapter_free");
+    /* An adapter exists only where llm_adapter_load was found. */
+    if (release)
+        release(adapter);
+}
+
+llm_status shim_seq_set_adapter(llm_session *s, llm_seq_id seq, const llm_adapter *adapter,
+                                float scale, char **err_out) {
+    seq_set_adapter_fn set = (seq_set_adapter_fn)dlsym(RTLD_DEFAULT, "llm_seq_set_adapter");
+    if (!set)
+        return no_adapters(err_out);
+    return failed(set(s, seq, adapter, scale), err_out);
+}
+
+/* Grammars came with API 1.3; found at run time, as adapters are. */
+typedef void (*grammar_params_init_fn)(llm_grammar_params *, size_t);
+typedef llm_status (*grammar_compile_fn)(const llm_model *, const char *, size_t,
+                                         const llm_grammar_params *, llm_grammar **);
+typedef void (*grammar_free_fn)(llm_grammar *);
+
+llm_status shim_grammar_compile(int kind, const llm_model *model, const char *text, size_t len,
+                                uint32_t whitespace, const char *root, llm_grammar **out,
+                                char **err_out) {
+    static const char *const compilers[] = {"llm_grammar_compile_json_schema",
+                                            "llm_grammar_compile_ebnf",
+                                            "llm_grammar_compile_regex"};
+    *out = NULL;
+    if (kind < 0 || kind > 2) {
+        if (err_out) *err_out = copy_text("unknown grammar kind");
+        return LLM_ERR_INVALID_ARGUMENT;
+    }
+    grammar_params_init_fn init =
+        (grammar_params_init_fn)dlsym(RTLD_DEFAULT, "llm_grammar_params_init_sized");
+    grammar_compile_fn compile = (grammar_compile_fn)dlsym(RTLD_DEFAULT, compilers[kind]);
+    if (!init || !compile) {
+        if (err_out)
+            *err_out = copy_text("the loaded libllminfer has no grammars (API 1.3 adds them)");
+        return LLM_ERR_UNSUPPORTED;
+    }
+    llm_grammar_params params;
+    init(&params, sizeof params);
+    params.whitespace = whitespace;
+    params.root = root;
+    return failed(compile(model, text, len, &params, out), err_out);
+}
+
+void shim_grammar_free(llm_grammar *grammar) {
+    grammar_free_fn release = (grammar_free_fn)dlsym(RTLD_DEFAULT, "llm_grammar_free");
+    if (release)
+        release(grammar);
 }

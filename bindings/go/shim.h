@@ -92,4 +92,19 @@ llm_status shim_sampler_sample(llm_sampler *sampler, const float *logits, const 
                                size_t n_history, uint32_t n_generated, uint64_t position,
                                llm_token *out, char **err_out);
 
+/* LoRA adapters (API 1.4), found at run time: LLM_ERR_UNSUPPORTED with a
+ * message from an older library. */
+llm_status shim_adapter_load(const llm_model *model, const char *path, int use_mmap,
+                             llm_adapter **out, char **err_out);
+void shim_adapter_free(llm_adapter *adapter);
+llm_status shim_seq_set_adapter(llm_session *s, llm_seq_id seq, const llm_adapter *adapter,
+                                float scale, char **err_out);
+
+/* Grammars (API 1.3), found at run time: kind 0 a JSON Schema, 1 GBNF,
+ * 2 a regular expression; `root` may be NULL. */
+llm_status shim_grammar_compile(int kind, const llm_model *model, const char *text, size_t len,
+                                uint32_t whitespace, const char *root, llm_grammar **out,
+                                char **err_out);
+void shim_grammar_free(llm_grammar *grammar);
+
 #endif

@@ -51,15 +51,22 @@ func (s *Session) SeqFork(src SeqID) (SeqID, error) {
 		var msg *C.char
 		return takeError("fork sequence", C.shim_seq_fork(p, C.llm_seq_id(src), &id, &msg), msg)
 	})
+	if err == nil {
+		s.c.forkSeqAdapter(src, SeqID(id))
+	}
 	return SeqID(id), err
 }
 
 // SeqClose closes a sequence and frees its blocks.
 func (s *Session) SeqClose(seq SeqID) error {
-	return s.tokenCall(func(p *C.llm_session) error {
+	err := s.tokenCall(func(p *C.llm_session) error {
 		var msg *C.char
 		return takeError("close sequence", C.shim_seq_close(p, C.llm_seq_id(seq), &msg), msg)
 	})
+	if err == nil {
+		s.c.holdSeqAdapter(seq, nil)
+	}
+	return err
 }
 
 // SeqTruncate forgets the positions from n on (to roll back or branch).
@@ -263,9 +270,10 @@ func (s *Session) StateLoad(data []byte) error {
 // chain on logits the program has, with random numbers keyed by (seed,
 // stream, position). Not safe for concurrent use; Close frees it.
 type Sampler struct {
-	ptr   *C.llm_sampler
-	model *Model
-	vocab int
+	ptr     *C.llm_sampler
+	model   *Model
+	vocab   int
+	release func() // gives back the grammar
 }
 
 // NewSampler makes a sampler for model's vocabulary; nil sampling is greedy.
@@ -280,13 +288,20 @@ func NewSampler(model *Model, sampling *Sampling, stream uint64) (*Sampler, erro
 	defer model.mu.RUnlock()
 	var arena cArena
 	defer arena.free()
-	var ptr *C.llm_sampler
-	var msg *C.char
-	st := C.shim_sampler_create(model.ptr, arena.sampling(sampling), C.uint64_t(stream), &ptr, &msg)
-	if err := takeError("create sampler", st, msg); err != nil {
+	params := arena.sampling(sampling)
+	// The sampler's grammar state reads the grammar until Close.
+	release, err := lendSampling(sampling, params)
+	if err != nil {
 		return nil, err
 	}
-	sp := &Sampler{ptr: ptr, model: model, vocab: info.Vocab}
+	var ptr *C.llm_sampler
+	var msg *C.char
+	st := C.shim_sampler_create(model.ptr, params, C.uint64_t(stream), &ptr, &msg)
+	if err := takeError("create sampler", st, msg); err != nil {
+		release()
+		return nil, err
+	}
+	sp := &Sampler{ptr: ptr, model: model, vocab: info.Vocab, release: release}
 	runtime.SetFinalizer(sp, (*Sampler).Close)
 	return sp, nil
 }
@@ -328,6 +343,7 @@ func (sp *Sampler) Close() error {
 		C.llm_sampler_free(sp.ptr)
 		sp.ptr = nil
 		runtime.SetFinalizer(sp, nil)
+		sp.release()
 	}
 	return nil
 }

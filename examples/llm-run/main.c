@@ -27,7 +27,9 @@ typedef struct options {
     uint32_t spec_mode; /* llm_spec_mode */
     long spec_k;
     const char *draft_model;
-    long kv_type; /* llm_kv_type; hidden option --kv-type f32|f16|bf16|q8_0|q4_0 */
+    long kv_type;     /* llm_kv_type; hidden option --kv-type f32|f16|bf16|q8_0|q4_0 */
+    const char *lora; /* LoRA adapter file or PEFT folder (llm_adapter_load) */
+    float lora_scale; /* llm_generate_params.adapter_scale */
 } options;
 
 static void usage(FILE *f) {
@@ -61,6 +63,9 @@ static void usage(FILE *f) {
                "                 (needs --draft-model); the output is what decoding without\n"
                "                 it gives (default none)\n"
                "  --draft-model PATH  draft model for --spec draft (same vocabulary)\n"
+               "  --lora PATH    run with a LoRA adapter: a llama.cpp LoRA GGUF or a PEFT\n"
+               "                 folder (docs/lora.md)\n"
+               "  --lora-scale S multiplies the adapter's alpha / rank (default 1)\n"
                "  --spec-k K     drafts per step, 1..32; 0 = adaptive (default 0)\n"
                "  --chat         wrap the prompt in the model's chat template\n"
                "  -t THREADS     threads (default: all cores)\n"
@@ -116,6 +121,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->n_new = 64;
     o->threads = 0;
     o->tp = 1;
+    o->lora_scale = 1.0f;
     llm_sampling_params_init(&o->sampling);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -147,6 +153,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->draft_model = v;
         else if (!strcmp(a, "--device"))
             o->device = v;
+        else if (!strcmp(a, "--lora"))
+            o->lora = v;
+        else if (!strcmp(a, "--lora-scale"))
+            ok = parse_float(v, &o->lora_scale);
         else if (!strcmp(a, "--spec-k"))
             ok = parse_long(v, 0, LLM_SPEC_MAX_K, &o->spec_k);
         else if (!strcmp(a, "--spec")) {
@@ -297,12 +307,18 @@ int main(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     llm_model *model = NULL, *draft = NULL;
+    llm_adapter *adapter = NULL;
     llm_status st = llm_model_load(o.model, &mp, &model);
     if (st != LLM_OK)
         return fail("loading the model", st);
     if (o.draft_model && (st = llm_model_load(o.draft_model, &mp, &draft)) != LLM_OK) {
         llm_model_free(model);
         return fail("loading the draft model", st);
+    }
+    if (o.lora && (st = llm_adapter_load(model, o.lora, NULL, &adapter)) != LLM_OK) {
+        llm_model_free(draft);
+        llm_model_free(model);
+        return fail("loading the adapter", st);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double load_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -334,6 +350,8 @@ int main(int argc, char **argv) {
         gp.on_token = print_piece;
         gp.spec_mode = o.spec_mode;
         gp.spec_k = (uint32_t)o.spec_k;
+        gp.adapter = adapter;
+        gp.adapter_scale = o.lora_scale;
         llm_generate_result res = {sizeof res};
         if (!o.chat)
             fputs(o.prompt, stdout);
@@ -366,6 +384,7 @@ int main(int argc, char **argv) {
     }
     free(prompt);
     llm_session_free(session);
+    llm_adapter_free(adapter);
     llm_model_free(draft);
     llm_model_free(model);
     return exit_code;

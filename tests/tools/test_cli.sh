@@ -4,9 +4,9 @@
 # the library's reason; llm-serve shows where it runs in /v1/models and
 # /metrics), llm-synth's files (sizes and parameter counts
 # against the shape's own arithmetic, determinism, the loader accepts them),
-# llm-serve --kv-type, and llm-perplexity on such a file (KV bytes per
-# token of every KV type, a near-uniform model's perplexity near its
-# vocabulary size).
+# llm-serve --kv-type, llm-run --lora refusals, and llm-perplexity on such
+# a file (KV bytes per token of every KV type, a near-uniform model's
+# perplexity near its vocabulary size).
 #
 #   tests/tools/test_cli.sh [BUILD dir]
 #
@@ -189,6 +189,13 @@ else
 fi
 expect "llm-run --device bogus names the backends" 2 "no backend named 'bogus'.*'cpu'" \
     "${run[@]}" --device bogus
+# ---- --lora (the happy path: the Go and Rust bindings' tests) ----
+expect "llm-run --lora on a missing file says which" 2 "loading the adapter: LLM_ERR_IO.*missing-lora.gguf" \
+    "${run[@]}" --lora "$tmp/missing-lora.gguf"
+expect "llm-run --lora on a model file" 2 "loading the adapter: LLM_ERR_BAD_FORMAT: .*not 'adapter'" \
+    "${run[@]}" --lora "$tiny"
+expect "llm-run --lora-scale needs a number" 1 "bad value 'x' for --lora-scale" \
+    "${run[@]}" --lora-scale x
 expect "llm-bench --device bogus" 2 "no backend named 'bogus'.*'cpu'" "$build/llm-bench" \
     -m "$tiny" --device bogus --requests 2 --prompt-len 4:8 --output-len 2:4
 expect "llm-bench --device cpu" 0 "" "$build/llm-bench" -m "$tiny" --device cpu --requests 2 \

@@ -60,6 +60,27 @@ pub struct llm_adapter {
     _opaque: [u8; 0],
 }
 
+/// Options of `llm_adapter_load` (since 1.4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct llm_adapter_params {
+    pub struct_size: u32,
+    pub use_mmap: bool,
+}
+
+pub type llm_grammar_whitespace = c_uint;
+pub const LLM_GRAMMAR_WS_COMPACT: llm_grammar_whitespace = 0;
+pub const LLM_GRAMMAR_WS_FLEXIBLE: llm_grammar_whitespace = 1;
+
+/// Options of the grammar compilers (since 1.3).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct llm_grammar_params {
+    pub struct_size: u32,
+    pub whitespace: u32,
+    pub root: *const c_char,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct llm_model_params {
@@ -568,6 +589,47 @@ extern "C" {
         device: *const llm_device_params,
         out: *mut *mut llm_session,
     ) -> llm_status;
+
+    // Grammars (since 1.3).
+    pub fn llm_grammar_params_init_sized(params: *mut llm_grammar_params, struct_size: usize);
+    pub fn llm_grammar_compile_json_schema(
+        model: *const llm_model,
+        schema: *const c_char,
+        len: usize,
+        params: *const llm_grammar_params,
+        out: *mut *mut llm_grammar,
+    ) -> llm_status;
+    pub fn llm_grammar_compile_ebnf(
+        model: *const llm_model,
+        text: *const c_char,
+        len: usize,
+        params: *const llm_grammar_params,
+        out: *mut *mut llm_grammar,
+    ) -> llm_status;
+    pub fn llm_grammar_compile_regex(
+        model: *const llm_model,
+        regex: *const c_char,
+        len: usize,
+        params: *const llm_grammar_params,
+        out: *mut *mut llm_grammar,
+    ) -> llm_status;
+    pub fn llm_grammar_free(grammar: *mut llm_grammar);
+
+    // LoRA adapters (since 1.4).
+    pub fn llm_adapter_params_init_sized(params: *mut llm_adapter_params, struct_size: usize);
+    pub fn llm_adapter_load(
+        model: *const llm_model,
+        path: *const c_char,
+        params: *const llm_adapter_params,
+        out: *mut *mut llm_adapter,
+    ) -> llm_status;
+    pub fn llm_adapter_free(adapter: *mut llm_adapter);
+    pub fn llm_seq_set_adapter(
+        session: *mut llm_session,
+        seq: llm_seq_id,
+        adapter: *const llm_adapter,
+        scale: f32,
+    ) -> llm_status;
 }
 
 /// Byte offset of `$field` in `$ty`, for toolchains without
@@ -656,6 +718,8 @@ layouts! {
     }
     llm_backend_info { struct_size, name, available, n_devices, reason }
     llm_device_params { struct_size, backend, devices, n_devices, tensor_parallel }
+    llm_grammar_params { struct_size, whitespace, root }
+    llm_adapter_params { struct_size, use_mmap }
 }
 
 /// Compares [`struct_layouts`] with the loaded library's

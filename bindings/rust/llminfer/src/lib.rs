@@ -19,8 +19,14 @@
 //! `Send` but not `Sync`: one thread steps it. [`SessionHandle`] is `Send +
 //! Sync` and offers the calls llm.h allows from any thread while another
 //! steps: submit, cancel and interrupt.
+//!
+//! LoRA adapters ([`Adapter`]) and grammars ([`Grammar`]) are `Send +
+//! Sync` and cheap to clone; a session keeps the ones its requests and
+//! sequences use alive until they end.
 
+mod adapter;
 mod error;
+mod grammar;
 mod log;
 mod model;
 mod params;
@@ -28,7 +34,9 @@ mod session;
 mod stream;
 mod tokens;
 
+pub use adapter::{Adapter, AdapterParams};
 pub use error::{Error, Result, Status};
+pub use grammar::{Grammar, GrammarParams, GrammarWhitespace};
 pub use llminfer_sys as sys;
 pub use log::{clear_log_sink, set_log_sink, LogLevel};
 pub use model::{

@@ -179,7 +179,7 @@ impl std::fmt::Debug for Model {
     }
 }
 
-fn path_to_c(path: &Path) -> Result<CString> {
+pub(crate) fn path_to_c(path: &Path) -> Result<CString> {
     #[cfg(unix)]
     let bytes = {
         use std::os::unix::ffi::OsStrExt;

@@ -1,7 +1,9 @@
 //! Options of sessions, sampling, generation and requests. Every `Default`
 //! is read from the library's `*_params_init_sized`, so it is the library's.
 
+use crate::adapter::Adapter;
 use crate::error::{c_string, Result};
+use crate::grammar::Grammar;
 use crate::model::{Model, Token};
 use llminfer_sys as sys;
 use std::ffi::CString;
@@ -176,6 +178,9 @@ pub struct SamplingParams {
     /// (token, bias) pairs; `f32::NEG_INFINITY` bans a token.
     pub logit_bias: Vec<(Token, f32)>,
     pub min_tokens: u32,
+    /// Only tokens the grammar allows next (compiled for the same model);
+    /// `None` = unconstrained. Generation ends when the grammar is complete.
+    pub grammar: Option<Grammar>,
 }
 
 impl Default for SamplingParams {
@@ -196,6 +201,7 @@ impl Default for SamplingParams {
             frequency_penalty: raw.frequency_penalty,
             logit_bias: Vec::new(),
             min_tokens: raw.min_tokens,
+            grammar: None,
         }
     }
 }
@@ -252,6 +258,10 @@ impl RawSampling {
         };
         raw.n_logit_bias = bias.len();
         raw.min_tokens = params.min_tokens;
+        raw.grammar = params
+            .grammar
+            .as_ref()
+            .map_or(std::ptr::null(), |g| g.as_ptr());
         RawSampling { raw, _bias: bias }
     }
 
@@ -272,6 +282,10 @@ pub struct GenerateParams {
     pub spec_mode: SpecMode,
     /// Drafts per step; 0 = adaptive.
     pub spec_k: u32,
+    /// A LoRA adapter of the session's model (`None`: the base model).
+    pub adapter: Option<Adapter>,
+    /// Multiplies the adapter's alpha / rank (default 1; 0 gives the base model's output).
+    pub adapter_scale: f32,
 }
 
 impl Default for GenerateParams {
@@ -286,6 +300,8 @@ impl Default for GenerateParams {
             ignore_eos: raw.ignore_eos,
             spec_mode: SpecMode::from_raw(raw.spec_mode),
             spec_k: raw.spec_k,
+            adapter: None,
+            adapter_scale: 1.0,
         }
     }
 }
@@ -328,6 +344,11 @@ pub struct RequestParams {
     pub spec_k: u32,
     /// Independent completions of the prompt (1 = one).
     pub n_samples: u32,
+    /// A LoRA adapter of the session's model (`None`: the base model). The
+    /// session keeps it alive until the request finishes.
+    pub adapter: Option<Adapter>,
+    /// Multiplies the adapter's alpha / rank (default 1; 0 gives the base model's output).
+    pub adapter_scale: f32,
 }
 
 impl Default for RequestParams {
@@ -345,6 +366,8 @@ impl Default for RequestParams {
             spec_mode: SpecMode::from_raw(raw.spec_mode),
             spec_k: raw.spec_k,
             n_samples: raw.n_samples,
+            adapter: None,
+            adapter_scale: 1.0,
         }
     }
 }
@@ -405,6 +428,11 @@ impl RawRequest {
         raw.spec_mode = params.spec_mode.to_raw();
         raw.spec_k = params.spec_k;
         raw.n_samples = params.n_samples;
+        raw.adapter = params
+            .adapter
+            .as_ref()
+            .map_or(std::ptr::null(), |a| a.as_ptr());
+        raw.adapter_scale = params.adapter_scale;
         Ok(RawRequest {
             raw,
             _sampling: sampling,

@@ -1,5 +1,6 @@
 //! Sessions: blocking generation, requests, events and interrupts.
 
+use crate::adapter::{Loans, RequestLoan};
 use crate::error::{c_text, Error, Result};
 use crate::model::{buffer_text, Model, Token};
 use crate::params::{spec_mode_raw, FinishReason, GenerateParams, RawRequest, RawSampling};
@@ -11,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// Where a session runs (`llm_device_params`, experimental in llm.h), for
 /// [`Session::new_on`].
@@ -45,7 +46,8 @@ unsafe impl Sync for RawSession {}
 /// and those then find the session closed instead of freed memory.
 pub(crate) struct Shared {
     raw: RwLock<RawSession>,
-    // Declared after `raw`: the models outlive the native session.
+    // Declared after `raw`: what the native session borrows outlives it.
+    loans: Mutex<Loans>,
     pub(crate) _model: Model,
     _draft: Option<Model>,
 }
@@ -71,12 +73,23 @@ impl Shared {
         if !guard.0.is_null() {
             unsafe { sys::llm_session_free(guard.0) };
             guard.0 = std::ptr::null_mut();
+            self.loans().clear();
         }
+    }
+
+    /// Adapters and grammars the session's requests and sequences borrow.
+    pub(crate) fn loans(&self) -> MutexGuard<'_, Loans> {
+        self.loans
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn submit(&self, prompt: &[Token], params: &RequestParams) -> Result<RequestId> {
         let request = RawRequest::new(params)?;
         let guard = self.lock()?;
+        // Held across the submit, so that a step on another thread cannot
+        // settle the request's loan before it is made.
+        let mut loans = self.loans();
         let mut id: RequestId = 0;
         let status = unsafe {
             sys::llm_session_submit(
@@ -88,6 +101,14 @@ impl Shared {
             )
         };
         check_session(guard.0, status)?;
+        loans.lend_request(
+            id,
+            RequestLoan {
+                adapter: params.adapter.clone(),
+                grammar: params.sampling.as_ref().and_then(|s| s.grammar.clone()),
+                finishes_due: params.samples(),
+            },
+        );
         Ok(id)
     }
 
@@ -380,6 +401,7 @@ impl Session {
         Ok(Session {
             shared: Arc::new(Shared {
                 raw: RwLock::new(RawSession(out)),
+                loans: Mutex::new(Loans::default()),
                 _model: model.clone(),
                 _draft: params.draft_model.clone(),
             }),
@@ -458,7 +480,11 @@ impl Session {
         };
         check_session(guard.0, status)?;
         let mut out = Vec::with_capacity(n);
+        let mut loans = self.shared.loans();
         for raw in &self.events.0[..n.min(self.events.0.len())] {
+            if raw.finish_reason != sys::LLM_FINISH_NONE {
+                loans.finished(raw.request);
+            }
             if let Some(left) = self.discarded.get_mut(&raw.request) {
                 if raw.finish_reason != sys::LLM_FINISH_NONE {
                     *left = left.saturating_sub(1);
@@ -522,6 +548,12 @@ impl Session {
         raw.ignore_eos = params.ignore_eos;
         raw.spec_mode = spec_mode_raw(params.spec_mode);
         raw.spec_k = params.spec_k;
+        // `params` (and so the adapter and grammar) outlives the call.
+        raw.adapter = params
+            .adapter
+            .as_ref()
+            .map_or(std::ptr::null(), |a| a.as_ptr());
+        raw.adapter_scale = params.adapter_scale;
         let mut result: sys::llm_generate_result = unsafe { std::mem::zeroed() };
         result.struct_size = std::mem::size_of::<sys::llm_generate_result>() as u32;
         let status = {

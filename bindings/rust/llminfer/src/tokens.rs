@@ -5,6 +5,7 @@
 //! change it.
 
 use crate::error::{Error, Result};
+use crate::grammar::Grammar;
 use crate::model::{Model, Token};
 use crate::params::{RawSampling, SamplingParams};
 use crate::session::{check_session, Session};
@@ -111,15 +112,20 @@ impl Session {
     }
 
     /// A new sequence sharing `src`'s KV blocks, copy-on-write (`llm_seq_fork`).
+    /// The fork keeps `src`'s LoRA adapter.
     pub fn seq_fork(&mut self, src: SeqId) -> Result<SeqId> {
-        self.raw_call(|s| {
+        let fork = self.raw_call(|s| {
             let mut id = -1;
             (unsafe { sys::llm_seq_fork(s, src, &mut id) }, id)
-        })
+        })?;
+        self.shared.loans().fork_sequence(src, fork);
+        Ok(fork)
     }
 
     pub fn seq_close(&mut self, seq: SeqId) -> Result<()> {
-        self.raw_call(|s| (unsafe { sys::llm_seq_close(s, seq) }, ()))
+        self.raw_call(|s| (unsafe { sys::llm_seq_close(s, seq) }, ()))?;
+        self.shared.loans().set_sequence(seq, None);
+        Ok(())
     }
 
     /// Forgets positions from `n_tokens` on.
@@ -215,6 +221,8 @@ pub struct Sampler {
     ptr: *mut sys::llm_sampler,
     n_vocab: usize,
     _model: Model,
+    // The sampler's grammar state reads it while the sampler lives.
+    _grammar: Option<Grammar>,
 }
 
 impl Sampler {
@@ -230,6 +238,7 @@ impl Sampler {
             ptr,
             n_vocab: model.info()?.n_vocab as usize,
             _model: model.clone(),
+            _grammar: params.grammar.clone(),
         })
     }
 
