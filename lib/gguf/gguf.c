@@ -806,3 +806,16 @@ llm_status llmi_gguf_get_arr(const llmi_gguf *g, const char *key, bool required,
     *out = kv;
     return LLM_OK;
 }
+
+void llmi_gguf_release_pages(const llmi_gguf *g, const void *data, size_t bytes) {
+    const uintptr_t base = (uintptr_t)g->base, p = (uintptr_t)data;
+    if (!g->mapped || p < base || bytes > g->size || p - base > g->size - bytes)
+        return;
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0)
+        return;
+    const uintptr_t page = (uintptr_t)ps;
+    const uintptr_t lo = (p + page - 1) / page * page, hi = (p + bytes) / page * page;
+    if (lo < hi)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: nothing to undo on failure */
+}

@@ -55,6 +55,14 @@ typedef struct llmi_gguf {
     const uint8_t *base; size_t size; bool mapped; void *owned;
 } llmi_gguf;
 
+/* Drops this process's pages of [data, data + bytes) when that range lies
+ * in g's mapping (whole pages inside it only): the page cache keeps them
+ * and the next read faults them back, so the data stays valid. A no-op for
+ * a file read into memory (dropping those pages would lose them) and for a
+ * range outside the file. For a reader that keeps its own copy of a tensor
+ * and will not read the file's for a while. */
+void llmi_gguf_release_pages(const llmi_gguf *g, const void *data, size_t bytes);
+
 /* Opens and validates a file. use_mmap=false reads it into anonymous memory. */
 llm_status llmi_gguf_open(const char *path, bool use_mmap, llmi_gguf **out);
 /* As llmi_gguf_open, reporting LLM_PROGRESS_READ to `progress` (may be

@@ -661,3 +661,8 @@ void llmi_model_free(llm_model *m) {
     llmi_gguf_close(m->file);
     llmi_free(m);
 }
+
+void llmi_model_release_pages(const llm_model *m, const void *data, size_t bytes) {
+    if (m->file)
+        llmi_gguf_release_pages(m->file, data, bytes);
+}

@@ -72,6 +72,12 @@ struct llm_model {
 };
 
 llm_status llmi_model_load(const char *path, bool use_mmap, llm_model **out);
+
+/* A backend that made its own copy of [data, data + bytes) of m's tensor
+ * data and will not read the model's for a while: pages of a mapped GGUF
+ * file in that range are given back (llmi_gguf_release_pages; the data
+ * stays valid). A no-op otherwise. */
+void llmi_model_release_pages(const llm_model *m, const void *data, size_t bytes);
 /* As llmi_model_load, reporting LLM_PROGRESS_READ to `progress` (may be
  * NULL); a Hugging Face folder is reported read once it is open. */
 llm_status llmi_model_load_progress(const char *path, bool use_mmap, const llmi_progress *progress,

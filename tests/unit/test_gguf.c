@@ -472,6 +472,15 @@ static void test_roundtrip_tensors(void **state) {
         assert_non_null(r);
         llmi_dequantize_row(r->type, r->data, y, 32);
         assert_true(y[0] == -8.0f && y[31] == -8.0f);
+        /* Pages given back stay valid (a mapping faults them in again; a
+         * file read into memory, or a range outside the file, is left as
+         * it is). */
+        llmi_gguf_release_pages(g, g->base, g->size);
+        llmi_gguf_release_pages(g, g->base + 1, g->size); /* past the end: ignored */
+        llmi_gguf_release_pages(g, (const void *)((uintptr_t)g->base - 4096),
+                                g->size / 2);            /* before it */
+        llmi_gguf_release_pages(g, y, MAXN * sizeof *y); /* not the file's */
+        assert_memory_equal(g->base, buf, size);
         llmi_gguf_close(g);
     }
     for (size_t i = 0; i < N_TYPES * 4; i++)

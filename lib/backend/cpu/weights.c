@@ -21,19 +21,28 @@ static bool is_matrix(const llmi_role_info *role, const llmi_weight *w) {
 }
 
 typedef struct pack_job {
+    const llm_model *m;
     llmi_weight **targets; /* the views that get a copy */
     size_t n;
 } pack_job;
 
-/* Thread ith packs its share of every weight's groups. */
+/* Thread ith packs its share of every weight's groups. The kernels will
+ * read the copies, so a mapped file's pages of the rows just packed go
+ * back to the page cache at once rather than count twice. */
 static void pack_task(void *ctx, int ith, int nth) {
     const pack_job *job = ctx;
     for (size_t i = 0; i < job->n; i++) {
         const llmi_weight *w = job->targets[i];
         const int64_t groups = (w->rows + LLMI_WEIGHT_PACK_ROWS - 1) / LLMI_WEIGHT_PACK_ROWS;
         const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
-        if (g0 < g1)
-            llmi_weight_pack(w, (void *)(uintptr_t)w->packed, g0, g1);
+        if (g0 >= g1)
+            continue;
+        llmi_weight_pack(w, (void *)(uintptr_t)w->packed, g0, g1);
+        const int64_t r0 = g0 * LLMI_WEIGHT_PACK_ROWS;
+        const int64_t r1 =
+            g1 * LLMI_WEIGHT_PACK_ROWS < w->rows ? g1 * LLMI_WEIGHT_PACK_ROWS : w->rows;
+        llmi_model_release_pages(job->m, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
+                                 (size_t)(r1 - r0) * w->row_bytes);
     }
 }
 
@@ -93,7 +102,7 @@ static llm_status pack_all(llmi_cpu_weights *cw, const llm_model *m) {
     cw->packed_bytes = total;
     for (size_t i = 0; i < kept; i++)
         targets[i]->packed = (const uint8_t *)cw->packed + (uintptr_t)targets[i]->packed;
-    pack_job job = {targets, kept};
+    pack_job job = {m, targets, kept};
     llmi_pool_run(pool, pack_task, &job);
     llmi_pool_free(pool);
     llmi_free(targets);
