@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,6 +160,22 @@ void *llmi_malloc_aligned(size_t size) {
         return NULL;
     if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0)
         return NULL;
+    return p;
+}
+
+void *llmi_malloc_huge(size_t size) {
+    enum { HUGE_PAGE = 2 << 20 };
+    if (alloc_should_fail())
+        return NULL;
+    void *p = NULL;
+    size_t rounded = (size + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    if (rounded < size)
+        return NULL;
+    if (posix_memalign(&p, HUGE_PAGE, rounded ? rounded : HUGE_PAGE) != 0)
+        return NULL;
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: without it, small pages */
+#endif
     return p;
 }
 

@@ -95,6 +95,11 @@ void *llmi_calloc(size_t count, size_t size);
 void *llmi_realloc(void *ptr, size_t size);
 /* 64-byte aligned, for SIMD buffers; free with llmi_free_aligned. */
 void *llmi_malloc_aligned(size_t size);
+/* As llmi_malloc_aligned, for a large buffer read as a stream: aligned to
+ * 2 MiB and advised to be backed by transparent huge pages where the kernel
+ * allows (fewer page faults to fill it, fewer TLB misses to read it). Freed
+ * with llmi_free_aligned. */
+void *llmi_malloc_huge(size_t size);
 void llmi_free(void *ptr);
 void llmi_free_aligned(void *ptr);
 char *llmi_strdup(const char *s);

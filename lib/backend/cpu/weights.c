@@ -86,7 +86,7 @@ static llm_status pack_all(llmi_cpu_weights *cw, const llm_model *m) {
     }
     llmi_pool *pool = NULL;
     llm_status st = LLM_OK;
-    if (kept > 0 && !(cw->packed = llmi_malloc_aligned(total)))
+    if (kept > 0 && !(cw->packed = llmi_malloc_huge(total)))
         st = llmi_error(LLM_ERR_OUT_OF_MEMORY,
                         "out of memory for the CPU's packed copy of the weights (%zu MiB; "
                         "LLM_CPU_PACK=0 runs without it)",
