@@ -21,6 +21,9 @@ class KvType(enum.IntEnum):
     #: (needs a head_dim that is a multiple of 32; CPU backend only).
     Q8_0 = 3
     Q4_0 = 4
+    #: Since libllminfer 1.5: OCP FP8 E4M3 in blocks of 32 with an f32 scale
+    #: (needs a head_dim that is a multiple of 32; CPU and CUDA backends).
+    FP8_E4M3 = 5
 
 
 class SpecMode(enum.IntEnum):
