@@ -591,15 +591,15 @@ typedef struct llm_session_params {
      *  (docs/bench.md gives measured perplexities), Q4_0 noticeably more.
      *  They need a head_dim that is a multiple of 32; other models give
      *  ::LLM_ERR_UNSUPPORTED with a message. The CPU backend (also with
-     *  tensor parallelism) implements them; a backend that does not (the
-     *  CUDA plug-in today) refuses them at session creation with
-     *  ::LLM_ERR_UNSUPPORTED.
+     *  tensor parallelism) implements them; a backend that does not refuses
+     *  them at session creation with ::LLM_ERR_UNSUPPORTED (the CUDA
+     *  plug-in: Q4_0 always, Q8_0 before 1.5 and with tensor parallelism).
      *  Since 1.5, ::LLM_KV_FP8_E4M3 stores 8-bit floats with one f32 scale
      *  per block of 32 (3.6x fewer bytes than F32; slightly more than
      *  Q8_0's, for a float code's wider range); the same head_dim rule
-     *  applies. The CPU backend (with tensor parallelism) and the CUDA
-     *  plug-in (one GPU) implement it, and write the same bits for the same
-     *  row. A value outside the enum gives ::LLM_ERR_INVALID_ARGUMENT. */
+     *  applies; it costs more quality than Q8_0 (docs/bench.md). The CPU
+     *  backend (with tensor parallelism) and the CUDA plug-in (one GPU)
+     *  implement it, and write the same bits for the same row. A value outside the enum gives ::LLM_ERR_INVALID_ARGUMENT. */
     llm_kv_type kv_type;
     uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
     bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */

@@ -68,7 +68,7 @@ static void usage(FILE *f)
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
             "  --kv-type TYPE            KV cache type: f32, f16, bf16, q8_0, q4_0 or fp8;\n"
             "                            q8_0 holds 3.8x the tokens of f32 in the same\n"
-            "                            memory (q8_0, q4_0: CPU only; default f32)\n"
+            "                            memory (q4_0: CPU only; default f32)\n"
             "  --device NAME             backend to run on: cpu, cuda or auto (the first\n"
             "                            available one besides the CPU, else the CPU);\n"
             "                            experimental (default cpu)\n"
