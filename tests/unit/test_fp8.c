@@ -10,7 +10,9 @@
  * largest code (|x| > 464 after rounding) and an infinity into NaN; the
  * cache saturates them to +-448.
  *
- * Also: the CPU kernels' decoding table equals the decoder; a block is
+ * Also: the CPU kernels' decoding table, and every kernel level's row
+ * operations (an axpy of all 256 codes with scale 1), give the decoder's
+ * values; a block is
  * quantized as d = amax / 448 and codes of x / d, and dequantizes to within
  * half an E4M3 step of each value. */
 #include <setjmp.h>
@@ -172,11 +174,39 @@ static void test_blocks(void **state) {
     assert_false(llmi_ttype_get(LLMI_T_FP8_E4M3)->weight);
 }
 
+/* y = 0 + 1 * (1 * value(code)): the value itself, at every level. */
+static void test_levels_decode(void **state) {
+    (void)state;
+    llmi_block_fp8_e4m3 b[8];
+    for (int c = 0; c < 256; c++) {
+        b[c / 32].d = 1.0f;
+        b[c / 32].qs[c % 32] = (uint8_t)c;
+    }
+    for (int level = 0; level <= llmi_kernels_best_level(); level++) {
+        llmi_kernels_set_level(level);
+        float y[256] = {0};
+        llmi_row_ops_get(LLMI_T_FP8_E4M3)->axpy(y, 1.0f, b, 256);
+        for (int c = 0; c < 256; c++) {
+            const float want = llmi_fp8_e4m3_to_f32((uint8_t)c);
+            if (isnan(want) ? !isnan(y[c]) : y[c] != want) /* -0 + 0 is +0: compare values */
+                fail_msg("level %d code %02x: %a, want %a", level, c, y[c], want);
+        }
+        /* dot: 1.0 (code 0x38) times 3.0 at element 5, scale 0.5, zeros elsewhere */
+        llmi_block_fp8_e4m3 one = {0.5f, {0}};
+        one.qs[5] = 0x38;
+        float a[32] = {0};
+        a[5] = 3.0f;
+        assert_true(llmi_row_ops_get(LLMI_T_FP8_E4M3)->dot(a, &one, 32) == 1.5f);
+    }
+    llmi_kernels_set_level(-1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_ml_dtypes),
         cmocka_unit_test(test_codes),
         cmocka_unit_test(test_blocks),
+        cmocka_unit_test(test_levels_decode),
     };
     if (getenv("LLM_TEST_FILTER"))
         cmocka_set_test_filter(getenv("LLM_TEST_FILTER"));

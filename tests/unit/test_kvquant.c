@@ -562,7 +562,8 @@ static void test_embed(void **state) {
                 dot += (double)two[e * d + i] * ref[e * d + i]; /* both unit length */
             print_message("type %d input %zu: cosine to the F32 cache's %.6f\n", (int)kv_types[t],
                           e, dot);
-            /* Measured: Q8_0 0.99995 and more, Q4_0 0.9896 and more. */
+            /* Measured: Q8_0 0.99995 and more, FP8 0.99948 and more, Q4_0
+             * 0.9896 and more. */
             assert_true(dot > (kv_types[t] == LLM_KV_Q4_0       ? 0.97
                                : kv_types[t] == LLM_KV_FP8_E4M3 ? 0.998
                                                                 : 0.9995));
@@ -605,8 +606,9 @@ static void test_bad_input(void **state) {
 
 /* Measured on SmolLM2-135M-Instruct Q4_1 with the prompt below (x86-64,
  * every kernel level alike): of GREEDY_SEEN greedy tokens, the Q8_0 cache's
- * equal the F16 cache's for the first 19, and the F32 cache's for the
- * first 16 (the two float caches drift apart as soon). The test asks for
+ * equal the F16 cache's for the first 19, the FP8 cache's for the first 24
+ * (AVX-512 level), and the F32 cache's for the first 16 (the two float
+ * caches drift apart as soon). The test asks for
  * GREEDY_MATCH, with margin for other CPUs' rounding. */
 #define GREEDY_SEEN 64
 #define GREEDY_MATCH 10

@@ -285,7 +285,8 @@ static const llmi_kernel_set c_kernels = {
                 [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16},
                 [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_c, llmi_kvq_axpy_q8_0_c},
                 [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_c, llmi_kvq_axpy_q4_0_c},
-                [LLMI_RT_FP8_E4M3] = LLMI_KVQ_FP8_E4M3_OPS},
+                [LLMI_RT_FP8_E4M3] = {llmi_kvq_store_fp8_e4m3, llmi_kvq_dot_fp8_e4m3_c,
+                                      llmi_kvq_axpy_fp8_e4m3_c}},
 };
 
 /* ---- the current level's row helpers ------------------------------------ */

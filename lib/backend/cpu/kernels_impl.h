@@ -143,13 +143,12 @@ float llmi_kvq_dot_q8_0_c(const float *a, const void *b, int n);
 float llmi_kvq_dot_q4_0_c(const float *a, const void *b, int n);
 void llmi_kvq_axpy_q8_0_c(float *y, float a, const void *x, int n);
 void llmi_kvq_axpy_q4_0_c(float *y, float a, const void *x, int n);
-/* FP8: one portable version serves every level. */
+/* FP8: the portable version (a table of the 256 codes' values) and, in
+ * kernels_kvq_x86.c, AVX2 and AVX-512 ones. */
 extern const float llmi_kvq_fp8_e4m3_values[256];
 void llmi_kvq_store_fp8_e4m3(void *dst, const float *src, int n);
 float llmi_kvq_dot_fp8_e4m3_c(const float *a, const void *b, int n);
 void llmi_kvq_axpy_fp8_e4m3_c(float *y, float a, const void *x, int n);
-#define LLMI_KVQ_FP8_E4M3_OPS                                                                      \
-    { llmi_kvq_store_fp8_e4m3, llmi_kvq_dot_fp8_e4m3_c, llmi_kvq_axpy_fp8_e4m3_c }
 
 #if defined(LLMI_KERNELS_X86)
 /* kernels_kvq_x86.c */
@@ -161,6 +160,10 @@ float llmi_kvq_dot_q8_0_avx512(const float *a, const void *b, int n);
 float llmi_kvq_dot_q4_0_avx512(const float *a, const void *b, int n);
 void llmi_kvq_axpy_q8_0_avx512(float *y, float a, const void *x, int n);
 void llmi_kvq_axpy_q4_0_avx512(float *y, float a, const void *x, int n);
+float llmi_kvq_dot_fp8_e4m3_avx2(const float *a, const void *b, int n);
+void llmi_kvq_axpy_fp8_e4m3_avx2(float *y, float a, const void *x, int n);
+float llmi_kvq_dot_fp8_e4m3_avx512(const float *a, const void *b, int n);
+void llmi_kvq_axpy_fp8_e4m3_avx512(float *y, float a, const void *x, int n);
 
 /* kernels_x86.c */
 extern const llmi_kernel_set llmi_kernels_avx2, llmi_kernels_avx512;

@@ -1,6 +1,6 @@
 /* Row operations of the quantized KV cache (LLM_KV_Q8_0, LLM_KV_Q4_0,
  * LLM_KV_FP8_E4M3), portable C: the reference for kernels_kvq_x86.c and the
- * only version off x86-64 (FP8 has this version only, at every level).
+ * only version off x86-64.
  *
  * A cached K or V row is GGUF's blocks of 32 (core/ttype.h), quantized by
  * core's reference quantizer when its token is computed (the same bits at
