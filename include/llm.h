@@ -599,7 +599,8 @@ typedef struct llm_session_params {
      *  Q8_0's, for a float code's wider range); the same head_dim rule
      *  applies; it costs more quality than Q8_0 (docs/bench.md). The CPU
      *  backend (with tensor parallelism) and the CUDA plug-in (one GPU)
-     *  implement it, and write the same bits for the same row. A value outside the enum gives ::LLM_ERR_INVALID_ARGUMENT. */
+     *  implement it, and write the same bits for the same row. A value
+     *  outside the enum gives ::LLM_ERR_INVALID_ARGUMENT. */
     llm_kv_type kv_type;
     uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
     bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */
