@@ -113,11 +113,13 @@ if awk -v a="${got_ppl[fp8]:-0}" -v b="${got_ppl[f32]:-1}" \
 else
     bad "llm-perplexity: fp8 ${got_ppl[fp8]:-?} vs f32 ${got_ppl[f32]:-?}"
 fi
-if [ "$(ppl --kv-type q8_0 --threads 1)" = "$(ppl --kv-type q8_0 --threads 2)" ]; then
-    ok "llm-perplexity: the same output on 1 and 2 threads"
-else
-    bad "llm-perplexity depends on the thread count"
-fi
+for kv in q8_0 fp8; do
+    if [ "$(ppl --kv-type $kv --threads 1)" = "$(ppl --kv-type $kv --threads 2)" ]; then
+        ok "llm-perplexity --kv-type $kv: the same output on 1 and 2 threads"
+    else
+        bad "llm-perplexity --kv-type $kv depends on the thread count"
+    fi
+done
 expect "llm-perplexity refuses an unknown --kv-type" 1 "kv-type" "$build/llm-perplexity" \
     -m "$tiny" -f "$text" --kv-type q3
 expect "llm-perplexity: a missing text file" 1 "cannot open" "$build/llm-perplexity" \
