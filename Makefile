@@ -250,6 +250,7 @@ test: all $(CUDA_PLUGIN) $(BUILD)/llm-serve $(UNIT_BIN) $(BACKEND_BIN) $(API_BIN
 	@bash tests/tools/test_cli.sh $(BUILD)
 	@bash tests/tools/test_make_targets.sh
 	+@$(MAKE) --no-print-directory test-grammar BUILD=$(BUILD)
+	+@$(MAKE) --no-print-directory test-fp8 BUILD=$(BUILD)
 	+@$(TEST_ENV) $(MAKE) --no-print-directory install-test BUILD=$(BUILD)
 	$(if $(filter 1,$(SAN) $(TSAN)),,+@$(MAKE) --no-print-directory docs-test BUILD=$(BUILD))
 
@@ -277,6 +278,13 @@ test-grammar: $(BUILD)/llm-grammar $(BUILD)/libllminfer.so $(TEST_VENV)/.stamp
 	$(if $(wildcard $(MODEL)),LLM_TEST_MODEL=$(abspath $(MODEL))) \
 		$(TEST_VENV)/bin/python tests/grammar/check_schemas.py $(BUILD) $(SCHEMAS_SMOKE)
 	$(if $(filter 1,$(SAN) $(TSAN)),,$(TEST_VENV)/bin/python tests/grammar/check_llama3_vocab.py $(BUILD))
+
+# The FP8 KV cache's E4M3 codec against ml_dtypes on a million random
+# floats (tests/golden/check_fp8.py; test_fp8 alone checks the committed
+# golden table).
+.PHONY: test-fp8
+test-fp8: $(BUILD)/tests/unit/test_fp8 $(TEST_VENV)/.stamp
+	$(TEST_VENV)/bin/python tests/golden/check_fp8.py $(BUILD)
 
 # The grammar benchmark (docs/structured-output.md, "Measured"): llm-grammar
 # bench over tests/grammar/schemas on SmolLM2 (49,152 tokens), on a

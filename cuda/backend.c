@@ -146,30 +146,74 @@ static void cuda_kv_free(void *ctx) {
     free(kv);
 }
 
-static llmi_ttype kv_ttype(llm_kv_type t) {
-    return t == LLM_KV_F16 ? LLMI_T_F16 : t == LLM_KV_BF16 ? LLMI_T_BF16 : LLMI_T_F32;
+/* The kernels' element type of a KV type they read and write; false for
+ * one they do not (Q4_0, a newer core's types). */
+static bool kv_ttype(llm_kv_type t, llmi_ttype *out) {
+    switch (t) {
+    case LLM_KV_F32:
+        *out = LLMI_T_F32;
+        return true;
+    case LLM_KV_F16:
+        *out = LLMI_T_F16;
+        return true;
+    case LLM_KV_BF16:
+        *out = LLMI_T_BF16;
+        return true;
+    case LLM_KV_Q8_0:
+        *out = LLMI_T_Q8_0;
+        return true;
+    case LLM_KV_FP8_E4M3:
+        *out = LLMI_T_FP8_E4M3;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Bytes of a slot's row of kv_dim elements of `t` (the plug-in does not
+ * link core's type table); 0 when the block types' rows are not whole
+ * blocks of 32. */
+static size_t kv_row_bytes(llmi_ttype t, uint32_t kv_dim) {
+    switch (t) {
+    case LLMI_T_F32:
+        return (size_t)kv_dim * 4;
+    case LLMI_T_F16:
+    case LLMI_T_BF16:
+        return (size_t)kv_dim * 2;
+    case LLMI_T_Q8_0:
+        return kv_dim % LLMI_QK ? 0 : (size_t)kv_dim / LLMI_QK * sizeof(llmi_block_q8_0);
+    default:
+        return kv_dim % LLMI_QK ? 0 : (size_t)kv_dim / LLMI_QK * sizeof(llmi_block_fp8_e4m3);
+    }
 }
 
 static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, void **out) {
     *out = NULL;
     llmi_cuda_instance *in = backend;
-    const uint32_t elem = layout->type == LLM_KV_F32                                  ? 4
-                          : layout->type == LLM_KV_F16 || layout->type == LLM_KV_BF16 ? 2
-                                                                                      : 0;
-    /* The kernels read F32, F16 and BF16 elements only: any other type
-     * (the quantized Q8_0 and Q4_0 caches, a newer core's types) is
-     * refused here, at session creation, rather than misread. */
-    if (elem == 0)
+    /* The kernels read F32, F16, BF16, Q8_0 and FP8_E4M3 caches: any other
+     * type (Q4_0, a newer core's types) is refused here, at session
+     * creation, rather than misread. */
+    llmi_ttype ttype;
+    if (!kv_ttype(layout->type, &ttype))
         return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
-                               "the CUDA backend implements KV caches of F32, F16 and BF16, "
-                               "not kv_type %d (Q8_0 and Q4_0 run on the CPU backend)",
+                               "the CUDA backend implements KV caches of F32, F16, BF16, Q8_0 and "
+                               "FP8_E4M3, not %s (kv_type %d; it runs on the CPU backend)",
+                               layout->type == LLM_KV_Q4_0 ? "Q4_0" : "this type",
                                (int)layout->type);
+    /* A slot's row: kv_dim elements, or kv_dim / 32 blocks (the engine
+     * checked that head_dim, hence kv_dim, is a multiple of 32). */
+    const size_t row_bytes = kv_row_bytes(ttype, layout->kv_dim);
+    char tbuf[32];
+    if (row_bytes == 0 && layout->kv_dim != 0)
+        return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
+                               "a %s KV cache needs rows of whole blocks of 32, not %u elements",
+                               llmi_cuda_type_name(ttype, tbuf, sizeof tbuf), layout->kv_dim);
     /* One spare block past the pool's, which no sequence owns: the padding
      * rows of graph-replayed steps write their K/V there (graph.c). */
     size_t slots, layer_bytes, arena = 0, offset;
     if (layout->n_blocks == UINT32_MAX ||
         !llmi_mul_ok((size_t)layout->n_blocks + 1, layout->block_size, &slots) ||
-        !llmi_mul_ok(slots, (size_t)layout->kv_dim * elem, &layer_bytes))
+        !llmi_mul_ok(slots, row_bytes, &layer_bytes))
         return llmi_cuda_error(LLM_ERR_LIMIT, "KV store of %u blocks overflows", layout->n_blocks);
     for (uint32_t i = 0; i < 2 * layout->n_layer; i++)
         if (!llmi_cuda_arena_add(&arena, layer_bytes, &offset))
@@ -183,9 +227,9 @@ static llm_status cuda_kv_create(void *backend, const llmi_kv_layout *layout, vo
         return llmi_cuda_error(LLM_ERR_OUT_OF_MEMORY, "out of memory: KV store");
     kv->inst = in;
     kv->layout = *layout;
-    kv->type = kv_ttype(layout->type);
+    kv->type = ttype;
     kv->spare = layout->n_blocks;
-    kv->row_bytes = (size_t)layout->kv_dim * elem;
+    kv->row_bytes = row_bytes;
     kv->layer_bytes = layer_bytes;
     kv->caches = calloc(2 * (size_t)layout->n_layer + 1, sizeof *kv->caches);
     if (!kv->caches) {

@@ -14,11 +14,21 @@
  * and head instead of once per row (or, with LLM_CUDA_ATTN_TC=1, to the
  * tensor-core kernel of kernels_attention_tc.cu); the rest take the split
  * kernel. With LLM_CUDA_ATTN=flashinfer, FlashInfer takes every row of the
- * layers it can (attention_flashinfer.cu, when built with it). */
+ * layers it can (attention_flashinfer.cu, when built with it).
+ *
+ * Quantized caches (LLMI_T_Q8_0, LLMI_T_FP8_E4M3: blocks of 32 values of a
+ * slot's row, kv_dim a multiple of 32): the store kernel gives each block
+ * to one warp, which finds the block's amax with shuffles and quantizes as
+ * core's quantizer does (kv_block_math.h), so the bytes are the CPU's for
+ * the same K/V floats. Attention dequantizes each element in registers
+ * (d * value, exactly the CPU's llmi_dequantize_row value) where the float
+ * caches widen theirs; the tensor-core kernel and FlashInfer take 16-bit
+ * caches only, so these layers always take the kernels here. */
 #include "attention_flashinfer.h"
 #include "device_math.h"
 #include "internal.h"
 #include "kernels.h"
+#include "kv_block_math.h"
 
 #include <atomic>
 
@@ -32,13 +42,24 @@ constexpr int ATTN_WARPS = ATTN_THREADS / 32;
 constexpr int THREADS = 256;
 constexpr uint32_t SPLIT = LLMI_CU_ATTN_SPLIT;
 
+/* Element i of a layer's cache (i = slot * kv_dim + e: for the block
+ * types, element i % 32 of block i / 32, rows being whole blocks). */
 template <llmi_ttype T> __device__ __forceinline__ float kv_load(const void *cache, size_t i) {
     if constexpr (T == LLMI_T_F32)
         return __ldg((const float *)cache + i);
     else if constexpr (T == LLMI_T_F16)
         return llmi_cu_f16_to_f32(__ldg((const unsigned short *)cache + i));
-    else
+    else if constexpr (T == LLMI_T_BF16)
         return llmi_cu_bf16_to_f32(__ldg((const unsigned short *)cache + i));
+    else if constexpr (T == LLMI_T_FP8_E4M3) {
+        const llmi_block_fp8_e4m3 *b = (const llmi_block_fp8_e4m3 *)cache + i / LLMI_QK;
+        return llmi_cu_fp8_value(__ldg(&b->d), __ldg(&b->qs[i % LLMI_QK]));
+    } else {
+        static_assert(T == LLMI_T_Q8_0, "a KV cache type");
+        const llmi_block_q8_0 *b = (const llmi_block_q8_0 *)cache + i / LLMI_QK;
+        const unsigned char q = __ldg((const unsigned char *)b->qs + i % LLMI_QK);
+        return llmi_cu_q8_0_value(__ldg(&b->d), (int8_t)q);
+    }
 }
 
 template <llmi_ttype T> __device__ __forceinline__ void kv_put(void *cache, size_t i, float v) {
@@ -67,6 +88,52 @@ __global__ void __launch_bounds__(THREADS)
     const size_t dst = (size_t)slot * kv_dim + i;
     kv_put<T>(k_cache, dst, k[(size_t)r * ks + i]);
     kv_put<T>(v_cache, dst, v[(size_t)r * vs + i]);
+}
+
+/* One warp per block of 32 elements of a quantized cache: lane j holds
+ * element j (e = slot * kv_dim + i with kv_dim a multiple of 32, so
+ * e % 32 is the lane). Every lane of the warp must call it. */
+template <llmi_ttype T>
+__device__ __forceinline__ void kv_put_block(void *cache, size_t e, float x) {
+    float amax = fmaxf(0.0f, fabsf(x)); /* a NaN counts as 0, as on the CPU */
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const uint32_t lane = (uint32_t)(e % LLMI_QK);
+    if constexpr (T == LLMI_T_FP8_E4M3) {
+        llmi_block_fp8_e4m3 *b = (llmi_block_fp8_e4m3 *)cache + e / LLMI_QK;
+        const float d = llmi_cu_fp8_scale(amax);
+        b->qs[lane] = llmi_cu_fp8_code(x, d);
+        if (lane == 0)
+            b->d = d;
+    } else {
+        static_assert(T == LLMI_T_Q8_0, "a block KV cache type");
+        llmi_block_q8_0 *b = (llmi_block_q8_0 *)cache + e / LLMI_QK;
+        const float d = llmi_cu_q8_0_scale(amax);
+        b->qs[lane] = llmi_cu_q8_0_code(x, d);
+        if (lane == 0)
+            b->d = llmi_cu_f32_to_f16(d);
+    }
+}
+
+/* The block types' store: threads cover n_rows * kv_dim elements, a
+ * multiple of 32, so whole warps return together. */
+template <llmi_ttype T>
+__global__ void __launch_bounds__(THREADS)
+    kv_store_block_kernel(void *k_cache, void *v_cache, uint32_t kv_dim,
+                          const float *__restrict__ k, uint32_t ks, const float *__restrict__ v,
+                          uint32_t vs, const uint32_t *__restrict__ pos,
+                          const uint32_t *__restrict__ seq,
+                          const uint32_t *__restrict__ block_start,
+                          const uint32_t *__restrict__ blocks, uint32_t block_size,
+                          uint32_t n_rows) {
+    const uint64_t t = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (t >= (uint64_t)n_rows * kv_dim)
+        return;
+    const uint32_t r = (uint32_t)(t / kv_dim), i = (uint32_t)(t % kv_dim);
+    const uint32_t slot = llmi_cu_kv_slot(block_start, blocks, block_size, seq[r], pos[r]);
+    const size_t dst = (size_t)slot * kv_dim + i;
+    kv_put_block<T>(k_cache, dst, k[(size_t)r * ks + i]);
+    kv_put_block<T>(v_cache, dst, v[(size_t)r * vs + i]);
 }
 
 /* ---- attention ---- */
@@ -408,7 +475,12 @@ cudaError_t launch_prefill(cudaStream_t stream, const prefill_params &p, uint32_
     return launch_prefill_dch<T, 2>(stream, p, n_tiles, n_head);
 }
 
-bool cache_type_ok(llmi_ttype t) { return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16; }
+bool cache_type_ok(llmi_ttype t) {
+    return t == LLMI_T_F32 || t == LLMI_T_F16 || t == LLMI_T_BF16 || t == LLMI_T_Q8_0 ||
+           t == LLMI_T_FP8_E4M3;
+}
+
+bool cache_type_blocked(llmi_ttype t) { return t == LLMI_T_Q8_0 || t == LLMI_T_FP8_E4M3; }
 
 /* ---- block copy ---- */
 
@@ -441,6 +513,7 @@ cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
                              const uint32_t *blocks, uint32_t block_size, uint32_t n_rows) {
     const uint64_t total = (uint64_t)n_rows * kv_dim;
     if (!cache_type_ok(cache_type) || block_size == 0 ||
+        (cache_type_blocked(cache_type) && kv_dim % LLMI_QK) ||
         (n_rows > 1 && (k_stride < kv_dim || v_stride < kv_dim)) ||
         (total + THREADS - 1) / THREADS > 0x7fffffffu)
         return cudaErrorInvalidValue;
@@ -451,12 +524,21 @@ cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
     kv_store_kernel<T><<<grid, THREADS, 0, stream>>>(k_cache, v_cache, kv_dim, k, k_stride, v,     \
                                                      v_stride, pos, seq, block_start, blocks,      \
                                                      block_size, n_rows)
+#define KV_STORE_BLOCK(T)                                                                          \
+    kv_store_block_kernel<T><<<grid, THREADS, 0, stream>>>(k_cache, v_cache, kv_dim, k, k_stride,  \
+                                                           v, v_stride, pos, seq, block_start,     \
+                                                           blocks, block_size, n_rows)
     if (cache_type == LLMI_T_F32)
         KV_STORE(LLMI_T_F32);
     else if (cache_type == LLMI_T_F16)
         KV_STORE(LLMI_T_F16);
-    else
+    else if (cache_type == LLMI_T_BF16)
         KV_STORE(LLMI_T_BF16);
+    else if (cache_type == LLMI_T_Q8_0)
+        KV_STORE_BLOCK(LLMI_T_Q8_0);
+    else
+        KV_STORE_BLOCK(LLMI_T_FP8_E4M3);
+#undef KV_STORE_BLOCK
 #undef KV_STORE
     return cudaGetLastError();
 }
@@ -504,10 +586,11 @@ void flashinfer_refused(llmi_fi_refusal why) {
 /* llmi_cu_attention; force_tc: the tensor-core kernel for the tiles or
  * cudaErrorInvalidValue. */
 cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool force_tc) {
-    if (!a || !cache_type_ok(a->cache_type) || a->n_head == 0 || a->n_head_kv == 0 ||
-        a->n_head % a->n_head_kv || a->head_dim == 0 || a->block_size == 0 ||
-        (uint64_t)a->n_head_kv * a->head_dim > a->kv_dim || a->n_head > 65535 ||
-        a->n_rows > 65535 ||
+    if (!a || !cache_type_ok(a->cache_type) ||
+        (cache_type_blocked(a->cache_type) && (a->kv_dim % LLMI_QK || a->head_dim % LLMI_QK)) ||
+        a->n_head == 0 || a->n_head_kv == 0 || a->n_head % a->n_head_kv || a->head_dim == 0 ||
+        a->block_size == 0 || (uint64_t)a->n_head_kv * a->head_dim > a->kv_dim ||
+        a->n_head > 65535 || a->n_rows > 65535 ||
         (a->n_rows > 1 && (a->q_stride < (uint64_t)a->n_head * a->head_dim ||
                            a->out_stride < (uint64_t)a->n_head * a->head_dim)))
         return cudaErrorInvalidValue;
@@ -568,8 +651,12 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool
             err = launch_prefill<LLMI_T_F32>(stream, f, a->n_tiles, a->n_head);
         else if (a->cache_type == LLMI_T_F16)
             err = launch_prefill<LLMI_T_F16>(stream, f, a->n_tiles, a->n_head);
-        else
+        else if (a->cache_type == LLMI_T_BF16)
             err = launch_prefill<LLMI_T_BF16>(stream, f, a->n_tiles, a->n_head);
+        else if (a->cache_type == LLMI_T_Q8_0)
+            err = launch_prefill<LLMI_T_Q8_0>(stream, f, a->n_tiles, a->n_head);
+        else
+            err = launch_prefill<LLMI_T_FP8_E4M3>(stream, f, a->n_tiles, a->n_head);
         if (err != cudaSuccess)
             return err;
     }
@@ -579,8 +666,12 @@ cudaError_t attention(cudaStream_t stream, const llmi_cu_attention_args *a, bool
         launch_attention<LLMI_T_F32>(stream, p, n_split_rows, a->out, a->out_stride);
     else if (a->cache_type == LLMI_T_F16)
         launch_attention<LLMI_T_F16>(stream, p, n_split_rows, a->out, a->out_stride);
-    else
+    else if (a->cache_type == LLMI_T_BF16)
         launch_attention<LLMI_T_BF16>(stream, p, n_split_rows, a->out, a->out_stride);
+    else if (a->cache_type == LLMI_T_Q8_0)
+        launch_attention<LLMI_T_Q8_0>(stream, p, n_split_rows, a->out, a->out_stride);
+    else
+        launch_attention<LLMI_T_FP8_E4M3>(stream, p, n_split_rows, a->out, a->out_stride);
     return cudaGetLastError();
 }
 

@@ -89,6 +89,8 @@ const char *llmi_cuda_type_name(llmi_ttype type, char *buf, size_t cap) {
         return "Q6_K";
     case LLMI_T_Q8_K:
         return "Q8_K";
+    case LLMI_T_FP8_E4M3:
+        return "FP8_E4M3";
     }
     snprintf(buf, cap, "type %d", (int)type);
     return buf;

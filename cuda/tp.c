@@ -245,8 +245,9 @@ static llm_status tp_kv_create(void *backend, const llmi_kv_layout *layout, void
     const size_t elem = layout->type == LLM_KV_F32 ? 4 : 2;
     if (layout->type != LLM_KV_F32 && layout->type != LLM_KV_F16 && layout->type != LLM_KV_BF16)
         return llmi_cuda_error(LLM_ERR_UNSUPPORTED,
-                               "the CUDA backend implements KV caches of F32, F16 and BF16, "
-                               "not kv_type %d (Q8_0 and Q4_0 run on the CPU backend)",
+                               "tensor parallelism on CUDA implements KV caches of F32, F16 "
+                               "and BF16, not kv_type %d (Q8_0 and FP8_E4M3 run on one GPU, "
+                               "Q4_0 on the CPU backend)",
                                (int)layout->type);
     if (hd == 0 || layout->kv_dim % hd)
         return llmi_cuda_error(LLM_ERR_INVALID_ARGUMENT,

@@ -553,6 +553,11 @@ typedef enum llm_kv_type {
     /** Since 1.4: per head and token, blocks of 32 values as GGUF's Q4_0
      *  (an f16 scale and 32 4-bit values): 18 bytes per 32 values. */
     LLM_KV_Q4_0 = 4,
+    /** Since 1.5: per head and token, blocks of 32 values as OCP FP8 E4M3
+     *  (the "fn" variant: no infinities, largest 448) with one f32 scale,
+     *  amax / 448 of the block: 36 bytes per 32 values. Rounded to nearest
+     *  even, saturating at +-448. */
+    LLM_KV_FP8_E4M3 = 5,
 } llm_kv_type;
 
 typedef struct llm_session_params {
@@ -586,10 +591,16 @@ typedef struct llm_session_params {
      *  (docs/bench.md gives measured perplexities), Q4_0 noticeably more.
      *  They need a head_dim that is a multiple of 32; other models give
      *  ::LLM_ERR_UNSUPPORTED with a message. The CPU backend (also with
-     *  tensor parallelism) implements them; a backend that does not (the
-     *  CUDA plug-in today) refuses them at session creation with
-     *  ::LLM_ERR_UNSUPPORTED. A value outside the enum gives
-     *  ::LLM_ERR_INVALID_ARGUMENT. */
+     *  tensor parallelism) implements them; a backend that does not refuses
+     *  them at session creation with ::LLM_ERR_UNSUPPORTED (the CUDA
+     *  plug-in: Q4_0 always, Q8_0 before 1.5 and with tensor parallelism).
+     *  Since 1.5, ::LLM_KV_FP8_E4M3 stores 8-bit floats with one f32 scale
+     *  per block of 32 (3.6x fewer bytes than F32; slightly more than
+     *  Q8_0's, for a float code's wider range); the same head_dim rule
+     *  applies; it costs more quality than Q8_0 (docs/bench.md). The CPU
+     *  backend (with tensor parallelism) and the CUDA plug-in (one GPU)
+     *  implement it, and write the same bits for the same row. A value
+     *  outside the enum gives ::LLM_ERR_INVALID_ARGUMENT. */
     llm_kv_type kv_type;
     uint32_t kv_block_size;  /**< tokens per KV block; 0 = 16 */
     bool prefix_cache;       /**< share KV of common prompt prefixes (default true) */

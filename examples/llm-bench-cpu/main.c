@@ -49,11 +49,8 @@ static const struct {
     const char *name;
     llm_kv_type type;
     unsigned bytes_per_32;
-} kv_types[] = {{"f32", LLM_KV_F32, 128},
-                {"f16", LLM_KV_F16, 64},
-                {"bf16", LLM_KV_BF16, 64},
-                {"q8_0", LLM_KV_Q8_0, 34},
-                {"q4_0", LLM_KV_Q4_0, 18}};
+} kv_types[] = {{"f32", LLM_KV_F32, 128},  {"f16", LLM_KV_F16, 64},   {"bf16", LLM_KV_BF16, 64},
+                {"q8_0", LLM_KV_Q8_0, 34}, {"q4_0", LLM_KV_Q4_0, 18}, {"fp8", LLM_KV_FP8_E4M3, 36}};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llm-bench-cpu -m MODEL [options]\n"
@@ -61,7 +58,7 @@ static void usage(FILE *f) {
                "  -m PATH            model file\n"
                "  -t N               threads (default 1)\n"
                "  --no-mmap          read the model into memory (default: map it)\n"
-               "  --kv TYPE          KV cache type: f32, f16, bf16, q8_0, q4_0 (default f32)\n"
+               "  --kv TYPE          KV cache type: f32, f16, bf16, q8_0, q4_0, fp8 (default f32)\n"
                "  --pp N             prompt tokens in one decode, 0 = skip (default 512)\n"
                "  --tg N             single-token decodes, 0 = skip (default 128)\n"
                "  --tg-prompt N      prompt before them (default 16)\n"

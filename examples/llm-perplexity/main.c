@@ -1,7 +1,7 @@
 /* llm-perplexity: teacher-forced perplexity of a model on a text file, to
  * measure what a KV cache type (or anything else) costs in quality.
  *
- *   llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0]
+ *   llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0|fp8]
  *                  [--ctx N] [--threads N]
  *
  * The text is tokenized whole (no BOS/EOS added) and read in windows of
@@ -53,11 +53,11 @@ typedef struct kv_name {
 
 static const kv_name kv_names[] = {
     {"f32", LLM_KV_F32},   {"f16", LLM_KV_F16},   {"bf16", LLM_KV_BF16},
-    {"q8_0", LLM_KV_Q8_0}, {"q4_0", LLM_KV_Q4_0},
+    {"q8_0", LLM_KV_Q8_0}, {"q4_0", LLM_KV_Q4_0}, {"fp8", LLM_KV_FP8_E4M3},
 };
 
 static const char USAGE[] =
-    "usage: llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0]\n"
+    "usage: llm-perplexity -m MODEL -f TEXT [--kv-type f32|f16|bf16|q8_0|q4_0|fp8]\n"
     "                      [--ctx N] [--threads N] [--kld-base FILE | --kld FILE]\n"
     "                      [--kld-top-k K]\n";
 
@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(v, kv_names[k].name))
                     kv = &kv_names[k];
             if (!kv)
-                return usage("--kv-type is one of f32, f16, bf16, q8_0, q4_0");
+                return usage("--kv-type is one of f32, f16, bf16, q8_0, q4_0, fp8");
         } else
             return usage("unknown option");
     }

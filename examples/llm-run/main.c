@@ -27,7 +27,7 @@ typedef struct options {
     uint32_t spec_mode; /* llm_spec_mode */
     long spec_k;
     const char *draft_model;
-    long kv_type;     /* llm_kv_type; hidden option --kv-type f32|f16|bf16|q8_0|q4_0 */
+    long kv_type;     /* llm_kv_type; hidden option --kv-type f32|f16|bf16|q8_0|q4_0|fp8 */
     const char *lora; /* LoRA adapter file or PEFT folder (llm_adapter_load) */
     float lora_scale; /* llm_generate_params.adapter_scale */
 } options;
@@ -174,6 +174,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                : !strcmp(v, "bf16") ? LLM_KV_BF16
                                : !strcmp(v, "q8_0") ? LLM_KV_Q8_0
                                : !strcmp(v, "q4_0") ? LLM_KV_Q4_0
+                               : !strcmp(v, "fp8")  ? LLM_KV_FP8_E4M3
                                                     : -1) >= 0;
         else if (!strcmp(a, "-n"))
             ok = parse_long(v, 0, 1 << 24, &o->n_new);

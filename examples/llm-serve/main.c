@@ -66,9 +66,9 @@ static void usage(FILE *f)
             "  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)\n"
             "  --served-model-name NAME  model id in responses (default: the file's name)\n"
             "  --kv-cache-mib N          KV cache size, 0 = the library's default (default 0)\n"
-            "  --kv-type TYPE            KV cache type: f32, f16, bf16, q8_0 or q4_0; q8_0\n"
-            "                            holds 3.8x the tokens of f32 in the same memory\n"
-            "                            (CPU only; default f32)\n"
+            "  --kv-type TYPE            KV cache type: f32, f16, bf16, q8_0, q4_0 or fp8;\n"
+            "                            q8_0 holds 3.8x the tokens of f32 in the same\n"
+            "                            memory (q4_0: CPU only; default f32)\n"
             "  --device NAME             backend to run on: cpu, cuda or auto (the first\n"
             "                            available one besides the CPU, else the CPU);\n"
             "                            experimental (default cpu)\n"
@@ -219,12 +219,13 @@ static bool parse_args(int argc, char **argv, options *o)
                             {"f16", LLM_KV_F16},
                             {"bf16", LLM_KV_BF16},
                             {"q8_0", LLM_KV_Q8_0},
-                            {"q4_0", LLM_KV_Q4_0}};
+                            {"q4_0", LLM_KV_Q4_0},
+                            {"fp8", LLM_KV_FP8_E4M3}};
             size_t k = 0;
             while (k < sizeof kv_types / sizeof kv_types[0] && strcmp(v, kv_types[k].name))
                 k++;
             if (k == sizeof kv_types / sizeof kv_types[0]) {
-                fprintf(stderr, "llm-serve: --kv-type is f32, f16, bf16, q8_0 or q4_0, not '%s'\n",
+                fprintf(stderr, "llm-serve: --kv-type is f32, f16, bf16, q8_0, q4_0 or fp8, not '%s'\n",
                         v);
                 return false;
             }

@@ -5,6 +5,7 @@
 #include "core/quant.h"
 
 #include "core/core.h"
+#include "core/fp8.h"
 
 #include <assert.h>
 #include <math.h>
@@ -120,6 +121,22 @@ static void quantize_q5_1(const float *x, llmi_block_q5_1 *y, int64_t nb) {
     }
 }
 
+/* The FP8 KV cache's blocks: d = amax / 448 in f32, q = e4m3(x / d) with
+ * core/fp8.h's rounding (all zero codes when d is 0). The CUDA KV store
+ * computes the same expressions, so its rows are these bits. */
+static void quantize_fp8_e4m3(const float *x, llmi_block_fp8_e4m3 *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, x += LLMI_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < LLMI_QK; j++)
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]);
+        const float d = amax / LLMI_FP8_E4M3_MAX;
+        y[b].d = d;
+        for (int j = 0; j < LLMI_QK; j++)
+            y[b].qs[j] = d != 0.0f ? llmi_f32_to_fp8_e4m3(x[j] / d) : 0;
+    }
+}
+
 /* Element j's 5-bit value in a Q5 block: its nibble from qs, bit j of qh. */
 static int q5_value(const uint8_t *qs, const uint8_t *qh, int j) {
     const int nib = j < LLMI_QK / 2 ? qs[j] & 15 : qs[j - LLMI_QK / 2] >> 4;
@@ -205,6 +222,10 @@ void llmi_quantize_row(llmi_ttype type, const float *src, void *dst, int64_t n) 
         assert(n % LLMI_QK == 0);
         quantize_q8_1(src, dst, n / LLMI_QK);
         break;
+    case LLMI_T_FP8_E4M3:
+        assert(n % LLMI_QK == 0);
+        quantize_fp8_e4m3(src, dst, n / LLMI_QK);
+        break;
     case LLMI_T_Q4_K:
     case LLMI_T_Q6_K:
     case LLMI_T_Q8_K:
@@ -287,6 +308,14 @@ void llmi_dequantize_row(llmi_ttype type, const void *src, float *dst, int64_t n
             for (int j = 0; j < LLMI_QK; j++)
                 dst[j] = (float)x[b].qs[j] * d;
         }
+        break;
+    }
+    case LLMI_T_FP8_E4M3: {
+        assert(n % LLMI_QK == 0);
+        const llmi_block_fp8_e4m3 *x = src;
+        for (int64_t b = 0; b < n / LLMI_QK; b++, dst += LLMI_QK)
+            for (int j = 0; j < LLMI_QK; j++)
+                dst[j] = x[b].d * llmi_fp8_e4m3_to_f32(x[b].qs[j]);
         break;
     }
     case LLMI_T_Q8_1: { /* s is redundant: x = d*q */

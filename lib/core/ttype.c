@@ -14,6 +14,8 @@ static const llmi_ttype_info info_q8_1 = {"Q8_1", LLMI_QK, sizeof(llmi_block_q8_
 static const llmi_ttype_info info_q4_k = {"Q4_K", LLMI_QK_K, sizeof(llmi_block_q4_k), true};
 static const llmi_ttype_info info_q6_k = {"Q6_K", LLMI_QK_K, sizeof(llmi_block_q6_k), true};
 static const llmi_ttype_info info_q8_k = {"Q8_K", LLMI_QK_K, sizeof(llmi_block_q8_k), false};
+static const llmi_ttype_info info_fp8_e4m3 = {"FP8_E4M3", LLMI_QK, sizeof(llmi_block_fp8_e4m3),
+                                              false};
 
 /* The block structs must have no padding, or files would not map onto them. */
 _Static_assert(sizeof(llmi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
@@ -25,6 +27,7 @@ _Static_assert(sizeof(llmi_block_q8_1) == 36, "Q8_1 block is 36 bytes");
 _Static_assert(sizeof(llmi_block_q4_k) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(llmi_block_q6_k) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(llmi_block_q8_k) == 292, "Q8_K block is 292 bytes");
+_Static_assert(sizeof(llmi_block_fp8_e4m3) == 36, "FP8_E4M3 block is 36 bytes");
 
 const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
     switch (type) {
@@ -52,6 +55,8 @@ const llmi_ttype_info *llmi_ttype_get(uint32_t type) {
         return &info_q6_k;
     case LLMI_T_Q8_K:
         return &info_q8_k;
+    case LLMI_T_FP8_E4M3:
+        return &info_fp8_e4m3;
     default:
         return NULL;
     }

@@ -22,6 +22,9 @@ typedef enum llmi_ttype {
     LLMI_T_Q6_K = 14,
     LLMI_T_Q8_K = 15,
     LLMI_T_BF16 = 30,
+    /* Not a GGUF type (no model stores weights in it): the FP8 KV cache's
+     * blocks. Our own types number from 1024 up, clear of GGUF's. */
+    LLMI_T_FP8_E4M3 = 1024,
 } llmi_ttype;
 
 /* Block layouts, identical to GGUF's. d/m are IEEE half floats. */
@@ -32,6 +35,9 @@ typedef struct { uint16_t d; int8_t qs[LLMI_QK]; } llmi_block_q8_0;             
 /* x = d*q; s = d*sum(q), with the unrounded d (llama.cpp's activation type for
  * Q4_1 weights; no model stores its weights in it). */
 typedef struct { uint16_t d, s; int8_t qs[LLMI_QK]; } llmi_block_q8_1;
+/* The FP8 KV cache (not GGUF's): x = d * e4m3(q) (core/fp8.h), d = amax / 448
+ * of the block's 32 values, in f32 (36 bytes, 4-aligned). */
+typedef struct { float d; uint8_t qs[LLMI_QK]; } llmi_block_fp8_e4m3;
 /* In Q4 blocks byte j holds element j in its low nibble and j+16 in its high. */
 /* Q5 blocks add a fifth bit per element: element j's is bit j of qh read as
  * a little-endian uint32; the low 4 bits sit in qs as in Q4. qh is bytes, so

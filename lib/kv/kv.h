@@ -93,7 +93,8 @@ static inline uint32_t llmi_kv_type_size(llm_kv_type type) {
 }
 
 /* The tensor type (core/ttype.h) of a KV element type; false for a value
- * outside llm_kv_type. Q8_0 and Q4_0 rows are GGUF's blocks of LLMI_QK. */
+ * outside llm_kv_type. Q8_0 and Q4_0 rows are GGUF's blocks of LLMI_QK,
+ * FP8_E4M3 rows our own (core/ttype.h). */
 static inline bool llmi_kv_ttype(llm_kv_type type, llmi_ttype *out) {
     switch (type) {
     case LLM_KV_F32:
@@ -111,15 +112,18 @@ static inline bool llmi_kv_ttype(llm_kv_type type, llmi_ttype *out) {
     case LLM_KV_Q4_0:
         *out = LLMI_T_Q4_0;
         return true;
+    case LLM_KV_FP8_E4M3:
+        *out = LLMI_T_FP8_E4M3;
+        return true;
     default:
         return false;
     }
 }
 
-/* Whether `type` stores blocks (Q8_0, Q4_0): its rows are whole blocks of
- * LLMI_QK values, so a head_dim must be a multiple of LLMI_QK. */
+/* Whether `type` stores blocks (Q8_0, Q4_0, FP8_E4M3): its rows are whole
+ * blocks of LLMI_QK values, so a head_dim must be a multiple of LLMI_QK. */
 static inline bool llmi_kv_type_blocked(llm_kv_type type) {
-    return type == LLM_KV_Q8_0 || type == LLM_KV_Q4_0;
+    return type == LLM_KV_Q8_0 || type == LLM_KV_Q4_0 || type == LLM_KV_FP8_E4M3;
 }
 
 /* Bytes of n consecutive elements of `type` (a slot's K or V row is

@@ -47,7 +47,7 @@ static llm_status resolve_params(const llm_model *m, const llm_session_params *i
     llmi_ttype kv_ttype;
     if (!llmi_kv_ttype(p->kv_type, &kv_ttype))
         return llmi_error(LLM_ERR_INVALID_ARGUMENT,
-                          "kv_type %d is no llm_kv_type (F32, F16, BF16, Q8_0 or Q4_0)",
+                          "kv_type %d is no llm_kv_type (F32, F16, BF16, Q8_0, Q4_0 or FP8_E4M3)",
                           (int)p->kv_type);
     return LLM_OK;
 }

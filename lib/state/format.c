@@ -140,7 +140,7 @@ llm_status llmi_state_header_read(const uint8_t *p, size_t avail, llmi_state_hea
     if (h->kind != LLMI_STATE_KIND_SEQUENCE && h->kind != LLMI_STATE_KIND_SESSION)
         return llmi_error(LLM_ERR_BAD_FORMAT, "unknown state kind %u", h->kind);
     llmi_ttype kv_ttype;
-    if (h->kv_type > LLM_KV_Q4_0 || !llmi_kv_ttype((llm_kv_type)h->kv_type, &kv_ttype))
+    if (h->kv_type > LLM_KV_FP8_E4M3 || !llmi_kv_ttype((llm_kv_type)h->kv_type, &kv_ttype))
         return llmi_error(LLM_ERR_BAD_FORMAT, "unknown KV element type %u", h->kv_type);
     if (llmi_kv_row_bytes((llm_kv_type)h->kv_type, h->kv_dim) == 0)
         return llmi_error(LLM_ERR_BAD_FORMAT, "KV rows of %u elements are no whole %s blocks",

@@ -426,6 +426,7 @@ static void test_enum_values(void **state) {
     check_num("LLM_KV_BF16", LLM_KV_BF16, 2);
     check_num("LLM_KV_Q8_0", LLM_KV_Q8_0, 3);
     check_num("LLM_KV_Q4_0", LLM_KV_Q4_0, 4);
+    check_num("LLM_KV_FP8_E4M3", LLM_KV_FP8_E4M3, 5);
 
     check_num("LLM_FINISH_NONE", LLM_FINISH_NONE, 0);
     check_num("LLM_FINISH_EOS", LLM_FINISH_EOS, 1);

@@ -473,9 +473,9 @@ static void test_generate_stop_and_limits(void **state) {
         llm_session_free(s);
     }
     llm_session_params_init(&p);
-    p.kv_type = (llm_kv_type)5; /* past the last llm_kv_type */
+    p.kv_type = (llm_kv_type)6; /* past the last llm_kv_type */
     assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(llm_last_error(), "kv_type 5"));
+    assert_non_null(strstr(llm_last_error(), "kv_type 6"));
     p.kv_type = (llm_kv_type)-1;
     assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_INVALID_ARGUMENT);
     assert_int_equal(llm_session_create(NULL, NULL, &s), LLM_ERR_INVALID_ARGUMENT);

@@ -130,12 +130,15 @@ double conf_tolerance(const llm_model *m, llm_kv_type kv_type) {
     if (g_dut.f32_act)
         /* A quantized cache: a backend quantizes its own (slightly other)
          * rows, and a value near a rounding boundary lands a whole step
-         * away (1/254 of a block's range for Q8_0, 1/16 for Q4_0): a
-         * first guess, validated only on the CPU's own tables so far. */
-        return kv_type == LLM_KV_BF16   ? 4e-3
-               : kv_type == LLM_KV_Q8_0 ? 2e-2
-               : kv_type == LLM_KV_Q4_0 ? 1e-1
-                                        : 1e-3;
+         * away (1/254 of a block's range for Q8_0, 1/16 for Q4_0; for FP8
+         * one E4M3 step, 1/8 to 1/16 of the value itself, up to 1/14 of
+         * the block's largest): a first guess, validated only on the CPU's
+         * own tables so far. */
+        return kv_type == LLM_KV_BF16       ? 4e-3
+               : kv_type == LLM_KV_Q8_0     ? 2e-2
+               : kv_type == LLM_KV_FP8_E4M3 ? 5e-2
+               : kv_type == LLM_KV_Q4_0     ? 1e-1
+                                            : 1e-3;
     bool quantized = llmi_ttype_get(m->layers[0].w[LLMI_ROLE_Q].type)->block > 1 ||
                      llmi_ttype_get(m->w[LLMI_ROLE_OUTPUT].type)->block > 1;
     return quantized ? 1.5e-1 : 1e-2;

@@ -89,8 +89,9 @@ llmi_engine *conf_engine(const llmi_backend_ops *ops, const llm_model *m, llm_kv
  * reason: the caller skips that case. */
 bool conf_refused(const llm_model *m);
 /* The same with a KV cache of kv_type: a backend that does not implement
- * the type (the CUDA plug-in and LLM_KV_Q8_0 / LLM_KV_Q4_0) must refuse it
- * as LLM_ERR_UNSUPPORTED at engine creation; the caller skips the case. */
+ * the type (the CUDA plug-in and LLM_KV_Q4_0; a tensor-parallel CUDA group
+ * and every block type) must refuse it as LLM_ERR_UNSUPPORTED at engine
+ * creation; the caller skips the case. */
 bool conf_refused_kv(const llm_model *m, llm_kv_type kv_type);
 /* Frees the blocks in random order: later allocations take them in it. */
 void conf_shuffle_pool(llmi_kv *kv, uint64_t seed);

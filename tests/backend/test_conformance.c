@@ -382,7 +382,8 @@ typedef struct kv_case {
 static const kv_case k_kv[] = {{LLM_KV_F32, "f32"}, {LLM_KV_F16, "f16"}, {LLM_KV_BF16, "bf16"}};
 /* The quantized caches: mixed steps only (the row and copy tests below
  * read elements of the float types). */
-static const kv_case k_kvq[] = {{LLM_KV_Q8_0, "q8_0"}, {LLM_KV_Q4_0, "q4_0"}};
+static const kv_case k_kvq[] = {
+    {LLM_KV_Q8_0, "q8_0"}, {LLM_KV_Q4_0, "q4_0"}, {LLM_KV_FP8_E4M3, "fp8"}};
 
 static void test_kv_type(void **state) {
     CONF_REQUIRE_BACKEND();
@@ -1064,6 +1065,7 @@ int main(void) {
         KV_TEST(2),
         KVQ_TEST(0),
         KVQ_TEST(1),
+        KVQ_TEST(2),
         cmocka_unit_test(test_block_tables),
         cmocka_unit_test(test_mixed_batches),
         cmocka_unit_test(test_prefix_fork),
@@ -1077,14 +1079,15 @@ int main(void) {
     /* readable names: weights/F16, kv/bf16 */
     enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
     _Static_assert(N_TYPES == 10, "one TYPE_TEST per k_types entry");
-    static char names[N_TYPES + 5][32];
+    enum { N_KV = sizeof k_kv / sizeof k_kv[0], N_KVQ = sizeof k_kvq / sizeof k_kvq[0] };
+    static char names[N_TYPES + N_KV + N_KVQ][32];
     for (size_t i = 0; i < N_TYPES; i++) {
         snprintf(names[i], sizeof names[i], "weights/%s", k_types[i].name);
         tests[1 + i].name = names[i];
     }
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < N_KV + N_KVQ; i++) {
         snprintf(names[N_TYPES + i], sizeof names[N_TYPES + i], "kv/%s",
-                 i < 3 ? k_kv[i].name : k_kvq[i - 3].name);
+                 i < N_KV ? k_kv[i].name : k_kvq[i - N_KV].name);
         tests[2 + N_TYPES + i].name = names[N_TYPES + i];
     }
     if (getenv("LLM_TEST_FILTER"))

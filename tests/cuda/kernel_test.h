@@ -2,10 +2,15 @@
  * numbers, poisoned device buffers, tolerance checks, KV caches on the
  * host and shuffled block tables. Included by each test file after
  * cmocka.h, core/core.h (the CPU's f16/bf16 conversions), core/ttype.h,
- * kernels.h and cuda_runtime.h; every helper is static inline so that a file may leave
- * some unused. */
+ * kernels.h and cuda_runtime.h (it includes core/quant.h and core/fp8.h); every helper is static
+ * inline so that a file may leave some unused. */
 #ifndef LLMI_TESTS_CUDA_KERNEL_TEST_H
 #define LLMI_TESTS_CUDA_KERNEL_TEST_H
+
+extern "C" {
+#include "core/quant.h"
+}
+#include "core/fp8.h"
 
 static bool have_device;
 
@@ -94,6 +99,54 @@ static inline float cache_get(llmi_ttype t, const void *cache, size_t i) {
 }
 
 static const llmi_ttype cache_types[] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16};
+/* Every type the KV kernels take: the float ones and the blocks of 32
+ * (Q8_0, FP8_E4M3), whose rows (kv_dim) are whole blocks. */
+static const llmi_ttype kv_cache_types[] = {LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16, LLMI_T_Q8_0,
+                                            LLMI_T_FP8_E4M3};
+#define N_KV_CACHE_TYPES (sizeof kv_cache_types / sizeof kv_cache_types[0])
+
+static inline bool cache_blocked(llmi_ttype t) { return t == LLMI_T_Q8_0 || t == LLMI_T_FP8_E4M3; }
+
+/* Bytes of n elements (for the block types n is a multiple of 32). */
+static inline size_t cache_bytes(llmi_ttype t, size_t n) {
+    if (t == LLMI_T_Q8_0)
+        return n / LLMI_QK * sizeof(llmi_block_q8_0);
+    if (t == LLMI_T_FP8_E4M3)
+        return n / LLMI_QK * sizeof(llmi_block_fp8_e4m3);
+    return n * cache_elem(t);
+}
+
+/* Element i as attention reads it: the float types' value, or the block
+ * types' dequantized one (d * q, as llmi_dequantize_row gives it). */
+static inline float cache_value(llmi_ttype t, const void *cache, size_t i) {
+    if (t == LLMI_T_Q8_0) {
+        const llmi_block_q8_0 *b = (const llmi_block_q8_0 *)cache + i / LLMI_QK;
+        return (float)b->qs[i % LLMI_QK] * llmi_f16_to_f32(b->d);
+    }
+    if (t == LLMI_T_FP8_E4M3) {
+        const llmi_block_fp8_e4m3 *b = (const llmi_block_fp8_e4m3 *)cache + i / LLMI_QK;
+        return b->d * llmi_fp8_e4m3_to_f32(b->qs[i % LLMI_QK]);
+    }
+    return cache_get(t, cache, i);
+}
+
+/* n elements of uniform values in [lo, hi] plus ramp * (i % period),
+ * rounded (float types) or quantized by core's quantizer (block types, n a
+ * multiple of 32) into the cache. */
+static inline void cache_fill(llmi_ttype t, void *cache, size_t n, float lo, float hi, float ramp,
+                              unsigned period) {
+    float x[LLMI_QK];
+    for (size_t i0 = 0; i0 < n; i0 += LLMI_QK) {
+        const size_t m = n - i0 < LLMI_QK ? n - i0 : LLMI_QK;
+        for (size_t j = 0; j < m; j++)
+            x[j] = rng_uniform(lo, hi) + ramp * (float)((i0 + j) % period);
+        if (cache_blocked(t))
+            llmi_quantize_row(t, x, (uint8_t *)cache + cache_bytes(t, i0), LLMI_QK);
+        else
+            for (size_t j = 0; j < m; j++)
+                cache_put(t, cache, i0 + j, x[j]);
+    }
+}
 
 /* A shuffled CSR block table: sequence s gets blocks_per_seq[s] blocks of a
  * permutation of n_blocks. */
@@ -161,7 +214,7 @@ static inline void check_attention_head_rounded(const llmi_cu_attention_args *a,
     for (uint32_t i = 0; i < n; i++) {
         double dot = 0.0, e = 0.0;
         for (uint32_t d = 0; d < hd; d++) {
-            const double k = cache_get(a->cache_type, in->k, KV_ROW(first + i) + d);
+            const double k = cache_value(a->cache_type, in->k, KV_ROW(first + i) + d);
             dot += (double)q[d] * k;
             if (rd)
                 e += (rd->u * fabs(q[d]) + rd->a + hd * rd->acc * fabs(q[d])) * fabs(k);
@@ -175,7 +228,7 @@ static inline void check_attention_head_rounded(const llmi_cu_attention_args *a,
     for (uint32_t d = 0; d < hd; d++) {
         double want = 0.0, mag = 0.0, abs_v = 0.0;
         for (uint32_t i = 0; i < n; i++) {
-            const double v = cache_get(a->cache_type, in->v, KV_ROW(first + i) + d);
+            const double v = cache_value(a->cache_type, in->v, KV_ROW(first + i) + d);
             want += w[i] / sum * v;
             mag += w[i] / sum * fabs(v);
             abs_v += fabs(v);

@@ -4,7 +4,9 @@
  * llama.cpp-recorded Q5 blocks of tests/golden/q5-blocks.txt), f16/bf16
  * rounding, KV slot addressing over shuffled block tables, the prefill
  * kernel's tiles (key chunks, causal and window masks, row layout), RoPE
- * angles, the split-KV softmax merge and the GLU activations (the
+ * angles, the split-KV softmax merge, the GLU activations, and the KV
+ * store's Q8_0 / FP8 block quantization (kv_block_math.h) byte for byte
+ * against core's quantizer with the values it reads back (the
  * tensor-core fragments: test_tc_fragments.cu). Needs no GPU: the same
  * functions run in the kernels. Seeds are fixed and printed. */
 #include <setjmp.h>
@@ -27,6 +29,7 @@ extern "C" {
 }
 
 #include "device_math.h"
+#include "kv_block_math.h"
 
 /* ---- deterministic random numbers ---- */
 
@@ -519,12 +522,81 @@ static void test_glu_activations(void **state) {
     free(gelu);
 }
 
+/* ---- the quantized KV cache's blocks ---- */
+
+/* Blocks as the KV store kernel quantizes them (kv_block_math.h, compiled
+ * for the host here) are core's quantizer's bytes, and the values
+ * attention reads are llmi_dequantize_row's: random blocks of magnitudes
+ * 2^-30 .. 2^20, blocks with ties, zeros, a NaN, infinities and
+ * subnormal scales. */
+static void test_kv_blocks_match_cpu(void **state) {
+    (void)state;
+    rng_seed(0x6d0009, "kv blocks");
+    for (int it = 0; it < 4000; it++) {
+        float x[LLMI_QK], back[LLMI_QK];
+        const float mag = ldexpf(1.0f, (int)rng_below(51) - 30);
+        for (int j = 0; j < LLMI_QK; j++)
+            x[j] = rng_uniform(-1.0f, 1.0f) * mag;
+        switch (it % 8) {
+        case 1: /* ties of the E4M3 grid and of Q8_0's rounding */
+            for (int j = 0; j < LLMI_QK; j++)
+                x[j] = (float)((int)rng_below(64) - 32) * 0.5f * mag;
+            break;
+        case 2:
+            x[rng_below(LLMI_QK)] = 0.0f;
+            x[rng_below(LLMI_QK)] = -0.0f;
+            break;
+        case 3:
+            x[rng_below(LLMI_QK)] = NAN;
+            break;
+        case 4:
+            memset(x, 0, sizeof x);
+            break;
+        case 5:
+            x[rng_below(LLMI_QK)] = (rng_u64() & 1) ? INFINITY : -INFINITY;
+            break;
+        case 6: /* tiny blocks: subnormal scales */
+            for (int j = 0; j < LLMI_QK; j++)
+                x[j] = rng_uniform(-1.0f, 1.0f) * 1e-38f;
+            break;
+        default:
+            break;
+        }
+        llmi_block_fp8_e4m3 f_cpu, f_cu;
+        llmi_block_q8_0 q_cpu, q_cu;
+        llmi_quantize_row(LLMI_T_FP8_E4M3, x, &f_cpu, LLMI_QK);
+        llmi_cu_fp8_block(x, &f_cu);
+        if (memcmp(&f_cpu, &f_cu, sizeof f_cpu) != 0)
+            fail_msg("FP8 block %d: the kernel's bytes differ from the CPU's", it);
+        llmi_dequantize_row(LLMI_T_FP8_E4M3, &f_cpu, back, LLMI_QK);
+        for (int j = 0; j < LLMI_QK; j++) {
+            const float v = llmi_cu_fp8_value(f_cu.d, f_cu.qs[j]);
+            if (bits_of(v) != bits_of(back[j]) && !(isnan(v) && isnan(back[j])))
+                fail_msg("FP8 block %d value %d: %a, CPU %a", it, j, v, back[j]);
+        }
+        if (it % 8 == 3 || it % 8 == 5 || it % 8 == 6)
+            continue; /* Q8_0 of a NaN, an infinity or a subnormal scale (1 / d
+                       * overflows): int8 of a NaN or an infinity, undefined */
+        llmi_quantize_row(LLMI_T_Q8_0, x, &q_cpu, LLMI_QK);
+        llmi_cu_q8_0_block(x, &q_cu);
+        if (memcmp(&q_cpu, &q_cu, sizeof q_cpu) != 0)
+            fail_msg("Q8_0 block %d: the kernel's bytes differ from the CPU's", it);
+        llmi_dequantize_row(LLMI_T_Q8_0, &q_cpu, back, LLMI_QK);
+        for (int j = 0; j < LLMI_QK; j++) {
+            const float v = llmi_cu_q8_0_value(q_cu.d, q_cu.qs[j]);
+            if (bits_of(v) != bits_of(back[j]))
+                fail_msg("Q8_0 block %d value %d: %a, CPU %a", it, j, v, back[j]);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_matches_cpu), cmocka_unit_test(test_dequant_q5_golden),
         cmocka_unit_test(test_f16_bf16_rounding),   cmocka_unit_test(test_kv_slot_shuffled_tables),
         cmocka_unit_test(test_rope_angles),         cmocka_unit_test(test_split_merge),
         cmocka_unit_test(test_glu_activations),     cmocka_unit_test(test_prefill_tiles),
+        cmocka_unit_test(test_kv_blocks_match_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,9 @@
  * 1..8 rows (both the vector path and the unaligned fallback, and a row's
  * result independent of the batch), dequantization and the embedding bit
  * for bit, RMS norms, RoPE, GLU, soft-cap, gather, the K/V store bit for
- * bit, split-KV attention over shuffled block tables (GQA, windows, every
- * cache type, several splits) and the block copy. Outputs are poisoned
+ * bit (the Q8_0 and FP8 blocks as core's quantizer writes them), split-KV
+ * attention over shuffled block tables (GQA, windows, every cache type,
+ * several splits) and the block copy. Outputs are poisoned
  * (NaN) before each launch. Without a CUDA device every test skips. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -444,9 +445,9 @@ static void test_kv_store(void **state) {
     uint32_t *dbs = (uint32_t *)dev_copy(block_start, sizeof block_start);
     uint32_t *dbl = (uint32_t *)dev_copy(blocks, sizeof blocks);
     const size_t n_slots = (size_t)n_blocks * bs;
-    for (size_t t = 0; t < 3; t++) {
-        const llmi_ttype ct = cache_types[t];
-        const size_t bytes = n_slots * kv_dim * cache_elem(ct);
+    for (size_t t = 0; t < N_KV_CACHE_TYPES; t++) {
+        const llmi_ttype ct = kv_cache_types[t];
+        const size_t row_bytes = cache_bytes(ct, kv_dim), bytes = n_slots * row_bytes;
         void *dkc = dev_alloc(bytes), *dvc = dev_alloc(bytes);
         uint8_t *hk = (uint8_t *)malloc(bytes), *hv = (uint8_t *)malloc(bytes);
         uint8_t *wk = (uint8_t *)malloc(bytes), *wv = (uint8_t *)malloc(bytes);
@@ -454,6 +455,11 @@ static void test_kv_store(void **state) {
         memset(wv, 0xff, bytes);
         for (uint32_t r = 0; r < n_rows; r++) {
             const uint32_t slot = blocks[block_start[seq[r]] + pos[r] / bs] * bs + pos[r] % bs;
+            if (cache_blocked(ct)) {
+                llmi_quantize_row(ct, k + (size_t)r * ks, wk + slot * row_bytes, kv_dim);
+                llmi_quantize_row(ct, v + (size_t)r * vs, wv + slot * row_bytes, kv_dim);
+                continue;
+            }
             for (uint32_t i = 0; i < kv_dim; i++) {
                 cache_put(ct, wk, (size_t)slot * kv_dim + i, k[r * ks + i]);
                 cache_put(ct, wv, (size_t)slot * kv_dim + i, v[r * vs + i]);
@@ -497,13 +503,10 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
      * first and the last of 2. */
     const uint32_t n_rows = 7;
     const uint32_t seq[7] = {0, 0, 0, 1, 1, 2, 2}, pos[7] = {697, 698, 699, 100, 256, 0, 8};
-    const size_t n_slots = (size_t)n_blocks * bs, ebytes = cache_elem(ct);
-    uint8_t *kc = (uint8_t *)malloc(n_slots * kv_dim * ebytes),
-            *vc = (uint8_t *)malloc(n_slots * kv_dim * ebytes);
-    for (size_t i = 0; i < n_slots * kv_dim; i++) {
-        cache_put(ct, kc, i, rng_uniform(-1.0f, 1.0f));
-        cache_put(ct, vc, i, rng_uniform(-1.0f, 1.0f) + (float)(i % 7) * 0.25f);
-    }
+    const size_t n_slots = (size_t)n_blocks * bs, cbytes = cache_bytes(ct, n_slots * kv_dim);
+    uint8_t *kc = (uint8_t *)malloc(cbytes), *vc = (uint8_t *)malloc(cbytes);
+    cache_fill(ct, kc, n_slots * kv_dim, -1.0f, 1.0f, 0.0f, 1);
+    cache_fill(ct, vc, n_slots * kv_dim, -1.0f, 1.0f, 0.25f, 7);
     const uint32_t qd = c->n_head * hd, qs = qd + 4, os = qd + 12;
     float *q = (float *)malloc(4 * n_rows * qs), *out = (float *)malloc(4 * n_rows * os);
     fill(q, (size_t)n_rows * qs, -0.5f, 0.5f);
@@ -517,8 +520,8 @@ static void run_attention(const attn_case *c, llmi_ttype ct) {
     a.q_stride = qs;
     a.out = (float *)dev_alloc(4 * n_rows * os);
     a.out_stride = os;
-    a.k_cache = dev_copy(kc, n_slots * kv_dim * ebytes);
-    a.v_cache = dev_copy(vc, n_slots * kv_dim * ebytes);
+    a.k_cache = dev_copy(kc, cbytes);
+    a.v_cache = dev_copy(vc, cbytes);
     a.cache_type = ct;
     a.n_rows = n_rows;
     a.n_head = c->n_head;
@@ -566,8 +569,9 @@ static void test_attention(void **state) {
     const attn_case cases[] = {
         {4, 2, 64, 0}, {8, 8, 128, 0}, {2, 1, 256, 0}, {4, 1, 64, 300}, {4, 2, 80, 5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (size_t t = 0; t < 3; t++)
-            run_attention(&cases[c], cache_types[t]);
+        for (size_t t = 0; t < N_KV_CACHE_TYPES; t++)
+            if (!cache_blocked(kv_cache_types[t]) || cases[c].head_dim % 32 == 0)
+                run_attention(&cases[c], kv_cache_types[t]);
     /* Refusals: heads not a multiple of KV heads, no scratch layout for 0. */
     llmi_cu_attention_args a;
     memset(&a, 0, sizeof a);
@@ -580,7 +584,11 @@ static void test_attention(void **state) {
     a.block_size = 16;
     assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
     a.n_head = 4;
-    a.cache_type = LLMI_T_Q8_0;
+    a.cache_type = LLMI_T_Q4_0; /* no KV type of the plug-in */
+    assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
+    a.cache_type = LLMI_T_FP8_E4M3; /* heads of whole blocks only */
+    a.head_dim = 48;
+    a.kv_dim = 96;
     assert_int_equal(llmi_cu_attention(0, &a), cudaErrorInvalidValue);
 }
 

@@ -1,7 +1,8 @@
 /* libFuzzer target: loading session state (lib/state) from arbitrary bytes.
  *
- * Each input is loaded into two sessions of a tiny model (F32 KV with
- * 16-token blocks, and F16 KV with 8-token blocks: the converting path),
+ * Each input is loaded into three sessions of a tiny model (F32 KV with
+ * 16-token blocks, F16 KV with 8-token blocks and FP8 KV with 4-token
+ * blocks: the converting paths),
  * first as it is, then "fixed up": the bytes after the header are taken as
  * a raw payload, compressed, and the header's model fields, token count,
  * lengths and CRCs rewritten to match, so that mutations get past the CRCs
@@ -29,24 +30,27 @@
 #include <zlib.h>
 
 static llm_model *g_model;
-static llm_session *g_sess[2];
+enum { N_SESS = 3 };
+static llm_session *g_sess[N_SESS];
+static const llm_kv_type g_kv_types[N_SESS] = {LLM_KV_F32, LLM_KV_F16, LLM_KV_FP8_E4M3};
+static const uint32_t g_block_sizes[N_SESS] = {16, 8, 4};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     g_model = fuzz_state_model();
     FUZZ_CHECK(g_model, "tiny model: %s", llm_last_error());
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SESS; i++) {
         llm_session_params p;
         llm_session_params_init(&p);
         p.n_threads = 1;
         p.n_ctx = 48;
         p.max_batch_tokens = 16;
-        p.kv_block_size = i ? 8 : 16;
-        p.kv_type = i ? LLM_KV_F16 : LLM_KV_F32;
+        p.kv_block_size = g_block_sizes[i];
+        p.kv_type = g_kv_types[i];
         p.kv_cache_bytes =
-            12 * llmi_kv_block_bytes_ex(g_model->hp.n_layer,
-                                        g_model->hp.n_head_kv * g_model->hp.head_dim,
-                                        p.kv_block_size, llmi_kv_type_size(p.kv_type));
+            12 * llmi_kv_block_bytes_type(g_model->hp.n_layer,
+                                          g_model->hp.n_head_kv * g_model->hp.head_dim,
+                                          p.kv_block_size, p.kv_type);
         FUZZ_CHECK(llm_session_create(g_model, &p, &g_sess[i]) == LLM_OK, "session: %s",
                    llm_last_error());
     }
@@ -204,12 +208,12 @@ static uint8_t *fix_up(const uint8_t *data, size_t size, size_t *out_size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < N_SESS; i++)
         load_into(g_sess[i], data, size);
     size_t fixed_size = 0;
     uint8_t *fixed = fix_up(data, size, &fixed_size);
     if (fixed) {
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < N_SESS; i++)
             load_into(g_sess[i], fixed, fixed_size);
         free(fixed);
     }

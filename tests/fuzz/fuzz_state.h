@@ -10,7 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* One layer, kv_dim 8: a token takes 68 payload bytes in F32, so seeds stay
+/* One layer, one KV head of 32 (the smallest head the block KV types take,
+ * FP8 included): a token takes 260 payload bytes in F32, so seeds stay
  * small and the fuzzer's mutations land in every part of a record. */
 static inline void fuzz_state_model_params(llmi_testmodel_params *p) {
     llmi_testmodel_params_init(p);
@@ -18,6 +19,7 @@ static inline void fuzz_state_model_params(llmi_testmodel_params *p) {
     p->n_embd = 16;
     p->n_head = 2;
     p->n_head_kv = 1;
+    p->head_dim = 32;
     p->n_ff = 16;
     p->n_ctx = 64;
     p->name = "fuzz-state";

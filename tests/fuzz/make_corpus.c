@@ -252,20 +252,22 @@ static void state_seeds(void) {
     if (!m)
         die("fuzz_state model");
     static const llm_token toks[] = {1, 17, 42, 99, 200, 300, 7, 8, 9};
-    for (int f16 = 0; f16 < 2; f16++) {
+    static const llm_kv_type types[3] = {LLM_KV_F32, LLM_KV_F16, LLM_KV_FP8_E4M3};
+    static const char *const names[3] = {"seq-f32", "seq-f16", "seq-fp8"};
+    for (int t = 0; t < 3; t++) {
         llm_session_params p;
         llm_session_params_init(&p);
         p.n_threads = 1;
         p.n_ctx = 48;
-        p.kv_type = f16 ? LLM_KV_F16 : LLM_KV_F32;
+        p.kv_type = types[t];
         p.kv_cache_bytes = 1 << 20;
         llm_session *s;
         OK(llm_session_create(m, &p, &s));
         llm_seq_id a, b;
         OK(llm_seq_open(s, &a));
         decode_seed(s, a, 0, toks, 6);
-        state_seed(f16 ? "seq-f16" : "seq-f32", s, &a, !f16);
-        if (!f16) { /* a session: the sequence and a fork that went on */
+        state_seed(names[t], s, &a, t == 0);
+        if (t == 0) { /* a session: the sequence and a fork that went on */
             OK(llm_seq_fork(s, a, &b));
             decode_seed(s, b, 6, toks + 6, 3);
             state_seed("session", s, NULL, true);

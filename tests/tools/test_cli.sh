@@ -86,11 +86,11 @@ fi
 # over its 4096 tokens, so the perplexity is near 4096) ----
 text=$(dirname -- "${BASH_SOURCE[0]}")/../data/perplexity/declaration.txt
 ppl() { "$build/llm-perplexity" -m "$tiny" -f "$text" --ctx 64 "$@" 2>"$tmp/ppl.err"; }
-# K and V of 2 layers x 2 KV heads x 64: 4 and 2 bytes per element, 34 and
-# 18 bytes per block of 32.
-declare -A want_bytes=([f32]=2048 [f16]=1024 [q8_0]=544 [q4_0]=288)
+# K and V of 2 layers x 2 KV heads x 64: 4 and 2 bytes per element, 34, 18
+# and 36 bytes per block of 32.
+declare -A want_bytes=([f32]=2048 [f16]=1024 [q8_0]=544 [q4_0]=288 [fp8]=576)
 declare -A got_ppl=()
-for kv in f32 f16 q8_0 q4_0; do
+for kv in f32 f16 q8_0 q4_0 fp8; do
     out=$(ppl --kv-type "$kv" --threads 2)
     got_ppl[$kv]=$(jnum "$out" perplexity)
     if [ "$(jnum "$out" kv_bytes_per_token)" = "${want_bytes[$kv]}" ] &&
@@ -107,11 +107,19 @@ if awk -v a="${got_ppl[q8_0]:-0}" -v b="${got_ppl[f32]:-1}" \
 else
     bad "llm-perplexity: q8_0 ${got_ppl[q8_0]:-?} vs f32 ${got_ppl[f32]:-?}"
 fi
-if [ "$(ppl --kv-type q8_0 --threads 1)" = "$(ppl --kv-type q8_0 --threads 2)" ]; then
-    ok "llm-perplexity: the same output on 1 and 2 threads"
+if awk -v a="${got_ppl[fp8]:-0}" -v b="${got_ppl[f32]:-1}" \
+    'BEGIN { d = a / b - 1; exit !(d < 1e-3 && d > -1e-3) }'; then
+    ok "llm-perplexity: fp8 KV within 0.1% of f32 KV on the tiny model"
 else
-    bad "llm-perplexity depends on the thread count"
+    bad "llm-perplexity: fp8 ${got_ppl[fp8]:-?} vs f32 ${got_ppl[f32]:-?}"
 fi
+for kv in q8_0 fp8; do
+    if [ "$(ppl --kv-type $kv --threads 1)" = "$(ppl --kv-type $kv --threads 2)" ]; then
+        ok "llm-perplexity --kv-type $kv: the same output on 1 and 2 threads"
+    else
+        bad "llm-perplexity --kv-type $kv depends on the thread count"
+    fi
+done
 expect "llm-perplexity refuses an unknown --kv-type" 1 "kv-type" "$build/llm-perplexity" \
     -m "$tiny" -f "$text" --kv-type q3
 expect "llm-perplexity: a missing text file" 1 "cannot open" "$build/llm-perplexity" \

@@ -218,7 +218,7 @@ static void test_create_args(void **state) {
     assert_int_equal(kv_new(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, &kv), LLM_ERR_LIMIT);
     kv = (llmi_kv *)1;
     void *store = (void *)1;
-    llmi_kv_layout bad = {1, 4, 4, 4, (llm_kv_type)5};
+    llmi_kv_layout bad = {1, 4, 4, 4, (llm_kv_type)6};
     assert_int_equal(llmi_backend_cpu.kv_create(NULL, &bad, &store), LLM_ERR_INVALID_ARGUMENT);
     assert_null(store);
     /* Block types need rows (and heads) of whole blocks of 32. */
@@ -234,7 +234,9 @@ static void test_create_args(void **state) {
     assert_int_equal(llmi_kv_row_bytes(LLM_KV_Q4_0, 64), 2 * 18);
     assert_int_equal(llmi_kv_row_bytes(LLM_KV_Q8_0, 48), 0);
     assert_int_equal(llmi_kv_row_bytes(LLM_KV_F16, 3), 6);
-    assert_int_equal(llmi_kv_row_bytes((llm_kv_type)5, 64), 0);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_FP8_E4M3, 64), 2 * 36);
+    assert_int_equal(llmi_kv_row_bytes(LLM_KV_FP8_E4M3, 48), 0);
+    assert_int_equal(llmi_kv_row_bytes((llm_kv_type)6, 64), 0);
     assert_int_equal(llmi_kv_block_bytes_type(2, 64, 4, LLM_KV_Q8_0), 2 * 2 * 4 * 2 * 34);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F32), 4);
     assert_int_equal(llmi_kv_type_size(LLM_KV_F16), 2);

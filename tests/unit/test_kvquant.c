@@ -1,4 +1,4 @@
-/* The quantized KV cache (LLM_KV_Q8_0, LLM_KV_Q4_0).
+/* The quantized KV cache (LLM_KV_Q8_0, LLM_KV_Q4_0, LLM_KV_FP8_E4M3).
  *
  * Rows: the cache's store is core's reference quantizer (bytes compared
  * with llmi_quantize_row), and dot / axpy / a whole attention head on the
@@ -6,7 +6,7 @@
  * values (llmi_dequantize_row) within a few float roundings, at every
  * kernel level the CPU has; the SIMD levels agree with the portable one.
  *
- * Engine: on a tiny random model with head_dim 32 (Q8_0 and Q4_0 caches,
+ * Engine: on a tiny random model with head_dim 32 (Q8_0, Q4_0 and FP8 caches,
  * with and without a sliding window), requests run together in one
  * scheduler batch (with the prefix cache, shared prompt heads, several
  * samples, n-gram speculation and preemption) give bitwise the tokens and
@@ -19,8 +19,8 @@
  * stay close to the F32 cache's. Bad input: head_dim 16 and a value outside
  * llm_kv_type.
  *
- * With LLM_TEST_MODEL (SmolLM2-135M): greedy generation with a Q8_0 cache
- * follows the F16 cache's for the first GREEDY_MATCH tokens.
+ * With LLM_TEST_MODEL (SmolLM2-135M): greedy generation with a Q8_0 or an
+ * FP8 cache follows the F16 cache's for the first GREEDY_MATCH tokens.
  *
  * Seeds are fixed and printed. */
 #include "backend/cpu/kernels.h"
@@ -45,8 +45,10 @@ static float rng_float(uint64_t *s) {
     return f == 0.0f ? 0.5f : f;
 }
 
-static const llmi_ttype kv_ttypes[] = {LLMI_T_Q8_0, LLMI_T_Q4_0};
-static const llm_kv_type kv_types[] = {LLM_KV_Q8_0, LLM_KV_Q4_0};
+static const llmi_ttype kv_ttypes[] = {LLMI_T_Q8_0, LLMI_T_Q4_0, LLMI_T_FP8_E4M3};
+static const llm_kv_type kv_types[] = {LLM_KV_Q8_0, LLM_KV_Q4_0, LLM_KV_FP8_E4M3};
+#define N_KVQ (sizeof kv_types / sizeof kv_types[0])
+#define MAX_BLOCK_BYTES 36 /* FP8's */
 
 /* ---- rows ---- */
 
@@ -55,12 +57,12 @@ static void test_rows(void **state) {
     static const int sizes[] = {32, 64, 96, 576};
     const int best = llmi_kernels_best_level();
     assert_null(llmi_row_ops_get(LLMI_T_Q4_1)); /* no KV type */
-    for (size_t t = 0; t < 2; t++)
+    for (size_t t = 0; t < N_KVQ; t++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             const int n = sizes[si];
             uint64_t seed = 1000 + 10 * t + si, rng = seed;
             float a[576], x[576], xd[576], y0[576], y[576];
-            uint8_t ref[576 / 32 * 34], got[576 / 32 * 34];
+            uint8_t ref[576 / 32 * MAX_BLOCK_BYTES], got[576 / 32 * MAX_BLOCK_BYTES];
             for (int i = 0; i < n; i++) {
                 a[i] = rng_float(&rng);
                 x[i] = rng_float(&rng) * (1.0f + (float)(i % 7)); /* blocks of other scales */
@@ -117,11 +119,11 @@ static void test_attention_head(void **state) {
     (void)state;
     enum { HD = 64, N_POS = 37 };
     const int best = llmi_kernels_best_level();
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < N_KVQ; t++) {
         uint64_t seed = 77 + t, rng = seed;
         print_message("attention seed %llu type %d\n", (unsigned long long)seed, (int)t);
         float q[HD], kf[N_POS][HD], vf[N_POS][HD], kd[N_POS][HD], vd[N_POS][HD];
-        uint8_t kq[N_POS][HD / 32 * 34], vq[N_POS][HD / 32 * 34];
+        uint8_t kq[N_POS][HD / 32 * MAX_BLOCK_BYTES], vq[N_POS][HD / 32 * MAX_BLOCK_BYTES];
         for (int j = 0; j < HD; j++)
             q[j] = rng_float(&rng) * 2.0f;
         for (int p = 0; p < N_POS; p++) {
@@ -356,7 +358,7 @@ static void test_batch_equals_alone(void **state) {
         llm_model *m = qmodel(window);
         llm_token prompts[N_REQ][PROMPT];
         random_prompts(prompts, m->hp.n_vocab, 4242 + window);
-        for (size_t t = 0; t < 2; t++) {
+        for (size_t t = 0; t < N_KVQ; t++) {
             print_message("window %u kv_type %d\n", window, (int)kv_types[t]);
             run_result alone, batch;
             run_requests(m, kv_types[t], false, &llmi_backend_cpu, prompts, &alone);
@@ -386,7 +388,7 @@ static void test_draft_model(void **state) {
     uint64_t rng = 5150;
     for (uint32_t i = 0; i < PROMPT; i++)
         prompt[i] = (llm_token)(rng_next(&rng) % (m->hp.n_vocab - 3));
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < N_KVQ; t++) {
         outcome got[2];
         memset(got, 0, sizeof got);
         for (int spec = 0; spec < 2; spec++) {
@@ -463,7 +465,7 @@ static void test_state_round_trip(void **state) {
     uint64_t rng = 808;
     for (int i = 0; i < 21; i++)
         prompt[i] = (llm_token)(rng_next(&rng) % (nv - 3));
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < N_KVQ; t++) {
         llm_session *a = open_session(m, kv_types[t], true, &llmi_backend_cpu);
         llm_seq_id seq;
         assert_int_equal(llm_seq_open(a, &seq), LLM_OK);
@@ -545,7 +547,7 @@ static void test_embed(void **state) {
     llm_session *f = open_session(m, LLM_KV_F32, true, &llmi_backend_cpu);
     embed(f, both, n_both, 2, ref, 2 * d);
     llm_session_free(f);
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < N_KVQ; t++) {
         llm_session *s = open_session(m, kv_types[t], true, &llmi_backend_cpu);
         embed(s, both, n_both, 2, two, 2 * d);
         float one[2][256];
@@ -560,8 +562,11 @@ static void test_embed(void **state) {
                 dot += (double)two[e * d + i] * ref[e * d + i]; /* both unit length */
             print_message("type %d input %zu: cosine to the F32 cache's %.6f\n", (int)kv_types[t],
                           e, dot);
-            /* Measured: Q8_0 0.99995 and more, Q4_0 0.9896 and more. */
-            assert_true(dot > (kv_types[t] == LLM_KV_Q8_0 ? 0.9995 : 0.97));
+            /* Measured: Q8_0 0.99995 and more, FP8 0.99948 and more, Q4_0
+             * 0.9896 and more. */
+            assert_true(dot > (kv_types[t] == LLM_KV_Q4_0       ? 0.97
+                               : kv_types[t] == LLM_KV_FP8_E4M3 ? 0.998
+                                                                : 0.9995));
         }
         llm_session_free(s);
     }
@@ -581,14 +586,14 @@ static void test_bad_input(void **state) {
     p.n_threads = 1;
     p.n_ctx = 64;
     llm_session *s = (llm_session *)1;
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < N_KVQ; t++) {
         p.kv_type = kv_types[t];
         assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_UNSUPPORTED);
         assert_null(s);
         print_message("%s\n", llm_last_error());
         assert_non_null(strstr(llm_last_error(), "multiple of 32"));
     }
-    p.kv_type = (llm_kv_type)5;
+    p.kv_type = (llm_kv_type)6;
     assert_int_equal(llm_session_create(m, &p, &s), LLM_ERR_INVALID_ARGUMENT);
     assert_null(s);
     p.kv_type = LLM_KV_F16;
@@ -601,8 +606,9 @@ static void test_bad_input(void **state) {
 
 /* Measured on SmolLM2-135M-Instruct Q4_1 with the prompt below (x86-64,
  * every kernel level alike): of GREEDY_SEEN greedy tokens, the Q8_0 cache's
- * equal the F16 cache's for the first 19, and the F32 cache's for the
- * first 16 (the two float caches drift apart as soon). The test asks for
+ * equal the F16 cache's for the first 19, the FP8 cache's for the first 24
+ * (AVX-512 level), and the F32 cache's for the first 16 (the two float
+ * caches drift apart as soon). The test asks for
  * GREEDY_MATCH, with margin for other CPUs' rounding. */
 #define GREEDY_SEEN 64
 #define GREEDY_MATCH 10
@@ -634,10 +640,10 @@ static void test_smollm2_greedy(void **state) {
     llm_token prompt[64];
     size_t n_prompt = 0;
     assert_int_equal(llm_tokenize(m, text, strlen(text), 0, prompt, 64, &n_prompt), LLM_OK);
-    collected got[3];
+    collected got[4];
     memset(got, 0, sizeof got);
-    const llm_kv_type types[3] = {LLM_KV_F16, LLM_KV_Q8_0, LLM_KV_F32};
-    for (int t = 0; t < 3; t++) {
+    const llm_kv_type types[4] = {LLM_KV_F16, LLM_KV_Q8_0, LLM_KV_F32, LLM_KV_FP8_E4M3};
+    for (int t = 0; t < 4; t++) {
         llm_session_params p;
         llm_session_params_init(&p);
         p.n_threads = 2;
@@ -655,14 +661,14 @@ static void test_smollm2_greedy(void **state) {
         assert_int_equal(llm_generate(s, prompt, n_prompt, &g, &r), LLM_OK);
         llm_session_free(s);
     }
-    uint32_t same = 0, same32 = 0;
-    while (same < got[0].n && same < got[1].n && got[0].t[same] == got[1].t[same])
-        same++;
-    while (same32 < got[0].n && same32 < got[2].n && got[0].t[same32] == got[2].t[same32])
-        same32++;
-    print_message("first greedy tokens equal to F16 KV's: Q8_0 %u, F32 %u (of %u)\n", same, same32,
-                  got[0].n);
-    assert_true(same >= GREEDY_MATCH);
+    uint32_t same[4] = {0};
+    for (int t = 1; t < 4; t++)
+        while (same[t] < got[0].n && same[t] < got[t].n && got[0].t[same[t]] == got[t].t[same[t]])
+            same[t]++;
+    print_message("first greedy tokens equal to F16 KV's: Q8_0 %u, F32 %u, FP8 %u (of %u)\n",
+                  same[1], same[2], same[3], got[0].n);
+    assert_true(same[1] >= GREEDY_MATCH);
+    assert_true(same[3] >= GREEDY_MATCH);
     llm_model_free(m);
 }
 

@@ -18,9 +18,13 @@ class KvType(enum.IntEnum):
     F16 = 1
     BF16 = 2
     #: Since libllminfer 1.4: GGUF Q8_0 / Q4_0 blocks of 32 per head row
-    #: (needs a head_dim that is a multiple of 32; CPU backend only).
+    #: (needs a head_dim that is a multiple of 32; Q4_0 on the CPU backend
+    #: only, Q8_0 on CUDA too since 1.5).
     Q8_0 = 3
     Q4_0 = 4
+    #: Since libllminfer 1.5: OCP FP8 E4M3 in blocks of 32 with an f32 scale
+    #: (needs a head_dim that is a multiple of 32; CPU and CUDA backends).
+    FP8_E4M3 = 5
 
 
 class SpecMode(enum.IntEnum):

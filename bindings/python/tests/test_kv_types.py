@@ -1,4 +1,4 @@
-"""KV cache element types, the quantized ones (since 1.4) included."""
+"""KV cache element types, the quantized ones (since 1.4) and FP8 (since 1.5) included."""
 
 import pytest
 
@@ -14,8 +14,9 @@ def generate(model: llminfer.Model, kv_type: llminfer.KvType) -> llminfer.Genera
 
 
 def test_kv_type_values_match_the_header() -> None:
-    assert [int(t) for t in llminfer.KvType] == [0, 1, 2, 3, 4]
+    assert [int(t) for t in llminfer.KvType] == [0, 1, 2, 3, 4, 5]
     assert llminfer.KvType.Q8_0 == 3 and llminfer.KvType.Q4_0 == 4
+    assert llminfer.KvType.FP8_E4M3 == 5
 
 
 def test_q8_0_follows_f16(model: llminfer.Model) -> None:
@@ -25,6 +26,13 @@ def test_q8_0_follows_f16(model: llminfer.Model) -> None:
     assert len(q8.tokens) == len(q4.tokens) == 24
     # SmolLM2-135M: the first 19 greedy tokens agree (tests/unit/test_kvquant.c).
     assert q8.tokens[:10] == f16.tokens[:10]
+
+
+def test_fp8_follows_f16(model: llminfer.Model) -> None:
+    f16 = generate(model, llminfer.KvType.F16)
+    fp8 = generate(model, llminfer.KvType.FP8_E4M3)
+    assert len(fp8.tokens) == 24
+    assert fp8.tokens[:10] == f16.tokens[:10]
 
 
 def test_unknown_kv_type_is_invalid(model: llminfer.Model) -> None:

@@ -284,7 +284,9 @@ static const llmi_kernel_set c_kernels = {
                 [LLMI_RT_F16] = {c_store_f16, c_dot_f16, c_axpy_f16},
                 [LLMI_RT_BF16] = {c_store_bf16, c_dot_bf16, c_axpy_bf16},
                 [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_c, llmi_kvq_axpy_q8_0_c},
-                [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_c, llmi_kvq_axpy_q4_0_c}},
+                [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_c, llmi_kvq_axpy_q4_0_c},
+                [LLMI_RT_FP8_E4M3] = {llmi_kvq_store_fp8_e4m3, llmi_kvq_dot_fp8_e4m3_c,
+                                      llmi_kvq_axpy_fp8_e4m3_c}},
 };
 
 /* ---- the current level's row helpers ------------------------------------ */
@@ -382,6 +384,8 @@ static int rt_index(llmi_ttype type) {
         return LLMI_RT_Q8_0;
     case LLMI_T_Q4_0:
         return LLMI_RT_Q4_0;
+    case LLMI_T_FP8_E4M3:
+        return LLMI_RT_FP8_E4M3;
     default:
         return -1;
     }

@@ -209,8 +209,10 @@ typedef struct llmi_row_ops {
     void (*axpy)(float *y, float a, const void *x, int n);
 } llmi_row_ops;
 /* The operations at the current kernel level; NULL for a type other than
- * LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16, LLMI_T_Q8_0 and LLMI_T_Q4_0. The pointer stays valid for the
- * process; fetch it again after llmi_kernels_set_level. */
+ * LLMI_T_F32, LLMI_T_F16, LLMI_T_BF16, LLMI_T_Q8_0, LLMI_T_Q4_0 and
+ * LLMI_T_FP8_E4M3 (blocks of 32 codes with an f32 scale, core/ttype.h: the
+ * same block structure as Q8_0, values d * e4m3(q)). The pointer stays
+ * valid for the process; fetch it again after llmi_kernels_set_level. */
 const llmi_row_ops *llmi_row_ops_get(llmi_ttype type);
 
 #endif

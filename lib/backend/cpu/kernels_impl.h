@@ -129,7 +129,15 @@ typedef struct llmi_ktraits {
 const llmi_ktraits *llmi_ktraits_get(uint32_t type);
 
 /* The row helpers of one level (kernels.c picks the current one). */
-enum { LLMI_RT_F32, LLMI_RT_F16, LLMI_RT_BF16, LLMI_RT_Q8_0, LLMI_RT_Q4_0, LLMI_RT_COUNT };
+enum {
+    LLMI_RT_F32,
+    LLMI_RT_F16,
+    LLMI_RT_BF16,
+    LLMI_RT_Q8_0,
+    LLMI_RT_Q4_0,
+    LLMI_RT_FP8_E4M3,
+    LLMI_RT_COUNT
+};
 
 typedef struct llmi_kernel_set {
     float (*dot)(const float *a, const float *b, int n);
@@ -170,6 +178,12 @@ float llmi_kvq_dot_q8_0_c(const float *a, const void *b, int n);
 float llmi_kvq_dot_q4_0_c(const float *a, const void *b, int n);
 void llmi_kvq_axpy_q8_0_c(float *y, float a, const void *x, int n);
 void llmi_kvq_axpy_q4_0_c(float *y, float a, const void *x, int n);
+/* FP8: the portable version (a table of the 256 codes' values) and, in
+ * kernels_kvq_x86.c, AVX2 and AVX-512 ones. */
+extern const float llmi_kvq_fp8_e4m3_values[256];
+void llmi_kvq_store_fp8_e4m3(void *dst, const float *src, int n);
+float llmi_kvq_dot_fp8_e4m3_c(const float *a, const void *b, int n);
+void llmi_kvq_axpy_fp8_e4m3_c(float *y, float a, const void *x, int n);
 
 #if defined(LLMI_KERNELS_X86)
 /* kernels_kvq_x86.c */
@@ -181,6 +195,10 @@ float llmi_kvq_dot_q8_0_avx512(const float *a, const void *b, int n);
 float llmi_kvq_dot_q4_0_avx512(const float *a, const void *b, int n);
 void llmi_kvq_axpy_q8_0_avx512(float *y, float a, const void *x, int n);
 void llmi_kvq_axpy_q4_0_avx512(float *y, float a, const void *x, int n);
+float llmi_kvq_dot_fp8_e4m3_avx2(const float *a, const void *b, int n);
+void llmi_kvq_axpy_fp8_e4m3_avx2(float *y, float a, const void *x, int n);
+float llmi_kvq_dot_fp8_e4m3_avx512(const float *a, const void *b, int n);
+void llmi_kvq_axpy_fp8_e4m3_avx512(float *y, float a, const void *x, int n);
 
 /* kernels_x86.c */
 extern const llmi_kernel_set llmi_kernels_avx2, llmi_kernels_avx512;

@@ -395,7 +395,9 @@ const llmi_kernel_set llmi_kernels_avx2 = {
                 [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_avx2,
                                   llmi_kvq_axpy_q8_0_avx2},
                 [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_avx2,
-                                  llmi_kvq_axpy_q4_0_avx2}},
+                                  llmi_kvq_axpy_q4_0_avx2},
+                [LLMI_RT_FP8_E4M3] = {llmi_kvq_store_fp8_e4m3, llmi_kvq_dot_fp8_e4m3_avx2,
+                                      llmi_kvq_axpy_fp8_e4m3_avx2}},
 };
 
 /* ---- AVX-512 --------------------------------------------------------------- */
@@ -768,7 +770,9 @@ const llmi_kernel_set llmi_kernels_avx512 = {
                 [LLMI_RT_Q8_0] = {llmi_kvq_store_q8_0, llmi_kvq_dot_q8_0_avx512,
                                   llmi_kvq_axpy_q8_0_avx512},
                 [LLMI_RT_Q4_0] = {llmi_kvq_store_q4_0, llmi_kvq_dot_q4_0_avx512,
-                                  llmi_kvq_axpy_q4_0_avx512}},
+                                  llmi_kvq_axpy_q4_0_avx512},
+                [LLMI_RT_FP8_E4M3] = {llmi_kvq_store_fp8_e4m3, llmi_kvq_dot_fp8_e4m3_avx512,
+                                      llmi_kvq_axpy_fp8_e4m3_avx512}},
 };
 
 #else
