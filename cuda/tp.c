@@ -516,10 +516,11 @@ static const llmi_backend_ops group_template = {
     .step_run = tp_step_run,
     .sync = tp_sync,
     .step_set_f32_activations = tp_set_f32,
-    /* The ranks' steps never apply adapters (lora.c runs on whole rows of
-     * unsplit projections): a sharded update would need B split with the
-     * columns of Q/K/V and gate/up, and A with the rows of O and down. The
-     * engine refuses adapters here with its message. */
+    /* The ranks' steps do not apply adapters yet: each would add the update
+     * to its own output columns from the whole input row, as the CPU's
+     * tensor-parallel ranks do (lib/backend/cpu/lora.c), with B read at
+     * the rank's columns. The engine refuses adapters here with its
+     * message. */
     .lora = false,
 };
 
