@@ -189,6 +189,39 @@ static V5I void v5_pack(int qt, const uint8_t *row0, size_t rs, int nv, int64_t 
     }
 }
 
+/* One block's step of every (group, token) accumulator: the exact block
+ * sums is[g][t] times d_w * d_x (and Q4_1's and Q5_1's m_w * s_x added),
+ * in this order, whatever the kernel; xd[t] are the tokens' scales, from
+ * the block's own index (xd[t][nb] is its s, nb blocks on). */
+static V5I void v5_block_acc(int qt, int R, int N, __m512i is[V5_R][V5_N], const __m512 *dw,
+                             const __m512 *mw, const float *const *xd, int64_t nb,
+                             __m512 acc[V5_R][V5_N]) {
+    LLMI_UNROLL
+    for (int t = 0; t < N; t++) {
+        const __m512 dx = _mm512_set1_ps(xd[t][0]);
+        LLMI_UNROLL
+        for (int g = 0; g < R; g++) {
+            acc[g][t] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw[g], dx), acc[g][t]);
+            if (llmi_qt_has_min(qt))
+                acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(xd[t][nb]), acc[g][t]);
+        }
+    }
+}
+
+/* The accumulators to y (token t at y + t * ldy, group g at + 16 g; the
+ * last group's lanes in mlast). */
+static V5I void v5_store(int R, int N, __m512 acc[V5_R][V5_N], float *y, int64_t ldy,
+                         __mmask16 mlast) {
+    LLMI_UNROLL
+    for (int g = 0; g < R; g++) {
+        const __mmask16 m = g == R - 1 ? mlast : (__mmask16)0xFFFF;
+        LLMI_UNROLL
+        for (int t = 0; t < N; t++)
+            _mm512_mask_storeu_ps(y + t * ldy + 16 * g, m, acc[g][t]);
+    }
+}
+
 /* The micro-kernel: R groups (R <= V5_R; the last one's valid lanes in
  * mlast) x N tokens over kc blocks of a panel (group stride gs), starting at
  * block b0 of the activation rows xr[t]; y points at the first row of the
@@ -250,25 +283,13 @@ static V5I void v5_tile(int qt, int R, int N, const uint8_t *panel, size_t gs, i
             dw[g] = _mm512_load_ps(pk + (size_t)g * gs + 512);
             mw[g] = llmi_qt_has_min(qt) ? _mm512_load_ps(pk + (size_t)g * gs + 576) : dw[g];
         }
-        LLMI_UNROLL
-        for (int t = 0; t < N; t++) {
-            const __m512 dx = _mm512_set1_ps(xd[t][kb]);
-            LLMI_UNROLL
-            for (int g = 0; g < R; g++) {
-                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw[g], dx),
-                                            acc[g][t]);
-                if (llmi_qt_has_min(qt))
-                    acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(xd[t][nb + kb]), acc[g][t]);
-            }
-        }
-    }
-    LLMI_UNROLL
-    for (int g = 0; g < R; g++) {
-        const __mmask16 m = g == R - 1 ? mlast : (__mmask16)0xFFFF;
+        const float *xdb[V5_N];
         LLMI_UNROLL
         for (int t = 0; t < N; t++)
-            _mm512_mask_storeu_ps(y + t * ldy + 16 * g, m, acc[g][t]);
+            xdb[t] = xd[t] + kb;
+        v5_block_acc(qt, R, N, is, dw, mw, xdb, nb, acc);
     }
+    v5_store(R, N, acc, y, ldy, mlast);
 }
 
 typedef void (*v5_tile_fn)(const uint8_t *panel, size_t gs, int kc, const uint8_t *const *xr,
@@ -500,25 +521,13 @@ static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, in
                     ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(sg + 64)))
                     : dw[g];
         }
-        LLMI_UNROLL
-        for (int t = 0; t < N; t++) {
-            const __m512 dx = _mm512_set1_ps(xd[t][b]);
-            LLMI_UNROLL
-            for (int g = 0; g < R; g++) {
-                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[g][t]), _mm512_mul_ps(dw[g], dx),
-                                            acc[g][t]);
-                if (llmi_qt_has_min(qt))
-                    acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(xd[t][nb + b]), acc[g][t]);
-            }
-        }
-    }
-    LLMI_UNROLL
-    for (int g = 0; g < R; g++) {
-        const __mmask16 m = g == R - 1 ? mlast : (__mmask16)0xFFFF;
+        const float *xdb[V5_N];
         LLMI_UNROLL
         for (int t = 0; t < N; t++)
-            _mm512_mask_storeu_ps(y + t * ldy + 16 * g, m, acc[g][t]);
+            xdb[t] = xd[t] + b;
+        v5_block_acc(qt, R, N, is, dw, mw, xdb, nb, acc);
     }
+    v5_store(R, N, acc, y, ldy, mlast);
 }
 
 typedef void (*v5p_tile_fn)(const uint8_t *grp, size_t gs, int64_t nb, const uint8_t *const *xr,
