@@ -233,9 +233,9 @@ typedef struct llm_model_params {
     uint32_t struct_size; /**< sizeof(llm_model_params), set by init */
     /** Map the file instead of reading it into memory (default true).
      *  On x86-64 CPUs with AVX-512 VNNI, the CPU backend keeps its own
-     *  interleaved copy of the model's Q4_0, Q4_1 and Q8_0 matrices, made
-     *  when the model's first CPU session starts (docs/bench.md, "Packed
-     *  weights"): a mapped file's pages of those matrices are then given
+     *  interleaved copy of the model's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+     *  matrices, made when the model's first CPU session starts
+     *  (docs/bench.md, "Packed weights"): a mapped file's pages of those matrices are then given
      *  back to the page cache, while a model read into memory keeps both
      *  (about twice the memory). LLM_CPU_PACK=0 in the environment turns
      *  the copy off. */

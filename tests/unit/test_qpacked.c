@@ -1,6 +1,6 @@
-/* Packed weights (backend/cpu/kernels.h, "Packed weights"): a Q4_0, Q4_1 or
- * Q8_0 weight multiplied through its packed copy at the AVX-512 VNNI level
- * gives the portable kernels' bits (the reference: kernels_q8.c, checked
+/* Packed weights (backend/cpu/kernels.h, "Packed weights"): a Q4_0, Q4_1,
+ * Q5_0, Q5_1 or Q8_0 weight multiplied through its packed copy at the
+ * AVX-512 VNNI level gives the portable kernels' bits (the reference: kernels_q8.c, checked
  * against the dot-product formula by test_qdot), for any token count, row
  * count, block count (odd ones leave half a pair empty) and row slice; the
  * copy is made only where a kernel reads it; a model's logits are the same
@@ -54,7 +54,7 @@ static uint8_t *make_rows(llmi_ttype type, int64_t rows, int64_t cols, size_t pa
         for (int64_t b = 0; b < cols / 32; b++) {
             uint16_t h = llmi_f32_to_f16(0.01f * rng_float(&seed));
             memcpy(row + (size_t)b * bs, &h, 2);
-            if (type == LLMI_T_Q4_1) {
+            if (type == LLMI_T_Q4_1 || type == LLMI_T_Q5_1) {
                 h = llmi_f32_to_f16(-0.05f * (rng_float(&seed) + 1.2f));
                 memcpy(row + (size_t)b * bs + 2, &h, 2);
             }
@@ -105,7 +105,7 @@ static void *pack(llmi_weight *w) {
     return p;
 }
 
-static const llmi_ttype types[] = {LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0};
+static const llmi_ttype types[] = {LLMI_T_Q4_0, LLMI_T_Q4_1, LLMI_T_Q8_0, LLMI_T_Q5_0, LLMI_T_Q5_1};
 
 static void test_packed_matches_portable(void **state) {
     (void)state;
@@ -176,10 +176,10 @@ static void test_packed_only_where_read(void **state) {
     (void)state;
     size_t gb;
     llmi_weight w;
-    uint8_t *buf = make_rows(LLMI_T_Q5_0, 4, 64, 0, 7, &w);
+    static uint8_t kq[4 * 144];
+    w = (llmi_weight){kq, LLMI_T_Q4_K, 4, 256, 144}; /* K-quants have no packed layout */
     assert_int_equal(llmi_weight_packed_size(&w, &gb), 0);
-    free(buf);
-    buf = make_rows(LLMI_T_F16, 4, 64, 0, 7, &w);
+    uint8_t *buf = make_rows(LLMI_T_F16, 4, 64, 0, 7, &w);
     w.type = LLMI_T_F16;
     assert_int_equal(llmi_weight_packed_size(&w, &gb), 0);
     free(buf);

@@ -141,10 +141,11 @@ void llmi_matmul_act(llmi_pool *pool, const llmi_weight *w, const llmi_act *x, f
  * row per vector lane, so the weights of 16 rows must be interleaved before
  * they are multiplied. From the model's rows that costs 16 separate memory
  * streams and a shuffle per block, every time; a decode, which uses each
- * weight once, stalls on it. A packed copy holds Q4_0, Q4_1 and Q8_0 weights
- * already interleaved: groups of LLMI_WEIGHT_PACK_ROWS rows, each group one
- * contiguous run of block pairs (per pair: both blocks' quants as the
- * kernels' vectors take them, then their f16 scales, and Q4_1's f16 mins),
+ * weight once, stalls on it. A packed copy holds Q4_0, Q4_1, Q5_0, Q5_1
+ * and Q8_0 weights already interleaved: groups of LLMI_WEIGHT_PACK_ROWS
+ * rows, each group one contiguous run of block pairs (per pair: both
+ * blocks' quants as the kernels' vectors take them, Q5's fifth bits, then
+ * their f16 scales, and Q4_1's and Q5_1's f16 mins),
  * the same bytes per row as the model's (a 4-bit weight stays 4 bits). The
  * kernels read a weight's copy (llmi_weight.packed) at the VNNI level and
  * ignore it at others; with or without it they give the same bits. */

@@ -48,11 +48,12 @@
 
 /* A Q5_0/Q5_1 weight: integer kernels like Q4_0/Q4_1's, and the
  * dequantizing f32 path. */
-#define Q5_WEIGHT(t, act)                                                                          \
+#define Q5_WEIGHT(t, act, qtype)                                                                   \
     {                                                                                              \
         .act_type = act,                                                                           \
         .f32 = LEVELS(&llmi_rows_dequant_f32, &llmi_rows_dequant_f32, &llmi_rows_dequant_f32),     \
         .q = LEVELS(&llmi_qrows_##t##_c, &llmi_qrows_##t##_avx2, &llmi_qrows_##t##_vnni),          \
+        .qt = qtype, .q_packed = PACKED(t),                                                        \
     }
 
 #define K_WEIGHT(t)                                                                                \
@@ -73,8 +74,8 @@ static const llmi_ktraits g_traits[] = {
     [LLMI_T_BF16] = FLOAT_WEIGHT(bf16),
     [LLMI_T_Q4_0] = {Q8_WEIGHT(q4_0, LLMI_T_Q8_0, LLMI_QT_Q4_0)},
     [LLMI_T_Q4_1] = {Q8_WEIGHT(q4_1, LLMI_T_Q8_1, LLMI_QT_Q4_1)},
-    [LLMI_T_Q5_0] = Q5_WEIGHT(q5_0, LLMI_T_Q8_0),
-    [LLMI_T_Q5_1] = Q5_WEIGHT(q5_1, LLMI_T_Q8_1),
+    [LLMI_T_Q5_0] = Q5_WEIGHT(q5_0, LLMI_T_Q8_0, LLMI_QT_Q5_0),
+    [LLMI_T_Q5_1] = Q5_WEIGHT(q5_1, LLMI_T_Q8_1, LLMI_QT_Q5_1),
     /* Q8_0 is a weight type and the activations of Q4_0 and Q8_0. */
     [LLMI_T_Q8_0] = {Q8_WEIGHT(q8_0, LLMI_T_Q8_0, LLMI_QT_Q8_0),
                      .act_block_bytes = Q8_ACT_BLOCK_BYTES, .quant = Q8_QUANT},

@@ -211,12 +211,12 @@ extern const llmi_rows_impl llmi_rows_f32_avx512, llmi_rows_f16_avx512, llmi_row
 void llmi_aquant_q8_avx2(const float *x, int64_t nb, int q81, uint8_t *row, size_t row_bytes);
 extern const llmi_qrows_impl llmi_qrows_q4_0_avx2, llmi_qrows_q4_1_avx2, llmi_qrows_q8_0_avx2,
     llmi_qrows_q5_0_avx2, llmi_qrows_q5_1_avx2;
-/* kernels_q8_vnni.c; the packed layout is Q4_0's, Q4_1's and Q8_0's
- * (qt <= LLMI_QT_Q8_0), nb blocks per row. */
+/* kernels_q8_vnni.c; the packed layout (every LLMI_QT_* type), nb blocks
+ * per row. */
 size_t llmi_v5p_group_bytes(int qt, int64_t nb);
 void llmi_v5p_pack(int qt, const llmi_weight *w, uint8_t *dst, int64_t g0, int64_t g1);
 extern const llmi_qrows_impl llmi_qrows_q4_0_vnni_packed, llmi_qrows_q4_1_vnni_packed,
-    llmi_qrows_q8_0_vnni_packed;
+    llmi_qrows_q8_0_vnni_packed, llmi_qrows_q5_0_vnni_packed, llmi_qrows_q5_1_vnni_packed;
 extern const llmi_qrows_impl llmi_qrows_q4_0_vnni, llmi_qrows_q4_1_vnni, llmi_qrows_q8_0_vnni,
     llmi_qrows_q5_0_vnni, llmi_qrows_q5_1_vnni;
 

@@ -54,6 +54,23 @@
 /* Panel bytes per group and block: 8 x 64 weight bytes, 16 f32 d (and m). */
 static inline int v5_pb(int qt) { return llmi_qt_has_min(qt) ? 640 : 576; }
 
+/* Q5: adds 16 to the bytes of the nibble vectors lo and hi of dword j
+ * whose fifth bit is set in vh (lane r: row r's qh). Lane r's byte k of lo
+ * is element 4j+k, of hi element 16+4j+k: its fifth bit is bit 4j+k (resp.
+ * 16+4j+k) of row r's qh. Each byte takes the qh byte holding that bit
+ * (byte j/2, resp. 2 + j/2, of its own dword), then tests it. */
+static V5I void v5_add_fifth_bits(__m512i vh, int j, __m512i *lo, __m512i *hi) {
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m512i pick_lo = _mm512_set1_epi32(0x01010101 * (j / 2));
+    const __m512i pick_hi = _mm512_set1_epi32(0x01010101 * (2 + j / 2));
+    const __m512i lane = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+    const __m512i bit = _mm512_set1_epi32((int32_t)(0x08040201u << (4 * (j % 2))));
+    const __m512i blo = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_lo));
+    const __m512i bhi = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_hi));
+    *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(blo, bit), *lo, sixteen);
+    *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bhi, bit), *hi, sixteen);
+}
+
 /* Repacks blocks b0 .. b0+kc-1 of the 16 rows starting at row0 (row stride
  * rs; only the first nv exist, the other lanes repeat the last one) into
  * out: kc * v5_pb(qt) bytes. */
@@ -157,27 +174,14 @@ static V5I void v5_pack(int qt, const uint8_t *row0, size_t rs, int nv, int64_t 
                 _mm512_shuffle_i64x2(q0, q1, 0x44), _mm512_shuffle_i64x2(q0, q1, 0xEE)};
             /* The unsigned bytes vpdpbusd takes: Q4_0 and Q5_0 are offset
              * by 128 (nibble + 120, value + 112). */
-            const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+            const __m512i m4 = _mm512_set1_epi8(15);
             const __m512i o = _mm512_set1_epi8(qt == LLMI_QT_Q5_0 ? 112 : 120);
             LLMI_UNROLL
             for (int j = 0; j < 4; j++) {
                 __m512i lo = _mm512_and_si512(w[j], m4);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w[j], 4), m4);
-                if (llmi_qt_is_q5(qt)) {
-                    /* Lane r's byte k of lo is element 4j+k, of hi element
-                     * 16+4j+k: its fifth bit is bit 4j+k (resp. 16+4j+k) of
-                     * row r's qh. Each byte takes the qh byte holding that
-                     * bit (byte j/2, resp. 2 + j/2, of its own dword), then
-                     * tests it. */
-                    const __m512i pick_lo = _mm512_set1_epi32(0x01010101 * (j / 2));
-                    const __m512i pick_hi = _mm512_set1_epi32(0x01010101 * (2 + j / 2));
-                    const __m512i lane = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
-                    const __m512i bit = _mm512_set1_epi32((int32_t)(0x08040201u << (4 * (j % 2))));
-                    const __m512i blo = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_lo));
-                    const __m512i bhi = _mm512_shuffle_epi8(vh, _mm512_add_epi8(lane, pick_hi));
-                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(blo, bit), lo, sixteen);
-                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(bhi, bit), hi, sixteen);
-                }
+                if (llmi_qt_is_q5(qt))
+                    v5_add_fifth_bits(vh, j, &lo, &hi);
                 if (qt == LLMI_QT_Q4_0 || qt == LLMI_QT_Q5_0) {
                     lo = _mm512_add_epi8(lo, o);
                     hi = _mm512_add_epi8(hi, o);
@@ -332,8 +336,10 @@ static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
  * r's dword: Q8_0's dwords 0..7 of qs, each byte + 128 (the unsigned bytes
  * vpdpbusd takes); Q4's dwords 0..3 of qs, whose low nibbles are the
  * weights 4j..4j+3 and high ones 16+4j..16+4j+3, so that one AND, or a
- * shift and an AND, gives the vector a panel holds. Then the 16 rows' f16 d
- * of block 0 and of block 1 (64 bytes), and for Q4_1 their f16 m. An odd
+ * shift and an AND, gives the vector a panel holds (Q5: the same nibbles,
+ * then block 0's and block 1's qh, a dword per row, 128 bytes). Then the 16
+ * rows' f16 d of block 0 and of block 1 (64 bytes), and for Q4_1 and Q5_1
+ * their f16 m. An odd
  * block count leaves the last pair's second half zero and unread. Every size
  * is a multiple of 64, so every load is aligned. */
 
@@ -342,8 +348,11 @@ static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
 #endif
 
 static inline size_t v5p_qbytes(int qt) { return qt == LLMI_QT_Q8_0 ? 512 : 256; }
+/* Where a pair's qh (Q5: both blocks' 16 dwords), d and m start. */
+static inline size_t v5p_qh_off(int qt) { return 2 * v5p_qbytes(qt); }
+static inline size_t v5p_d_off(int qt) { return v5p_qh_off(qt) + (llmi_qt_is_q5(qt) ? 128 : 0); }
 static inline size_t v5p_pair_bytes(int qt) {
-    return 2 * v5p_qbytes(qt) + (llmi_qt_has_min(qt) ? 128 : 64);
+    return v5p_d_off(qt) + (llmi_qt_has_min(qt) ? 128 : 64);
 }
 
 size_t llmi_v5p_group_bytes(int qt, int64_t nb) {
@@ -372,9 +381,12 @@ void llmi_v5p_pack(int qt, const llmi_weight *w, uint8_t *dst, int64_t g0, int64
                         v ^= 0x80808080u;
                     memcpy(pk + h * qb + 64 * (size_t)j + 4 * (size_t)r, &v, 4);
                 }
-                memcpy(pk + 2 * qb + 32 * h + 2 * (size_t)r, blk, 2);
+                if (llmi_qt_is_q5(qt))
+                    memcpy(pk + v5p_qh_off(qt) + 64 * h + 4 * (size_t)r,
+                           blk + llmi_qt_qh_offset(qt), 4);
+                memcpy(pk + v5p_d_off(qt) + 32 * h + 2 * (size_t)r, blk, 2);
                 if (llmi_qt_has_min(qt))
-                    memcpy(pk + 2 * qb + 64 + 32 * h + 2 * (size_t)r, blk + 2, 2);
+                    memcpy(pk + v5p_d_off(qt) + 64 + 32 * h + 2 * (size_t)r, blk + 2, 2);
             }
         }
     }
@@ -390,7 +402,7 @@ static V5I void v5p_unpack(int qt, const uint8_t *grp, int64_t b0, int kc, uint8
     const size_t pb = v5p_pair_bytes(qt), qb = v5p_qbytes(qt);
     const int opb = v5_pb(qt);
     const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i o = _mm512_set1_epi8(qt == LLMI_QT_Q4_0 ? 120 : 0);
+    const __m512i o = _mm512_set1_epi8(qt == LLMI_QT_Q4_0 ? 120 : qt == LLMI_QT_Q5_0 ? 112 : 0);
     for (int kb = 0; kb < kc; kb++, out += opb) {
         const int64_t b = b0 + kb;
         const uint8_t *pk = grp + (size_t)(b / 2) * pb;
@@ -400,22 +412,25 @@ static V5I void v5p_unpack(int qt, const uint8_t *grp, int64_t b0, int kc, uint8
             for (int q = 0; q < 8; q++)
                 _mm512_store_si512(out + 64 * q, _mm512_load_si512(pk + h * qb + 64 * q));
         } else {
+            const __m512i vh = llmi_qt_is_q5(qt) ? _mm512_load_si512(pk + v5p_qh_off(qt) + 64 * h)
+                                                 : _mm512_setzero_si512();
             LLMI_UNROLL
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_load_si512(pk + h * qb + 64 * j);
-                _mm512_store_si512(out + 64 * j, _mm512_add_epi8(_mm512_and_si512(v, m4), o));
-                _mm512_store_si512(
-                    out + 64 * (4 + j),
-                    _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), o));
+                __m512i lo = _mm512_and_si512(v, m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (llmi_qt_is_q5(qt))
+                    v5_add_fifth_bits(vh, j, &lo, &hi);
+                _mm512_store_si512(out + 64 * j, _mm512_add_epi8(lo, o));
+                _mm512_store_si512(out + 64 * (4 + j), _mm512_add_epi8(hi, o));
             }
         }
-        const __m256i d = _mm256_load_si256((const __m256i *)(const void *)(pk + 2 * qb + 32 * h));
-        _mm512_store_ps(out + 512, _mm512_cvtph_ps(d));
-        if (llmi_qt_has_min(qt)) {
-            const __m256i m =
-                _mm256_load_si256((const __m256i *)(const void *)(pk + 2 * qb + 64 + 32 * h));
-            _mm512_store_ps(out + 576, _mm512_cvtph_ps(m));
-        }
+        const uint8_t *ps = pk + v5p_d_off(qt) + 32 * h;
+        _mm512_store_ps(out + 512,
+                        _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)ps)));
+        if (llmi_qt_has_min(qt))
+            _mm512_store_ps(out + 576, _mm512_cvtph_ps(_mm256_load_si256(
+                                           (const __m256i *)(const void *)(ps + 64))));
     }
 }
 
@@ -451,7 +466,8 @@ static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, in
             }
         }
         const uint8_t *pk = grp + (size_t)(b / 2) * pb + (size_t)(b % 2) * qb;
-        const uint8_t *ps = grp + (size_t)(b / 2) * pb + 2 * qb + 32 * (size_t)(b % 2);
+        const uint8_t *ps = grp + (size_t)(b / 2) * pb + v5p_d_off(qt) + 32 * (size_t)(b % 2);
+        const uint8_t *ph = grp + (size_t)(b / 2) * pb + v5p_qh_off(qt) + 64 * (size_t)(b % 2);
         __m512i is[V5_R][V5_N];
         LLMI_UNROLL
         for (int t = 0; t < N; t++) {
@@ -459,7 +475,9 @@ static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, in
             if (!llmi_qt_has_min(qt))
                 c0 = _mm512_set1_epi32(((const int32_t *)(xd[t] + nb))[b]);
             if (qt == LLMI_QT_Q4_0)
-                c0 = _mm512_srai_epi32(c0, 4);
+                c0 = _mm512_srai_epi32(c0, 4); /* -8 * sum(x) */
+            if (qt == LLMI_QT_Q5_0)
+                c0 = _mm512_srai_epi32(c0, 3); /* -16 * sum(x) */
             LLMI_UNROLL
             for (int g = 0; g < R; g++)
                 is[g][t] = c0;
@@ -501,8 +519,10 @@ static V5I void v5p_tile(int qt, int R, int N, const uint8_t *grp, size_t gs, in
                 LLMI_UNROLL
                 for (int g = 0; g < R; g++) {
                     const __m512i v = _mm512_load_si512(pk + (size_t)g * gs + 64 * j);
-                    const __m512i lo = _mm512_and_si512(v, m4);
-                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    __m512i lo = _mm512_and_si512(v, m4);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    if (llmi_qt_is_q5(qt))
+                        v5_add_fifth_bits(_mm512_load_si512(ph + (size_t)g * gs), j, &lo, &hi);
                     LLMI_UNROLL
                     for (int t = 0; t < N; t++) {
                         is[g][t] = _mm512_dpbusd_epi32(is[g][t], lo, xlo[t]);
@@ -551,15 +571,16 @@ typedef void (*v5p_tile_fn)(const uint8_t *grp, size_t gs, int64_t nb, const uin
 V5P_TILES(Q4_0)
 V5P_TILES(Q4_1)
 V5P_TILES(Q8_0)
+V5P_TILES(Q5_0)
+V5P_TILES(Q5_1)
 #define V5P_TILE_ROW(QT)                                                                           \
     [LLMI_QT_##QT] = {                                                                             \
         {v5p_tile_##QT##_1_1, v5p_tile_##QT##_1_2, v5p_tile_##QT##_1_3, v5p_tile_##QT##_1_4},      \
         {v5p_tile_##QT##_2_1, v5p_tile_##QT##_2_2, v5p_tile_##QT##_2_3, v5p_tile_##QT##_2_4},      \
     }
-static const v5p_tile_fn v5p_tiles[LLMI_QT_Q8_0 + 1][V5_R][V5_N] = {
-    V5P_TILE_ROW(Q4_0),
-    V5P_TILE_ROW(Q4_1),
-    V5P_TILE_ROW(Q8_0),
+static const v5p_tile_fn v5p_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
+    V5P_TILE_ROW(Q4_0), V5P_TILE_ROW(Q4_1), V5P_TILE_ROW(Q8_0),
+    V5P_TILE_ROW(Q5_0), V5P_TILE_ROW(Q5_1),
 };
 
 /* Prefetches the weight bytes of rows [rg, re), blocks [b1, b1 + kc] (one
@@ -684,10 +705,14 @@ static V5I void v5p_rows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, c
 V5P_ROWS(v5p_rows_q4_0, LLMI_QT_Q4_0)
 V5P_ROWS(v5p_rows_q4_1, LLMI_QT_Q4_1)
 V5P_ROWS(v5p_rows_q8_0, LLMI_QT_Q8_0)
+V5P_ROWS(v5p_rows_q5_0, LLMI_QT_Q5_0)
+V5P_ROWS(v5p_rows_q5_1, LLMI_QT_Q5_1)
 
 const llmi_qrows_impl llmi_qrows_q4_0_vnni_packed = {INT_MAX, v5p_rows_q4_0};
 const llmi_qrows_impl llmi_qrows_q4_1_vnni_packed = {INT_MAX, v5p_rows_q4_1};
 const llmi_qrows_impl llmi_qrows_q8_0_vnni_packed = {INT_MAX, v5p_rows_q8_0};
+const llmi_qrows_impl llmi_qrows_q5_0_vnni_packed = {INT_MAX, v5p_rows_q5_0};
+const llmi_qrows_impl llmi_qrows_q5_1_vnni_packed = {INT_MAX, v5p_rows_q5_1};
 
 #else
 /* ISO C forbids an empty translation unit. */
