@@ -73,23 +73,6 @@ template <llmi_ttype T> __device__ __forceinline__ void kv_put(void *cache, size
 
 /* ---- K/V store ---- */
 
-template <llmi_ttype T>
-__global__ void __launch_bounds__(THREADS)
-    kv_store_kernel(void *k_cache, void *v_cache, uint32_t kv_dim, const float *__restrict__ k,
-                    uint32_t ks, const float *__restrict__ v, uint32_t vs,
-                    const uint32_t *__restrict__ pos, const uint32_t *__restrict__ seq,
-                    const uint32_t *__restrict__ block_start, const uint32_t *__restrict__ blocks,
-                    uint32_t block_size, uint32_t n_rows) {
-    const uint64_t t = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
-    if (t >= (uint64_t)n_rows * kv_dim)
-        return;
-    const uint32_t r = (uint32_t)(t / kv_dim), i = (uint32_t)(t % kv_dim);
-    const uint32_t slot = llmi_cu_kv_slot(block_start, blocks, block_size, seq[r], pos[r]);
-    const size_t dst = (size_t)slot * kv_dim + i;
-    kv_put<T>(k_cache, dst, k[(size_t)r * ks + i]);
-    kv_put<T>(v_cache, dst, v[(size_t)r * vs + i]);
-}
-
 /* One warp per block of 32 elements of a quantized cache: lane j holds
  * element j (e = slot * kv_dim + i with kv_dim a multiple of 32, so
  * e % 32 is the lane). Every lane of the warp must call it. */
@@ -115,25 +98,29 @@ __device__ __forceinline__ void kv_put_block(void *cache, size_t e, float x) {
     }
 }
 
-/* The block types' store: threads cover n_rows * kv_dim elements, a
- * multiple of 32, so whole warps return together. */
+/* Threads cover n_rows * kv_dim elements, one each. For the block types
+ * that is a multiple of 32 (kv_dim is), so whole warps return together and
+ * a warp holds one block (kv_put_block). */
 template <llmi_ttype T>
 __global__ void __launch_bounds__(THREADS)
-    kv_store_block_kernel(void *k_cache, void *v_cache, uint32_t kv_dim,
-                          const float *__restrict__ k, uint32_t ks, const float *__restrict__ v,
-                          uint32_t vs, const uint32_t *__restrict__ pos,
-                          const uint32_t *__restrict__ seq,
-                          const uint32_t *__restrict__ block_start,
-                          const uint32_t *__restrict__ blocks, uint32_t block_size,
-                          uint32_t n_rows) {
+    kv_store_kernel(void *k_cache, void *v_cache, uint32_t kv_dim, const float *__restrict__ k,
+                    uint32_t ks, const float *__restrict__ v, uint32_t vs,
+                    const uint32_t *__restrict__ pos, const uint32_t *__restrict__ seq,
+                    const uint32_t *__restrict__ block_start, const uint32_t *__restrict__ blocks,
+                    uint32_t block_size, uint32_t n_rows) {
     const uint64_t t = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
     if (t >= (uint64_t)n_rows * kv_dim)
         return;
     const uint32_t r = (uint32_t)(t / kv_dim), i = (uint32_t)(t % kv_dim);
     const uint32_t slot = llmi_cu_kv_slot(block_start, blocks, block_size, seq[r], pos[r]);
     const size_t dst = (size_t)slot * kv_dim + i;
-    kv_put_block<T>(k_cache, dst, k[(size_t)r * ks + i]);
-    kv_put_block<T>(v_cache, dst, v[(size_t)r * vs + i]);
+    if constexpr (T == LLMI_T_Q8_0 || T == LLMI_T_FP8_E4M3) {
+        kv_put_block<T>(k_cache, dst, k[(size_t)r * ks + i]);
+        kv_put_block<T>(v_cache, dst, v[(size_t)r * vs + i]);
+    } else {
+        kv_put<T>(k_cache, dst, k[(size_t)r * ks + i]);
+        kv_put<T>(v_cache, dst, v[(size_t)r * vs + i]);
+    }
 }
 
 /* ---- attention ---- */
@@ -524,10 +511,6 @@ cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
     kv_store_kernel<T><<<grid, THREADS, 0, stream>>>(k_cache, v_cache, kv_dim, k, k_stride, v,     \
                                                      v_stride, pos, seq, block_start, blocks,      \
                                                      block_size, n_rows)
-#define KV_STORE_BLOCK(T)                                                                          \
-    kv_store_block_kernel<T><<<grid, THREADS, 0, stream>>>(k_cache, v_cache, kv_dim, k, k_stride,  \
-                                                           v, v_stride, pos, seq, block_start,     \
-                                                           blocks, block_size, n_rows)
     if (cache_type == LLMI_T_F32)
         KV_STORE(LLMI_T_F32);
     else if (cache_type == LLMI_T_F16)
@@ -535,10 +518,9 @@ cudaError_t llmi_cu_kv_store(cudaStream_t stream, void *k_cache, void *v_cache,
     else if (cache_type == LLMI_T_BF16)
         KV_STORE(LLMI_T_BF16);
     else if (cache_type == LLMI_T_Q8_0)
-        KV_STORE_BLOCK(LLMI_T_Q8_0);
+        KV_STORE(LLMI_T_Q8_0);
     else
-        KV_STORE_BLOCK(LLMI_T_FP8_E4M3);
-#undef KV_STORE_BLOCK
+        KV_STORE(LLMI_T_FP8_E4M3);
 #undef KV_STORE
     return cudaGetLastError();
 }

@@ -306,28 +306,26 @@ typedef void (*v5_tile_fn)(const uint8_t *panel, size_t gs, int kc, const uint8_
                                             float *y, int64_t ldy, __mmask16 mlast, int first) {   \
         v5_tile(LLMI_QT_##QT, R, N, panel, gs, kc, xr, nb, b0, y, ldy, mlast, first);              \
     }
-#define V5_TILES(QT)                                                                               \
-    V5_TILE_FN(QT, 1, 1)                                                                           \
-    V5_TILE_FN(QT, 1, 2)                                                                           \
-    V5_TILE_FN(QT, 1, 3)                                                                           \
-    V5_TILE_FN(QT, 1, 4)                                                                           \
-    V5_TILE_FN(QT, 2, 1)                                                                           \
-    V5_TILE_FN(QT, 2, 2)                                                                           \
-    V5_TILE_FN(QT, 2, 3)                                                                           \
-    V5_TILE_FN(QT, 2, 4)
-V5_TILES(Q4_0)
-V5_TILES(Q4_1)
-V5_TILES(Q8_0)
-V5_TILES(Q5_0)
-V5_TILES(Q5_1)
-#define V5_TILE_ROW(QT)                                                                            \
+/* Every tile shape (R <= V5_R groups, N <= V5_N tokens) of a kernel: F
+ * defines one, and the table row of type QT lists them, P_QT_R_N. */
+#define V5_TILE_SHAPES(F, QT)                                                                      \
+    F(QT, 1, 1) F(QT, 1, 2) F(QT, 1, 3) F(QT, 1, 4) F(QT, 2, 1) F(QT, 2, 2) F(QT, 2, 3) F(QT, 2, 4)
+#define V5_TILE_ROW(P, QT)                                                                         \
     [LLMI_QT_##QT] = {                                                                             \
-        {v5_tile_##QT##_1_1, v5_tile_##QT##_1_2, v5_tile_##QT##_1_3, v5_tile_##QT##_1_4},          \
-        {v5_tile_##QT##_2_1, v5_tile_##QT##_2_2, v5_tile_##QT##_2_3, v5_tile_##QT##_2_4},          \
+        {P##_##QT##_1_1, P##_##QT##_1_2, P##_##QT##_1_3, P##_##QT##_1_4},                          \
+        {P##_##QT##_2_1, P##_##QT##_2_2, P##_##QT##_2_3, P##_##QT##_2_4},                          \
     }
-static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
-    V5_TILE_ROW(Q4_0), V5_TILE_ROW(Q4_1), V5_TILE_ROW(Q8_0), V5_TILE_ROW(Q5_0), V5_TILE_ROW(Q5_1),
-};
+#define V5_TILE_TABLE(P)                                                                           \
+    {                                                                                              \
+        V5_TILE_ROW(P, Q4_0), V5_TILE_ROW(P, Q4_1), V5_TILE_ROW(P, Q8_0), V5_TILE_ROW(P, Q5_0),    \
+            V5_TILE_ROW(P, Q5_1),                                                                  \
+    }
+V5_TILE_SHAPES(V5_TILE_FN, Q4_0)
+V5_TILE_SHAPES(V5_TILE_FN, Q4_1)
+V5_TILE_SHAPES(V5_TILE_FN, Q8_0)
+V5_TILE_SHAPES(V5_TILE_FN, Q5_0)
+V5_TILE_SHAPES(V5_TILE_FN, Q5_1)
+static const v5_tile_fn v5_tiles[LLMI_QT_COUNT][V5_R][V5_N] = V5_TILE_TABLE(v5_tile);
 
 /* ---- packed weights (kernels.h, "Packed weights") ---------------------------
  *
@@ -559,29 +557,12 @@ typedef void (*v5p_tile_fn)(const uint8_t *grp, size_t gs, int64_t nb, const uin
                                              __mmask16 mlast) {                                    \
         v5p_tile(LLMI_QT_##QT, R, N, grp, gs, nb, xr, y, ldy, mlast);                              \
     }
-#define V5P_TILES(QT)                                                                              \
-    V5P_TILE_FN(QT, 1, 1)                                                                          \
-    V5P_TILE_FN(QT, 1, 2)                                                                          \
-    V5P_TILE_FN(QT, 1, 3)                                                                          \
-    V5P_TILE_FN(QT, 1, 4)                                                                          \
-    V5P_TILE_FN(QT, 2, 1)                                                                          \
-    V5P_TILE_FN(QT, 2, 2)                                                                          \
-    V5P_TILE_FN(QT, 2, 3)                                                                          \
-    V5P_TILE_FN(QT, 2, 4)
-V5P_TILES(Q4_0)
-V5P_TILES(Q4_1)
-V5P_TILES(Q8_0)
-V5P_TILES(Q5_0)
-V5P_TILES(Q5_1)
-#define V5P_TILE_ROW(QT)                                                                           \
-    [LLMI_QT_##QT] = {                                                                             \
-        {v5p_tile_##QT##_1_1, v5p_tile_##QT##_1_2, v5p_tile_##QT##_1_3, v5p_tile_##QT##_1_4},      \
-        {v5p_tile_##QT##_2_1, v5p_tile_##QT##_2_2, v5p_tile_##QT##_2_3, v5p_tile_##QT##_2_4},      \
-    }
-static const v5p_tile_fn v5p_tiles[LLMI_QT_COUNT][V5_R][V5_N] = {
-    V5P_TILE_ROW(Q4_0), V5P_TILE_ROW(Q4_1), V5P_TILE_ROW(Q8_0),
-    V5P_TILE_ROW(Q5_0), V5P_TILE_ROW(Q5_1),
-};
+V5_TILE_SHAPES(V5P_TILE_FN, Q4_0)
+V5_TILE_SHAPES(V5P_TILE_FN, Q4_1)
+V5_TILE_SHAPES(V5P_TILE_FN, Q8_0)
+V5_TILE_SHAPES(V5P_TILE_FN, Q5_0)
+V5_TILE_SHAPES(V5P_TILE_FN, Q5_1)
+static const v5p_tile_fn v5p_tiles[LLMI_QT_COUNT][V5_R][V5_N] = V5_TILE_TABLE(v5p_tile);
 
 /* Prefetches the weight bytes of rows [rg, re), blocks [b1, b1 + kc] (one
  * block more: the next panel's first bytes may share its line). */
@@ -628,15 +609,16 @@ static V5I void v5_gemm(int qt, int packed, const llmi_weight *W, int64_t r0, in
                 /* The next panel's rows (32 streams, more than the hardware
                  * prefetchers follow) come while this one is packed and
                  * used: the next rows of this K panel, or the next K panel. */
-                if (packed) /* one run of pairs per group: the hardware follows it */
-                    ;
-                else if (rg + 16 * V5_R < re)
-                    v5_prefetch(W, rg + 16 * V5_R, rg + 32 * V5_R < re ? rg + 32 * V5_R : re, b0,
-                                nb, kc);
-                else if (c + 1 < nchunks)
-                    v5_prefetch(W, rs, rs + 16 * V5_R < re ? rs + 16 * V5_R : re, b0 + kc, nb, kc);
-                else
-                    v5_prefetch(W, re, re + 16 * V5_R < r1 ? re + 16 * V5_R : r1, 0, nb, kc);
+                if (!packed) { /* a packed group is one run: the hardware follows it */
+                    if (rg + 16 * V5_R < re)
+                        v5_prefetch(W, rg + 16 * V5_R, rg + 32 * V5_R < re ? rg + 32 * V5_R : re,
+                                    b0, nb, kc);
+                    else if (c + 1 < nchunks)
+                        v5_prefetch(W, rs, rs + 16 * V5_R < re ? rs + 16 * V5_R : re, b0 + kc, nb,
+                                    kc);
+                    else
+                        v5_prefetch(W, re, re + 16 * V5_R < r1 ? re + 16 * V5_R : r1, 0, nb, kc);
+                }
                 for (int g = 0; g < R; g++) {
                     if (packed)
                         v5p_unpack(qt, v5p_group(W, rg / 16 + g), b0, kc, panel + (size_t)g * gs);
@@ -659,23 +641,6 @@ static V5I void v5_gemm(int qt, int packed, const llmi_weight *W, int64_t r0, in
     }
 }
 
-#define V5_GEMM(name, QT)                                                                          \
-    static V5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,           \
-                        size_t xs, int nt, float *y, int64_t ldy) {                                \
-        v5_gemm(QT, 0, w, r0, r1, xq, xs, nt, y, ldy);                                             \
-    }
-V5_GEMM(v5_gemm_q4_0, LLMI_QT_Q4_0)
-V5_GEMM(v5_gemm_q4_1, LLMI_QT_Q4_1)
-V5_GEMM(v5_gemm_q8_0, LLMI_QT_Q8_0)
-V5_GEMM(v5_gemm_q5_0, LLMI_QT_Q5_0)
-V5_GEMM(v5_gemm_q5_1, LLMI_QT_Q5_1)
-
-const llmi_qrows_impl llmi_qrows_q4_0_vnni = {INT_MAX, v5_gemm_q4_0};
-const llmi_qrows_impl llmi_qrows_q4_1_vnni = {INT_MAX, v5_gemm_q4_1};
-const llmi_qrows_impl llmi_qrows_q8_0_vnni = {INT_MAX, v5_gemm_q8_0};
-const llmi_qrows_impl llmi_qrows_q5_0_vnni = {INT_MAX, v5_gemm_q5_0};
-const llmi_qrows_impl llmi_qrows_q5_1_vnni = {INT_MAX, v5_gemm_q5_1};
-
 /* Rows [r0, r1) from the packed copy: up to V5_N tokens straight from it,
  * more through panels (v5p_unpack), as v5_gemm does. */
 static V5I void v5p_rows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, const uint8_t *xq,
@@ -697,22 +662,23 @@ static V5I void v5p_rows(int qt, const llmi_weight *W, int64_t r0, int64_t r1, c
     }
 }
 
-#define V5P_ROWS(name, QT)                                                                         \
-    static V5 void name(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,           \
-                        size_t xs, int nt, float *y, int64_t ldy) {                                \
-        v5p_rows(QT, w, r0, r1, xq, xs, nt, y, ldy);                                               \
-    }
-V5P_ROWS(v5p_rows_q4_0, LLMI_QT_Q4_0)
-V5P_ROWS(v5p_rows_q4_1, LLMI_QT_Q4_1)
-V5P_ROWS(v5p_rows_q8_0, LLMI_QT_Q8_0)
-V5P_ROWS(v5p_rows_q5_0, LLMI_QT_Q5_0)
-V5P_ROWS(v5p_rows_q5_1, LLMI_QT_Q5_1)
-
-const llmi_qrows_impl llmi_qrows_q4_0_vnni_packed = {INT_MAX, v5p_rows_q4_0};
-const llmi_qrows_impl llmi_qrows_q4_1_vnni_packed = {INT_MAX, v5p_rows_q4_1};
-const llmi_qrows_impl llmi_qrows_q8_0_vnni_packed = {INT_MAX, v5p_rows_q8_0};
-const llmi_qrows_impl llmi_qrows_q5_0_vnni_packed = {INT_MAX, v5p_rows_q5_0};
-const llmi_qrows_impl llmi_qrows_q5_1_vnni_packed = {INT_MAX, v5p_rows_q5_1};
+/* Per type: the entry points over the model's rows and over a packed copy. */
+#define V5_ENTRIES(t, QT)                                                                          \
+    static V5 void v5_gemm_##t(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,    \
+                               size_t xs, int nt, float *y, int64_t ldy) {                         \
+        v5_gemm(LLMI_QT_##QT, 0, w, r0, r1, xq, xs, nt, y, ldy);                                   \
+    }                                                                                              \
+    static V5 void v5p_rows_##t(const llmi_weight *w, int64_t r0, int64_t r1, const uint8_t *xq,   \
+                                size_t xs, int nt, float *y, int64_t ldy) {                        \
+        v5p_rows(LLMI_QT_##QT, w, r0, r1, xq, xs, nt, y, ldy);                                     \
+    }                                                                                              \
+    const llmi_qrows_impl llmi_qrows_##t##_vnni = {INT_MAX, v5_gemm_##t};                          \
+    const llmi_qrows_impl llmi_qrows_##t##_vnni_packed = {INT_MAX, v5p_rows_##t};
+V5_ENTRIES(q4_0, Q4_0)
+V5_ENTRIES(q4_1, Q4_1)
+V5_ENTRIES(q8_0, Q8_0)
+V5_ENTRIES(q5_0, Q5_0)
+V5_ENTRIES(q5_1, Q5_1)
 
 #else
 /* ISO C forbids an empty translation unit. */

@@ -63,7 +63,7 @@ static bool packing_enabled(void) {
  * allocation. */
 static llm_status pack_all(llmi_cpu_weights *cw, const llm_model *m) {
     const uint32_t n_layer = m->hp.n_layer;
-    size_t cap = (size_t)n_layer * LLMI_LAYER_ROLES + LLMI_MODEL_ROLES, n = 0, total = 0;
+    size_t cap = (size_t)n_layer * LLMI_LAYER_ROLES + 1, n = 0, total = 0, gb;
     llmi_weight **targets = llmi_calloc(cap, sizeof *targets);
     if (!targets)
         return llmi_oom("packed weights");
@@ -75,14 +75,11 @@ static llm_status pack_all(llmi_cpu_weights *cw, const llm_model *m) {
         targets[n++] = &cw->w[LLMI_ROLE_OUTPUT];
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t gb;
         const size_t bytes = llmi_weight_packed_size(targets[i], &gb);
-        if (bytes == 0 || total + bytes < total)
-            continue;
-        targets[i]->packed_group_bytes = gb;
-        targets[i]->packed = (const void *)(uintptr_t)total; /* an offset until allocated */
-        total += bytes;
-        targets[kept++] = targets[i];
+        if (bytes > 0 && total + bytes >= total) {
+            total += bytes;
+            targets[kept++] = targets[i];
+        }
     }
     llmi_pool *pool = NULL;
     llm_status st = LLM_OK;
@@ -94,14 +91,16 @@ static llm_status pack_all(llmi_cpu_weights *cw, const llm_model *m) {
     if (st == LLM_OK && kept > 0)
         st = llmi_pool_create(pack_threads(), &pool);
     if (st != LLM_OK || kept == 0) {
-        for (size_t i = 0; i < kept; i++)
-            targets[i]->packed = NULL, targets[i]->packed_group_bytes = 0;
         llmi_free(targets);
         return st;
     }
     cw->packed_bytes = total;
-    for (size_t i = 0; i < kept; i++)
-        targets[i]->packed = (const uint8_t *)cw->packed + (uintptr_t)targets[i]->packed;
+    for (size_t i = 0, off = 0; i < kept; i++) {
+        const size_t bytes = llmi_weight_packed_size(targets[i], &gb);
+        targets[i]->packed = (const uint8_t *)cw->packed + off;
+        targets[i]->packed_group_bytes = gb;
+        off += bytes;
+    }
     pack_job job = {m, targets, kept};
     llmi_pool_run(pool, pack_task, &job);
     llmi_pool_free(pool);
