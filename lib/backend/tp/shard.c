@@ -48,6 +48,9 @@ llm_status llmi_tp_weights_create(const llm_model *m, uint32_t n_ranks, llmi_tp_
         llmi_tp_slice(hp->n_ff, n_ranks, r, &f0, &f1);
         llmi_tp_slice(hp->n_embd, n_ranks, r, &e0, &e1);
         llmi_tp_slice(hp->n_vocab, n_ranks, r, &w->vocab0[r], &v1);
+        w->kv0[r] = kv0;
+        w->ff0[r] = f0;
+        w->embd0[r] = e0;
         s->hp.n_ff = f1 - f0;
         s->hp.n_vocab = v1 - w->vocab0[r];
         s->w[LLMI_ROLE_OUTPUT] =

@@ -16,6 +16,8 @@ typedef struct llmi_tp_weights {
     uint32_t n_ranks;
     llm_model shard[LLMI_TP_MAX];
     uint32_t vocab0[LLMI_TP_MAX]; /* the first output row of each rank */
+    /* Each rank's first KV head, FFN column and embedding feature. */
+    uint32_t kv0[LLMI_TP_MAX], ff0[LLMI_TP_MAX], embd0[LLMI_TP_MAX];
     /* Each rank's CPU weights: its views with packed copies of its slices
      * (backend/cpu/cpu.h), what its step reads. */
     llmi_cpu_weights *cpu[LLMI_TP_MAX];

@@ -306,10 +306,6 @@ static llm_status rank_create(tp_step *s, tp_instance *inst, const llm_model *m,
         llmi_cpu_step_create(inst->pool[r], &w->shard[r], w->cpu[r], max_rows, max_ctx, &rk->step));
     if (w->n_ranks > 1) {
         const llmi_hparams *hp = &m->hp;
-        uint32_t kv0, n_kv, f0, f1, e0, e1;
-        llmi_tp_split_heads(hp->n_head_kv, w->n_ranks, r, &kv0, &n_kv);
-        llmi_tp_slice(hp->n_ff, w->n_ranks, r, &f0, &f1);
-        llmi_tp_slice(hp->n_embd, w->n_ranks, r, &e0, &e1);
         const llmi_cpu_tp_hooks hooks = {.ctx = rk,
                                          .gather = rank_gather,
                                          .layer_begin = rank_layer_begin,
@@ -317,9 +313,9 @@ static llm_status rank_create(tp_step *s, tp_instance *inst, const llm_model *m,
                                          .n_ff = hp->n_ff,
                                          .kv_dim = hp->n_head_kv * hp->head_dim,
                                          .q_begin = r * w->shard[r].hp.n_head * hp->head_dim,
-                                         .kv_begin = kv0 * hp->head_dim,
-                                         .ff_begin = f0,
-                                         .embd_begin = e0};
+                                         .kv_begin = w->kv0[r] * hp->head_dim,
+                                         .ff_begin = w->ff0[r],
+                                         .embd_begin = w->embd0[r]};
         LLMI_TRY(llmi_cpu_step_set_tp(rk->step, &hooks));
         rk->send = alloc_floats(max_rows, s->chunk);
         rk->recv = alloc_floats((size_t)max_rows * w->n_ranks, s->chunk);
